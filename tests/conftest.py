@@ -1,0 +1,74 @@
+"""Shared fixtures: every test gets its own data dir (job store, local_cwd state), its own cwd,
+and no .torchxconfig unless it writes one."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_DIR = ROOT / "tests" / "fixtures" / "plugin"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    data = tmp_path / "data"
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(data))
+    monkeypatch.delenv("TORCHX_NB_JOBSTORE", raising=False)
+    monkeypatch.setenv("TORCHXCONFIG", "")
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", os.environ.get("TORCHX_NB_WIDGETS", "1"))
+    monkeypatch.chdir(work)
+    yield work
+
+
+@pytest.fixture
+def plugin_path(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Make the test plugin (a scheduler registered by entry point) importable and discoverable,
+    in this process and in subprocesses."""
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")])
+    )
+    import importlib
+
+    importlib.invalidate_caches()
+    return PLUGIN_DIR
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float = 20.0, interval: float = 0.05
+) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s: {predicate}")
+        time.sleep(interval)
+
+
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60, input: str | None = None
+) -> tuple[int, str, str]:
+    """Run ``torchx-nb`` in a subprocess (the real console entry point)."""
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchx_nb.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        input=input,
+    )
+    return proc.returncode, proc.stdout, proc.stderr

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from torchx_nb import specs
+from torchx_nb.schedulers import get_scheduler_factories
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    filter_regex,
+    split_lines,
+    split_lines_iterator,
+)
+
+
+def test_line_helpers() -> None:
+    assert split_lines("a\nb\n\nc") == ["a\n", "b\n", "\n", "c"]
+    assert list(split_lines_iterator(["a", "b\nc", "\nd\n", "e"])) == ["ab\n", "c\n", "d\n", "e"]
+    assert list(filter_regex(r"^b", ["a\n", "bb\n", "cb\n"])) == ["bb\n"]
+
+
+class Recording(Scheduler[Mapping[str, Any]]):
+    def __init__(self) -> None:
+        super().__init__("rec", "s")
+        self.cancelled: list[str] = []
+
+    def schedule(self, dryrun_info: specs.AppDryRunInfo[Any]) -> str:
+        return "id-1"
+
+    def _submit_dryrun(self, app: specs.AppDef, cfg: Mapping[str, Any]) -> specs.AppDryRunInfo[Any]:
+        return specs.AppDryRunInfo({"app": app.name, "cfg": dict(cfg)}, repr)
+
+    def _run_opts(self) -> specs.runopts:
+        opts = specs.runopts()
+        opts.add("n", type_=int, help="n", default=1)
+        return opts
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        return DescribeAppResponse(app_id=app_id) if app_id == "id-1" else None
+
+    def list(self, cfg: Mapping[str, Any] | None = None) -> list[ListAppResponse]:
+        return [ListAppResponse("id-1", specs.AppState.RUNNING)]
+
+    def _cancel_existing(self, app_id: str) -> None:
+        self.cancelled.append(app_id)
+
+
+def test_scheduler_lifecycle_defaults() -> None:
+    s = Recording()
+    called = []
+
+    class PreRole(specs.Role):
+        def pre_proc(
+            self, scheduler: str, dryrun_info: specs.AppDryRunInfo[Any]
+        ) -> specs.AppDryRunInfo[Any]:
+            called.append(scheduler)
+            return dryrun_info
+
+    app = specs.AppDef("a", roles=[PreRole(name="r", image="i", entrypoint="e")])
+    info = s.submit_dryrun(app, {})
+    assert info.request == {"app": "a", "cfg": {"n": 1}}
+    assert info.app is app and info.cfg == {"n": 1} and called == ["rec"]
+    assert s.submit(app, {"n": 2}) == "id-1"
+    assert s.exists("id-1") and not s.exists("nope")
+    s.cancel("nope")
+    s.cancel("id-1")
+    s.delete("id-1")
+    assert s.cancelled == ["id-1", "id-1"]
+    with pytest.raises(NotImplementedError, match="rec does not support fetching logs"):
+        s.log_iter("id-1", "r")
+    with pytest.raises(ValueError, match="no resource for role 'r'"):
+        s._validate(app, "rec", {})
+    s.close()
+    s.close()
+
+
+def test_factories_are_lazy_and_include_local_cwd() -> None:
+    code = (
+        "import sys; from torchx_nb.schedulers import get_scheduler_factories as g; f = g(); "
+        "assert 'local_cwd' in f, f; "
+        "assert 'torchx_nb.schedulers.local_cwd' not in sys.modules; "
+        "s = f['local_cwd']('torchx'); print(type(s).__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "LocalCwdScheduler"
+
+
+def test_entry_point_plugins_are_discovered(plugin_path: object) -> None:
+    factories = get_scheduler_factories()
+    assert "needs_queue" in factories
+    sched = factories["needs_queue"]("torchx")
+    opts = sched.run_opts()
+    assert opts.get("queue") is not None and opts.get("queue").is_required  # type: ignore[union-attr]

@@ -1,0 +1,213 @@
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+from torchx_nb import specs
+from torchx_nb.schedulers.api import Stream
+from torchx_nb.schedulers.local_cwd import LocalCwdScheduler, create_scheduler
+from torchx_nb.specs import AppState
+
+
+def app(
+    *args: str,
+    entrypoint: str = "sh",
+    n: int = 1,
+    name: str = "t",
+    env: dict[str, str] | None = None,
+) -> specs.AppDef:
+    return specs.AppDef(
+        name=name,
+        roles=[
+            specs.Role(
+                name="r",
+                image="unused",
+                entrypoint=entrypoint,
+                args=list(args),
+                num_replicas=n,
+                env=env or {},
+            )
+        ],
+    )
+
+
+def run(sched: LocalCwdScheduler, a: specs.AppDef, **cfg: object) -> str:
+    return sched.schedule(sched.submit_dryrun(a, cfg))
+
+
+def wait_terminal(sched: LocalCwdScheduler, app_id: str, timeout: float = 30) -> AppState:
+    def done() -> AppState | None:
+        d = sched.describe(app_id)
+        assert d is not None
+        return d.state if specs.is_terminal(d.state) else None
+
+    return wait_for(done, timeout)  # type: ignore[return-value]
+
+
+@pytest.fixture
+def sched() -> LocalCwdScheduler:
+    return create_scheduler("torchx", grace_seconds=1.0)
+
+
+def test_success_log_layout_and_env(sched: LocalCwdScheduler, isolated: Path) -> None:
+    script = (
+        'echo "rank0=$TORCHX_RANK0_HOST id=$APPID rep=$REP pwd=$(pwd)"; echo oops >&2; '
+        'echo "pet=$PET_LOG_DIR err=$TORCHELASTIC_ERROR_FILE unbuf=$PYTHONUNBUFFERED"'
+    )
+    a = app("-c", script, n=2, env={"APPID": specs.macros.app_id, "REP": specs.macros.replica_id})
+    app_id = run(sched, a)
+    assert app_id.startswith("t-")
+    assert wait_terminal(sched, app_id) == AppState.SUCCEEDED
+    app_dir = Path(os.environ["TORCHX_NB_DATA_DIR"]) / "local_cwd" / "torchx" / app_id
+    for k in (0, 1):
+        rdir = app_dir / "r" / str(k)
+        out = (rdir / "stdout.log").read_text()
+        assert f"rank0=localhost id={app_id} rep={k} pwd={isolated}" in out
+        assert "unbuf=x" in out and f"err={rdir}/error.json" in out
+        assert (rdir / "stderr.log").read_text() == "oops\n"
+        combined = (rdir / "combined.log").read_text()
+        assert "oops" in combined and "rank0=localhost" in combined
+    desc = sched.describe(app_id)
+    assert desc is not None
+    assert desc.ui_url == f"file://{app_dir}"
+    assert [r.state for r in desc.roles_statuses[0].replicas] == [AppState.SUCCEEDED] * 2
+    assert desc.roles[0].name == "r" and desc.roles[0].num_replicas == 2
+
+
+def test_failure_reports_exit_code(sched: LocalCwdScheduler) -> None:
+    app_id = run(sched, app("-c", "exit 3"))
+    assert wait_terminal(sched, app_id) == AppState.FAILED
+    desc = sched.describe(app_id)
+    assert desc is not None and "r/0 exited with code 3" in desc.msg
+
+
+def test_missing_entrypoint_fails_clearly(sched: LocalCwdScheduler) -> None:
+    app_id = run(sched, app(entrypoint="no-such-program-xyz"))
+    assert wait_terminal(sched, app_id) == AppState.FAILED
+    desc = sched.describe(app_id)
+    assert desc is not None and "could not start 'no-such-program-xyz'" in desc.structured_error_msg
+    lines = list(sched.log_iter(app_id, "r", streams=Stream.STDERR))
+    assert any("could not start" in ln for ln in lines)
+
+
+def test_state_is_readable_from_another_process(sched: LocalCwdScheduler) -> None:
+    app_id = run(sched, app("-c", "echo from-child"))
+    wait_terminal(sched, app_id)
+    code = (
+        "from torchx_nb.schedulers.local_cwd import create_scheduler as c; s = c('torchx'); "
+        f"d = s.describe({app_id!r}); print(d.state.name); "
+        f"print(''.join(s.log_iter({app_id!r}, 'r')).strip()); "
+        "print(len(s.list()))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:3] == ["SUCCEEDED", "from-child", "1"]
+
+
+def test_unknown_app(sched: LocalCwdScheduler) -> None:
+    assert sched.describe("nope-123") is None
+    assert not sched.exists("nope-123")
+    with pytest.raises(ValueError, match="unknown app"):
+        list(sched.log_iter("nope-123", "r"))
+
+
+def test_log_iter_streams_regex_and_tail(sched: LocalCwdScheduler) -> None:
+    script = "for i in 1 2 3 4 5; do echo line$i; echo err$i >&2; sleep 0.1; done"
+    app_id = run(sched, app("-c", script))
+    tailed = list(sched.log_iter(app_id, "r", should_tail=True, streams=Stream.STDOUT))
+    assert tailed == [f"line{i}\n" for i in range(1, 6)]
+    assert list(sched.log_iter(app_id, "r", regex=r"err[24]", streams=Stream.STDERR)) == [
+        "err2\n",
+        "err4\n",
+    ]
+    combined = list(sched.log_iter(app_id, "r"))
+    assert len(combined) == 10
+    with pytest.raises(ValueError, match="no role 'x'"):
+        sched.log_iter(app_id, "x")
+    with pytest.raises(ValueError, match="replicas 0..0, not 3"):
+        sched.log_iter(app_id, "r", k=3)
+
+
+def test_cancel_kills_the_process_group(sched: LocalCwdScheduler, isolated: Path) -> None:
+    pidfile = isolated / "grandchild.pid"
+    script = f"sleep 60 & echo $! > {pidfile}; wait"
+    app_id = run(sched, app("-c", script))
+    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
+    grandchild = int(pidfile.read_text())
+    sched.cancel(app_id)
+    assert wait_terminal(sched, app_id) == AppState.CANCELLED
+
+    def gone() -> bool:
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            return True
+        st = Path(f"/proc/{grandchild}/stat")
+        return st.exists() and st.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+    wait_for(gone, 10)
+
+
+def test_cancel_escalates_to_sigkill(sched: LocalCwdScheduler) -> None:
+    app_id = run(sched, app("-c", "trap '' TERM; echo ready; while true; do sleep 0.1; done"))
+    wait_for(lambda: any("ready" in ln for ln in sched.log_iter(app_id, "r")))
+    t0 = time.monotonic()
+    sched.cancel(app_id)
+    assert wait_terminal(sched, app_id) == AppState.CANCELLED
+    assert time.monotonic() - t0 >= 0.9
+
+
+def test_killed_supervisor_is_reported(sched: LocalCwdScheduler) -> None:
+    app_id = run(sched, app("-c", "sleep 30"))
+    wait_for(lambda: sched.describe(app_id).state == AppState.RUNNING)  # type: ignore[union-attr]
+    state = json.loads((sched._app_dir(app_id) / "state.json").read_text())
+    os.kill(state["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: sched.describe(app_id).state == AppState.FAILED)  # type: ignore[union-attr]
+    desc = sched.describe(app_id)
+    assert desc is not None and "supervisor was killed" in desc.msg
+    child = state["roles"]["r"][0]["pid"]
+    os.killpg(child, signal.SIGKILL)
+
+
+def test_list_and_log_dir_option(sched: LocalCwdScheduler, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    app_id = run(sched, app("-c", "echo hi"), log_dir=str(logs))
+    wait_terminal(sched, app_id)
+    assert (logs / "torchx" / app_id / "r" / "0" / "stdout.log").read_text() == "hi\n"
+    listed = sched.list()
+    assert [(x.app_id, x.state, x.name) for x in listed] == [(app_id, AppState.SUCCEEDED, "t")]
+
+
+def test_workspace_becomes_cwd_and_dryrun_has_no_side_effects(
+    sched: LocalCwdScheduler, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    a = app("-c", "pwd")
+    sched.build_workspace_and_update_role(a.roles[0], str(ws), {})
+    info = sched.submit_dryrun(a, {})
+    assert info.request.role_params["r"][0].cwd == str(ws)
+    assert not Path(info.request.state_dir).exists()
+    assert '"app_id"' in repr(info)
+    with pytest.raises(FileNotFoundError, match="is not a folder"):
+        sched.build_workspace_and_update_role(a.roles[0], str(tmp_path / "missing"), {})
+
+
+def test_dryrun_masks_secret_env(sched: LocalCwdScheduler) -> None:
+    info = sched.submit_dryrun(app("-c", "true", env={"MY_API_TOKEN": "s3cr3t"}), {})
+    text = repr(info)
+    assert "s3cr3t" not in text and "MY_API_TOKEN" in text
+
+
+def test_python_of_the_submitter_comes_first_on_path(sched: LocalCwdScheduler) -> None:
+    app_id = run(sched, app("-c", "import sys; print(sys.executable)", entrypoint="python"))
+    wait_terminal(sched, app_id)
+    out = "".join(sched.log_iter(app_id, "r", streams=Stream.STDOUT)).strip()
+    assert Path(out).parent == Path(sys.executable).parent

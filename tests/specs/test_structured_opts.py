@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from torchx_nb.specs import InvalidRunConfigException, StructuredOpts
+
+
+@dataclass
+class Opts(StructuredOpts):
+    queue: str
+    """The job queue."""
+
+    share_id: str | None = None
+    """Fair-share identifier."""
+
+    priority: int = 0
+    """Scheduling priority."""
+
+    mail_user: str | None = field(default=None, metadata={"cfg_key": "mail-user"})
+    """Who gets mail."""
+
+
+def test_as_runopts_types_defaults_and_help() -> None:
+    opts = Opts.as_runopts()
+    queue = opts.get("queue")
+    assert queue is not None and queue.is_required and queue.help == "The job queue."
+    prio = opts.get("priority")
+    assert prio is not None and prio.opt_type is int and prio.default == 0
+    assert opts.get("mail-user") is not None
+    assert opts.get("share_id") is not None and opts.get("share_id").opt_type is str  # type: ignore[union-attr]
+
+
+def test_from_cfg_accepts_camel_case_and_cfg_keys() -> None:
+    o = Opts.from_cfg({"queue": "q", "shareId": "s", "priority": "3", "mail-user": "me", "x": 1})
+    assert (o.queue, o.share_id, o.priority, o.mail_user) == ("q", "s", 3, "me")
+    assert o["shareId"] == "s" and o["share_id"] == "s" and o["x"] == 1
+    assert dict(o)["mail-user"] == "me"
+    assert len(o) == 4
+    assert (o | {"priority": 5})["priority"] == 5
+
+
+def test_from_cfg_errors() -> None:
+    with pytest.raises(InvalidRunConfigException, match="missing required option 'queue'"):
+        Opts.from_cfg({})
+    with pytest.raises(InvalidRunConfigException, match="given twice"):
+        Opts.from_cfg({"queue": "q", "share_id": "a", "shareId": "b"})

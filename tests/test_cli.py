@@ -1,0 +1,153 @@
+"""The ``torchx-nb`` command, run as a real subprocess."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IN_CI, cli
+
+
+def test_console_script_runs_echo_end_to_end() -> None:
+    exe = shutil.which("torchx-nb")
+    if exe is None:
+        if IN_CI:
+            pytest.fail("torchx-nb is not on PATH: the package is not installed")
+        pytest.skip("torchx-nb not installed")
+    out = subprocess.run(
+        [exe, "run", "-s", "local_cwd", "--wait", "utils.echo", "--msg", "hi"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    handle, log = out.stdout.splitlines()[:2]
+    assert handle.startswith("local_cwd://torchx/echo-")
+    assert log == "echo/0 hi"
+    assert f"{handle} SUCCEEDED" in out.stderr
+
+
+def test_run_status_log_describe_list_cancel() -> None:
+    code, out, err = cli("run", "utils.sh", "--", "sh", "-c", "echo one; echo two >&2; sleep 30")
+    assert code == 0, err
+    handle = out.strip()
+    code, out, _ = cli("log", f"{handle}/sh/0", "--streams", "stdout")
+    assert code == 0
+    code, out, _ = cli("status", handle)
+    assert code == 0 and "State: RUNNING" in out
+    code, out, _ = cli("describe", handle)
+    assert code == 0 and '"entrypoint": "sh"' in out
+    code, out, _ = cli("list")
+    assert code == 0 and handle in out and "RUNNING" in out
+    code, _, err = cli("cancel", handle)
+    assert code == 0 and "cancel requested" in err
+    code, out, _ = cli("log", handle, "--tail", "--regex", "one|two")
+    assert (code == 0 and out.splitlines() == ["sh/0 one", "sh/0 two"]) or sorted(
+        out.splitlines()
+    ) == ["sh/0 one", "sh/0 two"]
+    code, out, _ = cli("status", handle)
+    assert "State: CANCELLED" in out
+
+
+def test_failed_job_exits_non_zero_with_reason() -> None:
+    code, _out, err = cli("run", "--wait", "utils.python", "--c", "import sys; sys.exit(4)")
+    assert code == 1
+    assert "FAILED" in err and "python/0 exited with code 4" in err
+
+
+def test_dryrun_prints_request_and_submits_nothing(isolated: Path) -> None:
+    code, out, err = cli(
+        "run", "--dryrun", "utils.sh", "--env", "DB_PASSWORD=hunter2", "--", "true"
+    )
+    assert code == 0, err
+    assert "dryrun" in out and '"role_params"' in out and "hunter2" not in out
+    code, out, _ = cli("list")
+    assert out.strip().splitlines() == ["HANDLE  STATE  NAME  SUBMITTED  DURATION"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["run", "-s", "local_cdw", "utils.echo"],
+            "unknown scheduler 'local_cdw'; did you mean 'local_cwd'?",
+        ),
+        (["run", "utils.ecko"], "unknown component 'utils.ecko'; did you mean 'utils.echo'?"),
+        (
+            ["run", "-cfg", "logdir=/x", "utils.echo"],
+            "unknown option 'logdir'; did you mean 'log_dir'?",
+        ),
+        (["run", "-cfg", "prepend_cwd=perhaps", "utils.echo"], "option 'prepend_cwd' expects bool"),
+        (["run", "-cfg", "novalue", "utils.echo"], "write them as KEY=VALUE"),
+        (["status", "not-a-handle"], "malformed app handle 'not-a-handle'"),
+        (["status", "local_cwd://torchx/nope-1"], "unknown app"),
+        (["run", "dist.ddp", "--script", "t.py", "-j", "2y3"], "bad -j '2y3'"),
+        (
+            ["run", "utils.sh", "--h", "gpu.smal", "true"],
+            "unknown named resource 'gpu.smal'; did you mean 'gpu.small'?",
+        ),
+        (["run", "utils.echo", "--nope", "1"], "unrecognized arguments: --nope"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_bad_input_is_one_clear_line(args: list[str], message: str) -> None:
+    code, _out, err = cli(*args)
+    assert code != 0
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("torchx-nb: error: ")
+    assert message in lines[0]
+    assert "Traceback" not in err
+
+
+def test_missing_required_option_from_a_plugin_scheduler(plugin_path: Path) -> None:
+    code, _, err = cli("run", "-s", "needs_queue", "utils.echo")
+    assert code == 1
+    assert "missing required option 'queue'" in err and "-cfg queue=VALUE" in err
+    code, out, err = cli(
+        "run",
+        "-s",
+        "needs_queue",
+        "-cfg",
+        "queue=q1,priority=2",
+        "--wait",
+        "utils.echo",
+        "--msg",
+        "plugged",
+    )
+    assert code == 0, err
+    assert out.startswith("needs_queue://torchx/echo-")
+    code, _, err = cli("run", "-s", "needs_queue", "-cfg", "queue=q,priority=high", "utils.echo")
+    assert "option 'priority' expects int" in err
+
+
+def test_torchxconfig_supplies_scheduler_options(tmp_path: Path, plugin_path: Path) -> None:
+    conf = tmp_path / "tx.ini"
+    conf.write_text("[needs_queue]\nqueue = from-file\n[cli:run]\nscheduler = needs_queue\n")
+    code, out, err = cli("run", "--dryrun", "utils.echo", env={"TORCHXCONFIG": str(conf)})
+    assert code == 0, err
+    code, out, err = cli("run", "utils.echo", env={"TORCHXCONFIG": str(conf)})
+    assert code == 0 and out.startswith("needs_queue://"), err
+
+
+def test_info_commands(isolated: Path) -> None:
+    code, out, _ = cli("runopts", "local_cwd")
+    assert code == 0 and "log_dir=LOG_DIR (str, None)" in out
+    code, out, _ = cli("schedulers")
+    assert code == 0 and "local_cwd" in out
+    code, out, _ = cli("resources")
+    assert code == 0 and "aws_p4d.24xlarge" in out and "gpu.small" in out
+    code, out, _ = cli("configure", "--print", "--all", "-s", "local_cwd")
+    assert code == 0 and "[local_cwd]\nlog_dir = None" in out
+    code, _, err = cli("configure", "-s", "local_cwd")
+    assert code == 0 and (isolated / ".torchxconfig").exists()
+    code, _, err = cli("configure", "-s", "local_cwd")
+    assert code == 2 and "exists already" in err
+
+
+def test_component_help() -> None:
+    code, out, _ = cli("run", "utils.echo", "--help")
+    assert code == 0 and "Echoes a message" in out and "--msg" in out

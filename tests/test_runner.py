@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from torchx_nb import specs
+from torchx_nb.components.utils import echo, sh
+from torchx_nb.runner import AppValidationError, Runner, get_runner
+from torchx_nb.specs import AppState
+
+
+def test_dryrun_injects_job_id_and_does_not_mutate_the_app() -> None:
+    app = echo(msg="x")
+    with get_runner() as runner:
+        info = runner.dryrun(app, "local_cwd", parent_run_id="parent-1")
+    assert "TORCHX_JOB_ID" not in app.roles[0].env
+    params = info.request.role_params["echo"][0]
+    app_id = info.request.app_id
+    assert params.env["TORCHX_JOB_ID"] == f"local_cwd://torchx/{app_id}"
+    assert params.env["TORCHX_PARENT_RUN_ID"] == "parent-1"
+    assert params.env["TORCHX_INTERNAL_SESSION_ID"]
+    assert info._scheduler == "local_cwd" and info.app is not None
+
+
+def test_run_records_in_job_store_and_tracks_state() -> None:
+    with get_runner() as runner:
+        handle = runner.run(echo(msg="hi"), "local_cwd", notebook="nb.ipynb", cell_hash="abc")
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and rec.state == "SUBMITTED" and rec.name == "echo"
+        assert (rec.notebook, rec.cell_hash, rec.scheduler) == ("nb.ipynb", "abc", "local_cwd")
+        status = runner.wait(handle, wait_interval=0.2)
+        assert status is not None and status.state == AppState.SUCCEEDED
+        assert runner.jobstore.get(handle).state == "SUCCEEDED"  # type: ignore[union-attr]
+        assert "".join(runner.log_lines(handle, "echo")) == "hi\n"
+        assert runner.describe(handle).name == "echo"  # type: ignore[union-attr]
+        listed = runner.list("local_cwd")
+        assert [a.app_handle for a in listed] == [handle]
+    with get_runner() as fresh:
+        app = fresh.describe(handle)
+        assert app is not None and app.roles[0].entrypoint == "echo"
+
+
+def test_cancel_and_wait() -> None:
+    with Runner(scheduler_params={"grace_seconds": 1}) as runner:
+        handle = runner.run(sh("sleep", "30"), "local_cwd")
+        runner.cancel(handle)
+        status = runner.wait(handle, wait_interval=0.2, timeout=20)
+        assert status is not None and status.state == AppState.CANCELLED
+        runner.cancel(handle)
+
+
+def test_unknown_scheduler_and_option_errors() -> None:
+    with get_runner() as runner:
+        with pytest.raises(specs.UnknownSchedulerException, match="did you mean 'local_cwd'"):
+            runner.dryrun(echo(), "local_cdw")
+        with pytest.raises(specs.InvalidRunConfigException, match="did you mean 'log_dir'"):
+            runner.dryrun(echo(), "local_cwd", {"logdir": "/tmp"})
+        with pytest.raises(specs.InvalidRunConfigException, match="expects bool"):
+            runner.dryrun(echo(), "local_cwd", {"prepend_cwd": "maybe"})
+        with pytest.raises(specs.InvalidRunConfigException, match="expects bool"):
+            runner.cfg_from_str("local_cwd", "prepend_cwd=maybe")
+
+
+def test_app_validation() -> None:
+    with get_runner() as runner:
+        with pytest.raises(AppValidationError, match="has no roles"):
+            runner.dryrun(specs.AppDef("a"), "local_cwd")
+        with pytest.raises(AppValidationError, match="has no entrypoint"):
+            runner.dryrun(specs.AppDef("a", [specs.Role("r", "i")]), "local_cwd")
+        bad = echo()
+        bad.roles[0].num_replicas = 0
+        with pytest.raises(AppValidationError, match="at least one replica"):
+            runner.dryrun(bad, "local_cwd")
+
+
+def test_unknown_app() -> None:
+    with get_runner() as runner:
+        assert runner.status("local_cwd://torchx/nope-1") is None
+        assert runner.describe("local_cwd://torchx/nope-1") is None
+        with pytest.raises(specs.UnknownAppException):
+            runner.log_lines("local_cwd://torchx/nope-1", "r")
+        with pytest.raises(specs.MalformedAppHandleException):
+            runner.status("nope")
+
+
+def test_scheduler_params_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TORCHX_STATE_ROOT", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("TORCHX_SOMETHING_ELSE", "ignored")
+    with get_runner() as runner:
+        handle = runner.run(echo(), "local_cwd")
+        runner.wait(handle, wait_interval=0.2)
+    assert (tmp_path / "elsewhere" / "torchx" / handle.rsplit("/", 1)[1]).is_dir()
+
+
+def test_workspace_sets_cwd(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "data.txt").write_text("payload")
+    with get_runner() as runner:
+        handle = runner.run(sh("cat", "data.txt"), "local_cwd", workspace=str(ws))
+        assert runner.wait(handle, wait_interval=0.2).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+        assert "".join(runner.log_lines(handle, "sh")) == "payload"
+        assert runner.jobstore.get(handle).workspace == str(ws)  # type: ignore[union-attr]
+
+
+def test_config_files_fill_cfg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.write_text("[local_cwd]\nlog_dir = /from/config\nprepend_cwd = true\n")
+    monkeypatch.setenv("TORCHXCONFIG", str(conf))
+    with get_runner() as runner:
+        cfg = runner.cfg_with_config_files("local_cwd", {"log_dir": "/explicit"})
+    assert cfg == {"log_dir": "/explicit", "prepend_cwd": True}
+    assert os.environ["TORCHXCONFIG"] == str(conf)

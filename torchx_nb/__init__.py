@@ -1,0 +1,29 @@
+"""torchx_nb: a notebook cell, with its folder, becomes a TorchX-style job; the notebook watches it.
+
+Importing this package is cheap: it loads no cloud SDK, no pandas and no widgets. ``%load_ext
+torchx_nb`` registers the ``%%torchx`` magics."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from torchx_nb.version import __version__
+
+IMAGE: str = os.environ.get("TORCHX_NB_IMAGE", "python:3.11-slim")
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the ``%%torchx`` / ``%torchx`` magics (``%load_ext torchx_nb``)."""
+    from torchx_nb.notebook.magics import load_ipython_extension as _load
+
+    _load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from torchx_nb.notebook.magics import unload_ipython_extension as _unload
+
+    _unload(ipython)
+
+
+__all__ = ["IMAGE", "__version__", "load_ipython_extension", "unload_ipython_extension"]

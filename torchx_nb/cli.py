@@ -1,0 +1,408 @@
+"""``torchx-nb``: the command line, shaped like ``torchx`` (run, status, describe, log, list, cancel,
+runopts, schedulers, configure, resources). Errors print as one line naming the fix."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any, NoReturn, TextIO
+
+from torchx_nb.specs.api import TorchxNbError
+
+PROG = "torchx-nb"
+LOCAL_SCHEDULERS = ("local_cwd", "local_docker")
+_LOG_TARGET_RE = re.compile(
+    r"(?P<handle>[^:/]+://[^/]*/[^/]+)(?:/(?P<role>[^/]+)(?:/(?P<replicas>[0-9,]+))?)?/?"
+)
+
+
+class CliError(TorchxNbError):
+    """Bad command-line usage."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{message} (see `{self.prog} --help`)")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Run TorchX-style jobs and watch them.")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    run = sub.add_parser("run", help="run a component (e.g. utils.echo, dist.ddp, cell)")
+    run.add_argument(
+        "-s",
+        "--scheduler",
+        default=None,
+        help="where to run (default: [cli:run] scheduler in .torchxconfig, else local_cwd)",
+    )
+    run.add_argument(
+        "-cfg",
+        "--cfg",
+        action="append",
+        default=[],
+        metavar="K=V,...",
+        help="scheduler options (see `torchx-nb runopts SCHEDULER`)",
+    )
+    run.add_argument(
+        "--dryrun", action="store_true", help="print the scheduler's request; submit nothing"
+    )
+    run.add_argument("--wait", action="store_true", help="wait for the job to end")
+    run.add_argument("--log", action="store_true", help="stream the job's logs (implies --wait)")
+    run.add_argument(
+        "--no-log",
+        dest="no_log",
+        action="store_true",
+        help="with --wait on a local scheduler, do not print the logs",
+    )
+    run.add_argument(
+        "--workspace",
+        default=None,
+        help="folder shipped with the job (default: the current folder; '' for none)",
+    )
+    run.add_argument("--parent_run_id", default=None, help="id of the parent run, for trackers")
+    run.add_argument("component", help="component name, or path/to/file.py:function")
+    run.add_argument(
+        "component_args",
+        nargs=argparse.REMAINDER,
+        help="the component's arguments (see `torchx-nb run COMPONENT --help`)",
+    )
+
+    for name, text in (
+        ("status", "print a job's status"),
+        ("describe", "print a job's AppDef"),
+        ("cancel", "cancel a job"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
+
+    log = sub.add_parser("log", help="print a job's logs")
+    log.add_argument("identifier", help="SCHEDULER://SESSION/APP_ID[/ROLE[/REPLICA,...]]")
+    log.add_argument("--regex", default=None, help="only lines matching this regex")
+    log.add_argument("-t", "--tail", action="store_true", help="follow until the job ends")
+    log.add_argument("--streams", choices=["stdout", "stderr", "combined"], default=None)
+
+    lst = sub.add_parser("list", help="list jobs (from the job store and the scheduler)")
+    lst.add_argument("-s", "--scheduler", default=None, help="only this scheduler's jobs")
+    lst.add_argument("--all", action="store_true", help="every job, not just the newest --limit")
+    lst.add_argument("-n", "--limit", type=int, default=50, help="at most this many rows")
+
+    ro = sub.add_parser("runopts", help="print the options a scheduler accepts")
+    ro.add_argument("scheduler", nargs="?", default=None)
+
+    sub.add_parser("schedulers", help="list the available schedulers")
+    sub.add_parser("resources", help="list the named resources (-h NAME)")
+
+    conf = sub.add_parser("configure", help="write a .torchxconfig template")
+    conf.add_argument("-s", "--schedulers", default=None, help="comma-separated schedulers")
+    conf.add_argument("--print", dest="print_", action="store_true", help="print, don't write")
+    conf.add_argument("-a", "--all", action="store_true", help="include optional options")
+    return parser
+
+
+def _runner() -> Any:
+    from torchx_nb.runner import get_runner
+
+    return get_runner()
+
+
+def _print_logs(
+    runner: Any,
+    handle: str,
+    targets: list[tuple[str, int]],
+    out: TextIO,
+    regex: str | None = None,
+    tail: bool = False,
+    streams: Any = None,
+) -> None:
+    """Print the logs of each (role, replica), prefixed ``role/replica``; concurrently when
+    following several replicas."""
+    lock = threading.Lock()
+
+    def pump(role: str, k: int) -> None:
+        prefix = f"{role}/{k} " if len(targets) > 1 or tail else ""
+        for line in runner.log_lines(
+            handle, role, k, regex=regex, should_tail=tail, streams=streams
+        ):
+            with lock:
+                out.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
+                out.flush()
+
+    if len(targets) == 1:
+        pump(*targets[0])
+        return
+    threads = [threading.Thread(target=pump, args=t, daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _replicas(
+    runner: Any, handle: str, role: str | None = None, replicas: list[int] | None = None
+) -> list[tuple[str, int]]:
+    status = runner.status(handle)
+    if status is None:
+        from torchx_nb.specs.api import UnknownAppException
+
+        raise UnknownAppException(handle)
+    targets: list[tuple[str, int]] = []
+    for rs in status.roles:
+        if role and rs.role != role:
+            continue
+        for r in rs.replicas:
+            if replicas is None or r.id in replicas:
+                targets.append((rs.role, r.id))
+    if role and not targets:
+        roles = ", ".join(rs.role for rs in status.roles)
+        raise CliError(f"{handle} has no role/replica {role}/{replicas or ''} (roles: {roles})")
+    return targets
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from torchx_nb import config
+    from torchx_nb.specs.api import AppState, is_terminal
+
+    defaults = config.cli_defaults("run")
+    scheduler = args.scheduler or defaults.get("scheduler") or "local_cwd"
+    runner = _runner()
+    with runner:
+        cfg = runner.cfg_from_str(scheduler, *args.cfg)
+        cfg = runner.cfg_with_config_files(scheduler, cfg)
+        workspace = args.workspace
+        if workspace is None:
+            workspace = defaults.get("workspace", os.getcwd())
+        sched = runner.get_scheduler(scheduler)
+        if not hasattr(sched, "build_workspace_and_update_role"):
+            workspace = None
+        runner._component_defaults.setdefault(
+            args.component, config.component_defaults(args.component)
+        )
+        comp_args = list(args.component_args)
+        if comp_args and comp_args[0] == "--":
+            comp_args = comp_args[1:]
+        info = runner.dryrun_component(
+            args.component, comp_args, scheduler, cfg, workspace or None, args.parent_run_id
+        )
+        if args.dryrun:
+            print(f"=== {scheduler} request (dryrun; nothing submitted) ===")
+            print(info)
+            return 0
+        handle = runner.schedule(info, workspace=workspace or None)
+        print(handle, flush=True)
+        show_logs = args.log or (args.wait and scheduler in LOCAL_SCHEDULERS and not args.no_log)
+        if not (args.wait or args.log):
+            return 0
+        if show_logs:
+            _print_logs(runner, handle, _replicas(runner, handle), sys.stdout, tail=True)
+        status = runner.wait(handle, wait_interval=1)
+        if status is None:
+            raise CliError(f"{handle} disappeared from {scheduler} while waiting")
+        print(f"{PROG}: {handle} {status.state}", file=sys.stderr)
+        if is_terminal(status.state) and status.state != AppState.SUCCEEDED:
+            if status.msg and status.msg != "<NONE>":
+                print(f"{PROG}: {status.msg}", file=sys.stderr)
+            return 1
+        return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from torchx_nb.specs.api import UnknownAppException
+
+    with _runner() as runner:
+        status = runner.status(args.app_handle)
+        if status is None:
+            raise UnknownAppException(args.app_handle)
+        print(status.format())
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from torchx_nb.redact import redact
+    from torchx_nb.specs.api import UnknownAppException
+
+    with _runner() as runner:
+        app = runner.describe(args.app_handle)
+        if app is None:
+            raise UnknownAppException(args.app_handle)
+        print(json.dumps(redact(asdict(app)), indent=2, default=str))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from torchx_nb.specs.api import UnknownAppException
+
+    with _runner() as runner:
+        if runner.status(args.app_handle) is None:
+            raise UnknownAppException(args.app_handle)
+        runner.cancel(args.app_handle)
+        print(f"{PROG}: cancel requested for {args.app_handle}", file=sys.stderr)
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    from torchx_nb.schedulers.api import Stream
+    from torchx_nb.specs.api import parse_app_handle
+
+    m = _LOG_TARGET_RE.fullmatch(args.identifier)
+    if not m:
+        parse_app_handle(args.identifier)
+        raise CliError(f"cannot read {args.identifier!r}: expected HANDLE[/ROLE[/REPLICA,...]]")
+    handle, role, reps = m.group("handle"), m.group("role"), m.group("replicas")
+    replicas = [int(x) for x in reps.split(",") if x] if reps else None
+    with _runner() as runner:
+        targets = _replicas(runner, handle, role, replicas)
+        streams = Stream(args.streams) if args.streams else None
+        _print_logs(
+            runner, handle, targets, sys.stdout, regex=args.regex, tail=args.tail, streams=streams
+        )
+    return 0
+
+
+def _fmt_time(ts: float | None) -> str:
+    if not ts:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from torchx_nb.joblist import job_rows
+
+    with _runner() as runner:
+        rows = job_rows(runner, scheduler=args.scheduler, limit=None if args.all else args.limit)
+    headers = ["HANDLE", "STATE", "NAME", "SUBMITTED", "DURATION"]
+    table = [
+        [
+            r["handle"],
+            r["state"],
+            r["name"],
+            _fmt_time(r["submitted"]),
+            _fmt_duration(r["duration"]),
+        ]
+        for r in rows
+    ]
+    _print_table(headers, table)
+    return 0
+
+
+def _print_table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip())
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip())
+
+
+def cmd_runopts(args: argparse.Namespace) -> int:
+    with _runner() as runner:
+        names = [args.scheduler] if args.scheduler else runner.scheduler_backends()
+        for name in names:
+            print(f"{name}:")
+            print(repr(runner.scheduler_run_opts(name)))
+    return 0
+
+
+def cmd_schedulers(args: argparse.Namespace) -> int:
+    from torchx_nb.schedulers import get_scheduler_factories
+
+    rows = [[name, getattr(f, "module", "")] for name, f in get_scheduler_factories().items()]
+    _print_table(["SCHEDULER", "MODULE"], rows)
+    return 0
+
+
+def cmd_resources(args: argparse.Namespace) -> int:
+    from torchx_nb.specs import named_resources
+
+    rows = []
+    for name in named_resources.names():
+        r = named_resources[name]
+        rows.append([name, str(r.cpu), str(r.gpu), str(r.memMB)])
+    _print_table(["NAME", "CPU", "GPU", "MEM_MB"], rows)
+    return 0
+
+
+def cmd_configure(args: argparse.Namespace) -> int:
+    from torchx_nb import config
+
+    with _runner() as runner:
+        names = args.schedulers.split(",") if args.schedulers else runner.scheduler_backends()
+        opts = {n: runner.scheduler_run_opts(n) for n in names}
+    if args.print_:
+        config.dump(sys.stdout, opts, required_only=not args.all)
+        return 0
+    path = os.path.join(os.getcwd(), config.CONFIG_FILE)
+    if os.path.exists(path):
+        raise CliError(f"{path} exists already; use --print and merge by hand")
+    with open(path, "w") as f:
+        config.dump(f, opts, required_only=not args.all)
+    print(f"{PROG}: wrote {path}", file=sys.stderr)
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "status": cmd_status,
+    "describe": cmd_describe,
+    "cancel": cmd_cancel,
+    "log": cmd_log,
+    "list": cmd_list,
+    "runopts": cmd_runopts,
+    "schedulers": cmd_schedulers,
+    "resources": cmd_resources,
+    "configure": cmd_configure,
+}
+
+
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``torchx-nb`` command."""
+    warnings.showwarning = _one_line_warning
+    try:
+        args = _build_parser().parse_args(argv)
+        return COMMANDS[args.cmd](args)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else 2
+    except Exception as e:
+        from torchx_nb.errors import one_line
+
+        if os.environ.get("TORCHX_NB_DEBUG"):
+            raise
+        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
+        return 2 if isinstance(e, CliError) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The ``cell`` component: Python source text (a notebook cell) run as the job's main program,
+alone or, with ``-j``, under torchrun on every process of a distributed job."""
+
+from __future__ import annotations
+
+import torchx_nb
+from torchx_nb import specs
+from torchx_nb.components.dist import _distributed_app, torchrun_command
+
+MAX_SOURCE_BYTES = 96 * 1024
+
+
+def cell(
+    *script_args: str,
+    source: str,
+    name: str = "cell",
+    image: str = torchx_nb.IMAGE,
+    j: str | None = None,
+    h: str | None = None,
+    cpu: int = 1,
+    gpu: int = 0,
+    memMB: int = 1024,
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    rdzv_port: int = 29500,
+    mounts: list[str] | None = None,
+) -> specs.AppDef:
+    """Runs Python source text as the job's main program (python -c SOURCE ARGS...).
+
+    Args:
+        script_args: arguments the program sees in sys.argv[1:]
+        source: the Python source to run
+        name: the job's name
+        image: image to use
+        j: run under torchrun: [min_nodes:]NxP, or P processes on one node
+        h: a named resource (e.g. gpu.small); overrides cpu, gpu and memMB
+        cpu: number of cpus per replica
+        gpu: number of gpus per replica
+        memMB: memory per replica in MB
+        env: environment variables as K=V,K2=V2
+        max_retries: how many times to retry a failed job
+        rdzv_port: port of the c10d rendezvous on rank 0 (with -j)
+        mounts: mounts as type=bind,src=/a,dst=/b[,readonly],...
+    """
+    if not source.strip():
+        raise ValueError("the cell is empty: write the Python code to run below the magic line")
+    size = len(source.encode())
+    if size > MAX_SOURCE_BYTES:
+        raise ValueError(
+            f"the cell is {size // 1024} KiB; at most {MAX_SOURCE_BYTES // 1024} KiB can be passed"
+            " as a program: move the code into a .py file in the workspace and import it"
+        )
+    # Schedulers substitute ${macros} in args; "$$" comes out as a literal "$".
+    program = ["python", "-c", source.replace("$", "$$"), *script_args]
+    if j:
+        cmd, min_n, max_n = torchrun_command(program, j, rdzv_port=rdzv_port, no_python=True)
+        return _distributed_app(
+            cmd,
+            "cell",
+            name,
+            min_n,
+            max_n,
+            image=image,
+            h=h,
+            cpu=cpu,
+            gpu=gpu,
+            memMB=memMB,
+            env=env,
+            max_retries=max_retries,
+            rdzv_port=rdzv_port,
+            mounts=mounts,
+            debug=False,
+        )
+    return specs.AppDef(
+        name=name,
+        roles=[
+            specs.Role(
+                name="cell",
+                image=image,
+                entrypoint="python",
+                args=program[1:],
+                env=dict(env or {}),
+                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+                max_retries=max_retries,
+                mounts=specs.parse_mounts(mounts) if mounts else [],
+            )
+        ],
+    )

@@ -1,0 +1,219 @@
+"""Distributed components: ``dist.ddp`` runs a script under torchrun on ``-j [min:]NxP``."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+import torchx_nb
+from torchx_nb import specs
+from torchx_nb.specs.api import TorchxNbError
+
+_J_RE = re.compile(r"(?:(?P<min>\d+):)?(?P<max>\d+)x(?P<nproc>\d+)|(?P<only>\d+)")
+
+DEBUG_ENV = {
+    "CUDA_LAUNCH_BLOCKING": "1",
+    "NCCL_DESYNC_DEBUG": "1",
+    "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+    "TORCH_SHOW_CPP_STACKTRACES": "1",
+}
+
+
+class BadJobSizeError(TorchxNbError, ValueError):
+    """``-j`` is not of the form ``[MIN:]NxP`` or ``P``."""
+
+
+def parse_nnodes(j: str) -> tuple[int, int, int, str]:
+    """``-j`` → (min_nnodes, max_nnodes, nproc_per_node, nnodes text for torchrun).
+
+    ``"2:4x8"`` → (2, 4, 8, "2:4"); ``"2x8"`` → (2, 2, 8, "2"); ``"8"`` → (1, 1, 8, "1")."""
+    m = _J_RE.fullmatch(j.strip())
+    if not m:
+        raise BadJobSizeError(
+            f"bad -j {j!r}: use NxP (N nodes of P processes, e.g. 2x4), MIN:MAXxP for elastic"
+            " jobs (e.g. 1:4x8), or just P for one node"
+        )
+    if m.group("only"):
+        nproc = int(m.group("only"))
+        min_n = max_n = 1
+    else:
+        max_n = int(m.group("max"))
+        min_n = int(m.group("min") or max_n)
+        nproc = int(m.group("nproc"))
+    if nproc < 1 or max_n < 1 or min_n < 1 or min_n > max_n:
+        raise BadJobSizeError(
+            f"bad -j {j!r}: node and process counts must be at least 1, and MIN at most MAX"
+        )
+    nnodes_rep = f"{min_n}:{max_n}" if min_n != max_n else str(max_n)
+    return min_n, max_n, nproc, nnodes_rep
+
+
+def parse_name(name: str, default_run: str) -> tuple[str, str]:
+    """``"exp/run"`` → (experiment, run); missing parts take their defaults."""
+    experiment, sep, run = name.partition("/")
+    if not sep:
+        experiment, run = "", name
+    return experiment or "default-experiment", run or default_run
+
+
+def torchrun_command(
+    program: list[str],
+    j: str,
+    rdzv_port: int = 29500,
+    rdzv_backend: str = "c10d",
+    rdzv_conf: str | None = None,
+    tee: int = 3,
+    no_python: bool = False,
+) -> tuple[str, int, int]:
+    """The ``torchrun ...`` shell text for ``program`` on ``j`` nodes, and (min, max) nodes.
+
+    The rendezvous endpoint stays unquoted: it expands the scheduler's rank-0 host variable
+    (``${rank0_env}`` macro) in the shell, defaulting to localhost on rank 0."""
+    min_n, max_n, nproc, nnodes_rep = parse_nnodes(j)
+    if max_n == 1:
+        endpoint = "localhost:0"
+    else:
+        endpoint = f"$${{{specs.macros.rank0_env}:=localhost}}:{rdzv_port}"
+    cmd = ["torchrun", "--rdzv_backend", rdzv_backend]
+    if rdzv_conf:
+        cmd += ["--rdzv_conf", rdzv_conf]
+    head = " ".join(shlex.quote(c) for c in cmd)
+    rest = [
+        "--rdzv_id",
+        specs.macros.app_id,
+        "--nnodes",
+        nnodes_rep,
+        "--nproc_per_node",
+        str(nproc),
+        "--tee",
+        str(tee),
+        "--role",
+        "",
+    ]
+    if min_n == max_n:
+        rest += ["--node_rank", specs.macros.replica_id]
+    if no_python:
+        rest.append("--no-python")
+    rest += program
+    tail = " ".join(shlex.quote(c) for c in rest)
+    return f"{head} --rdzv_endpoint {endpoint} {tail}", min_n, max_n
+
+
+def ddp(
+    *script_args: str,
+    script: str | None = None,
+    m: str | None = None,
+    image: str = torchx_nb.IMAGE,
+    name: str = "/",
+    h: str | None = None,
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 1024,
+    j: str = "1x2",
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    rdzv_port: int = 29500,
+    rdzv_backend: str = "c10d",
+    rdzv_conf: str | None = None,
+    mounts: list[str] | None = None,
+    debug: bool = False,
+    tee: int = 3,
+) -> specs.AppDef:
+    """Distributed data parallel: runs a script or module under torchrun on j nodes.
+
+    Args:
+        script_args: arguments passed to the script
+        script: the .py file to run
+        m: a module to run instead of a script (python -m)
+        image: image to use
+        name: job name as {experiment}/{run}; either part may be left empty
+        h: a named resource (e.g. gpu.small); overrides cpu, gpu and memMB
+        cpu: number of cpus per node
+        gpu: number of gpus per node
+        memMB: memory per node in MB
+        j: [min_nodes:]NxP (N nodes of P processes each), or just P for one node
+        env: environment variables as K=V,K2=V2
+        max_retries: how many times to retry a failed job
+        rdzv_port: port of the c10d rendezvous on rank 0
+        rdzv_backend: torchrun rendezvous backend
+        rdzv_conf: extra rendezvous config (k=v,...)
+        mounts: mounts as type=bind,src=/a,dst=/b[,readonly],...
+        debug: turn on PyTorch's distributed debug settings
+        tee: torchrun --tee value (3: copy both streams to the logs)
+    """
+    if (script is None) == (m is None):
+        raise ValueError("dist.ddp needs exactly one of --script or --m")
+    if script:
+        program = [script, *script_args]
+        role_name = Path(script).stem
+    else:
+        program = ["-m", str(m), *script_args]
+        role_name = str(m).rpartition(".")[2]
+    cmd, min_n, max_n = torchrun_command(
+        program, j, rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf, tee=tee
+    )
+    return _distributed_app(
+        cmd,
+        role_name,
+        name,
+        min_n,
+        max_n,
+        image=image,
+        h=h,
+        cpu=cpu,
+        gpu=gpu,
+        memMB=memMB,
+        env=env,
+        max_retries=max_retries,
+        rdzv_port=rdzv_port,
+        mounts=mounts,
+        debug=debug,
+    )
+
+
+def _distributed_app(
+    cmd: str,
+    role_name: str,
+    name: str,
+    min_n: int,
+    max_n: int,
+    *,
+    image: str,
+    h: str | None,
+    cpu: int,
+    gpu: int,
+    memMB: int,
+    env: dict[str, str] | None,
+    max_retries: int,
+    rdzv_port: int,
+    mounts: list[str] | None,
+    debug: bool,
+) -> specs.AppDef:
+    """One role running ``bash -c CMD`` on min..max nodes, with TorchX's tracking env."""
+    experiment, run = parse_name(name, role_name)
+    env = dict(env or {})
+    env.setdefault("LOGLEVEL", os.getenv("LOGLEVEL", "WARNING"))
+    env.setdefault("TORCHX_TRACKING_EXPERIMENT_NAME", experiment)
+    env.setdefault("TORCHX_TRACKING_RUN_NAME", run)
+    if debug:
+        env.update(DEBUG_ENV)
+    return specs.AppDef(
+        name=run,
+        roles=[
+            specs.Role(
+                name=role_name,
+                image=image,
+                min_replicas=min_n,
+                entrypoint="bash",
+                args=["-c", cmd],
+                num_replicas=max_n,
+                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+                port_map={"c10d": rdzv_port},
+                env=env,
+                max_retries=max_retries,
+                mounts=specs.parse_mounts(mounts) if mounts else [],
+            )
+        ],
+    )

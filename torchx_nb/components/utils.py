@@ -1,0 +1,139 @@
+"""Small utility components: ``utils.echo``, ``utils.sh`` and ``utils.python`` (as in TorchX)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import torchx_nb
+from torchx_nb import specs
+
+
+def echo(
+    msg: str = "hello world", image: str = torchx_nb.IMAGE, num_replicas: int = 1
+) -> specs.AppDef:
+    """Echoes a message to stdout (calls ``echo``).
+
+    Args:
+        msg: message to echo
+        image: image to use
+        num_replicas: number of replicas to run
+    """
+    return specs.AppDef(
+        name="echo",
+        roles=[
+            specs.Role(
+                name="echo",
+                image=image,
+                entrypoint="echo",
+                args=[msg],
+                num_replicas=num_replicas,
+                resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
+            )
+        ],
+    )
+
+
+def sh(
+    *args: str,
+    image: str = torchx_nb.IMAGE,
+    num_replicas: int = 1,
+    cpu: int = 1,
+    gpu: int = 0,
+    memMB: int = 1024,
+    h: str | None = None,
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    mounts: list[str] | None = None,
+    entrypoint: str | None = None,
+) -> specs.AppDef:
+    """Runs the given command through ``sh -c``.
+
+    Args:
+        args: the command and its arguments
+        image: image to use
+        num_replicas: number of replicas to run
+        cpu: number of cpus per replica
+        gpu: number of gpus per replica
+        memMB: memory per replica in MB
+        h: a named resource (e.g. cpu.small); overrides cpu, gpu and memMB
+        env: environment variables as K=V,K2=V2
+        max_retries: how many times to retry a failed job
+        mounts: mounts as type=bind,src=/a,dst=/b[,readonly],...
+        entrypoint: run the arguments with this program instead of sh -c
+    """
+    escaped = " ".join(shlex.quote(a) for a in args)
+    env = dict(env or {})
+    env.setdefault("LOGLEVEL", os.getenv("LOGLEVEL", "WARNING"))
+    return specs.AppDef(
+        name="sh",
+        roles=[
+            specs.Role(
+                name="sh",
+                image=image,
+                entrypoint=entrypoint or "sh",
+                args=[*map(str, args)] if entrypoint else ["-c", escaped],
+                num_replicas=num_replicas,
+                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+                env=env,
+                max_retries=max_retries,
+                mounts=specs.parse_mounts(mounts) if mounts else [],
+            )
+        ],
+    )
+
+
+def python(
+    *args: str,
+    m: str | None = None,
+    c: str | None = None,
+    script: str | None = None,
+    image: str = torchx_nb.IMAGE,
+    name: str = "torchx_utils_python",
+    cpu: int = 1,
+    gpu: int = 0,
+    memMB: int = 1024,
+    h: str | None = None,
+    num_replicas: int = 1,
+    mounts: list[str] | None = None,
+) -> specs.AppDef:
+    """Runs a Python module (-m), command (-c) or script with the given arguments.
+
+    Args:
+        args: arguments passed to the program
+        m: a module to run (python -m)
+        c: a program passed as a string (python -c)
+        script: a .py file to run
+        image: image to use
+        name: the app's name
+        cpu: number of cpus per replica
+        gpu: number of gpus per replica
+        memMB: memory per replica in MB
+        h: a named resource (e.g. cpu.small); overrides cpu, gpu and memMB
+        num_replicas: number of replicas to run
+        mounts: mounts as type=bind,src=/a,dst=/b[,readonly],...
+    """
+    given = [x for x in (m, c, script) if x is not None]
+    if len(given) != 1:
+        raise ValueError("utils.python needs exactly one of --m, --c or --script")
+    if m is not None:
+        cmd = ["-m", m]
+    elif c is not None:
+        cmd = ["-c", c]
+    else:
+        cmd = [str(script)]
+    return specs.AppDef(
+        name=name,
+        roles=[
+            specs.Role(
+                name="python",
+                image=image,
+                entrypoint="python",
+                num_replicas=num_replicas,
+                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+                args=[*cmd, *args],
+                env={"HYDRA_MAIN_MODULE": m} if m else {},
+                mounts=specs.parse_mounts(mounts) if mounts else [],
+            )
+        ],
+    )

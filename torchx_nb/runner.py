@@ -1,0 +1,416 @@
+"""The Runner: one object through which the CLI, the magics and the server dryrun, run, watch,
+list and cancel apps on any scheduler. Mirrors ``torchx.runner.Runner``, and records every
+submission in the job store before ``run`` returns."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+import time
+import uuid
+import warnings
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from torchx_nb.jobstore import JobRecord, JobStore
+from torchx_nb.schedulers import SchedulerFactory, get_scheduler_factories
+from torchx_nb.schedulers.api import ListAppResponse, Scheduler, Stream
+from torchx_nb.specs.api import (
+    MISSING,
+    AppDef,
+    AppDryRunInfo,
+    AppHandle,
+    AppState,
+    AppStatus,
+    CfgVal,
+    InvalidRunConfigException,
+    TorchxNbError,
+    UnknownAppException,
+    UnknownSchedulerException,
+    is_terminal,
+    macros,
+    make_app_handle,
+    parse_app_handle,
+    runopts,
+)
+
+DEFAULT_SESSION = "torchx"
+ENV_JOB_ID = "TORCHX_JOB_ID"
+ENV_SESSION_ID = "TORCHX_INTERNAL_SESSION_ID"
+ENV_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
+_NOT_SCHEDULER_PARAMS = {
+    "TORCHXCONFIG",
+    ENV_JOB_ID,
+    ENV_SESSION_ID,
+    ENV_PARENT_RUN_ID,
+    "TORCHX_TRACKERS",
+}
+
+
+class AppValidationError(TorchxNbError, ValueError):
+    """The AppDef cannot run anywhere (no entrypoint, no replicas, no roles)."""
+
+
+def _params_from_env() -> dict[str, str]:
+    """``TORCHX_FOO=bar`` → ``{"foo": "bar"}``, as TorchX passes them to scheduler factories."""
+    return {
+        key[len("TORCHX_") :].lower(): val
+        for key, val in os.environ.items()
+        if key.startswith("TORCHX_")
+        and not key.startswith("TORCHX_NB_")
+        and key not in _NOT_SCHEDULER_PARAMS
+        and not key.startswith("TORCHX_TRACKER")
+    }
+
+
+class Runner:
+    """Submits apps to schedulers and answers for them by handle (``sched://session/app_id``)."""
+
+    def __init__(
+        self,
+        name: str = DEFAULT_SESSION,
+        scheduler_factories: Mapping[str, SchedulerFactory] | None = None,
+        component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+        scheduler_params: Mapping[str, Any] | None = None,
+        jobstore: JobStore | None = None,
+    ) -> None:
+        self._name = name
+        self._factories = dict(scheduler_factories or get_scheduler_factories())
+        self._component_defaults = dict(component_defaults or {})
+        self._scheduler_params = {**_params_from_env(), **dict(scheduler_params or {})}
+        self._schedulers: dict[str, Scheduler[Any]] = {}
+        self._apps: dict[AppHandle, AppDef] = {}
+        self._jobstore = jobstore
+        self._last_state: dict[AppHandle, str] = {}
+        self._session_id = str(uuid.uuid4())
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every scheduler this runner created."""
+        for sched in self._schedulers.values():
+            sched.close()
+        self._schedulers.clear()
+
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def jobstore(self) -> JobStore:
+        if self._jobstore is None:
+            self._jobstore = JobStore()
+        return self._jobstore
+
+    def scheduler_backends(self) -> list[str]:
+        return list(self._factories)
+
+    def get_scheduler(self, scheduler: str) -> Scheduler[Any]:
+        """The (cached) scheduler instance for a backend name."""
+        sched = self._schedulers.get(scheduler)
+        if sched is None:
+            factory = self._factories.get(scheduler)
+            if factory is None:
+                raise UnknownSchedulerException(scheduler, list(self._factories))
+            sched = factory(self._name, **self._params_for(factory))
+            self._schedulers[scheduler] = sched
+        return sched
+
+    def _params_for(self, factory: SchedulerFactory) -> dict[str, Any]:
+        """The scheduler params (from code and ``TORCHX_*`` variables) the factory accepts."""
+        params = self._scheduler_params
+        if not params:
+            return {}
+        module = getattr(factory, "module", None)
+        target: Any = factory
+        if module:
+            import importlib
+
+            target = getattr(importlib.import_module(module), "create_scheduler", factory)
+        sig = inspect.signature(target)
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+            return dict(params)
+        return {k: v for k, v in params.items() if k in sig.parameters and k != "session_name"}
+
+    def scheduler_run_opts(self, scheduler: str) -> runopts:
+        return self.get_scheduler(scheduler).run_opts()
+
+    def cfg_from_str(self, scheduler: str, *cfg_literals: str) -> dict[str, CfgVal]:
+        """Parse ``-cfg`` literals strictly: unknown options and bad values raise."""
+        opts = self.scheduler_run_opts(scheduler)
+        cfg: dict[str, CfgVal] = {}
+        for literal in cfg_literals:
+            cfg.update(opts.cfg_from_str(literal, strict=True))
+        return cfg
+
+    def cfg_with_config_files(
+        self, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> dict[str, CfgVal]:
+        """``cfg`` completed from ``.torchxconfig`` files (explicit values win)."""
+        from torchx_nb import config
+
+        return config.apply(scheduler, dict(cfg or {}), self.scheduler_run_opts(scheduler))
+
+    def _validate_app(self, app: AppDef) -> None:
+        if not app.roles:
+            raise AppValidationError(f"app {app.name!r} has no roles")
+        for role in app.roles:
+            if not role.entrypoint or role.entrypoint == MISSING:
+                raise AppValidationError(f"role {role.name!r} has no entrypoint")
+            if role.num_replicas <= 0:
+                raise AppValidationError(
+                    f"role {role.name!r} needs at least one replica (num_replicas={role.num_replicas})"
+                )
+
+    def dryrun(
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> AppDryRunInfo[Any]:
+        """Build the scheduler's native request for ``app`` without submitting anything."""
+        self._validate_app(app)
+        app = copy.deepcopy(app)
+        sched = self.get_scheduler(scheduler)
+        job_id = make_app_handle(scheduler, self._name, macros.app_id)
+        for role in app.roles:
+            role.env[ENV_JOB_ID] = job_id
+            role.env[ENV_SESSION_ID] = self._session_id
+            parent = os.environ.get(ENV_PARENT_RUN_ID) or parent_run_id
+            if parent:
+                role.env[ENV_PARENT_RUN_ID] = parent
+        opts = sched.run_opts()
+        given = dict(cfg or {})
+        unknown = opts.unknown_keys(given)
+        if unknown:
+            key = unknown[0]
+            hint = opts.suggest(key)
+            raise InvalidRunConfigException(
+                f"{scheduler} has no option {key!r}"
+                + (f"; did you mean {hint!r}?" if hint else "")
+                + f" (see `torchx-nb runopts {scheduler}`)",
+                key,
+                given,
+            )
+        resolved = opts.resolve(given)
+        sched._pre_build_validate(app, scheduler, resolved)
+        if workspace:
+            build = getattr(sched, "build_workspace_and_update_role", None)
+            if build is None:
+                raise TorchxNbError(
+                    f"{scheduler} cannot take a workspace; drop --workspace or use a scheduler"
+                    " that builds images"
+                )
+            for role in app.roles:
+                build(role, workspace, resolved)
+        sched._validate(app, scheduler, resolved)
+        info = sched.submit_dryrun(app, resolved)
+        info._scheduler = scheduler
+        return info
+
+    def run(
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+        **record: str | None,
+    ) -> AppHandle:
+        """Submit ``app``; ``record`` (cell_hash, notebook) goes into the job store too."""
+        info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id)
+        return self.schedule(info, workspace=workspace, **record)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any], **record: str | None) -> AppHandle:
+        """Send a dryrun's request and record the submission in the job store."""
+        scheduler = dryrun_info._scheduler
+        if scheduler is None:
+            raise TorchxNbError("this dryrun info was not made by Runner.dryrun")
+        sched = self.get_scheduler(scheduler)
+        app_id = sched.schedule(dryrun_info)
+        handle = make_app_handle(scheduler, self._name, app_id)
+        app = dryrun_info._app or AppDef(name=app_id)
+        self._apps[handle] = app
+        now = time.time()
+        self.jobstore.add(
+            JobRecord(
+                handle=handle,
+                scheduler=scheduler,
+                session=self._name,
+                app_id=app_id,
+                name=app.name,
+                image=app.roles[0].image if app.roles else "",
+                submitted=now,
+                state=AppState.SUBMITTED.name,
+                updated=now,
+                cell_hash=record.get("cell_hash"),
+                notebook=record.get("notebook"),
+                workspace=record.get("workspace"),
+            )
+        )
+        self._last_state[handle] = AppState.SUBMITTED.name
+        return handle
+
+    def run_component(
+        self,
+        component: str,
+        component_args: list[str] | Mapping[str, Any],
+        scheduler: str,
+        cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> AppHandle:
+        info = self.dryrun_component(
+            component, component_args, scheduler, cfg, workspace, parent_run_id
+        )
+        return self.schedule(info, workspace=workspace)
+
+    def dryrun_component(
+        self,
+        component: str,
+        component_args: list[str] | Mapping[str, Any],
+        scheduler: str,
+        cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> AppDryRunInfo[Any]:
+        """Build the named component from CLI-style (or dict) args, then dryrun it."""
+        app = self.component_app(component, component_args)
+        return self.dryrun(app, scheduler, cfg, workspace, parent_run_id)
+
+    def component_app(
+        self, component: str, component_args: list[str] | Mapping[str, Any]
+    ) -> AppDef:
+        from torchx_nb.components import get_component
+        from torchx_nb.specs.builders import materialize_appdef
+
+        fn = get_component(component)
+        defaults = dict(self._component_defaults.get(component, {}))
+        return materialize_appdef(fn, component_args, defaults, prog=f"torchx-nb run {component}")
+
+    def _scheduler_and_id(self, app_handle: AppHandle) -> tuple[Scheduler[Any], str, str]:
+        parsed = parse_app_handle(app_handle)
+        return self.get_scheduler(parsed.scheduler_backend), parsed.scheduler_backend, parsed.app_id
+
+    def status(self, app_handle: AppHandle) -> AppStatus | None:
+        """Current status, or None when the scheduler no longer knows the app. The job store
+        is updated when the state changed."""
+        sched, _, app_id = self._scheduler_and_id(app_handle)
+        desc = sched.describe(app_id)
+        if desc is None:
+            self._apps.pop(app_handle, None)
+            return None
+        status = AppStatus(
+            state=desc.state,
+            num_restarts=desc.num_restarts,
+            msg=desc.msg,
+            structured_error_msg=desc.structured_error_msg,
+            roles=desc.roles_statuses,
+            ui_url=desc.ui_url,
+        )
+        self._record_state(app_handle, status)
+        return status
+
+    def _record_state(self, app_handle: AppHandle, status: AppStatus) -> None:
+        state = status.state.name
+        if self._last_state.get(app_handle) == state:
+            return
+        self._last_state[app_handle] = state
+        try:
+            msg = status.msg if status.msg and status.msg != "<NONE>" else None
+            self.jobstore.update_state(app_handle, state, msg)
+        except Exception as e:  # the store is a convenience; never fail a status call on it
+            warnings.warn(f"could not update the job store: {e}", stacklevel=2)
+
+    def wait(
+        self, app_handle: AppHandle, wait_interval: float = 10, timeout: float | None = None
+    ) -> AppStatus | None:
+        """Poll until the app is terminal (or unknown). Polls start at 50 ms and back off to
+        ``wait_interval`` seconds, so short jobs return promptly."""
+        delay = 0.05
+        deadline = time.monotonic() + timeout if timeout else None
+        while True:
+            status = self.status(app_handle)
+            if status is None or is_terminal(status.state):
+                return status
+            if deadline and time.monotonic() > deadline:
+                return status
+            time.sleep(delay)
+            delay = min(delay * 1.5, wait_interval)
+
+    def cancel(self, app_handle: AppHandle) -> None:
+        """Ask the scheduler to stop the app if it is still running; returns at once."""
+        status = self.status(app_handle)
+        if status is not None and not is_terminal(status.state):
+            sched, _, app_id = self._scheduler_and_id(app_handle)
+            sched.cancel(app_id)
+
+    stop = cancel
+
+    def delete(self, app_handle: AppHandle) -> None:
+        sched, _, app_id = self._scheduler_and_id(app_handle)
+        sched.delete(app_id)
+
+    def describe(self, app_handle: AppHandle) -> AppDef | None:
+        """The AppDef: this runner's own copy if it launched the app, else the scheduler's
+        reconstruction."""
+        sched, _, app_id = self._scheduler_and_id(app_handle)
+        desc = sched.describe(app_id)
+        if desc is None:
+            return None
+        if app_handle in self._apps:
+            return self._apps[app_handle]
+        return AppDef(name=app_id, roles=desc.roles, metadata=desc.metadata)
+
+    def log_lines(
+        self,
+        app_handle: AppHandle,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Log lines of replica ``k`` of ``role_name``; raises UnknownAppException for an app the
+        scheduler does not know."""
+        sched, _, app_id = self._scheduler_and_id(app_handle)
+        if sched.describe(app_id) is None:
+            raise UnknownAppException(app_handle)
+        return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
+
+    def list(
+        self, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> list[ListAppResponse]:
+        """The scheduler's own list of our apps, with handles filled in."""
+        sched = self.get_scheduler(scheduler)
+        apps = sched.list(cfg)
+        for app in apps:
+            app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
+        return apps
+
+
+def get_runner(
+    name: str | None = None,
+    component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+    **scheduler_params: Any,
+) -> Runner:
+    """A Runner for the default session ``torchx`` (custom session names are deprecated, as in
+    TorchX)."""
+    if name:
+        warnings.warn("custom session names are deprecated", FutureWarning, stacklevel=2)
+    return Runner(name or DEFAULT_SESSION, None, component_defaults, scheduler_params)

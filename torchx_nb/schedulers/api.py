@@ -1,0 +1,186 @@
+"""The scheduler interface every backend implements, mirroring ``torchx.schedulers.api``."""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any, Generic, TypeVar
+
+from torchx_nb.specs.api import (
+    NONE,
+    NULL_RESOURCE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    CfgVal,
+    Role,
+    RoleStatus,
+    TorchxNbError,
+    runopts,
+)
+
+
+class Stream(str, Enum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    COMBINED = "combined"
+
+
+@dataclass
+class DescribeAppResponse:
+    """What a scheduler knows about one app."""
+
+    app_id: str = "<NOT_SET>"
+    state: AppState = AppState.UNSUBMITTED
+    num_restarts: int = -1
+    msg: str = NONE
+    structured_error_msg: str = NONE
+    ui_url: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    roles_statuses: list[RoleStatus] = field(default_factory=list)
+    roles: list[Role] = field(default_factory=list)
+
+
+@dataclass
+class ListAppResponse:
+    """One row of ``Scheduler.list()``; ``app_handle`` is filled in by the Runner."""
+
+    app_id: str
+    state: AppState
+    app_handle: str = "<NOT_SET>"
+    name: str = ""
+
+    def __hash__(self) -> int:
+        return hash((self.app_id, self.app_handle, self.state))
+
+
+T = TypeVar("T")
+
+
+class Scheduler(abc.ABC, Generic[T]):
+    """A backend: turns an AppDef into its native request (dryrun), submits it (schedule), and
+    answers describe/list/cancel/log_iter for the apps it ran."""
+
+    def __init__(self, backend: str, session_name: str) -> None:
+        self.backend = backend
+        self.session_name = session_name
+
+    def close(self) -> None:
+        """Release resources; idempotent and never raises."""
+
+    def submit(self, app: AppDef, cfg: T, workspace: str | None = None) -> str:
+        """Dryrun and schedule in one call (mostly for tests; prefer the Runner)."""
+        resolved = self.run_opts().resolve(dict(cfg))  # type: ignore[call-overload]
+        if workspace:
+            build = getattr(self, "build_workspace_and_update_role", None)
+            if build is None:
+                raise TorchxNbError(f"scheduler {self.backend!r} does not take a workspace")
+            build(app.roles[0], workspace, resolved)
+        return self.schedule(self.submit_dryrun(app, resolved))  # type: ignore[arg-type]
+
+    @abc.abstractmethod
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
+        """Send the request built by ``submit_dryrun``; returns the app id."""
+
+    def submit_dryrun(self, app: AppDef, cfg: T) -> AppDryRunInfo[Any]:
+        """The native request for ``app``, built without any network call."""
+        resolved: Any = self.run_opts().resolve(dict(cfg))  # type: ignore[call-overload]
+        info = self._submit_dryrun(app, resolved)
+        for role in app.roles:
+            info = role.pre_proc(self.backend, info)
+        info._app = app
+        info._cfg = resolved
+        return info
+
+    @abc.abstractmethod
+    def _submit_dryrun(self, app: AppDef, cfg: T) -> AppDryRunInfo[Any]: ...
+
+    def run_opts(self) -> runopts:
+        opts = self._run_opts()
+        ws_opts = getattr(self, "workspace_opts", None)
+        if ws_opts is not None:
+            opts.update(ws_opts())
+        return opts
+
+    def _run_opts(self) -> runopts:
+        return runopts()
+
+    @abc.abstractmethod
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """The app's state and roles, or None when the scheduler does not know it."""
+
+    @abc.abstractmethod
+    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+        """Apps this scheduler ran (only ours, not every job on the cluster)."""
+
+    def exists(self, app_id: str) -> bool:
+        return self.describe(app_id) is not None
+
+    @abc.abstractmethod
+    def _cancel_existing(self, app_id: str) -> None: ...
+
+    def cancel(self, app_id: str) -> None:
+        """Ask the scheduler to stop the app; returns without waiting."""
+        if self.exists(app_id):
+            self._cancel_existing(app_id)
+
+    def delete(self, app_id: str) -> None:
+        """Remove the app (default: cancel it)."""
+        if self.exists(app_id):
+            self._delete_existing(app_id)
+
+    def _delete_existing(self, app_id: str) -> None:
+        self._cancel_existing(app_id)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Lines (each ending in a newline) of replica ``k`` of ``role_name``; with
+        ``should_tail`` it follows the log until the app ends."""
+        raise NotImplementedError(f"{self.backend} does not support fetching logs")
+
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: T) -> None:
+        """Hook run before the workspace is built."""
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: T) -> None:
+        """Check the app can run here; by default every role needs a resource."""
+        for role in app.roles:
+            if role.resource == NULL_RESOURCE:
+                raise ValueError(
+                    f"no resource for role {role.name!r}: set it with -h NAME or --cpu/--memMB"
+                )
+
+
+def filter_regex(regex: str, data: Iterable[str]) -> Iterator[str]:
+    """The lines of ``data`` in which ``regex`` is found."""
+    pattern = re.compile(regex)
+    return (line for line in data if pattern.search(line))
+
+
+def split_lines(text: str) -> list[str]:
+    """Split keeping the trailing newline on each line."""
+    return text.splitlines(keepends=True)
+
+
+def split_lines_iterator(chunks: Iterable[str]) -> Iterator[str]:
+    """Re-chunk a stream of text pieces into whole lines (newline kept)."""
+    buf = ""
+    for chunk in chunks:
+        buf += chunk
+        *lines, buf = buf.split("\n")
+        for line in lines:
+            yield line + "\n"
+    if buf:
+        yield buf

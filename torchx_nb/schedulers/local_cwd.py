@@ -1,0 +1,520 @@
+"""``local_cwd``: each replica a process on this machine, run in the workspace folder (or the
+current directory). No image, nothing to install: the embedded default.
+
+Unlike TorchX's local scheduler, an app's state lives on disk: a detached supervisor
+(``local_supervisor.py``) runs the replicas and records their exit codes, so ``describe``,
+``log_iter``, ``list`` and ``cancel`` work from any process, after the submitter has exited."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+)
+from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.specs.api import (
+    NONE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    CfgVal,
+    ReplicaStatus,
+    Resource,
+    Role,
+    RoleStatus,
+    macros,
+    runopts,
+)
+
+RANK0_ENV = "TORCHX_RANK0_HOST"
+CWD_METADATA_KEY = "local_cwd.cwd"
+SUPERVISOR = Path(__file__).with_name("local_supervisor.py")
+
+
+@dataclass
+class ReplicaParam:
+    """How one replica is started: argv, the env added to the supervisor's, log files, cwd."""
+
+    args: list[str]
+    env: dict[str, str]
+    stdout: str
+    stderr: str
+    combined: str
+    cwd: str
+
+
+@dataclass
+class PopenRequest:
+    """local_cwd's native request: the app's folders and every replica's launch parameters."""
+
+    app_id: str
+    state_dir: str
+    log_dir: str
+    role_params: dict[str, list[ReplicaParam]] = field(default_factory=dict)
+    role_log_dirs: dict[str, list[str]] = field(default_factory=dict)
+    roles: list[dict[str, Any]] = field(default_factory=list)
+    grace_seconds: float = 10.0
+
+
+def _fmt_request(req: PopenRequest) -> str:
+    from torchx_nb.redact import redact
+
+    return json.dumps(redact(asdict(req)), indent=2)
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _role_to_json(role: Role) -> dict[str, Any]:
+    return {
+        "name": role.name,
+        "image": role.image,
+        "entrypoint": role.entrypoint,
+        "args": role.args,
+        "env": role.env,
+        "num_replicas": role.num_replicas,
+        "max_retries": role.max_retries,
+        "resource": {
+            "cpu": role.resource.cpu,
+            "gpu": role.resource.gpu,
+            "memMB": role.resource.memMB,
+        },
+        "metadata": role.metadata,
+    }
+
+
+def _role_from_json(d: dict[str, Any]) -> Role:
+    return Role(
+        name=d["name"],
+        image=d["image"],
+        entrypoint=d["entrypoint"],
+        args=list(d["args"]),
+        env=dict(d["env"]),
+        num_replicas=d["num_replicas"],
+        max_retries=d.get("max_retries", 0),
+        resource=Resource(**d["resource"]),
+        metadata=dict(d.get("metadata", {})),
+    )
+
+
+class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
+    """Runs each replica as a subprocess of a per-app supervisor."""
+
+    def __init__(
+        self,
+        session_name: str,
+        state_root: str | os.PathLike[str] | None = None,
+        extra_paths: list[str] | None = None,
+        grace_seconds: float = 10.0,
+    ) -> None:
+        super().__init__("local_cwd", session_name)
+        self.grace_seconds = float(grace_seconds)
+        if state_root is None:
+            from torchx_nb.paths import data_dir
+
+            state_root = data_dir() / "local_cwd"
+        self.state_root = Path(state_root)
+        self.extra_paths = list(extra_paths or [])
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add(
+            "log_dir",
+            type_=str,
+            help="folder for the replicas' logs (default: the app's"
+            " folder under the torchx_nb data dir)",
+        )
+        opts.add(
+            "prepend_cwd",
+            type_=bool,
+            default=False,
+            help="put the working directory first on PATH (default: last)",
+        )
+        opts.add(
+            "auto_set_cuda_visible_devices",
+            type_=bool,
+            default=False,
+            help="give each replica its own slice of the GPUs via CUDA_VISIBLE_DEVICES",
+        )
+        return opts
+
+    def build_workspace_and_update_role(
+        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    ) -> None:
+        """local_cwd needs no image: the workspace folder simply becomes the replicas' cwd."""
+        path = Path(workspace).expanduser().resolve()
+        if not path.is_dir():
+            raise FileNotFoundError(f"workspace {workspace!r} is not a folder")
+        role.metadata[CWD_METADATA_KEY] = str(path)
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+        """Resources are advisory on local_cwd; nothing to check."""
+
+    def _app_dir(self, app_id: str) -> Path:
+        return self.state_root / self.session_name / app_id
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
+        app_id = make_unique(app.name)
+        state_dir = self._app_dir(app_id)
+        log_root = (
+            Path(str(cfg["log_dir"])) / self.session_name / app_id
+            if cfg.get("log_dir")
+            else state_dir
+        )
+        req = PopenRequest(
+            app_id=app_id,
+            state_dir=str(state_dir),
+            log_dir=str(log_root),
+            grace_seconds=self.grace_seconds,
+        )
+        gpu_slices = self._gpu_slices(app) if cfg.get("auto_set_cuda_visible_devices") else {}
+        for role in app.roles:
+            cwd = role.metadata.get(CWD_METADATA_KEY) or os.getcwd()
+            req.roles.append(_role_to_json(role))
+            params: list[ReplicaParam] = []
+            dirs: list[str] = []
+            for i in range(role.num_replicas):
+                values = macros.Values(
+                    img_root=cwd, app_id=app_id, replica_id=str(i), rank0_env=RANK0_ENV
+                )
+                r = values.apply(role)
+                rdir = log_root / role.name / str(i)
+                env = dict(r.env)
+                env[RANK0_ENV] = "localhost"
+                env.setdefault("TORCHELASTIC_ERROR_FILE", str(rdir / "error.json"))
+                env.setdefault("PET_LOG_DIR", str(log_root / "torchelastic" / role.name))
+                env.setdefault("PYTHONUNBUFFERED", "x")
+                env["PATH"] = self._path(r.env.get("PATH"), cwd, bool(cfg.get("prepend_cwd")))
+                if (role.name, i) in gpu_slices:
+                    env["CUDA_VISIBLE_DEVICES"] = gpu_slices[(role.name, i)]
+                entrypoint = r.entrypoint
+                if os.sep not in entrypoint:
+                    entrypoint = shutil.which(entrypoint, path=env["PATH"]) or entrypoint
+                params.append(
+                    ReplicaParam(
+                        args=[entrypoint, *r.args],
+                        env=env,
+                        stdout=str(rdir / "stdout.log"),
+                        stderr=str(rdir / "stderr.log"),
+                        combined=str(rdir / "combined.log"),
+                        cwd=cwd,
+                    )
+                )
+                dirs.append(str(rdir))
+            req.role_params[role.name] = params
+            req.role_log_dirs[role.name] = dirs
+        return AppDryRunInfo(req, _fmt_request)
+
+    def _path(self, role_path: str | None, cwd: str, prepend_cwd: bool) -> str:
+        """The replica's PATH: the role's, this Python's bin folder, extra paths, ours, cwd."""
+        parts = [p for p in (role_path or "").split(os.pathsep) if p]
+        parts.append(os.path.dirname(sys.executable))
+        parts.extend(self.extra_paths)
+        parts.extend(p for p in os.environ.get("PATH", "").split(os.pathsep) if p)
+        if prepend_cwd:
+            parts.insert(0, cwd)
+        else:
+            parts.append(cwd)
+        seen: set[str] = set()
+        return os.pathsep.join(p for p in parts if not (p in seen or seen.add(p)))  # type: ignore[func-returns-value]
+
+    def _gpu_slices(self, app: AppDef) -> dict[tuple[str, int], str]:
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+            count = len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU")])
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        wanted = sum(max(r.resource.gpu, 0) * r.num_replicas for r in app.roles)
+        if wanted == 0 or wanted > count:
+            return {}
+        slices: dict[tuple[str, int], str] = {}
+        nxt = 0
+        for role in app.roles:
+            for i in range(role.num_replicas):
+                g = max(role.resource.gpu, 0)
+                slices[(role.name, i)] = ",".join(str(x) for x in range(nxt, nxt + g))
+                nxt += g
+        return slices
+
+    def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
+        req = dryrun_info.request
+        state_dir = Path(req.state_dir)
+        state_dir.mkdir(parents=True, exist_ok=False)
+        with open(state_dir / "request.json", "w") as f:
+            json.dump(asdict(req), f)
+        with open(state_dir / "supervisor.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(SUPERVISOR), str(state_dir)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
+        (state_dir / "supervisor.pid").write_text(str(proc.pid))
+        self._children = getattr(self, "_children", [])
+        self._children.append(proc)
+        return req.app_id
+
+    def _read(self, app_id: str) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+        state_dir = self._app_dir(app_id)
+        try:
+            with open(state_dir / "request.json") as f:
+                request = json.load(f)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            with open(state_dir / "state.json") as f:
+                state: dict[str, Any] | None = json.load(f)
+        except FileNotFoundError:
+            state = None
+        return request, state
+
+    def _reap(self) -> None:
+        for proc in getattr(self, "_children", []):
+            proc.poll()
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        self._reap()
+        found = self._read(app_id)
+        if found is None:
+            return None
+        request, state = found
+        state_dir = self._app_dir(app_id)
+        resp = DescribeAppResponse(
+            app_id=app_id,
+            num_restarts=0,
+            ui_url=f"file://{request['log_dir']}",
+            roles=[_role_from_json(r) for r in request["roles"]],
+        )
+        try:
+            sup_pid = int((state_dir / "supervisor.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            sup_pid = None
+        if state is None:
+            if (state_dir / "cancel").exists() and not _pid_alive(sup_pid):
+                resp.state = AppState.CANCELLED
+            elif sup_pid is not None and not _pid_alive(sup_pid):
+                resp.state = AppState.FAILED
+                resp.msg = f"the job's supervisor exited before starting it: see {state_dir}/supervisor.log"
+            else:
+                resp.state = AppState.PENDING
+            resp.roles_statuses = [
+                RoleStatus(
+                    role,
+                    [ReplicaStatus(i, resp.state, role, "localhost") for i in range(len(params))],
+                )
+                for role, params in request["role_params"].items()
+            ]
+            return resp
+        replica_states: list[AppState] = []
+        for role, reps in state["roles"].items():
+            statuses = []
+            for i, rep in enumerate(reps):
+                code = rep["exitcode"]
+                if code is None:
+                    rs = (
+                        AppState.CANCELLED
+                        if state["final_state"] == "CANCELLED"
+                        else AppState.RUNNING
+                    )
+                elif code == 0:
+                    rs = AppState.SUCCEEDED
+                elif state["cancelled"]:
+                    rs = AppState.CANCELLED
+                else:
+                    rs = AppState.FAILED
+                replica_states.append(rs)
+                statuses.append(
+                    ReplicaStatus(
+                        i, rs, role, "localhost", structured_error_msg=self._error_msg(rep)
+                    )
+                )
+            resp.roles_statuses.append(RoleStatus(role, statuses))
+        final = state.get("final_state")
+        if final:
+            resp.state = AppState[final]
+        elif not _pid_alive(state.get("supervisor_pid")):
+            resp.state = AppState.FAILED
+            resp.msg = "the job's supervisor was killed; its replicas may still be running"
+        elif state["cancelled"]:
+            resp.state = AppState.RUNNING
+            resp.msg = "cancelling"
+        else:
+            resp.state = AppState.RUNNING
+        failed = [
+            f"{role}/{i} exited with code {rep['exitcode']}"
+            for role, reps in state["roles"].items()
+            for i, rep in enumerate(reps)
+            if rep["exitcode"] not in (None, 0) and not state["cancelled"]
+        ]
+        if failed and resp.msg == NONE:
+            resp.msg = "; ".join(failed)
+        errors = [
+            r.structured_error_msg
+            for rs in resp.roles_statuses
+            for r in rs.replicas
+            if r.structured_error_msg != NONE
+        ]
+        if errors:
+            resp.structured_error_msg = errors[0]
+        return resp
+
+    @staticmethod
+    def _error_msg(rep: dict[str, Any]) -> str:
+        if rep.get("error"):
+            return str(rep["error"])
+        err_file = Path(rep["combined"]).with_name("error.json")
+        if err_file.exists():
+            try:
+                return err_file.read_text()
+            except OSError:
+                return NONE
+        return NONE
+
+    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+        root = self.state_root / self.session_name
+        if not root.is_dir():
+            return []
+        out: list[ListAppResponse] = []
+        for d in sorted(root.iterdir(), key=lambda p: p.stat().st_mtime):
+            desc = self.describe(d.name)
+            if desc is not None:
+                name = desc.roles[0].name if desc.roles else d.name
+                out.append(
+                    ListAppResponse(
+                        app_id=d.name, state=desc.state, name=d.name.rsplit("-", 1)[0] or name
+                    )
+                )
+        return out
+
+    def _cancel_existing(self, app_id: str) -> None:
+        """Leave a ``cancel`` marker, then SIGTERM the supervisor once it is known to handle it
+        (it writes state.json only after installing its handler; before that it polls the
+        marker)."""
+        state_dir = self._app_dir(app_id)
+        (state_dir / "cancel").touch()
+        if not (state_dir / "state.json").exists():
+            return
+        try:
+            pid = int((state_dir / "supervisor.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return
+        if _pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | None) -> Path:
+        found = self._read(app_id)
+        if found is None:
+            raise ValueError(f"unknown app {app_id!r}")
+        request, _ = found
+        params = request["role_params"].get(role_name)
+        if params is None:
+            raise ValueError(
+                f"app {app_id!r} has no role {role_name!r} (roles: {', '.join(request['role_params'])})"
+            )
+        if not 0 <= k < len(params):
+            raise ValueError(f"role {role_name!r} has replicas 0..{len(params) - 1}, not {k}")
+        stream = (streams or Stream.COMBINED).value
+        return Path(params[k][stream])
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Lines of one replica's log file; ``since``/``until`` are not supported (the files carry
+        no timestamps) and are ignored."""
+        path = self._log_file(app_id, role_name, k, streams)
+        lines = self._follow(app_id, path, should_tail)
+        return filter_regex(regex, lines) if regex else lines
+
+    def _follow(self, app_id: str, path: Path, should_tail: bool) -> Iterator[str]:
+        from torchx_nb.specs.api import is_terminal
+
+        def terminal() -> bool:
+            desc = self.describe(app_id)
+            return desc is None or is_terminal(desc.state)
+
+        while not path.exists():
+            if not should_tail or terminal():
+                return
+            time.sleep(0.05)
+        with open(path, encoding="utf-8", errors="replace", newline="") as f:
+            buf = ""
+            while True:
+                chunk = f.read(65536)
+                if chunk:
+                    buf += chunk
+                    *lines, buf = buf.split("\n")
+                    for line in lines:
+                        yield line + "\n"
+                    continue
+                if not should_tail:
+                    break
+                if terminal():
+                    rest = f.read()
+                    if rest:
+                        buf += rest
+                        *lines, buf = buf.split("\n")
+                        for line in lines:
+                            yield line + "\n"
+                        continue
+                    break
+                time.sleep(0.1)
+            if buf:
+                yield buf
+
+    def close(self) -> None:
+        self._reap()
+
+
+def create_scheduler(
+    session_name: str,
+    state_root: str | os.PathLike[str] | None = None,
+    extra_paths: list[str] | None = None,
+    grace_seconds: float = 10.0,
+) -> LocalCwdScheduler:
+    return LocalCwdScheduler(
+        session_name, state_root=state_root, extra_paths=extra_paths, grace_seconds=grace_seconds
+    )

@@ -1,0 +1,213 @@
+"""Turning text into specs: ``parse_mounts`` and building an AppDef from a component function and
+command-line arguments (``materialize_appdef``), with help taken from the function's docstring."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torchx_nb.specs.api import AppDef, BindMount, DeviceMount, Mount, TorchxNbError, VolumeMount
+
+
+class ComponentArgError(TorchxNbError):
+    """A component was given arguments it does not accept."""
+
+
+_MOUNT_KEYS = {
+    "type": "type",
+    "src": "src",
+    "source": "src",
+    "dst": "dst",
+    "destination": "dst",
+    "target": "dst",
+    "readonly": "readonly",
+    "read_only": "readonly",
+    "perm": "perm",
+}
+
+
+def parse_mounts(opts: list[str]) -> list[Mount]:
+    """Parse comma-split mount options (``["type=bind", "src=/h", "dst=/c", "readonly"]``).
+
+    Each ``type=`` starts a new mount. Bind sources starting with ``~`` are expanded; a device's
+    destination defaults to its source and its permissions to ``rwm``."""
+    groups: list[dict[str, str]] = []
+    for opt in opts:
+        key, _, val = opt.partition("=")
+        key = key.strip()
+        if key not in _MOUNT_KEYS:
+            raise KeyError(
+                f"unknown mount option {key!r}: use type=, src=, dst=, readonly or perm="
+            )
+        norm = _MOUNT_KEYS[key]
+        if norm == "type":
+            groups.append({})
+        elif not groups:
+            raise KeyError("type must be specified first (e.g. type=bind,src=/a,dst=/b)")
+        groups[-1][norm] = val
+
+    mounts: list[Mount] = []
+    for g in groups:
+        mtype = g.get("type")
+        if mtype == "bind":
+            mounts.append(
+                BindMount(
+                    src_path=os.path.expanduser(g["src"]),
+                    dst_path=g["dst"],
+                    read_only="readonly" in g,
+                )
+            )
+        elif mtype == "volume":
+            mounts.append(VolumeMount(src=g["src"], dst_path=g["dst"], read_only="readonly" in g))
+        elif mtype == "device":
+            perm = g.get("perm", "rwm")
+            for ch in perm:
+                if ch not in "rwm":
+                    raise ValueError(f"device permission {perm!r}: each letter must be r, w or m")
+            mounts.append(
+                DeviceMount(src_path=g["src"], dst_path=g.get("dst", g["src"]), permissions=perm)
+            )
+        else:
+            raise ValueError(f"unknown mount type {mtype!r}: use bind, volume or device")
+    return mounts
+
+
+def _docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    doc = inspect.getdoc(fn) or ""
+    if not doc:
+        return "", {}
+    import docstring_parser
+
+    parsed = docstring_parser.parse(doc)
+    desc = "\n\n".join(p for p in (parsed.short_description, parsed.long_description) if p)
+    return desc, {p.arg_name.lstrip("*"): (p.description or "") for p in parsed.params}
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _bool(text: str) -> bool:
+    low = text.lower()
+    if low in ("true", "1", "yes", "on"):
+        return True
+    if low in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _list(text: str) -> list[str]:
+    return [p for p in text.split(",") if p]
+
+
+def _dict(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in _list(text):
+        key, sep, val = pair.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs, got {pair!r}")
+        out[key] = val
+    return out
+
+
+def _converter(tp: Any) -> tuple[Callable[[str], Any], str]:
+    tp = _unwrap_optional(tp)
+    origin = typing.get_origin(tp) or tp
+    if tp is bool:
+        return _bool, "BOOL"
+    if tp in (int, float):
+        return tp, tp.__name__.upper()
+    if origin in (list, typing.List):  # noqa: UP006
+        return _list, "A,B,..."
+    if origin in (dict, typing.Dict):  # noqa: UP006
+        return _dict, "K=V,..."
+    return str, "STR"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> typing.NoReturn:
+        raise ComponentArgError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def component_parser(fn: Callable[..., Any], prog: str) -> argparse.ArgumentParser:
+    """An argparse parser for a component function: one ``--name`` per parameter (required when it
+    has no default; one-letter names also take ``-x``, as in ``-j 2x4`` or ``-h gpu.small``),
+    ``*args`` as the trailing positional arguments."""
+    desc, helps = _docstring(fn)
+    parser = _Parser(
+        prog=prog,
+        description=desc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+        add_help=False,
+    )
+    parser.add_argument("--help", action="help", help="show this help and exit")
+    hints = typing.get_type_hints(fn)
+    for name, param in inspect.signature(fn).parameters.items():
+        tp = hints.get(name, str)
+        help_text = helps.get(name, "")
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            parser.add_argument(name, nargs=argparse.REMAINDER, help=help_text)
+            continue
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            continue
+        conv, metavar = _converter(tp)
+        kwargs: dict[str, Any] = {"type": conv, "help": help_text, "metavar": metavar}
+        if param.default is inspect.Parameter.empty:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = param.default
+            kwargs["help"] = f"{help_text} (default: {param.default!r})"
+        if conv is _bool:
+            kwargs.update(nargs="?", const=True)
+        flags = [f"-{name}", f"--{name}"] if len(name) == 1 else [f"--{name}"]
+        parser.add_argument(*flags, dest=name, **kwargs)
+    return parser
+
+
+def materialize_appdef(
+    fn: Callable[..., AppDef],
+    args: list[str] | Mapping[str, Any],
+    defaults: Mapping[str, str] | None = None,
+    prog: str | None = None,
+) -> AppDef:
+    """Call component ``fn`` with CLI-style ``args`` (or a dict of keyword values), applying
+    ``defaults`` (e.g. from ``[component:NAME]`` in .torchxconfig) for options not given."""
+    prog = prog or fn.__name__
+    sig = inspect.signature(fn)
+    var_pos = next(
+        (n for n, p in sig.parameters.items() if p.kind is inspect.Parameter.VAR_POSITIONAL), None
+    )
+    if isinstance(args, Mapping):
+        kwargs = dict(args)
+        positional = list(kwargs.pop(var_pos, []) if var_pos else [])
+        unknown = [k for k in kwargs if k not in sig.parameters]
+        if unknown:
+            raise ComponentArgError(f"{prog}: unknown argument(s) {', '.join(unknown)}")
+        return fn(*positional, **kwargs)
+
+    parser = component_parser(fn, prog)
+    if defaults:
+        cli_defaults: dict[str, Any] = {}
+        for action in parser._actions:
+            convert = action.type
+            if action.dest in defaults and callable(convert):
+                cli_defaults[action.dest] = convert(defaults[action.dest])
+                action.required = False
+        parser.set_defaults(**cli_defaults)
+    ns = parser.parse_args(list(args))
+    values = vars(ns)
+    positional = list(values.pop(var_pos, None) or []) if var_pos else []
+    if positional and positional[0] == "--":
+        positional = positional[1:]
+    return fn(*positional, **values)

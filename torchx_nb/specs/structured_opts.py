@@ -1,0 +1,159 @@
+"""StructuredOpts: scheduler options declared as a typed dataclass.
+
+A subclass lists its options as fields; ``as_runopts()`` derives the ``runopts`` (types, defaults,
+required-ness and help from the attribute docstrings) and ``from_cfg()`` builds an instance from a
+cfg mapping, accepting snake_case or camelCase keys."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import re
+import textwrap
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
+
+from torchx_nb.specs.api import CfgVal, InvalidRunConfigException, runopts
+
+S = TypeVar("S", bound="StructuredOpts")
+
+
+def snake_to_camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def camel_to_snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """Docstrings written as a string literal right after each annotated field."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass in (object, StructuredOpts) or not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(source).body[0]
+        if not isinstance(body, ast.ClassDef):
+            continue
+        stmts = body.body
+        for stmt, nxt in itertools.pairwise(stmts):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
+    return docs
+
+
+def _strip_optional(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+@dataclasses.dataclass
+class StructuredOpts(Mapping[str, CfgVal]):
+    """Base class for typed scheduler options (subclass it as a ``@dataclass``)."""
+
+    @classmethod
+    def _cfg_key(cls, f: dataclasses.Field[Any]) -> str:
+        return str(f.metadata.get("cfg_key", f.name))
+
+    @classmethod
+    def as_runopts(cls) -> runopts:
+        """The equivalent ``runopts`` for help, validation and ``.torchxconfig``."""
+        opts = runopts()
+        docs = _field_docs(cls)
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name.startswith("_"):
+                continue
+            tp = _strip_optional(hints[f.name])
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            default = None if f.default is dataclasses.MISSING else f.default
+            opts.add(
+                cls._cfg_key(f),
+                type_=tp,
+                help=docs.get(f.name, ""),
+                default=default,
+                required=required,
+            )
+        return opts
+
+    @classmethod
+    def from_cfg(cls: type[S], cfg: Mapping[str, CfgVal]) -> S:
+        """Build from a cfg mapping; keys may be snake_case, camelCase or a field's ``cfg_key``.
+        Two spellings of one option with different values are an error."""
+        by_alias: dict[str, str] = {}
+        for f in dataclasses.fields(cls):
+            for alias in (f.name, snake_to_camel(f.name), cls._cfg_key(f)):
+                by_alias[alias] = f.name
+        values: dict[str, Any] = {}
+        seen_as: dict[str, str] = {}
+        extra: dict[str, CfgVal] = {}
+        for key, val in cfg.items():
+            name = by_alias.get(key)
+            if name is None:
+                extra[key] = val
+                continue
+            if name in values and values[name] != val:
+                raise InvalidRunConfigException(
+                    f"option {name!r} given twice with different values"
+                    f" (as {seen_as[name]!r} and {key!r})",
+                    key,
+                    cfg,
+                )
+            values[name] = val
+            seen_as[name] = key
+        resolved = cls.as_runopts().resolve(
+            {cls._cfg_key(f): values[f.name] for f in dataclasses.fields(cls) if f.name in values}
+        )
+        kwargs = {
+            f.name: resolved.get(cls._cfg_key(f))
+            for f in dataclasses.fields(cls)
+            if not f.name.startswith("_") and resolved.get(cls._cfg_key(f)) is not None
+        }
+        obj = cls(**kwargs)
+        object.__setattr__(obj, "_extra_cfg", extra)
+        return obj
+
+    def _key_to_field(self, key: str) -> str | None:
+        for f in dataclasses.fields(self):
+            if key in (f.name, snake_to_camel(f.name), self._cfg_key(f)):
+                return f.name
+        return None
+
+    def __getitem__(self, key: str) -> CfgVal:
+        name = self._key_to_field(key)
+        if name is None:
+            extra = getattr(self, "_extra_cfg", {})
+            if key in extra:
+                return typing.cast(CfgVal, extra[key])
+            raise KeyError(key)
+        return typing.cast(CfgVal, getattr(self, name))
+
+    def __iter__(self) -> Iterator[str]:
+        for f in dataclasses.fields(self):
+            if not f.name.startswith("_"):
+                yield self._cfg_key(f)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __or__(self, other: Mapping[str, CfgVal]) -> dict[str, CfgVal]:
+        return {**dict(self.items()), **dict(other)}
