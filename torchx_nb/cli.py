@@ -7,7 +7,6 @@ import argparse
 import os
 import re
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -122,48 +121,23 @@ def _print_logs(
     tail: bool = False,
     streams: Any = None,
 ) -> None:
-    """Print the logs of each (role, replica), prefixed ``role/replica``; concurrently when
-    following several replicas."""
-    lock = threading.Lock()
+    """Print the logs of each (role, replica), prefixed ``role/replica`` when following or when
+    there are several."""
+    from torchx_nb.logtail import follow
 
-    def pump(role: str, k: int) -> None:
-        prefix = f"{role}/{k} " if len(targets) > 1 or tail else ""
-        for line in runner.log_lines(
-            handle, role, k, regex=regex, should_tail=tail, streams=streams
-        ):
-            with lock:
-                out.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
-                out.flush()
-
-    if len(targets) == 1:
-        pump(*targets[0])
-        return
-    threads = [threading.Thread(target=pump, args=t, daemon=True) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    prefixed = len(targets) > 1 or tail
+    for role, k, line in follow(runner, handle, targets, regex, tail, streams):
+        prefix = f"{role}/{k} " if prefixed else ""
+        out.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
+        out.flush()
 
 
 def _replicas(
     runner: Any, handle: str, role: str | None = None, replicas: list[int] | None = None
 ) -> list[tuple[str, int]]:
-    status = runner.status(handle)
-    if status is None:
-        from torchx_nb.specs.api import UnknownAppException
+    from torchx_nb.logtail import replica_targets
 
-        raise UnknownAppException(handle)
-    targets: list[tuple[str, int]] = []
-    for rs in status.roles:
-        if role and rs.role != role:
-            continue
-        for r in rs.replicas:
-            if replicas is None or r.id in replicas:
-                targets.append((rs.role, r.id))
-    if role and not targets:
-        roles = ", ".join(rs.role for rs in status.roles)
-        raise CliError(f"{handle} has no role/replica {role}/{replicas or ''} (roles: {roles})")
-    return targets
+    return replica_targets(runner, handle, role, replicas)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

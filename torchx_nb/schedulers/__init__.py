@@ -13,6 +13,7 @@ ENTRY_POINT_GROUP = "torchx_nb.schedulers"
 
 DEFAULT_SCHEDULER_MODULES: dict[str, str] = {
     "local_cwd": "torchx_nb.schedulers.local_cwd",
+    "local_docker": "torchx_nb.schedulers.local_docker",
 }
 
 

@@ -1,0 +1,122 @@
+"""Writes notebooks/quickstart.ipynb (kept as code so the notebook stays reviewable in diffs).
+
+Run: python scripts/make_quickstart.py"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+CELLS: list[tuple[str, str, list[str]]] = [
+    (
+        "md",
+        """# torchx_nb quickstart
+
+A cell, with this notebook's folder, becomes a job. Everything here runs on `local_cwd`
+(processes on this machine, no image, nothing to install); the same cells run on the other
+schedulers with `-s SCHEDULER -cfg ...`.""",
+        [],
+    ),
+    ("code", "%load_ext torchx_nb", []),
+    (
+        "md",
+        """## A cell as a job
+
+`--wait` blocks and streams the job's logs; `-o job` keeps a handle object. The job runs in this
+notebook's folder, so it reads `data.csv` next to the notebook.""",
+        [],
+    ),
+    (
+        "code",
+        """from pathlib import Path
+Path("data.csv").write_text("x,y\\n1,2\\n3,4\\n")""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run --wait -o job --env GREETING=hello
+import csv, os
+rows = list(csv.DictReader(open("data.csv")))
+print(os.environ["GREETING"], "from", os.environ["TORCHX_JOB_ID"])
+print("sum of y:", sum(int(r["y"]) for r in rows))""",
+        [],
+    ),
+    (
+        "code",
+        """print(job.status().state)
+print(job.logs(), end="")""",
+        [],
+    ),
+    (
+        "md",
+        """## Without `--wait` the kernel stays free
+
+The status and log widgets update by themselves (in a frontend that shows widgets); the handle
+object waits, reads logs or cancels.""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -o slow --name slow
+import time
+for i in range(3):
+    print("step", i, flush=True)
+    time.sleep(0.5)""",
+        [],
+    ),
+    (
+        "code",
+        """print("the kernel is free while", slow.handle, "runs")
+print(slow.wait().state)
+print(slow.logs(), end="")""",
+        [],
+    ),
+    (
+        "md",
+        "## A distributed job, dry run\n\n`-j NxP` runs the cell under torchrun; `--dryrun` shows the exact request (secrets masked) and submits nothing.",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -j 2x2 --dryrun --env HF_TOKEN=hf_not_shown
+import torch.distributed as dist
+print(dist.get_rank())""",
+        [],
+    ),
+    ("md", "## Components, cancel, and the job list", []),
+    ("code", "%torchx run -o sleeper utils.sh -- sleep 60", []),
+    (
+        "code",
+        """%torchx cancel sleeper
+print(sleeper.wait().state)""",
+        [],
+    ),
+    ("code", "%torchx run --wait utils.echo --msg 'hello from a component'", []),
+    ("code", "%torchx list", []),
+    ("md", "## Bad input is one clear line", []),
+    ("code", "%%torchx run -s local_cdw\nprint(1)", ["raises-exception"]),
+    ("code", "%torchx runopts local_cwd", []),
+]
+
+
+def build() -> nbformat.NotebookNode:
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    for kind, source, tags in CELLS:
+        cell = new_markdown_cell(source) if kind == "md" else new_code_cell(source)
+        if tags:
+            cell.metadata["tags"] = tags
+        nb.cells.append(cell)
+    return nb
+
+
+if __name__ == "__main__":
+    out = Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
+    nbformat.write(build(), out)
+    print(f"wrote {out}")

@@ -1,0 +1,218 @@
+"""The magics in a real (in-process) IPython shell, in text mode; the widget mode and a real kernel
+are covered by test_quickstart.py."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from IPython.core.error import UsageError
+from IPython.testing.globalipapp import start_ipython
+
+from torchx_nb.notebook.handle import JobHandle
+from torchx_nb.notebook.magics import MagicLineError, parse_line
+
+
+@pytest.fixture(scope="module")
+def _shell() -> object:
+    return start_ipython()
+
+
+@pytest.fixture
+def ip(_shell: object, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
+    ip = _shell
+    ip.run_line_magic("load_ext", "torchx_nb")  # type: ignore[attr-defined]
+    yield ip
+    ip.run_line_magic("unload_ext", "torchx_nb")  # type: ignore[attr-defined]
+    ip.run_line_magic("config", "TorchxMagics.scheduler = ''")  # type: ignore[attr-defined]
+
+
+def test_cell_runs_as_a_job_in_the_workspace(
+    ip: object, isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (isolated / "data.txt").write_text("from the workspace")
+    ip.run_cell_magic(  # type: ignore[attr-defined]
+        "torchx",
+        "run --wait -o job --env GREETING=hello",
+        "import os\nprint(os.environ['GREETING'], open('data.txt').read())\n",
+    )
+    out = capsys.readouterr().out
+    job = ip.user_ns["job"]  # type: ignore[attr-defined]
+    assert isinstance(job, JobHandle)
+    assert "hello from the workspace" in out
+    assert f"{job.handle} SUCCEEDED" in out
+    assert job.status().state.name == "SUCCEEDED"
+    assert job.logs() == "hello from the workspace\n"
+    assert "state=SUCCEEDED" in repr(job) and "SUCCEEDED" in job._repr_html_()
+    rec = job._runner.jobstore.get(job.handle)
+    assert rec.cell_hash and rec.workspace == str(isolated)
+
+
+def test_distributed_cell_dryrun_shows_torchrun(
+    ip: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        ip.run_cell_magic(  # type: ignore[attr-defined]
+            "torchx", "run --dryrun -j 2x2 --env API_TOKEN=abc123", "print(1)\n"
+        )
+    text = cap.stdout + "".join(o.data.get("text/plain", "") for o in cap.outputs)
+    assert "dryrun; nothing submitted" in text
+    assert "--no-python python -c" in text and "abc123" not in text
+    df = ip.run_line_magic("torchx", "list")  # type: ignore[attr-defined]
+    assert len(df) == 0
+
+
+def test_line_forms(ip: object, capsys: pytest.CaptureFixture[str]) -> None:
+    ip.run_line_magic("torchx", "run -o j1 --wait utils.echo --msg line-form")  # type: ignore[attr-defined]
+    out = capsys.readouterr().out
+    assert "line-form" in out
+    ip.run_line_magic("torchx", "run -o j2 utils.sh -- sleep 30")  # type: ignore[attr-defined]
+    ip.run_line_magic("torchx", "status j2")  # type: ignore[attr-defined]
+    ip.run_line_magic("torchx", "cancel j2")  # type: ignore[attr-defined]
+    assert "cancel requested" in capsys.readouterr().out
+    j2 = ip.user_ns["j2"]  # type: ignore[attr-defined]
+    assert j2.wait(timeout=20).state.name == "CANCELLED"
+    handle = ip.user_ns["j1"].handle  # type: ignore[attr-defined]
+    ip.run_line_magic("torchx", f"log {handle} --regex line")  # type: ignore[attr-defined]
+    assert capsys.readouterr().out == "line-form\n"
+    df = ip.run_line_magic("torchx", "list")  # type: ignore[attr-defined]
+    assert list(df.columns) == ["handle", "scheduler", "name", "state", "submitted", "duration"]
+    assert set(df["state"]) == {"SUCCEEDED", "CANCELLED"}
+    assert str(df["submitted"].dtype).startswith("datetime64")
+    opts = ip.run_line_magic("torchx", "runopts local_cwd")  # type: ignore[attr-defined]
+    assert "log_dir" in set(opts["option"])
+    scheds = ip.run_line_magic("torchx", "schedulers")  # type: ignore[attr-defined]
+    assert "local_cwd" in set(scheds["scheduler"])
+
+
+def test_config_traits(ip: object, plugin_path: Path) -> None:
+    ip.run_line_magic("config", "TorchxMagics.scheduler = 'needs_queue'")  # type: ignore[attr-defined]
+    with pytest.raises(UsageError, match="missing required option 'queue'"):
+        ip.run_cell_magic("torchx", "run", "print(1)")  # type: ignore[attr-defined]
+    ip.run_line_magic("config", "TorchxMagics.cfg = {'needs_queue': {'queue': 'q'}}")  # type: ignore[attr-defined]
+    ip.run_cell_magic("torchx", "run -o j", "print(1)")  # type: ignore[attr-defined]
+    assert ip.user_ns["j"].handle.startswith("needs_queue://torchx/cell-")  # type: ignore[attr-defined]
+    ip.run_line_magic("config", "TorchxMagics.cfg = {}")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("line", "cell", "message"),
+    [
+        ("run --bogus", "print(1)", "unrecognized arguments: --bogus"),
+        ("run -cfg", "print(1)", "expected one argument"),
+        ("run -cfg logdir=x", "print(1)", "did you mean 'log_dir'"),
+        ("run -cfg novalue", "print(1)", "KEY=VALUE"),
+        ("run -s nowhere", "print(1)", "unknown scheduler 'nowhere'"),
+        ("run", "   \n", "the cell is empty"),
+        ("run --env NOEQUALS", "print(1)", "--env expects K=V"),
+        ("run -j 2y2", "print(1)", "bad -j '2y2'"),
+        ("run -h gpu.smal", "print(1)", "did you mean 'gpu.small'"),
+        ("status", "print(1)", "only `%%torchx run"),
+        ("run 'unclosed", "print(1)", "check the quotes"),
+        ("run --workspace /does/not/exist", "print(1)", "is not a folder"),
+    ],
+)
+def test_bad_cell_lines_are_one_line_usage_errors(
+    ip: object, line: str, cell: str, message: str
+) -> None:
+    with pytest.raises(UsageError, match=None) as info:
+        ip.run_cell_magic("torchx", line, cell)  # type: ignore[attr-defined]
+    text = str(info.value)
+    assert message in text and "\n" not in text
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("", "missing command"),
+        ("stauts x", "did you mean 'status'"),
+        ("status not-a-handle", "malformed app handle"),
+        ("status local_cwd://torchx/nope-1", "unknown app"),
+        ("log", "the following arguments are required: handle"),
+        ("run utils.ecko", "did you mean 'utils.echo'"),
+    ],
+)
+def test_bad_line_forms(ip: object, line: str, message: str) -> None:
+    with pytest.raises(UsageError) as info:
+        ip.run_line_magic("torchx", line)  # type: ignore[attr-defined]
+    assert message in str(info.value)
+
+
+def test_help_is_complete(ip: object) -> None:
+    from IPython.core.oinspect import Inspector
+
+    doc = ip.find_cell_magic("torchx").__doc__  # type: ignore[attr-defined]
+    assert "%%torchx run [-s SCHED]" in doc and "%torchx list" in doc
+    assert Inspector is not None
+
+
+def test_loading_imports_no_heavy_modules() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from IPython.testing.globalipapp import start_ipython; ip = start_ipython();"
+        " ip.run_line_magic('load_ext', 'torchx_nb');"
+        " print([m for m in ('pandas', 'boto3', 'docker', 'google.cloud', 'ipywidgets',"
+        " 'kubernetes') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=80), st.booleans())
+def test_parser_fuzz_never_raises_anything_but_usage_errors(line: str, as_cell: bool) -> None:
+    try:
+        parse_line(line, "print(1)" if as_cell else None)
+    except MagicLineError as e:
+        assert "\n" not in str(e).strip() or "see `%torchx?`" in str(e)
+    except Exception as e:
+        if type(e).__name__ != "_HelpShown":
+            raise
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "-s",
+                "local_cwd",
+                "-cfg",
+                "a=b",
+                "--wait",
+                "--dryrun",
+                "-j",
+                "2x2",
+                "-o",
+                "v",
+                "--env",
+                "K=V",
+                "-h",
+                "cpu.small",
+                "--name",
+                "x",
+                "--image",
+                "--workspace",
+                "none",
+                "--bogus",
+                "'",
+                '"',
+                "=",
+                ",",
+            ]
+        ),
+        max_size=12,
+    )
+)
+def test_parser_fuzz_structured(tokens: list[str]) -> None:
+    with contextlib.suppress(MagicLineError):
+        parse_line("run " + " ".join(tokens), "print(1)")

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from tests.conftest import wait_for
+from torchx_nb import specs
+from torchx_nb.components.utils import sh
+from torchx_nb.notebook.poller import Poller, get_poller
+from torchx_nb.runner import Runner, get_runner
+from torchx_nb.schedulers import get_scheduler_factories
+from torchx_nb.schedulers.api import DescribeAppResponse
+from torchx_nb.schedulers.local_cwd import LocalCwdScheduler
+from torchx_nb.specs import AppState
+
+
+def test_poller_follows_real_jobs_on_one_thread() -> None:
+    runner = get_runner()
+    poller = Poller(runner, min_interval=0.05, max_interval=1)
+    seen: dict[str, list[str]] = {}
+    handles = [runner.run(sh("sleep", "0.5"), "local_cwd") for _ in range(5)]
+    before = threading.active_count()
+    for h in handles:
+        poller.watch(
+            h, lambda s, e, h=h: seen.setdefault(h, []).append(s.state.name if s else f"error {e}")
+        )
+    assert threading.active_count() == before + 1
+    wait_for(lambda: all(seen.get(h, [""])[-1] == "SUCCEEDED" for h in handles))
+    assert all("RUNNING" in seen[h] for h in handles)
+    wait_for(lambda: poller.watching == 0)
+    count = {h: len(v) for h, v in seen.items()}
+    import time
+
+    time.sleep(0.3)
+    assert {h: len(v) for h, v in seen.items()} == count
+    assert runner.jobstore.get(handles[0]).state == "SUCCEEDED"  # type: ignore[union-attr]
+    poller.stop()
+    assert get_poller(runner) is get_poller(runner)
+
+
+class Batched(LocalCwdScheduler):
+    """local_cwd plus describe_many, counting calls."""
+
+    calls: list[int] = []
+    describes: list[str] = []
+
+    def describe_many(self, app_ids: list[str]) -> Mapping[str, DescribeAppResponse | None]:
+        Batched.calls.append(len(app_ids))
+        return {a: super(Batched, self).describe(a) for a in app_ids}
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        Batched.describes.append(app_id)
+        return super().describe(app_id)
+
+
+class Flaky(LocalCwdScheduler):
+    failures = 2
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        if Flaky.failures > 0:
+            Flaky.failures -= 1
+            raise ConnectionError("endpoint unreachable")
+        return super().describe(app_id)
+
+
+def _runner_with(name: str, cls: type) -> Runner:
+    factories: dict[str, Any] = dict(get_scheduler_factories())
+    factories[name] = lambda session, **kw: cls(session, **kw)
+    return Runner(scheduler_factories=factories)
+
+
+def test_describe_many_is_called_once_per_round() -> None:
+    runner = _runner_with("batched", Batched)
+    handles = [runner.run(sh("sleep", "0.3"), "batched") for _ in range(6)]
+    Batched.calls.clear()
+    Batched.describes.clear()
+    poller = Poller(runner, min_interval=0.05)
+    done: set[str] = set()
+    for h in handles:
+        poller.watch(h, lambda s, e, h=h: done.add(h) if s and specs.is_terminal(s.state) else None)
+    wait_for(lambda: len(done) == 6)
+    poller.stop()
+    assert Batched.calls and Batched.calls[0] == 6
+    assert len(Batched.calls) == poller.rounds or len(Batched.calls) <= poller.rounds
+    assert all(n <= 6 for n in Batched.calls)
+
+
+def test_transient_errors_back_off_and_recover() -> None:
+    runner = _runner_with("flaky", Flaky)
+    handle = runner.run(sh("true"), "flaky")
+    events: list[str] = []
+    poller = Poller(runner, min_interval=0.05, max_interval=1)
+    Flaky.failures = 2
+    poller.watch(handle, lambda s, e: events.append(s.state.name if s else f"error:{e}"))
+    wait_for(lambda: events and events[-1] == "SUCCEEDED")
+    poller.stop()
+    assert events[:2] == ["error:endpoint unreachable"] * 2
+    assert events[-1] == AppState.SUCCEEDED.name

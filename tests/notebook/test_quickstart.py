@@ -1,0 +1,114 @@
+"""notebooks/quickstart.ipynb executed in a real Jupyter kernel (nbclient), outputs checked; then
+a fresh kernel finds the jobs again through the job store."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
+
+pytestmark = pytest.mark.slow
+
+
+def text_of(cell: nbformat.NotebookNode) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out["output_type"] == "stream":
+            parts.append(out["text"])
+        elif out["output_type"] == "error":
+            parts.append(f"{out['ename']}: {out['evalue']}\n")
+        else:
+            parts.append(out.get("data", {}).get("text/plain", "") + "\n")
+    return "".join(parts)
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path) -> nbformat.NotebookNode:
+    NotebookClient(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+    ).execute()
+    return nb
+
+
+def cell_with(nb: nbformat.NotebookNode, snippet: str) -> nbformat.NotebookNode:
+    return next(c for c in nb.cells if c.cell_type == "code" and snippet in c.source)
+
+
+@pytest.mark.parametrize("mode", ["widgets", "text"])
+def test_quickstart_runs_headless(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "1" if mode == "widgets" else "text")
+    shutil.copy(QUICKSTART, tmp_path / "quickstart.ipynb")
+    nb = execute(nbformat.read(tmp_path / "quickstart.ipynb", as_version=4), tmp_path)
+
+    ran = text_of(cell_with(nb, "%%torchx run --wait -o job"))
+    assert "hello from local_cwd://torchx/cell-" in ran
+    assert "sum of y: 6" in ran
+    assert "SUCCEEDED" in ran
+    after = text_of(cell_with(nb, "print(job.status().state)"))
+    assert after.startswith("SUCCEEDED\nhello from")
+
+    slow = text_of(cell_with(nb, "the kernel is free while"))
+    assert "SUCCEEDED\nstep 0\nstep 1\nstep 2\n" in slow
+
+    dry = text_of(cell_with(nb, "--dryrun"))
+    assert "dryrun; nothing submitted" in dry and "--no-python" in dry
+    assert "hf_not_shown" not in dry
+
+    assert "CANCELLED" in text_of(cell_with(nb, "%torchx cancel sleeper"))
+    assert "hello from a component" in text_of(cell_with(nb, "utils.echo"))
+
+    listing = text_of(cell_with(nb, "%torchx list"))
+    assert listing.count("SUCCEEDED") >= 3 and "CANCELLED" in listing
+
+    err = text_of(cell_with(nb, "-s local_cdw"))
+    assert err.strip().startswith(
+        "UsageError: %torchx run: unknown scheduler 'local_cdw'; did you mean 'local_cwd'?"
+        " (available: local_cwd,"
+    )
+    assert "\n" not in err.strip()
+    if mode == "widgets":
+        status_outputs = cell_with(nb, "%%torchx run -o slow").outputs
+        views = [
+            o
+            for o in status_outputs
+            if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+        ]
+        assert len(views) == 2
+        assert all(o["data"]["text/plain"].strip() for o in views)
+
+
+def test_jobs_survive_a_kernel_restart(tmp_path: Path) -> None:
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    first = new_notebook(
+        cells=[
+            new_code_cell("%load_ext torchx_nb"),
+            new_code_cell("%%torchx run --wait -o job\nprint('before the restart')"),
+            new_code_cell("print(job.handle)"),
+        ]
+    )
+    execute(first, tmp_path)
+    handle = text_of(first.cells[2]).strip()
+    assert handle.startswith("local_cwd://torchx/cell-")
+
+    second = new_notebook(
+        cells=[
+            new_code_cell("%load_ext torchx_nb"),
+            new_code_cell(
+                "df = %torchx list\nprint(df[['handle', 'state']].to_string(index=False))"
+            ),
+            new_code_cell(f"%torchx status {handle}"),
+            new_code_cell(f"%torchx log {handle}"),
+        ]
+    )
+    execute(second, tmp_path)
+    assert handle in text_of(second.cells[1]) and "SUCCEEDED" in text_of(second.cells[1])
+    assert "State: SUCCEEDED" in text_of(second.cells[2])
+    assert text_of(second.cells[3]) == "before the restart\n"

@@ -1,0 +1,1 @@
+"""Notebook integration: the %%torchx magics, job handles, live widgets and DataFrames."""

@@ -1,0 +1,126 @@
+"""``JobHandle``: what a ``%%torchx run`` cell gives back (``-o VAR``): the job's handle with
+status(), wait(), logs(), cancel() and rich reprs."""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING
+
+from torchx_nb.schedulers.api import Stream
+from torchx_nb.specs.api import AppDef, AppStatus, UnknownAppException, parse_app_handle
+
+if TYPE_CHECKING:
+    from torchx_nb.runner import Runner
+
+STATE_COLOURS = {
+    "SUCCEEDED": "#1a7f37",
+    "FAILED": "#cf222e",
+    "CANCELLED": "#6e7781",
+    "RUNNING": "#0969da",
+    "PENDING": "#9a6700",
+    "SUBMITTED": "#9a6700",
+    "UNKNOWN": "#6e7781",
+}
+
+
+class JobHandle:
+    """A submitted job, by handle (``scheduler://session/app_id``)."""
+
+    def __init__(self, handle: str, runner: Runner) -> None:
+        parsed = parse_app_handle(handle)
+        self.handle = handle
+        self.scheduler = parsed.scheduler_backend
+        self.app_id = parsed.app_id
+        self._runner = runner
+
+    def __str__(self) -> str:
+        return self.handle
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobHandle) and other.handle == self.handle
+
+    def __hash__(self) -> int:
+        return hash(self.handle)
+
+    def status(self) -> AppStatus | None:
+        """The job's current status (None once the scheduler has forgotten it)."""
+        return self._runner.status(self.handle)
+
+    def wait(self, timeout: float | None = None, interval: float = 2.0) -> AppStatus | None:
+        """Block until the job ends (or ``timeout`` seconds pass); returns the last status."""
+        return self._runner.wait(self.handle, wait_interval=interval, timeout=timeout)
+
+    def cancel(self) -> None:
+        """Ask the scheduler to stop the job; returns at once."""
+        self._runner.cancel(self.handle)
+
+    def describe(self) -> AppDef | None:
+        return self._runner.describe(self.handle)
+
+    def roles(self) -> list[tuple[str, int]]:
+        """(role, replica) pairs of the job."""
+        status = self.status()
+        if status is None:
+            raise UnknownAppException(self.handle)
+        return [(rs.role, r.id) for rs in status.roles for r in rs.replicas]
+
+    def logs(
+        self,
+        role: str | None = None,
+        k: int = 0,
+        regex: str | None = None,
+        tail: bool = False,
+        streams: str | Stream | None = None,
+    ) -> str:
+        """The log text of replica ``k`` of ``role`` (default: the first role); ``tail=True``
+        waits for the job to end first."""
+        if role is None:
+            role = self.roles()[0][0]
+        stream = Stream(streams) if isinstance(streams, str) else streams
+        return "".join(
+            self._runner.log_lines(
+                self.handle, role, k, regex=regex, should_tail=tail, streams=stream
+            )
+        )
+
+    def __repr__(self) -> str:
+        try:
+            status = self.status()
+        except Exception as e:
+            return f"JobHandle({self.handle!r}, status unavailable: {e})"
+        state = status.state.name if status else "UNKNOWN"
+        return f"JobHandle({self.handle!r}, state={state})"
+
+    def _repr_html_(self) -> str:
+        try:
+            status = self.status()
+        except Exception as e:
+            return (
+                f"<code>{html.escape(self.handle)}</code> status unavailable: {html.escape(str(e))}"
+            )
+        return status_html(self.handle, status)
+
+
+def status_html(handle: str, status: AppStatus | None) -> str:
+    """A compact HTML summary: handle, coloured state, replicas, message and UI link."""
+    state = status.state.name if status else "UNKNOWN"
+    colour = STATE_COLOURS.get(state, "#6e7781")
+    parts = [
+        f"<code>{html.escape(handle)}</code> "
+        f'<span style="background:{colour};color:white;border-radius:3px;padding:1px 6px">'
+        f"{state}</span>"
+    ]
+    if status:
+        reps = ", ".join(
+            f"{html.escape(rs.role)}/{r.id}: {r.state.name}"
+            for rs in status.roles
+            for r in rs.replicas
+        )
+        if reps:
+            parts.append(f"<br><small>{reps}</small>")
+        if status.msg and status.msg != "<NONE>":
+            parts.append(f"<br><small>{html.escape(status.msg)}</small>")
+        if status.ui_url:
+            url = html.escape(status.ui_url, quote=True)
+            parts.append(f'<br><small><a href="{url}" target="_blank">{url}</a></small>')
+    return "".join(parts)

@@ -1,0 +1,544 @@
+"""The ``%%torchx`` / ``%torchx`` magics (``%load_ext torchx_nb``).
+
+Every bad line becomes a one-line ``UsageError`` naming the fix. Defaults come from traitlets
+(``%config TorchxMagics.scheduler = "local_cwd"``) and from ``.torchxconfig``."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments
+from traitlets import CaselessStrEnum, Dict, Int, Unicode
+
+from torchx_nb.errors import one_line
+
+COMMANDS = ("run", "status", "describe", "log", "cancel", "list", "runopts", "schedulers")
+WIDGETS_ENV = "TORCHX_NB_WIDGETS"
+
+
+class MagicLineError(UsageError):
+    """A ``%torchx`` line that cannot be understood; shown as one line."""
+
+
+class _Parser(MagicArgumentParser):
+    def error(self, message: str) -> Any:
+        raise MagicLineError(f"%torchx {self.prog}: {message} (see `%torchx?`)")
+
+    def exit(self, status: int = 0, message: str | None = None) -> Any:
+        raise _HelpShown()
+
+
+class _HelpShown(Exception):
+    """``--help`` was asked for and printed."""
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-s",
+        "--scheduler",
+        default=None,
+        help="where to run (default: "
+        "TorchxMagics.scheduler, then [cli:run] in .torchxconfig, then local_cwd)",
+    )
+    parser.add_argument(
+        "-cfg",
+        "--cfg",
+        action="append",
+        default=[],
+        metavar="K=V,...",
+        help="scheduler options (see %%torchx runopts SCHEDULER)",
+    )
+    parser.add_argument("--image", default=None, help="image the job runs in")
+    parser.add_argument(
+        "-j", default=None, metavar="[MIN:]NxP", help="run under torchrun: N nodes of P processes"
+    )
+    parser.add_argument("--name", default=None, help="the job's name")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V[,K=V]",
+        help="environment variable for the job (repeatable)",
+    )
+    parser.add_argument(
+        "-h",
+        "--resource",
+        default=None,
+        metavar="RESOURCE",
+        help="a named resource, e.g. cpu.small or aws_g5.xlarge",
+    )
+    parser.add_argument(
+        "--workspace",
+        default=None,
+        metavar="PATH|none",
+        help="folder shipped with the job (default: the notebook's folder)",
+    )
+    parser.add_argument(
+        "--wait", action="store_true", help="block until the job ends, streaming its logs as text"
+    )
+    parser.add_argument(
+        "--dryrun",
+        action="store_true",
+        help="show the scheduler's request (secrets masked); submit nothing",
+    )
+    parser.add_argument(
+        "-o",
+        "--out",
+        default=None,
+        metavar="VAR",
+        help="store the job's handle object in this variable",
+    )
+    parser.add_argument("--help", action="help", help="show this help")
+
+
+def _parser(prog: str, build: Callable[[argparse.ArgumentParser], None]) -> _Parser:
+    p = _Parser(prog=prog, add_help=False)
+    build(p)
+    return p
+
+
+def _handle_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("handle", help="a handle (sched://session/app_id) or a variable holding one")
+    p.add_argument("--help", action="help", help="show this help")
+
+
+def _log_args(p: argparse.ArgumentParser) -> None:
+    _handle_arg(p)
+    p.add_argument("-r", "--role", default=None, help="role (default: all)")
+    p.add_argument("-k", "--replica", type=int, default=None, help="replica (default: all)")
+    p.add_argument("--regex", default=None, help="only lines matching this regex")
+    p.add_argument("-t", "--tail", action="store_true", help="follow until the job ends")
+    p.add_argument("--streams", choices=["stdout", "stderr", "combined"], default=None)
+
+
+def _list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-s",
+        "--scheduler",
+        default=None,
+        help="only this scheduler's jobs, plus the ones it lists itself",
+    )
+    p.add_argument("--all", action="store_true", help="every job, not just the newest 50")
+    p.add_argument("--help", action="help", help="show this help")
+
+
+def _runopts_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scheduler", nargs="?", default=None)
+    p.add_argument("--help", action="help", help="show this help")
+
+
+def _line_run_args(p: argparse.ArgumentParser) -> None:
+    _run_options(p)
+    p.add_argument("component", help="component, e.g. utils.echo or path/file.py:fn")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the component's arguments")
+
+
+def _no_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--help", action="help", help="show this help")
+
+
+PARSERS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "run": _line_run_args,
+    "status": _handle_arg,
+    "describe": _handle_arg,
+    "cancel": _handle_arg,
+    "log": _log_args,
+    "list": _list_args,
+    "runopts": _runopts_args,
+    "schedulers": _no_args,
+}
+
+
+@dataclass
+class ParsedLine:
+    """A parsed magic line: the command and its arguments."""
+
+    command: str
+    args: argparse.Namespace
+
+
+def parse_line(line: str, cell: str | None = None) -> ParsedLine:
+    """Parse a ``%torchx`` / ``%%torchx`` line; anything wrong raises MagicLineError."""
+    try:
+        tokens = shlex.split(line, posix=True)
+    except ValueError as e:
+        raise MagicLineError(f"%torchx: cannot split the line: {e} (check the quotes)") from None
+    if not tokens:
+        raise MagicLineError(f"%torchx: missing command: one of {', '.join(COMMANDS)}")
+    command, rest = tokens[0], tokens[1:]
+    if cell is not None:
+        if command != "run":
+            raise MagicLineError(
+                f"%%torchx {command}: only `%%torchx run [options]` takes a cell body"
+            )
+        parser = _parser("run", _run_options)
+    else:
+        if command not in PARSERS:
+            import difflib
+
+            close = difflib.get_close_matches(command, COMMANDS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise MagicLineError(
+                f"%torchx: unknown command {command!r}{hint} (commands: {', '.join(COMMANDS)})"
+            )
+        parser = _parser(command, PARSERS[command])
+    return ParsedLine(command, parser.parse_args(rest))
+
+
+def _split_env(items: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        for pair in item.split(","):
+            if not pair:
+                continue
+            key, sep, val = pair.partition("=")
+            if not sep or not key:
+                raise MagicLineError(f"%torchx run: --env expects K=V, got {pair!r}")
+            env[key] = val
+    return env
+
+
+@magics_class
+class TorchxMagics(Magics):
+    """``%%torchx run`` turns a cell into a job; ``%torchx`` manages jobs."""
+
+    scheduler = Unicode(
+        "", help="default scheduler for %%torchx run ('' = .torchxconfig [cli:run], else local_cwd)"
+    ).tag(config=True)
+    session = Unicode("torchx", help="session name in handles").tag(config=True)
+    cfg = Dict(help="default scheduler options, per scheduler: {'aws_batch': {'queue': 'q'}}").tag(
+        config=True
+    )
+    image = Unicode("", help="default image for %%torchx run").tag(config=True)
+    widgets = CaselessStrEnum(
+        ["auto", "widgets", "text"],
+        default_value="auto",
+        help="live widgets, plain text, or auto (text when the env"
+        f" variable {WIDGETS_ENV}=0/text or no widget frontend)",
+    ).tag(config=True)
+    log_lines = Int(1000, help="lines kept in a log widget").tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
+        self._runner: Any = None
+
+    @property
+    def runner(self) -> Any:
+        if self._runner is None:
+            from torchx_nb.runner import Runner
+
+            self._runner = Runner(self.session)
+        return self._runner
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    @line_cell_magic
+    @magic_arguments()
+    @argument("command", choices=COMMANDS, help="what to do (each takes --help)")
+    @argument("args", nargs=argparse.REMAINDER, help="the command's arguments")
+    def torchx(self, line: str, cell: str | None = None) -> Any:
+        """Run a cell, or a component, as a job and watch it.
+
+        %%torchx run [-s SCHED] [-cfg k=v,...] [--image IMG] [-j NxP] [--name NAME]
+                     [--env K=V ...] [-h RESOURCE] [--workspace PATH|none] [--wait] [--dryrun]
+                     [-o VAR]
+            Runs the cell body as the job's main program in the workspace (the notebook's
+            folder by default); with -j under torchrun on N nodes of P processes. Shows a live
+            status widget and a log widget; --wait blocks and streams the logs as text;
+            --dryrun shows the native request and submits nothing; -o stores the handle object.
+
+        %torchx run [options] COMPONENT ARGS...    e.g. %torchx run utils.echo --msg hi
+        %torchx status|describe|cancel HANDLE_OR_VAR
+        %torchx log HANDLE_OR_VAR [-r ROLE] [-k N] [--regex RE] [--tail] [--streams S]
+        %torchx list [-s SCHED] [--all]             a pandas DataFrame of jobs
+        %torchx runopts [SCHED]                     a DataFrame of a scheduler's options
+        %torchx schedulers                          a DataFrame of the schedulers
+
+        Defaults: %config TorchxMagics.scheduler / .cfg / .image / .widgets, and .torchxconfig.
+        """
+        try:
+            parsed = parse_line(line, cell)
+        except _HelpShown:
+            return None
+        try:
+            return getattr(self, f"_do_{parsed.command}")(parsed.args, cell)
+        except (MagicLineError, KeyboardInterrupt):
+            raise
+        except _HelpShown:
+            return None
+        except SystemExit:
+            return None
+        except Exception as e:
+            if os.environ.get("TORCHX_NB_DEBUG"):
+                raise
+            raise UsageError(f"%torchx {parsed.command}: {one_line(e)}") from None
+
+    def _widget_mode(self) -> bool:
+        if self.widgets == "text":
+            return False
+        from torchx_nb.notebook.widgets import widgets_enabled
+
+        if self.widgets == "widgets":
+            return True
+        return widgets_enabled()
+
+    def _scheduler_name(self, explicit: str | None) -> str:
+        if explicit:
+            return explicit
+        if self.scheduler:
+            return self.scheduler
+        from torchx_nb import config
+
+        return config.cli_defaults("run").get("scheduler") or "local_cwd"
+
+    def _cfg(self, scheduler: str, literals: list[str]) -> dict[str, Any]:
+        runner = self.runner
+        cfg = dict(self.cfg.get(scheduler, {}))
+        cfg.update(runner.cfg_from_str(scheduler, *literals))
+        return runner.cfg_with_config_files(scheduler, cfg)
+
+    def _notebook_path(self) -> str | None:
+        ns = self.shell.user_ns if self.shell else {}
+        for candidate in (
+            ns.get("__vsc_ipynb_file__"),
+            ns.get("__session__"),
+            os.environ.get("JPY_SESSION_NAME"),
+        ):
+            if candidate:
+                return str(candidate)
+        return None
+
+    def _workspace(self, value: str | None) -> str | None:
+        if value is None:
+            return os.getcwd()
+        if value.lower() in ("none", ""):
+            return None
+        path = os.path.expanduser(value)
+        if not os.path.isdir(path):
+            raise MagicLineError(f"%torchx run: --workspace {value!r} is not a folder")
+        return path
+
+    def _do_run(self, args: argparse.Namespace, cell: str | None) -> None:
+        scheduler = self._scheduler_name(args.scheduler)
+        runner = self.runner
+        cfg = self._cfg(scheduler, args.cfg)
+        env = _split_env(args.env)
+        workspace = self._workspace(args.workspace)
+        if not hasattr(runner.get_scheduler(scheduler), "build_workspace_and_update_role"):
+            workspace = None
+        image = args.image or self.image or None
+        cell_hash = None
+        if cell is not None:
+            if not cell.strip():
+                raise MagicLineError(
+                    "%%torchx run: the cell is empty; write the code to run below the magic line"
+                )
+            from torchx_nb.components.cell import cell as cell_component
+
+            kwargs: dict[str, Any] = {"source": cell, "env": env, "j": args.j, "h": args.resource}
+            if args.name:
+                kwargs["name"] = args.name
+            if image:
+                kwargs["image"] = image
+            app = cell_component(**kwargs)
+            cell_hash = hashlib.sha256(cell.encode()).hexdigest()[:16]
+        else:
+            app = runner.component_app(args.component, list(args.args))
+            for role in app.roles:
+                role.env.update(env)
+                if image:
+                    role.image = image
+            if args.name:
+                app.name = args.name
+        info = runner.dryrun(app, scheduler, cfg, workspace)
+        if args.dryrun:
+            self._show_dryrun(scheduler, info)
+            return None
+        handle = runner.schedule(
+            info, workspace=workspace, cell_hash=cell_hash, notebook=self._notebook_path()
+        )
+        from torchx_nb.notebook.handle import JobHandle
+
+        job = JobHandle(handle, runner)
+        if args.out:
+            if not args.out.isidentifier():
+                raise MagicLineError(f"%torchx run: -o needs a variable name, got {args.out!r}")
+            assert self.shell is not None
+            self.shell.user_ns[args.out] = job
+        self._watch(job, wait=args.wait)
+        return None
+
+    def _show_dryrun(self, scheduler: str, info: Any) -> None:
+        from IPython.display import display
+
+        text = f"{scheduler} request (dryrun; nothing submitted):\n{info}"
+        display({"text/plain": text}, raw=True)
+
+    def _watch(self, job: Any, wait: bool) -> None:
+        from IPython.display import display
+
+        runner = self.runner
+        if self._widget_mode():
+            from torchx_nb.notebook.poller import get_poller
+            from torchx_nb.notebook.widgets import LogWidget, StatusWidget, display_with_text
+
+            status = StatusWidget(job.handle, runner, get_poller(runner))
+            display_with_text(status.widget, status.text())
+            if not wait:
+                logs = LogWidget(job.handle, runner, max_lines=self.log_lines)
+                display_with_text(logs.widget, f"logs of {job.handle}: {job}.logs()")
+        else:
+            display({"text/plain": f"{job.handle} SUBMITTED"}, raw=True)
+            if not wait:
+                print(
+                    f"(not waiting: `%torchx status {job.handle}`, `%torchx log "
+                    f"{job.handle}`, or -o VAR then VAR.wait())"
+                )
+        if wait:
+            self._wait_and_stream(job)
+
+    def _wait_and_stream(self, job: Any) -> None:
+        from torchx_nb.logtail import follow, replica_targets
+        from torchx_nb.specs.api import AppState
+
+        runner = self.runner
+        try:
+            targets = replica_targets(runner, job.handle)
+            prefixed = len(targets) > 1
+            for role, k, line in follow(runner, job.handle, targets, tail=True):
+                sys.stdout.write(f"{role}/{k} {line}" if prefixed else line)
+            sys.stdout.flush()
+            status = runner.wait(job.handle, wait_interval=1)
+        except KeyboardInterrupt:
+            print(
+                f"\nstopped waiting; {job.handle} keeps running (`%torchx cancel "
+                f"{job.handle}` stops it)"
+            )
+            return
+        state = status.state.name if status else "UNKNOWN"
+        line = f"{job.handle} {state}"
+        if status and status.state != AppState.SUCCEEDED and status.msg not in ("", "<NONE>"):
+            line += f": {status.msg}"
+        print(line)
+
+    def _resolve_handle(self, token: str) -> str:
+        from torchx_nb.notebook.handle import JobHandle
+        from torchx_nb.specs.api import parse_app_handle
+
+        value = self.shell.user_ns.get(token) if self.shell and token.isidentifier() else None
+        if isinstance(value, JobHandle):
+            return value.handle
+        if isinstance(value, str):
+            token = value
+        parse_app_handle(token)
+        return token
+
+    def _do_status(self, args: argparse.Namespace, cell: str | None) -> None:
+        from IPython.display import display
+
+        from torchx_nb.notebook.handle import status_html
+        from torchx_nb.specs.api import UnknownAppException
+
+        handle = self._resolve_handle(args.handle)
+        status = self.runner.status(handle)
+        if status is None:
+            raise UnknownAppException(handle)
+        display(
+            {
+                "text/plain": f"{handle}\n{status.format()}",
+                "text/html": status_html(handle, status),
+            },
+            raw=True,
+        )
+
+    def _do_describe(self, args: argparse.Namespace, cell: str | None) -> None:
+        import json
+        from dataclasses import asdict
+
+        from IPython.display import display
+
+        from torchx_nb.redact import redact
+        from torchx_nb.specs.api import UnknownAppException
+
+        handle = self._resolve_handle(args.handle)
+        app = self.runner.describe(handle)
+        if app is None:
+            raise UnknownAppException(handle)
+        display({"text/plain": json.dumps(redact(asdict(app)), indent=2, default=str)}, raw=True)
+
+    def _do_cancel(self, args: argparse.Namespace, cell: str | None) -> None:
+        from torchx_nb.specs.api import UnknownAppException
+
+        handle = self._resolve_handle(args.handle)
+        if self.runner.status(handle) is None:
+            raise UnknownAppException(handle)
+        self.runner.cancel(handle)
+        print(f"cancel requested for {handle}")
+
+    def _do_log(self, args: argparse.Namespace, cell: str | None) -> None:
+        from torchx_nb.logtail import follow, replica_targets
+        from torchx_nb.schedulers.api import Stream
+
+        handle = self._resolve_handle(args.handle)
+        replicas = [args.replica] if args.replica is not None else None
+        targets = replica_targets(self.runner, handle, args.role, replicas)
+        streams = Stream(args.streams) if args.streams else None
+        prefixed = len(targets) > 1
+        try:
+            for role, k, line in follow(
+                self.runner, handle, targets, args.regex, args.tail, streams
+            ):
+                sys.stdout.write(f"{role}/{k} {line}" if prefixed else line)
+        except KeyboardInterrupt:
+            print("\nstopped following the log")
+        sys.stdout.flush()
+
+    def _do_list(self, args: argparse.Namespace, cell: str | None) -> Any:
+        from torchx_nb.joblist import job_rows
+        from torchx_nb.notebook.frames import jobs_frame
+
+        rows = job_rows(self.runner, scheduler=args.scheduler, limit=None if args.all else 50)
+        return jobs_frame(rows)
+
+    def _do_runopts(self, args: argparse.Namespace, cell: str | None) -> Any:
+        from torchx_nb.notebook.frames import runopts_frame
+
+        scheduler = self._scheduler_name(args.scheduler)
+        return runopts_frame(self.runner.scheduler_run_opts(scheduler))
+
+    def _do_schedulers(self, args: argparse.Namespace, cell: str | None) -> Any:
+        from torchx_nb.notebook.frames import schedulers_frame
+
+        return schedulers_frame(self.runner._factories)
+
+
+_LOADED: dict[int, TorchxMagics] = {}
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics and make them configurable with ``%config TorchxMagics...``."""
+    magics = TorchxMagics(shell=ipython)
+    ipython.register_magics(magics)
+    if magics not in ipython.configurables:
+        ipython.configurables.append(magics)
+    _LOADED[id(ipython)] = magics
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    magics = _LOADED.pop(id(ipython), None)
+    if magics is not None:
+        magics.close()
+        if magics in ipython.configurables:
+            ipython.configurables.remove(magics)

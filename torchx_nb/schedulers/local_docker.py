@@ -1,0 +1,484 @@
+"""``local_docker``: one container per replica on a Docker daemon, with TorchX's names and labels.
+
+describe(), list() and log_iter() read the daemon (containers are found by label), so they work
+from any process. The daemon is the one ``DOCKER_HOST`` (or the default socket) points at."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+    split_lines_iterator,
+)
+from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.specs.api import (
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    BindMount,
+    CfgVal,
+    DeviceMount,
+    ReplicaStatus,
+    Resource,
+    Role,
+    RoleStatus,
+    TorchxNbError,
+    VolumeMount,
+    is_terminal,
+    macros,
+    runopts,
+)
+from torchx_nb.version import __version__
+
+LABEL_VERSION = "torchx.pytorch.org/version"
+LABEL_APP_ID = "torchx.pytorch.org/app-id"
+LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
+LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
+LABEL_SPEC = "torchx-nb/role"
+RANK0_ENV = "TORCHX_RANK0_HOST"
+DEFAULT_NETWORK = "torchx"
+
+_STATES = {
+    "created": AppState.SUBMITTED,
+    "restarting": AppState.PENDING,
+    "running": AppState.RUNNING,
+    "paused": AppState.PENDING,
+    "removing": AppState.PENDING,
+    "dead": AppState.FAILED,
+}
+
+
+class DockerUnavailableError(TorchxNbError):
+    """No Docker daemon answers."""
+
+
+@dataclass
+class DockerContainer:
+    """One replica: image, command, and the keyword arguments of ``containers.run``."""
+
+    image: str
+    command: list[str]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DockerJob:
+    """local_docker's native request: the containers to start and the network they join."""
+
+    app_id: str
+    network: str
+    containers: list[DockerContainer] = field(default_factory=list)
+
+
+def _fmt_job(job: DockerJob) -> str:
+    import json
+
+    from torchx_nb.redact import redact
+
+    data = {
+        "app_id": job.app_id,
+        "network": job.network,
+        "containers": [
+            {"image": c.image, "command": c.command, **_jsonable(c.kwargs)} for c in job.containers
+        ],
+    }
+    return json.dumps(redact(data), indent=2, default=str)
+
+
+def _jsonable(kwargs: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in kwargs.items():
+        if k == "mounts":
+            out[k] = [dict(m) for m in v]
+        elif k == "device_requests":
+            out[k] = [dict(d) for d in v]
+        else:
+            out[k] = v
+    return out
+
+
+def container_name(app_id: str, role: str, replica_id: int) -> str:
+    """TorchX's container naming: ``{app_id[-30:]}-{role[:30]}-{replica}``, starting alphanumeric."""
+    name = f"{app_id[-30:]}-{role[:30]}-{replica_id}"
+    return re.sub(r"^[^a-zA-Z0-9]+", "", name)
+
+
+def _role_label(role: Role) -> str:
+    import json
+
+    return json.dumps(
+        {
+            "name": role.name,
+            "image": role.image,
+            "entrypoint": role.entrypoint,
+            "args": role.args,
+            "num_replicas": role.num_replicas,
+            "resource": [role.resource.cpu, role.resource.gpu, role.resource.memMB],
+            "max_retries": role.max_retries,
+        }
+    )
+
+
+def _role_from_label(text: str) -> Role | None:
+    import json
+
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return None
+    cpu, gpu, mem = d.get("resource", [1, 0, 1024])
+    return Role(
+        name=d["name"],
+        image=d["image"],
+        entrypoint=d["entrypoint"],
+        args=list(d["args"]),
+        num_replicas=d["num_replicas"],
+        max_retries=d.get("max_retries", 0),
+        resource=Resource(cpu=cpu, gpu=gpu, memMB=mem),
+    )
+
+
+def _app_state(states: list[AppState]) -> AppState:
+    """The app's state from its replicas': the first still running, else how they ended."""
+    live = [s for s in states if not is_terminal(s)]
+    if live:
+        return live[0]
+    if all(s == AppState.SUCCEEDED for s in states):
+        return AppState.SUCCEEDED
+    if AppState.CANCELLED in states:
+        return AppState.CANCELLED
+    return AppState.FAILED
+
+
+class LocalDockerScheduler(Scheduler[Mapping[str, CfgVal]]):
+    """Runs each replica as a container on the local Docker daemon."""
+
+    def __init__(self, session_name: str, docker_client: Any = None) -> None:
+        super().__init__("local_docker", session_name)
+        self._client = docker_client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import docker
+
+            try:
+                self._client = docker.from_env()
+                self._client.ping()
+            except Exception as e:
+                self._client = None
+                host = os.environ.get("DOCKER_HOST", "the default socket")
+                raise DockerUnavailableError(
+                    f"no Docker daemon answers at {host} ({type(e).__name__}); start Docker or"
+                    " set DOCKER_HOST — without a daemon, run on a remote scheduler with"
+                    " -cfg builder=registry"
+                ) from None
+        return self._client
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add(
+            "copy_env",
+            type_=list[str],
+            help="host environment variables to copy into"
+            " the containers (glob patterns, e.g. FOO_*)",
+        )
+        opts.add(
+            "env",
+            type_=dict[str, str],
+            help="environment variables set in every container (applied after copy_env)",
+        )
+        opts.add("privileged", type_=bool, default=False, help="run the containers privileged")
+        opts.add(
+            "network",
+            type_=str,
+            default=DEFAULT_NETWORK,
+            help="docker network: 'torchx' (a bridge created on demand, containers reach"
+            " each other by name), 'host' or 'none'",
+        )
+        return opts
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+        """Resources are optional on local_docker: NULL_RESOURCE means no limits."""
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
+        app_id = make_unique(app.name)
+        network = str(cfg.get("network") or DEFAULT_NETWORK)
+        job = DockerJob(app_id=app_id, network=network)
+        rank0 = "localhost" if network == "host" else container_name(app_id, app.roles[0].name, 0)
+        patterns = cfg.get("copy_env") or []
+        assert isinstance(patterns, list)
+        copied = {
+            k: v for k, v in os.environ.items() if any(fnmatch.fnmatch(k, p) for p in patterns)
+        }
+        env_opt = cfg.get("env") or {}
+        assert isinstance(env_opt, dict)
+        extra_env = dict(env_opt)
+        for role in app.roles:
+            for i in range(role.num_replicas):
+                values = macros.Values(
+                    img_root="", app_id=app_id, replica_id=str(i), rank0_env=RANK0_ENV
+                )
+                r = values.apply(role)
+                name = container_name(app_id, role.name, i)
+                env = {**copied, **r.env, **extra_env, RANK0_ENV: rank0}
+                kwargs: dict[str, Any] = {
+                    "name": name,
+                    "environment": env,
+                    "labels": {
+                        LABEL_VERSION: __version__,
+                        LABEL_APP_ID: app_id,
+                        LABEL_ROLE_NAME: role.name,
+                        LABEL_REPLICA_ID: str(i),
+                        LABEL_SPEC: _role_label(role),
+                    },
+                    "privileged": bool(cfg.get("privileged")),
+                    "network": network,
+                    "init": True,
+                }
+                if network not in ("host", "none"):
+                    kwargs["hostname"] = name
+                self._resources(r, kwargs)
+                if r.max_retries > 0:
+                    kwargs["restart_policy"] = {
+                        "Name": "on-failure",
+                        "MaximumRetryCount": r.max_retries,
+                    }
+                job.containers.append(
+                    DockerContainer(image=r.image, command=[r.entrypoint, *r.args], kwargs=kwargs)
+                )
+        return AppDryRunInfo(job, _fmt_job)
+
+    @staticmethod
+    def _resources(role: Role, kwargs: dict[str, Any]) -> None:
+        res = role.resource
+        if res.memMB > 0:
+            kwargs["mem_limit"] = f"{res.memMB}m"
+            kwargs["shm_size"] = f"{res.memMB}m"
+        if res.cpu > 0:
+            kwargs["nano_cpus"] = int(res.cpu * 1e9)
+        if res.gpu > 0:
+            kwargs["device_requests"] = [
+                {"Driver": "", "Count": res.gpu, "Capabilities": [["compute", "utility"]]}
+            ]
+        mounts: list[dict[str, Any]] = []
+        devices: list[str] = []
+        for m in role.mounts:
+            if isinstance(m, BindMount):
+                mounts.append(
+                    {
+                        "Target": m.dst_path,
+                        "Source": m.src_path,
+                        "Type": "bind",
+                        "ReadOnly": m.read_only,
+                    }
+                )
+            elif isinstance(m, VolumeMount):
+                mounts.append(
+                    {
+                        "Target": m.dst_path,
+                        "Source": m.src,
+                        "Type": "volume",
+                        "ReadOnly": m.read_only,
+                    }
+                )
+            elif isinstance(m, DeviceMount):
+                devices.append(f"{m.src_path}:{m.dst_path}:{m.permissions}")
+        if mounts:
+            kwargs["mounts"] = mounts
+        if devices:
+            kwargs["devices"] = devices
+
+    def _ensure_network(self, name: str) -> None:
+        if name in ("host", "none", "bridge"):
+            return
+        import docker
+
+        try:
+            self.client.networks.get(name)
+        except docker.errors.NotFound:
+            try:
+                self.client.networks.create(name, driver="bridge", check_duplicate=True)
+            except docker.errors.APIError as e:
+                if "already exists" not in str(e):
+                    raise TorchxNbError(
+                        f"cannot create docker network {name!r}: {e.explanation or e};"
+                        " use -cfg network=host"
+                    ) from None
+
+    def _ensure_image(self, image: str) -> None:
+        import docker
+
+        try:
+            self.client.images.get(image)
+        except docker.errors.ImageNotFound:
+            try:
+                self.client.images.pull(image)
+            except docker.errors.APIError as e:
+                raise TorchxNbError(
+                    f"image {image!r} is not on this Docker daemon and cannot be pulled"
+                    f" ({e.explanation or e}); build or pull it first"
+                ) from None
+
+    def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
+        from docker.types import DeviceRequest, Mount
+
+        job = dryrun_info.request
+        self._ensure_network(job.network)
+        for image in {c.image for c in job.containers}:
+            self._ensure_image(image)
+        for c in job.containers:
+            kwargs = dict(c.kwargs)
+            network = kwargs.pop("network")
+            kwargs["network_mode" if network in ("host", "none") else "network"] = network
+            if "mounts" in kwargs:
+                kwargs["mounts"] = [
+                    Mount(
+                        target=m["Target"],
+                        source=m["Source"],
+                        type=m["Type"],
+                        read_only=m["ReadOnly"],
+                    )
+                    for m in kwargs["mounts"]
+                ]
+            if "device_requests" in kwargs:
+                kwargs["device_requests"] = [
+                    DeviceRequest(count=d["Count"], capabilities=d["Capabilities"])
+                    for d in kwargs["device_requests"]
+                ]
+            self.client.containers.run(c.image, c.command, detach=True, **kwargs)
+        return job.app_id
+
+    def _containers(self, app_id: str | None = None) -> list[Any]:
+        label = f"{LABEL_APP_ID}={app_id}" if app_id else LABEL_APP_ID
+        return list(self.client.containers.list(all=True, filters={"label": label}))
+
+    @staticmethod
+    def _container_state(c: Any) -> AppState:
+        """Exited containers: 0 → SUCCEEDED; killed by SIGTERM/SIGKILL (143/137, not an OOM
+        kill) → CANCELLED, which is what a cancel (``docker stop``) leaves; else FAILED."""
+        status = c.status
+        if status == "exited":
+            state = c.attrs.get("State", {})
+            code = state.get("ExitCode", 1)
+            if code == 0:
+                return AppState.SUCCEEDED
+            if code in (137, 143) and not state.get("OOMKilled"):
+                return AppState.CANCELLED
+            return AppState.FAILED
+        return _STATES.get(status, AppState.UNKNOWN)
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        containers = self._containers(app_id)
+        if not containers:
+            return None
+        roles: dict[str, Role] = {}
+        statuses: dict[str, list[ReplicaStatus]] = {}
+        states: list[AppState] = []
+        failures: list[str] = []
+        for c in sorted(
+            containers,
+            key=lambda c: (
+                c.labels.get(LABEL_ROLE_NAME, ""),
+                int(c.labels.get(LABEL_REPLICA_ID, 0)),
+            ),
+        ):
+            role_name = c.labels.get(LABEL_ROLE_NAME, "")
+            replica = int(c.labels.get(LABEL_REPLICA_ID, 0))
+            state = self._container_state(c)
+            states.append(state)
+            if state in (AppState.FAILED, AppState.CANCELLED):
+                code = c.attrs.get("State", {}).get("ExitCode")
+                failures.append(f"{role_name}/{replica} exited with code {code}")
+            statuses.setdefault(role_name, []).append(
+                ReplicaStatus(replica, state, role_name, c.name)
+            )
+            if role_name not in roles:
+                spec = _role_from_label(c.labels.get(LABEL_SPEC, ""))
+                if spec:
+                    roles[role_name] = spec
+        app_state = _app_state(states)
+        resp = DescribeAppResponse(
+            app_id=app_id,
+            state=app_state,
+            num_restarts=0,
+            roles=list(roles.values()),
+            roles_statuses=[RoleStatus(r, reps) for r, reps in statuses.items()],
+        )
+        if failures:
+            resp.msg = "; ".join(failures)
+        return resp
+
+    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+        seen: dict[str, list[AppState]] = {}
+        for c in self._containers():
+            seen.setdefault(c.labels[LABEL_APP_ID], []).append(self._container_state(c))
+        out = []
+        for app_id, states in seen.items():
+            out.append(
+                ListAppResponse(
+                    app_id=app_id, state=_app_state(states), name=app_id.rsplit("-", 1)[0]
+                )
+            )
+        return out
+
+    def _cancel_existing(self, app_id: str) -> None:
+        """Stop every container of the app (SIGTERM, then SIGKILL after 10 s), in parallel."""
+        threads = [
+            threading.Thread(target=c.stop, kwargs={"timeout": 10}, daemon=True)
+            for c in self._containers(app_id)
+            if c.status in ("running", "restarting", "created", "paused")
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Lines of one container's log, optionally between ``since`` and ``until``."""
+        matches = [
+            c
+            for c in self._containers(app_id)
+            if c.labels.get(LABEL_ROLE_NAME) == role_name
+            and c.labels.get(LABEL_REPLICA_ID) == str(k)
+        ]
+        if not matches:
+            raise ValueError(f"app {app_id!r} has no replica {role_name}/{k}")
+        container = matches[0]
+        logs = container.logs(
+            stdout=streams != Stream.STDERR,
+            stderr=streams != Stream.STDOUT,
+            since=since,
+            until=until,
+            stream=should_tail,
+            follow=should_tail,
+        )
+        chunks: Iterator[bytes] = iter(logs) if should_tail else iter([logs])
+        lines = split_lines_iterator(chunk.decode("utf-8", errors="replace") for chunk in chunks)
+        return filter_regex(regex, lines) if regex else lines
+
+
+def create_scheduler(session_name: str, docker_client: Any = None) -> LocalDockerScheduler:
+    return LocalDockerScheduler(session_name, docker_client=docker_client)
