@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+import secrets
 import time
-import uuid
 import warnings
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -16,7 +16,11 @@ from types import TracebackType
 from typing import Any
 
 from torchx_nb.jobstore import JobRecord, JobStore
-from torchx_nb.schedulers import SchedulerFactory, get_scheduler_factories
+from torchx_nb.schedulers import (
+    SchedulerFactory,
+    builtin_scheduler_factories,
+    get_scheduler_factories,
+)
 from torchx_nb.schedulers.api import ListAppResponse, Scheduler, Stream
 from torchx_nb.specs.api import (
     MISSING,
@@ -78,14 +82,17 @@ class Runner:
         jobstore: JobStore | None = None,
     ) -> None:
         self._name = name
-        self._factories = dict(scheduler_factories or get_scheduler_factories())
+        self._explicit_factories = scheduler_factories is not None
+        self._all_factories: dict[str, SchedulerFactory] | None = (
+            dict(scheduler_factories) if scheduler_factories is not None else None
+        )
         self._component_defaults = dict(component_defaults or {})
         self._scheduler_params = {**_params_from_env(), **dict(scheduler_params or {})}
         self._schedulers: dict[str, Scheduler[Any]] = {}
         self._apps: dict[AppHandle, AppDef] = {}
         self._jobstore = jobstore
         self._last_state: dict[AppHandle, str] = {}
-        self._session_id = str(uuid.uuid4())
+        self._session_id = secrets.token_hex(16)
 
     def __enter__(self) -> Runner:
         return self
@@ -113,6 +120,22 @@ class Runner:
             self._jobstore = JobStore()
         return self._jobstore
 
+    @property
+    def _factories(self) -> dict[str, SchedulerFactory]:
+        """Every backend, built-in and from entry points (scanned once, on first need)."""
+        if self._all_factories is None:
+            self._all_factories = dict(get_scheduler_factories())
+        return self._all_factories
+
+    def _factory(self, scheduler: str) -> SchedulerFactory | None:
+        """A built-in backend is found without scanning entry points, unless a plugin might
+        shadow it: plugins never replace built-in names, so the scan can be skipped."""
+        if self._all_factories is None and not self._explicit_factories:
+            builtin = builtin_scheduler_factories().get(scheduler)
+            if builtin is not None:
+                return builtin
+        return self._factories.get(scheduler)
+
     def scheduler_backends(self) -> list[str]:
         return list(self._factories)
 
@@ -120,7 +143,7 @@ class Runner:
         """The (cached) scheduler instance for a backend name."""
         sched = self._schedulers.get(scheduler)
         if sched is None:
-            factory = self._factories.get(scheduler)
+            factory = self._factory(scheduler)
             if factory is None:
                 raise UnknownSchedulerException(scheduler, list(self._factories))
             sched = factory(self._name, **self._params_for(factory))

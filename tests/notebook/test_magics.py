@@ -216,3 +216,30 @@ def test_parser_fuzz_never_raises_anything_but_usage_errors(line: str, as_cell: 
 def test_parser_fuzz_structured(tokens: list[str]) -> None:
     with contextlib.suppress(MagicLineError):
         parse_line("run " + " ".join(tokens), "print(1)")
+
+
+def test_distributed_cell_runs_under_torchrun(ip: object, capsys: pytest.CaptureFixture[str]
+                                               ) -> None:
+    """-j 1x2 really starts two processes under torchrun that form a gloo process group."""
+    from tests.conftest import IN_CI
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        if IN_CI:
+            pytest.fail("torch is not installed (scripts/test installs the CPU wheel)")
+        pytest.skip("torch not installed")
+    src = (
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.tensor([dist.get_rank() + 1])\n"
+        "dist.all_reduce(t)\n"
+        "print(f'rank {dist.get_rank()}/{dist.get_world_size()} sum={int(t)}')\n"
+        "dist.destroy_process_group()\n"
+    )
+    ip.run_cell_magic("torchx", "run -j 1x2 --wait -o job", src)  # type: ignore[attr-defined]
+    job = ip.user_ns["job"]  # type: ignore[attr-defined]
+    out = capsys.readouterr().out
+    assert job.status().state.name == "SUCCEEDED", out
+    logs = job.logs()
+    assert "rank 0/2 sum=3" in logs and "rank 1/2 sum=3" in logs

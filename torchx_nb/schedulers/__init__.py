@@ -37,16 +37,19 @@ def _lazy_entry_point_factory(load: Callable[[], Any], module: str) -> Scheduler
     return factory
 
 
+def builtin_scheduler_factories() -> dict[str, SchedulerFactory]:
+    """Factories of the backends shipped in this package (no entry-point scan: fast)."""
+    return {name: _lazy_module_factory(mod) for name, mod in DEFAULT_SCHEDULER_MODULES.items()}
+
+
 def get_scheduler_factories() -> dict[str, SchedulerFactory]:
     """Name → factory for every known backend; the first is the default."""
     from importlib.metadata import entry_points
 
-    factories: dict[str, SchedulerFactory] = {
-        name: _lazy_module_factory(mod) for name, mod in DEFAULT_SCHEDULER_MODULES.items()
-    }
+    factories = builtin_scheduler_factories()
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in DEFAULT_SCHEDULER_MODULES and ep.module == DEFAULT_SCHEDULER_MODULES[ep.name]:
-            continue
+        if ep.name in factories:
+            continue  # built-in names are never shadowed by plugins
         factories[ep.name] = _lazy_entry_point_factory(ep.load, ep.module)
     return factories
 

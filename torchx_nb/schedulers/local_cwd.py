@@ -476,15 +476,19 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
             desc = self.describe(app_id)
             return desc is None or is_terminal(desc.state)
 
+        delay = 0.002
         while not path.exists():
             if not should_tail or terminal():
                 return
-            time.sleep(0.05)
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.1)
         with open(path, encoding="utf-8", errors="replace", newline="") as f:
             buf = ""
+            delay = 0.002
             while True:
                 chunk = f.read(65536)
                 if chunk:
+                    delay = 0.002
                     buf += chunk
                     *lines, buf = buf.split("\n")
                     for line in lines:
@@ -496,12 +500,10 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                     rest = f.read()
                     if rest:
                         buf += rest
-                        *lines, buf = buf.split("\n")
-                        for line in lines:
-                            yield line + "\n"
                         continue
                     break
-                time.sleep(0.1)
+                time.sleep(delay)
+                delay = min(delay * 1.5, 0.1)
             if buf:
                 yield buf
 

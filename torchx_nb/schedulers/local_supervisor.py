@@ -122,6 +122,15 @@ class Supervisor:
             self.cancel_requested = time.time()
             self.signal_replicas(signal.SIGTERM)
 
+    def wait_any(self, timeout: float) -> None:
+        """Block until a live replica exits, for at most ``timeout`` seconds."""
+        live = [r.proc for r in self.replicas if r.proc is not None and r.exitcode is None]
+        if not live:
+            time.sleep(timeout)
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            live[0].wait(timeout=timeout)
+
     def signal_replicas(self, sig: int) -> None:
         for r in self.replicas:
             if r.proc is not None and r.exitcode is None:
@@ -158,7 +167,7 @@ class Supervisor:
                     replica.files[stream].write(chunk)
                     replica.files["combined"].write(chunk)
             else:
-                time.sleep(0.05)
+                self.wait_any(0.05)
             if self.cancel_requested is None and self.cancel_marked():
                 self.on_signal(signal.SIGTERM, None)
             changed = False

@@ -139,11 +139,13 @@ class _Parser(argparse.ArgumentParser):
         raise ComponentArgError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
-def component_parser(fn: Callable[..., Any], prog: str) -> argparse.ArgumentParser:
+def component_parser(
+    fn: Callable[..., Any], prog: str, with_docs: bool = True
+) -> argparse.ArgumentParser:
     """An argparse parser for a component function: one ``--name`` per parameter (required when it
     has no default; one-letter names also take ``-x``, as in ``-j 2x4`` or ``-h gpu.small``),
     ``*args`` as the trailing positional arguments."""
-    desc, helps = _docstring(fn)
+    desc, helps = _docstring(fn) if with_docs else ("", {})
     parser = _Parser(
         prog=prog,
         description=desc,
@@ -196,7 +198,8 @@ def materialize_appdef(
             raise ComponentArgError(f"{prog}: unknown argument(s) {', '.join(unknown)}")
         return fn(*positional, **kwargs)
 
-    parser = component_parser(fn, prog)
+    wants_help = "--help" in args
+    parser = component_parser(fn, prog, with_docs=wants_help)
     if defaults:
         cli_defaults: dict[str, Any] = {}
         for action in parser._actions:

@@ -1,0 +1,42 @@
+"""The peers we measure against, installed apart from the project: TorchX 0.7.0 in its own
+virtualenv (cached, so only the first benchmark run pays for the install)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+TORCHX_VERSION = "0.7.0"
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("TORCHX_NB_BENCH_CACHE")
+    return Path(explicit) if explicit else Path.home() / ".cache" / "torchx_nb" / "bench"
+
+
+def ensure_torchx_venv() -> Path:
+    """Path of the ``torchx`` executable of a virtualenv holding ``torchx==0.7.0``."""
+    root = cache_dir() / f"torchx-{TORCHX_VERSION}"
+    exe = root / "bin" / "torchx"
+    marker = root / ".installed"
+    if marker.exists() and exe.exists():
+        return exe
+    print(f"creating a virtualenv with torchx=={TORCHX_VERSION} in {root} ...", file=sys.stderr)
+    venv.EnvBuilder(with_pip=True, clear=True).create(root)
+    subprocess.run(
+        [
+            str(root / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            f"torchx=={TORCHX_VERSION}",
+        ],
+        check=True,
+    )
+    marker.write_text(TORCHX_VERSION)
+    return exe
