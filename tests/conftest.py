@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = ROOT / "tests" / "fixtures" / "plugin"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+pytest_plugins = ["tests.infra.fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

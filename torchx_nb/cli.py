@@ -163,11 +163,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         if comp_args and comp_args[0] == "--":
             comp_args = comp_args[1:]
         info = runner.dryrun_component(
-            args.component, comp_args, scheduler, cfg, workspace or None, args.parent_run_id
+            args.component,
+            comp_args,
+            scheduler,
+            cfg,
+            workspace or None,
+            args.parent_run_id,
+            build_workspace=not args.dryrun,
         )
         if args.dryrun:
-            print(f"=== {scheduler} request (dryrun; nothing submitted) ===")
+            print(f"=== {scheduler} request (dryrun; nothing built or submitted) ===")
             print(info)
+            if info.workspace_preview:
+                print(info.workspace_preview)
             return 0
         handle = runner.schedule(info, workspace=workspace or None)
         print(handle, flush=True)

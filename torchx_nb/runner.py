@@ -203,8 +203,12 @@ class Runner:
         cfg: Mapping[str, CfgVal] | None = None,
         workspace: str | None = None,
         parent_run_id: str | None = None,
+        build_workspace: bool = True,
     ) -> AppDryRunInfo[Any]:
-        """Build the scheduler's native request for ``app`` without submitting anything."""
+        """Build the scheduler's native request for ``app`` without submitting anything.
+
+        With ``build_workspace=False`` (a dry run) the workspace is only listed, not built or
+        pushed: ``info.workspace_preview`` says what would ship."""
         self._validate_app(app)
         app = copy.deepcopy(app)
         sched = self.get_scheduler(scheduler)
@@ -230,6 +234,7 @@ class Runner:
             )
         resolved = opts.resolve(given)
         sched._pre_build_validate(app, scheduler, resolved)
+        preview_text: str | None = None
         if workspace:
             build = getattr(sched, "build_workspace_and_update_role", None)
             if build is None:
@@ -237,11 +242,16 @@ class Runner:
                     f"{scheduler} cannot take a workspace; drop --workspace or use a scheduler"
                     " that builds images"
                 )
-            for role in app.roles:
-                build(role, workspace, resolved)
+            preview = getattr(sched, "preview_workspace", None)
+            if build_workspace or preview is None:
+                for role in app.roles:
+                    build(role, workspace, resolved)
+            else:
+                preview_text = preview(workspace)
         sched._validate(app, scheduler, resolved)
         info = sched.submit_dryrun(app, resolved)
         info._scheduler = scheduler
+        info.workspace_preview = preview_text
         return info
 
     def run(
@@ -309,10 +319,11 @@ class Runner:
         cfg: Mapping[str, CfgVal] | None = None,
         workspace: str | None = None,
         parent_run_id: str | None = None,
+        build_workspace: bool = True,
     ) -> AppDryRunInfo[Any]:
         """Build the named component from CLI-style (or dict) args, then dryrun it."""
         app = self.component_app(component, component_args)
-        return self.dryrun(app, scheduler, cfg, workspace, parent_run_id)
+        return self.dryrun(app, scheduler, cfg, workspace, parent_run_id, build_workspace)
 
     def component_app(
         self, component: str, component_args: list[str] | Mapping[str, Any]

@@ -63,7 +63,7 @@ def test_distributed_cell_dryrun_shows_torchrun(
             "torchx", "run --dryrun -j 2x2 --env API_TOKEN=abc123", "print(1)\n"
         )
     text = cap.stdout + "".join(o.data.get("text/plain", "") for o in cap.outputs)
-    assert "dryrun; nothing submitted" in text
+    assert "dryrun; nothing built or submitted" in text
     assert "--no-python python -c" in text and "abc123" not in text
     df = ip.run_line_magic("torchx", "list")  # type: ignore[attr-defined]
     assert len(df) == 0
@@ -218,8 +218,9 @@ def test_parser_fuzz_structured(tokens: list[str]) -> None:
         parse_line("run " + " ".join(tokens), "print(1)")
 
 
-def test_distributed_cell_runs_under_torchrun(ip: object, capsys: pytest.CaptureFixture[str]
-                                               ) -> None:
+def test_distributed_cell_runs_under_torchrun(
+    ip: object, capsys: pytest.CaptureFixture[str]
+) -> None:
     """-j 1x2 really starts two processes under torchrun that form a gloo process group."""
     from tests.conftest import IN_CI
 

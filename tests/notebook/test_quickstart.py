@@ -58,7 +58,7 @@ def test_quickstart_runs_headless(
     assert "SUCCEEDED\nstep 0\nstep 1\nstep 2\n" in slow
 
     dry = text_of(cell_with(nb, "--dryrun"))
-    assert "dryrun; nothing submitted" in dry and "--no-python" in dry
+    assert "dryrun; nothing built or submitted" in dry and "--no-python" in dry
     assert "hf_not_shown" not in dry
 
     assert "CANCELLED" in text_of(cell_with(nb, "%torchx cancel sleeper"))

@@ -8,6 +8,7 @@ from torchx_nb import specs
 from torchx_nb.components.dist import _distributed_app, torchrun_command
 
 MAX_SOURCE_BYTES = 96 * 1024
+CELL_METADATA_KEY = "torchx_nb.cell"
 
 
 def cell(
@@ -52,9 +53,10 @@ def cell(
         )
     # Schedulers substitute ${macros} in args; "$$" comes out as a literal "$".
     program = ["python", "-c", source.replace("$", "$$"), *script_args]
+    recipe = {"source": source, "script_args": list(script_args), "j": j, "rdzv_port": rdzv_port}
     if j:
         cmd, min_n, max_n = torchrun_command(program, j, rdzv_port=rdzv_port, no_python=True)
-        return _distributed_app(
+        app = _distributed_app(
             cmd,
             "cell",
             name,
@@ -71,6 +73,8 @@ def cell(
             mounts=mounts,
             debug=False,
         )
+        app.roles[0].metadata[CELL_METADATA_KEY] = recipe
+        return app
     return specs.AppDef(
         name=name,
         roles=[
@@ -83,6 +87,28 @@ def cell(
                 resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
                 max_retries=max_retries,
                 mounts=specs.parse_mounts(mounts) if mounts else [],
+                metadata={CELL_METADATA_KEY: recipe},
             )
         ],
     )
+
+
+def cell_source(role: specs.Role) -> str | None:
+    """The Python source of a role made by the ``cell`` component, else None."""
+    recipe = role.metadata.get(CELL_METADATA_KEY)
+    return recipe["source"] if isinstance(recipe, dict) else None
+
+
+def run_as_script(role: specs.Role, script: str) -> None:
+    """Re-point a cell role at ``script`` (the cell written into the image by a workspace
+    builder) instead of passing the source with ``-c``: no size limit, real file names in
+    tracebacks."""
+    recipe = role.metadata[CELL_METADATA_KEY]
+    program = ["python", script, *recipe["script_args"]]
+    if recipe["j"]:
+        cmd, _, _ = torchrun_command(
+            program, recipe["j"], rdzv_port=recipe["rdzv_port"], no_python=True
+        )
+        role.args = ["-c", cmd]
+    else:
+        role.args = program[1:]

@@ -21,7 +21,17 @@ from traitlets import CaselessStrEnum, Dict, Int, Unicode
 
 from torchx_nb.errors import one_line
 
-COMMANDS = ("run", "status", "describe", "log", "cancel", "list", "runopts", "schedulers")
+COMMANDS = (
+    "run",
+    "status",
+    "describe",
+    "log",
+    "cancel",
+    "list",
+    "runopts",
+    "schedulers",
+    "workspace",
+)
 WIDGETS_ENV = "TORCHX_NB_WIDGETS"
 
 
@@ -146,7 +156,14 @@ def _no_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--help", action="help", help="show this help")
 
 
+def _workspace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", nargs="?", default=None, help="the folder (default: the notebook's)")
+    p.add_argument("-n", "--rows", type=int, default=50, help="rows to show")
+    p.add_argument("--help", action="help", help="show this help")
+
+
 PARSERS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "workspace": _workspace_args,
     "run": _line_run_args,
     "status": _handle_arg,
     "describe": _handle_arg,
@@ -265,6 +282,7 @@ class TorchxMagics(Magics):
         %torchx list [-s SCHED] [--all]             a pandas DataFrame of jobs
         %torchx runopts [SCHED]                     a DataFrame of a scheduler's options
         %torchx schedulers                          a DataFrame of the schedulers
+        %torchx workspace [PATH]                    what ships with a job (secrets left out)
 
         Defaults: %config TorchxMagics.scheduler / .cfg / .image / .widgets, and .torchxconfig.
         """
@@ -362,7 +380,7 @@ class TorchxMagics(Magics):
                     role.image = image
             if args.name:
                 app.name = args.name
-        info = runner.dryrun(app, scheduler, cfg, workspace)
+        info = runner.dryrun(app, scheduler, cfg, workspace, build_workspace=not args.dryrun)
         if args.dryrun:
             self._show_dryrun(scheduler, info)
             return None
@@ -383,7 +401,9 @@ class TorchxMagics(Magics):
     def _show_dryrun(self, scheduler: str, info: Any) -> None:
         from IPython.display import display
 
-        text = f"{scheduler} request (dryrun; nothing submitted):\n{info}"
+        text = f"{scheduler} request (dryrun; nothing built or submitted):\n{info}"
+        if info.workspace_preview:
+            text += "\n" + info.workspace_preview
         display({"text/plain": text}, raw=True)
 
     def _watch(self, job: Any, wait: bool) -> None:
@@ -517,6 +537,14 @@ class TorchxMagics(Magics):
 
         scheduler = self._scheduler_name(args.scheduler)
         return runopts_frame(self.runner.scheduler_run_opts(scheduler))
+
+    def _do_workspace(self, args: argparse.Namespace, cell: str | None) -> None:
+        from IPython.display import display
+
+        from torchx_nb.workspace.collect import collect_workspace
+
+        files = collect_workspace(args.path or os.getcwd())
+        display({"text/plain": files.preview(max_rows=args.rows)}, raw=True)
 
     def _do_schedulers(self, args: argparse.Namespace, cell: str | None) -> Any:
         from torchx_nb.notebook.frames import schedulers_frame

@@ -41,6 +41,7 @@ from torchx_nb.specs.api import (
     runopts,
 )
 from torchx_nb.version import __version__
+from torchx_nb.workspace import WorkspaceMixin
 
 LABEL_VERSION = "torchx.pytorch.org/version"
 LABEL_APP_ID = "torchx.pytorch.org/app-id"
@@ -162,8 +163,12 @@ def _app_state(states: list[AppState]) -> AppState:
     return AppState.FAILED
 
 
-class LocalDockerScheduler(Scheduler[Mapping[str, CfgVal]]):
-    """Runs each replica as a container on the local Docker daemon."""
+class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+    """Runs each replica as a container on the local Docker daemon; a workspace is patched onto
+    the image locally (no push needed)."""
+
+    def _push_needed(self) -> bool:
+        return False
 
     def __init__(self, session_name: str, docker_client: Any = None) -> None:
         super().__init__("local_docker", session_name)

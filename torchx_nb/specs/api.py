@@ -396,6 +396,7 @@ class AppDryRunInfo(Generic[T]):
         self._app: AppDef | None = None
         self._cfg: Mapping[str, CfgVal] = {}
         self._scheduler: str | None = None
+        self.workspace_preview: str | None = None
 
     @property
     def app(self) -> AppDef | None:

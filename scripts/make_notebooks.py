@@ -1,6 +1,6 @@
-"""Writes notebooks/quickstart.ipynb (kept as code so the notebook stays reviewable in diffs).
+"""Writes the example notebooks (kept as code so they stay reviewable in diffs).
 
-Run: python scripts/make_quickstart.py"""
+Run: python scripts/make_notebooks.py"""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-CELLS: list[tuple[str, str, list[str]]] = [
+NOTEBOOKS: dict[str, list[tuple[str, str, list[str]]]] = {}
+
+NOTEBOOKS["quickstart.ipynb"] = [
     (
         "md",
         """# torchx_nb quickstart
@@ -100,15 +102,62 @@ print(sleeper.wait().state)""",
     ("code", "%torchx runopts local_cwd", []),
 ]
 
+NOTEBOOKS["local_docker.ipynb"] = [
+    (
+        "md",
+        """# A cell in a container: `local_docker`
 
-def build() -> nbformat.NotebookNode:
+The notebook's folder becomes a reproducible layer on top of the base image, the cell a small
+layer on top of that; re-running an edited cell rebuilds only the cell layer. Secrets (`.env`,
+`.aws/`, keys, `.git/`) never ship. Set the image and options once with `%config`.""",
+        [],
+    ),
+    (
+        "code",
+        """import os
+IMAGE = os.environ.get("TORCHX_NB_EXAMPLE_IMAGE", "python:3.11-slim")
+%load_ext torchx_nb
+%config TorchxMagics.scheduler = "local_docker"
+%config TorchxMagics.image = IMAGE
+%config TorchxMagics.cfg = {"local_docker": {"network": "host", "quiet": True}}""",
+        [],
+    ),
+    (
+        "code",
+        """from pathlib import Path
+Path("data.csv").write_text("x,y\\n1,2\\n3,4\\n")
+Path(".env").write_text("API_TOKEN=stays-on-this-machine\\n")""",
+        [],
+    ),
+    ("md", "What will ship (nothing is built):", []),
+    ("code", "%torchx workspace", []),
+    (
+        "code",
+        """%%torchx run --wait -o job
+import csv, os
+print("running in", os.getcwd(), "as", os.environ["TORCHX_JOB_ID"])
+print("sum of y:", sum(int(r["y"]) for r in csv.DictReader(open("data.csv"))))
+print(".env shipped:", os.path.exists(".env"))""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run --wait
+print("an edited cell: only this small layer is new")""",
+        [],
+    ),
+    ("code", "%torchx list -s local_docker", []),
+]
+
+
+def build(cells: list[tuple[str, str, list[str]]]) -> nbformat.NotebookNode:
     nb = new_notebook()
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
         "language": "python",
     }
-    for kind, source, tags in CELLS:
+    for kind, source, tags in cells:
         cell = new_markdown_cell(source) if kind == "md" else new_code_cell(source)
         if tags:
             cell.metadata["tags"] = tags
@@ -117,6 +166,7 @@ def build() -> nbformat.NotebookNode:
 
 
 if __name__ == "__main__":
-    out = Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
-    nbformat.write(build(), out)
-    print(f"wrote {out}")
+    out_dir = Path(__file__).resolve().parent.parent / "notebooks"
+    for name, cells in NOTEBOOKS.items():
+        nbformat.write(build(cells), out_dir / name)
+        print(f"wrote {out_dir / name}")

@@ -1,0 +1,1 @@
+"""Real test infrastructure: dockerd, registry, base images."""

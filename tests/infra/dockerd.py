@@ -1,0 +1,335 @@
+"""Real Docker parts on an offline machine: a private dockerd (no bridge, no iptables), a local
+registry on 127.0.0.1, and base images built from Debian packages (nothing is pulled).
+
+Images are cached: the daemon's data root lives under ``~/.cache/torchx_nb/docker-data`` and the
+base images' root filesystems under ``~/.cache/torchx_nb/base-images``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CACHE = Path(os.environ.get("TORCHX_NB_CACHE", Path.home() / ".cache" / "torchx_nb"))
+BUSYBOX_IMAGE = "localhost/torchx-nb-base/busybox:1"
+PYTHON_IMAGE = "localhost/torchx-nb-base/python:3.11"
+BUSYBOX_APPLETS = [
+    "sh",
+    "echo",
+    "cat",
+    "ls",
+    "sleep",
+    "env",
+    "pwd",
+    "mkdir",
+    "rm",
+    "test",
+    "true",
+    "false",
+    "wc",
+    "grep",
+    "head",
+    "tail",
+    "id",
+    "kill",
+    "seq",
+    "printf",
+]
+
+
+def docker_available() -> str | None:
+    """None when every part is installed, else why not and how to fix it."""
+    for exe in ("dockerd", "docker-init", "docker-registry", "busybox", "debootstrap"):
+        if shutil.which(exe) is None and not Path(f"/usr/sbin/{exe}").exists():
+            return f"{exe} is not installed: run scripts/infra/install-debian-packages.sh"
+    if os.geteuid() != 0:
+        return "dockerd needs root here"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(predicate: Any, timeout: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    tail = ""
+    if log and log.exists():
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+    raise RuntimeError(f"{what} did not come up within {timeout:.0f}s\n{tail}")
+
+
+def _stop(proc: subprocess.Popen[bytes], grace: float = 15) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class DockerDaemon:
+    """A dockerd of our own on a private socket."""
+
+    socket_path: Path
+    proc: subprocess.Popen[bytes] | None
+    log: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"unix://{self.socket_path}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"DOCKER_HOST": self.base_url}
+
+    def client(self) -> Any:
+        import docker
+
+        return docker.DockerClient(base_url=self.base_url, timeout=300)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+
+
+def start_dockerd(state_dir: Path) -> DockerDaemon:
+    """Start dockerd (overlay2, host networking only) with the cached data root.
+
+    One dockerd may own a data root: a daemon left by an earlier run (its pidfile names a live
+    process) is stopped first."""
+    data_root = Path(os.environ.get("TORCHX_NB_DOCKER_DATA", CACHE / "docker-data"))
+    data_root.mkdir(parents=True, exist_ok=True)
+    pidfile = data_root.parent / "dockerd.pid"
+    if pidfile.exists():
+        try:
+            old = int(pidfile.read_text().strip())
+            os.kill(old, signal.SIGTERM)
+            for _ in range(100):
+                os.kill(old, 0)
+                time.sleep(0.1)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+        pidfile.unlink(missing_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    sock = state_dir / "docker.sock"
+    exec_root = Path(tempfile.mkdtemp(prefix="dkx", dir="/tmp"))
+    log = state_dir / "dockerd.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                "dockerd",
+                "--host",
+                f"unix://{sock}",
+                "--data-root",
+                str(data_root),
+                "--exec-root",
+                str(exec_root),
+                "--pidfile",
+                str(pidfile),
+                "--bridge=none",
+                "--iptables=false",
+                "--ip-masq=false",
+                "--storage-driver=overlay2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    daemon = DockerDaemon(sock, proc, log)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError("dockerd exited")
+        return bool(daemon.client().ping())
+
+    try:
+        _wait(up, 60, "dockerd", log)
+    except Exception:
+        daemon.stop()
+        raise
+    return daemon
+
+
+@dataclass
+class Registry:
+    """Debian's docker-registry (distribution) on 127.0.0.1."""
+
+    host: str
+    proc: subprocess.Popen[bytes]
+    root: Path
+    user: str | None = None
+    password: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}"
+
+    def stop(self) -> None:
+        _stop(self.proc, 5)
+
+
+def start_registry(
+    state_dir: Path, user: str | None = None, password: str | None = None
+) -> Registry:
+    """A registry on a free loopback port; with ``user``/``password`` it requires basic auth."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    auth = ""
+    if user and password:
+        import bcrypt
+
+        hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=5)).decode()
+        (state_dir / "htpasswd").write_text(f"{user}:{hashed}\n")
+        auth = (
+            f"auth:\n  htpasswd:\n    realm: torchx-nb-test\n    path: {state_dir / 'htpasswd'}\n"
+        )
+    config = state_dir / "config.yml"
+    config.write_text(
+        "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {state_dir / 'data'}\n  delete:\n    enabled: true\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n{auth}"
+    )
+    log = state_dir / "registry.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["docker-registry", "serve", str(config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    reg = Registry(f"127.0.0.1:{port}", proc, state_dir, user, password)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError("docker-registry exited")
+        try:
+            urllib.request.urlopen(f"{reg.url}/v2/", timeout=2)
+        except urllib.error.HTTPError as e:
+            return e.code == 401
+        return True
+
+    try:
+        _wait(up, 30, "docker-registry", log)
+    except Exception:
+        reg.stop()
+        raise
+    return reg
+
+
+def _debian_mirror() -> str:
+    """The Debian mirror apt already uses on this machine."""
+    for path in [Path("/etc/apt/sources.list"), *Path("/etc/apt/sources.list.d").glob("*")]:
+        if not path.is_file() or path.suffix not in ("", ".list", ".sources"):
+            continue
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if line.startswith("URIs:") and "security" not in line:
+                return line.split()[1]
+            if line.startswith("deb ") and "security" not in line:
+                return next(w for w in line.split()[1:] if "://" in w)
+    raise RuntimeError("no Debian mirror configured for apt")
+
+
+def _busybox_rootfs(dest: Path) -> Path:
+    tarball = dest / "busybox-rootfs.tar"
+    if tarball.exists():
+        return tarball
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "bin").mkdir()
+        (root / "tmp").mkdir(mode=0o1777)
+        shutil.copy2("/bin/busybox", root / "bin" / "busybox")
+        for applet in BUSYBOX_APPLETS:
+            (root / "bin" / applet).symlink_to("busybox")
+        partial = tarball.with_suffix(".partial")
+        with tarfile.open(partial, "w") as tar:
+            tar.add(root, arcname=".")
+        partial.rename(tarball)
+    return tarball
+
+
+def _python_rootfs(dest: Path) -> Path:
+    tarball = dest / "python-bookworm-rootfs.tar"
+    if tarball.exists():
+        return tarball
+    with tempfile.TemporaryDirectory(dir=dest) as tmp:
+        root = Path(tmp) / "rootfs"
+        subprocess.run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                "--include=python3-minimal,python3",
+                "bookworm",
+                str(root),
+                _debian_mirror(),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for junk in (
+            "var/cache/apt/archives",
+            "var/lib/apt/lists",
+            "usr/share/doc",
+            "usr/share/man",
+            "usr/share/locale",
+        ):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        (root / "usr/bin/python").unlink(missing_ok=True)
+        (root / "usr/bin/python").symlink_to("python3")
+        partial = tarball.with_suffix(".partial")
+        subprocess.run(["tar", "-C", str(root), "-cf", str(partial), "."], check=True)
+        partial.rename(tarball)
+    return tarball
+
+
+def build_base_images(client: Any) -> dict[str, str]:
+    """Import the busybox and python base images into the daemon, if missing."""
+    import docker
+
+    dest = CACHE / "base-images"
+    dest.mkdir(parents=True, exist_ok=True)
+    images = {
+        "busybox": (BUSYBOX_IMAGE, _busybox_rootfs, "ENV PATH=/bin"),
+        "python": (
+            PYTHON_IMAGE,
+            _python_rootfs,
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+    }
+    out = {}
+    for key, (name, make, change) in images.items():
+        try:
+            client.images.get(name)
+        except docker.errors.ImageNotFound:
+            tarball = make(dest)
+            repo, tag = name.rsplit(":", 1)
+            with open(tarball, "rb") as f:
+                client.api.import_image_from_data(
+                    f.read(), repository=repo, tag=tag, changes=[change]
+                )
+        out[key] = name
+    return out

@@ -1,0 +1,159 @@
+"""local_docker against a real dockerd, with locally built base images and host networking."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.infra.dockerd import DockerDaemon
+from torchx_nb import specs
+from torchx_nb.runner import get_runner
+from torchx_nb.schedulers.api import Stream
+from torchx_nb.schedulers.local_docker import (
+    LABEL_APP_ID,
+    LocalDockerScheduler,
+    container_name,
+)
+from torchx_nb.specs import AppState
+
+
+def app(
+    image: str, *args: str, n: int = 1, entrypoint: str = "sh", **role_kw: object
+) -> specs.AppDef:
+    return specs.AppDef(
+        "dk",
+        roles=[
+            specs.Role(
+                "r", image, entrypoint=entrypoint, args=list(args), num_replicas=n, **role_kw
+            )
+        ],
+    )  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def sched(docker_env: DockerDaemon) -> LocalDockerScheduler:
+    return LocalDockerScheduler("torchx", docker_client=docker_env.client())
+
+
+def run(s: LocalDockerScheduler, a: specs.AppDef, **cfg: object) -> str:
+    return s.schedule(s.submit_dryrun(a, {"network": "host", **cfg}))
+
+
+def wait_state(s: LocalDockerScheduler, app_id: str, timeout: float = 60) -> AppState:
+    return wait_for(  # type: ignore[return-value]
+        lambda: (d := s.describe(app_id)) and specs.is_terminal(d.state) and d.state, timeout
+    )
+
+
+def test_two_replicas_names_labels_env_and_logs(
+    sched: LocalDockerScheduler, base_images: dict[str, str]
+) -> None:
+    a = app(
+        base_images["busybox"],
+        "-c",
+        'echo "rank0=$TORCHX_RANK0_HOST rep=$REP id=$TORCHX_APP"; echo err >&2',
+        n=2,
+        env={"REP": specs.macros.replica_id, "TORCHX_APP": specs.macros.app_id},
+        resource=specs.Resource(cpu=1, gpu=0, memMB=128),
+    )
+    app_id = run(sched, a)
+    assert wait_state(sched, app_id) == AppState.SUCCEEDED
+    containers = sched._containers(app_id)
+    assert sorted(c.name for c in containers) == [container_name(app_id, "r", i) for i in (0, 1)]
+    c0 = next(c for c in containers if c.labels["torchx.pytorch.org/replica-id"] == "0")
+    assert c0.labels[LABEL_APP_ID] == app_id and c0.labels["torchx.pytorch.org/role-name"] == "r"
+    host_config = c0.attrs["HostConfig"]
+    assert host_config["Memory"] == 128 * 1024 * 1024 and host_config["NanoCpus"] == 10**9
+    assert host_config["ShmSize"] == 128 * 1024 * 1024 and host_config["NetworkMode"] == "host"
+    out1 = list(sched.log_iter(app_id, "r", 1, streams=Stream.STDOUT))
+    assert out1 == [f"rank0=localhost rep=1 id={app_id}\n"]
+    assert list(sched.log_iter(app_id, "r", 0, streams=Stream.STDERR)) == ["err\n"]
+    assert len(list(sched.log_iter(app_id, "r", 0))) == 2
+    assert list(sched.log_iter(app_id, "r", 0, regex="^rank")) == [
+        f"rank0=localhost rep=0 id={app_id}\n"
+    ]
+    desc = sched.describe(app_id)
+    assert desc is not None and desc.roles[0].name == "r" and desc.roles[0].num_replicas == 2
+
+
+def test_failure_cancel_tail_and_list(
+    sched: LocalDockerScheduler, base_images: dict[str, str]
+) -> None:
+    failed = run(sched, app(base_images["busybox"], "-c", "exit 3"))
+    assert wait_state(sched, failed) == AppState.FAILED
+    assert "r/0 exited with code 3" in sched.describe(failed).msg  # type: ignore[union-attr]
+    slow = run(
+        sched, app(base_images["busybox"], "-c", "for i in 1 2 3; do echo tick$i; sleep 0.3; done")
+    )
+    tailed = list(sched.log_iter(slow, "r", should_tail=True))
+    assert tailed == ["tick1\n", "tick2\n", "tick3\n"]
+    sleeper = run(sched, app(base_images["busybox"], "-c", "sleep 60"))
+    wait_for(lambda: sched.describe(sleeper).state == AppState.RUNNING)  # type: ignore[union-attr]
+    sched.cancel(sleeper)
+    assert wait_state(sched, sleeper) == AppState.CANCELLED
+    listed = {x.app_id: x.state for x in sched.list()}
+    assert listed[failed] == AppState.FAILED and listed[sleeper] == AppState.CANCELLED
+    assert sched.describe("nope-123") is None
+
+
+def test_mounts_and_retries(
+    sched: LocalDockerScheduler, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "in.txt").write_text("mounted")
+    a = app(
+        base_images["busybox"],
+        "-c",
+        "cat /data/in.txt",
+        max_retries=2,
+        mounts=specs.parse_mounts(["type=bind", f"src={tmp_path}", "dst=/data", "readonly"]),
+    )
+    info = sched.submit_dryrun(a, {"network": "host"})
+    kw = info.request.containers[0].kwargs
+    assert kw["restart_policy"] == {"Name": "on-failure", "MaximumRetryCount": 2}
+    app_id = sched.schedule(info)
+    assert wait_state(sched, app_id) == AppState.SUCCEEDED
+    assert "".join(sched.log_iter(app_id, "r")) == "mounted"
+
+
+def test_runner_end_to_end_from_another_process(
+    docker_env: DockerDaemon, base_images: dict[str, str]
+) -> None:
+    with get_runner() as runner:
+        handle = runner.run(
+            app(
+                base_images["python"],
+                "-c",
+                "import os; print(os.environ['TORCHX_JOB_ID'])",
+                entrypoint="python",
+            ),
+            "local_docker",
+            {"network": "host"},
+        )
+        assert runner.wait(handle, wait_interval=0.2).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+    code = (
+        f"from torchx_nb.runner import get_runner; r = get_runner(); "
+        f"print(r.status({handle!r}).state); print(''.join(r.log_lines({handle!r}, 'r')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**__import__("os").environ, **docker_env.env},
+    )
+    assert out.stdout.split("\n")[:2] == ["SUCCEEDED", handle]
+
+
+def test_no_daemon_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nothing.sock")
+    with pytest.raises(specs.TorchxNbError, match="no Docker daemon answers.*builder=registry"):
+        LocalDockerScheduler("torchx").client  # noqa: B018
+
+
+def test_missing_image_is_a_clear_error(sched: LocalDockerScheduler) -> None:
+    with pytest.raises(specs.TorchxNbError, match="is not on this Docker daemon"):
+        run(sched, app("127.0.0.1:1/nothing/here:1", "-c", "true"))

@@ -1,0 +1,117 @@
+"""A notebook cell and its folder, patched onto an image each way, run by a real dockerd."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.infra.dockerd import DockerDaemon, Registry
+from torchx_nb.components.cell import cell
+from torchx_nb.runner import get_runner
+from torchx_nb.specs import AppState, TorchxNbError
+
+CELL = "import os\nprint('cell ran in', os.getcwd(), open('data.csv').read().strip())\n"
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    d = tmp_path / "notebook-folder"
+    d.mkdir()
+    (d / "data.csv").write_text("x,y")
+    (d / ".env").write_text("TOKEN=do-not-ship")
+    return d
+
+
+@pytest.fixture
+def python_in_registry(
+    dockerd: DockerDaemon, base_images: dict[str, str], registry: Registry
+) -> str:
+    client = dockerd.client()
+    ref = f"{registry.host}/base/python"
+    client.images.get(base_images["python"]).tag(ref, "3.11")
+    for event in client.images.push(ref, "3.11", stream=True, decode=True):
+        assert "error" not in event, event
+    return f"{ref}:3.11"
+
+
+def run_cell(source: str, image: str, ws: Path, **cfg: object) -> tuple[str, str, AppState]:
+    with get_runner() as runner:
+        handle = runner.run(
+            cell(source=source, image=image),
+            "local_docker",
+            {"network": "host", "quiet": True, **cfg},
+            workspace=str(ws),
+        )
+        status = runner.wait(handle, wait_interval=0.2, timeout=120)
+        assert status is not None
+        logs = "".join(runner.log_lines(handle, "cell"))
+        image_used = runner.describe(handle).roles[0].image  # type: ignore[union-attr]
+    return logs, image_used, status.state
+
+
+def test_docker_builder(docker_env: DockerDaemon, base_images: dict[str, str], ws: Path) -> None:
+    logs, image, state = run_cell(CELL, base_images["python"], ws, builder="docker")
+    assert state == AppState.SUCCEEDED, logs
+    assert logs == "cell ran in /workspace x,y\n"
+    client = docker_env.client()
+    ws_images = [
+        t for i in client.images.list() for t in i.tags if t.startswith("torchx-nb/workspace:")
+    ]
+    out = client.containers.run(
+        image,
+        ["sh", "-c", "ls -a /workspace; cat /workspace/.env 2>&1; true"],
+        network_mode="host",
+        remove=True,
+        stderr=True,
+    )
+    assert b"data.csv" in out and b".torchx" in out and b"No such file" in out
+    assert b"do-not-ship" not in out
+    logs2, image2, _ = run_cell(
+        CELL + "print('edited')\n", base_images["python"], ws, builder="docker"
+    )
+    assert logs2.endswith("edited\n") and image2 != image
+    ws_images2 = [
+        t for i in client.images.list() for t in i.tags if t.startswith("torchx-nb/workspace:")
+    ]
+    assert sorted(ws_images2) == sorted(ws_images), "the workspace layer was reused"
+
+
+def test_registry_builder(
+    docker_env: DockerDaemon, python_in_registry: str, registry: Registry, ws: Path
+) -> None:
+    repo = f"{registry.host}/nb/jobs"
+    logs, image, state = run_cell(CELL, python_in_registry, ws, builder="registry", image_repo=repo)
+    assert state == AppState.SUCCEEDED, logs
+    assert logs == "cell ran in /workspace x,y\n"
+    assert image.startswith(f"{repo}@sha256:")
+
+
+def test_dockerfile_torchx_needs_the_docker_builder(
+    docker_env: DockerDaemon,
+    base_images: dict[str, str],
+    python_in_registry: str,
+    registry: Registry,
+    ws: Path,
+) -> None:
+    (ws / "Dockerfile.torchx").write_text(
+        "ARG IMAGE\nFROM $IMAGE\nRUN echo built-by-run > /marker\nWORKDIR /app\nCOPY . .\n"
+    )
+    logs, _, state = run_cell(
+        "print(open('/marker').read().strip(), open('data.csv').read())",
+        base_images["python"],
+        ws,
+        builder="docker",
+    )
+    assert state == AppState.SUCCEEDED and logs == "built-by-run x,y\n", logs
+    with pytest.raises(TorchxNbError, match="RUN steps need a Docker daemon"):
+        run_cell(
+            CELL, python_in_registry, ws, builder="registry", image_repo=f"{registry.host}/nb/x"
+        )
+
+
+def test_registry_builder_needs_image_repo(
+    docker_env: DockerDaemon, python_in_registry: str, ws: Path
+) -> None:
+    with pytest.raises(TorchxNbError, match="image_repo"):
+        run_cell(CELL, python_in_registry, ws, builder="registry")

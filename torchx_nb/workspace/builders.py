@@ -1,0 +1,275 @@
+"""Two ways to patch a base image with the workspace and the cell, behind one interface.
+
+- ``docker``: the Docker SDK against a daemon. Without a ``Dockerfile.torchx`` the reproducible
+  workspace layer becomes an image of its own (built once per workspace content), and the cell
+  layer goes on top; with one, the Dockerfile is built as TorchX does (``IMAGE``/``WORKSPACE``
+  build args). Remote schedulers get the image pushed to ``image_repo``.
+- ``registry``: no daemon. Reads the base manifest from its registry and pushes base + workspace
+  layer + cell layer under ``image_repo``, uploading only blobs the repository lacks."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tarfile
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.workspace.collect import DOCKERFILE, WorkspaceFiles
+from torchx_nb.workspace.layers import Layer, build_file_layer, build_layer
+from torchx_nb.workspace.progress import TextProgress
+
+LABEL_VERSION = "torchx.pytorch.org/version"
+
+
+@dataclass
+class BuiltImage:
+    """The patched image and where the workspace sits inside it."""
+
+    image: str
+    working_dir: str
+    uploaded_bytes: int = 0
+    layers: tuple[Layer, ...] = ()
+
+
+class Builder(Protocol):
+    name: str
+
+    def build(
+        self,
+        base: str,
+        files: WorkspaceFiles,
+        extra: dict[str, bytes],
+        image_repo: str | None,
+        quiet: bool,
+    ) -> BuiltImage: ...
+
+
+def _labels() -> dict[str, str]:
+    from torchx_nb.version import __version__
+
+    return {LABEL_VERSION: __version__}
+
+
+class RegistryBuilder:
+    """Daemonless: base manifest → + workspace layer → + cell layer, pushed to image_repo."""
+
+    name = "registry"
+
+    def __init__(self) -> None:
+        from torchx_nb.workspace.registry import RegistryClient
+
+        self.clients: dict[str, RegistryClient] = {}
+
+    def build(
+        self,
+        base: str,
+        files: WorkspaceFiles,
+        extra: dict[str, bytes],
+        image_repo: str | None,
+        quiet: bool,
+    ) -> BuiltImage:
+        from torchx_nb.workspace.registry import (
+            ImageRef,
+            RegistryClient,
+            append_layers,
+            working_dir_for,
+        )
+
+        if not image_repo:
+            raise TorchxNbError(
+                "the registry builder needs image_repo (-cfg image_repo=HOST/REPO) to push the"
+                " patched image to"
+            )
+        if any(f.path == DOCKERFILE for f in files.files):
+            raise TorchxNbError(
+                f"the workspace has a {DOCKERFILE}; its RUN steps need a Docker daemon:"
+                " use -cfg builder=docker"
+            )
+        ref = ImageRef.parse(base)
+        client = self.clients.setdefault(ref.host, RegistryClient(ref.host))
+        manifest, _, _ = client.get_manifest(ref)
+        config = json.loads(client.get_blob(ref.repository, manifest["config"]["digest"]))
+        work = working_dir_for(config)
+        prefix = work.strip("/")
+        layers = [build_layer(files, prefix)]
+        history = ["workspace"]
+        if extra:
+            layers.append(build_file_layer(extra, prefix))
+            history.append("cell")
+        progress = None if quiet else TextProgress()
+        result = append_layers(
+            base,
+            image_repo,
+            layers,
+            labels=_labels(),
+            history=history,
+            on_progress=progress,
+            clients=self.clients,
+        )
+        if progress:
+            progress.close()
+        return BuiltImage(result.image, work, result.stats.uploaded_bytes, tuple(layers))
+
+
+def _context(files: dict[str, bytes | Layer]) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, content in sorted(files.items()):
+            data = content.path.read_bytes() if isinstance(content, Layer) else content
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
+class DockerBuilder:
+    """Builds with a Docker daemon (classic builder), pushing to image_repo when given."""
+
+    name = "docker"
+
+    def __init__(self, client: Any = None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from torchx_nb.schedulers.local_docker import LocalDockerScheduler
+
+            self._client = LocalDockerScheduler("torchx").client
+        return self._client
+
+    def _ensure_base(self, base: str) -> Any:
+        import docker
+
+        try:
+            return self.client.images.get(base)
+        except docker.errors.ImageNotFound:
+            try:
+                return self.client.images.pull(base)
+            except docker.errors.APIError as e:
+                raise TorchxNbError(
+                    f"base image {base!r} is not on the Docker daemon and cannot"
+                    f" be pulled ({e.explanation or e})"
+                ) from None
+
+    def _build(
+        self,
+        context: io.BytesIO,
+        tag: str | None,
+        quiet: bool,
+        buildargs: dict[str, str] | None = None,
+        dockerfile: str = "Dockerfile",
+    ) -> str:
+        image_id = None
+        for event in self.client.api.build(
+            fileobj=context,
+            custom_context=True,
+            tag=tag,
+            dockerfile=dockerfile,
+            buildargs=buildargs or {},
+            rm=True,
+            decode=True,
+            labels=_labels(),
+            pull=False,
+        ):
+            if "error" in event:
+                raise TorchxNbError(f"docker build failed: {event['error'].strip()}")
+            if not quiet and event.get("stream"):
+                sys.stderr.write(event["stream"])
+            aux = event.get("aux") or {}
+            image_id = aux.get("ID", image_id)
+        if image_id is None:
+            raise TorchxNbError("docker build returned no image id")
+        return str(image_id)
+
+    def build(
+        self,
+        base: str,
+        files: WorkspaceFiles,
+        extra: dict[str, bytes],
+        image_repo: str | None,
+        quiet: bool,
+    ) -> BuiltImage:
+        import docker
+
+        base_image = self._ensure_base(base)
+        wd = base_image.attrs.get("Config", {}).get("WorkingDir") or ""
+        work = wd if wd not in ("", "/") else "/workspace"
+        prefix = work.strip("/")
+        layers: list[Layer] = []
+        if any(f.path == DOCKERFILE for f in files.files):
+            ctx: dict[str, bytes | Layer] = {
+                f.path: (files.root / f.path).read_bytes() for f in files.files if not f.link
+            }
+            ctx.update(extra)
+            image_id = self._build(
+                _context(ctx),
+                None,
+                quiet,
+                {"IMAGE": base, "WORKSPACE": str(files.root)},
+                DOCKERFILE,
+            )
+            work = self.client.images.get(image_id).attrs["Config"].get("WorkingDir") or "/"
+        else:
+            ws = build_layer(files, prefix)
+            layers.append(ws)
+            ws_tag = f"torchx-nb/workspace:{ws.digest[7:19]}-{base_image.id[7:19]}"
+            try:
+                self.client.images.get(ws_tag)
+            except docker.errors.ImageNotFound:
+                dockerfile = f"FROM {base_image.id}\nADD ws.tar.gz /\nWORKDIR {work}\n"
+                self._build(
+                    _context({"Dockerfile": dockerfile.encode(), "ws.tar.gz": ws}), ws_tag, quiet
+                )
+            image_id = self.client.images.get(ws_tag).id
+            if extra:
+                cell = build_file_layer(extra, prefix)
+                layers.append(cell)
+                dockerfile = f"FROM {ws_tag}\nADD cell.tar.gz /\n"
+                image_id = self._build(
+                    _context({"Dockerfile": dockerfile.encode(), "cell.tar.gz": cell}), None, quiet
+                )
+        if not image_repo:
+            return BuiltImage(image_id, work, 0, tuple(layers))
+        tag = image_id.split(":")[-1][:16]
+        self.client.images.get(image_id).tag(image_repo, tag)
+        progress = None if quiet else TextProgress()
+        for event in self.client.images.push(image_repo, tag, stream=True, decode=True):
+            if "error" in event:
+                raise TorchxNbError(f"push to {image_repo} failed: {event['error'].strip()}")
+            detail = event.get("progressDetail") or {}
+            if progress and detail.get("total"):
+                progress(detail.get("current", 0), detail["total"], event.get("id", ""))
+        if progress:
+            progress.close()
+        return BuiltImage(f"{image_repo}:{tag}", work, 0, tuple(layers))
+
+
+def daemon_reachable() -> bool:
+    try:
+        from torchx_nb.schedulers.local_docker import LocalDockerScheduler
+
+        LocalDockerScheduler("torchx").client  # noqa: B018
+        return True
+    except Exception:
+        return False
+
+
+def choose_builder(name: str | None, files: WorkspaceFiles) -> Builder:
+    """``docker`` or ``registry`` as asked; ``auto`` picks docker when a daemon answers or a
+    Dockerfile.torchx needs one, else registry."""
+    name = (name or "auto").lower()
+    if name == "docker":
+        return DockerBuilder()
+    if name == "registry":
+        return RegistryBuilder()
+    if name != "auto":
+        raise TorchxNbError(f"unknown builder {name!r}: use auto, docker or registry")
+    if any(f.path == DOCKERFILE for f in files.files) or daemon_reachable():
+        return DockerBuilder()
+    return RegistryBuilder()

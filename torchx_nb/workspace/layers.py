@@ -1,0 +1,183 @@
+"""Reproducible image layers: the same files give the same digest on any machine.
+
+Entries are sorted, owned by root, dated 0 (or ``SOURCE_DATE_EPOCH``), modes normalised to 0644 /
+0755, and gzip carries no name or time. A workspace layer is cached by the fingerprint of its
+files (path, size, mtime, mode), so an unchanged workspace is neither re-read nor re-compressed."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from torchx_nb.workspace.collect import WorkspaceFiles
+
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A compressed layer blob on disk and its two digests."""
+
+    path: Path
+    digest: str
+    diff_id: str
+    size: int
+    media_type: str = OCI_LAYER
+
+    def with_media_type(self, media_type: str) -> Layer:
+        return Layer(self.path, self.digest, self.diff_id, self.size, media_type)
+
+
+class _HashingWriter(io.RawIOBase):
+    """Counts and hashes what passes through on its way to ``inner``."""
+
+    def __init__(self, inner: IO[bytes]) -> None:
+        self.inner = inner
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: bytes) -> int:  # type: ignore[override]
+        self.sha.update(b)
+        self.size += len(b)
+        self.inner.write(b)
+        return len(b)
+
+
+def _mtime() -> int:
+    return int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
+
+
+def _info(name: str, kind: bytes, mode: int, size: int = 0, link: str = "") -> tarfile.TarInfo:
+    ti = tarfile.TarInfo(name)
+    ti.type = kind
+    ti.mode = mode
+    ti.size = size
+    ti.linkname = link
+    ti.mtime = _mtime()
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = ""
+    return ti
+
+
+def _parents(paths: Iterable[str]) -> list[str]:
+    dirs: set[str] = set()
+    for p in paths:
+        parts = p.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            dirs.add("/".join(parts[:i]))
+    return sorted(dirs)
+
+
+def _write_layer(
+    entries: list[tuple[str, bytes | Path | None, int, str | None]], dest: Path
+) -> Layer:
+    """Write ``(path, content, mode, link)`` entries (content a Path to stream, bytes, or None
+    for a directory) as a gzip'd tar at ``dest``."""
+    with open(dest, "wb") as raw:
+        compressed = _HashingWriter(raw)
+        with gzip.GzipFile(
+            filename="", mode="wb", fileobj=compressed, mtime=0, compresslevel=6
+        ) as gz:
+            plain = _HashingWriter(gz)  # type: ignore[arg-type]
+            with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                for name, content, mode, link in entries:
+                    if content is None and link is None:
+                        tar.addfile(_info(name + "/", tarfile.DIRTYPE, 0o755))
+                    elif link is not None:
+                        tar.addfile(_info(name, tarfile.SYMTYPE, 0o777, link=link))
+                    elif isinstance(content, Path):
+                        size = content.stat().st_size
+                        with open(content, "rb") as f:
+                            tar.addfile(_info(name, tarfile.REGTYPE, mode, size), f)
+                    else:
+                        data = content or b""
+                        tar.addfile(_info(name, tarfile.REGTYPE, mode, len(data)), io.BytesIO(data))
+    return Layer(
+        dest,
+        "sha256:" + compressed.sha.hexdigest(),
+        "sha256:" + plain.sha.hexdigest(),
+        compressed.size,
+    )
+
+
+def _norm_mode(mode: int) -> int:
+    return 0o755 if mode & 0o111 else 0o644
+
+
+def _entries_for(
+    paths: dict[str, tuple[bytes | Path | None, int, str | None]], prefix: str
+) -> list[tuple[str, bytes | Path | None, int, str | None]]:
+    prefix = prefix.strip("/")
+    full = {f"{prefix}/{p}" if prefix else p: v for p, v in paths.items()}
+    out: list[tuple[str, bytes | Path | None, int, str | None]] = [
+        (d, None, 0o755, None) for d in _parents(full) if d not in full
+    ]
+    out += [(name, *full[name]) for name in sorted(full)]
+    out.sort(key=lambda e: e[0])
+    return out
+
+
+def cache_dir() -> Path:
+    from torchx_nb.paths import data_dir
+
+    d = data_dir() / "layers"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def build_layer(
+    files: WorkspaceFiles, dest_prefix: str = "workspace", cache: Path | None = None
+) -> Layer:
+    """The workspace as one layer under ``dest_prefix``; reused from the cache when the files'
+    fingerprint is unchanged."""
+    cache = cache or cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(f"{files.fingerprint()}\0{dest_prefix}\0{_mtime()}".encode()).hexdigest()
+    cached = cache / f"ws-{key}.tar.gz"
+    meta = cache / f"ws-{key}.json"
+    if cached.exists() and meta.exists():
+        import json
+
+        m = json.loads(meta.read_text())
+        return Layer(cached, m["digest"], m["diff_id"], m["size"])
+    paths: dict[str, tuple[bytes | Path | None, int, str | None]] = {
+        f.path: (None if f.link else files.root / f.path, _norm_mode(f.mode), f.link)
+        for f in files.files
+    }
+    fd, tmp = tempfile.mkstemp(dir=cache, suffix=".partial")
+    os.close(fd)
+    layer = _write_layer(_entries_for(paths, dest_prefix), Path(tmp))
+    shutil.move(tmp, cached)
+    import json
+
+    meta.write_text(
+        json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size})
+    )
+    return Layer(cached, layer.digest, layer.diff_id, layer.size)
+
+
+def build_file_layer(
+    contents: dict[str, bytes], dest_prefix: str = "workspace", directory: Path | None = None
+) -> Layer:
+    """A small layer of in-memory files (e.g. the cell script)."""
+    directory = directory or cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, tuple[bytes | Path | None, int, str | None]] = {
+        p: (data, 0o644, None) for p, data in contents.items()
+    }
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tar.gz")
+    os.close(fd)
+    return _write_layer(_entries_for(paths, dest_prefix), Path(tmp))
