@@ -157,3 +157,50 @@ def test_no_daemon_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 def test_missing_image_is_a_clear_error(sched: LocalDockerScheduler) -> None:
     with pytest.raises(specs.TorchxNbError, match="is not on this Docker daemon"):
         run(sched, app("127.0.0.1:1/nothing/here:1", "-c", "true"))
+
+
+def test_gpus_devices_copy_env_and_bridge_network_in_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MY_FLAG_A", "1")
+    monkeypatch.setenv("OTHER", "2")
+    sched = LocalDockerScheduler("torchx", docker_client=object())
+    a = app(
+        "img",
+        "-c",
+        "true",
+        n=2,
+        resource=specs.Resource(cpu=2, gpu=1, memMB=512),
+        mounts=specs.parse_mounts(
+            ["type=device", "src=/dev/fuse", "type=volume", "src=vol1", "dst=/v"]
+        ),
+    )
+    info = sched.submit_dryrun(
+        a, {"copy_env": ["MY_FLAG_*"], "env": {"X": "y"}, "privileged": True}
+    )
+    c0, c1 = info.request.containers
+    assert info.request.network == "torchx"
+    assert c0.kwargs["device_requests"] == [
+        {"Driver": "", "Count": 1, "Capabilities": [["compute", "utility"]]}
+    ]
+    assert c0.kwargs["devices"] == ["/dev/fuse:/dev/fuse:rwm"]
+    assert c0.kwargs["mounts"] == [
+        {"Target": "/v", "Source": "vol1", "Type": "volume", "ReadOnly": False}
+    ]
+    assert c0.kwargs["environment"]["MY_FLAG_A"] == "1" and "OTHER" not in c0.kwargs["environment"]
+    assert c0.kwargs["environment"]["X"] == "y" and c0.kwargs["privileged"]
+    assert c1.kwargs["environment"]["TORCHX_RANK0_HOST"] == c0.kwargs["name"]
+    assert c1.kwargs["hostname"] == c1.kwargs["name"]
+    assert '"device_requests"' in repr(info)
+
+
+def test_log_since_and_until(sched: LocalDockerScheduler, base_images: dict[str, str]) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    app_id = run(sched, app(base_images["busybox"], "-c", "echo early"))
+    assert wait_state(sched, app_id) == AppState.SUCCEEDED
+    future = datetime.now(timezone.utc) + timedelta(hours=1)
+    past = datetime.now(timezone.utc) - timedelta(hours=1)
+    assert list(sched.log_iter(app_id, "r", since=future)) == []
+    assert list(sched.log_iter(app_id, "r", until=past)) == []
+    assert list(sched.log_iter(app_id, "r", since=past, until=future)) == ["early\n"]
