@@ -17,12 +17,29 @@ def cache_dir() -> Path:
     return Path(explicit) if explicit else Path.home() / ".cache" / "torchx_nb" / "bench"
 
 
-def ensure_torchx_venv() -> Path:
-    """Path of the ``torchx`` executable of a virtualenv holding ``torchx==0.7.0``."""
+def ensure_torchx_venv(extras: tuple[str, ...] = ()) -> Path:
+    """Path of the ``torchx`` executable of a virtualenv holding ``torchx==0.7.0`` (plus
+    ``extras``, e.g. boto3 for its AWS schedulers)."""
     root = cache_dir() / f"torchx-{TORCHX_VERSION}"
     exe = root / "bin" / "torchx"
     marker = root / ".installed"
     if marker.exists() and exe.exists():
+        for extra in extras:
+            flag = root / f".extra-{extra}"
+            if not flag.exists():
+                subprocess.run(
+                    [
+                        str(root / "bin" / "python"),
+                        "-m",
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--disable-pip-version-check",
+                        extra,
+                    ],
+                    check=True,
+                )
+                flag.write_text(extra)
         return exe
     print(f"creating a virtualenv with torchx=={TORCHX_VERSION} in {root} ...", file=sys.stderr)
     venv.EnvBuilder(with_pip=True, clear=True).create(root)

@@ -149,6 +149,47 @@ print("an edited cell: only this small layer is new")""",
     ("code", "%torchx list -s local_docker", []),
 ]
 
+NOTEBOOKS["aws_batch.ipynb"] = [
+    (
+        "md",
+        """# A cell on AWS Batch
+
+The cell and this folder become a patched image pushed to `image_repo` (no Docker daemon
+needed: the registry builder), then a multinode Batch job: one node range per role, rank 0 gets
+`TORCHX_RANK0_HOST=localhost`. Logs come from CloudWatch `/aws/batch/job`. Credentials, region
+and endpoint come from the usual AWS settings (`AWS_PROFILE`, `AWS_DEFAULT_REGION`,
+`AWS_ENDPOINT_URL`).""",
+        [],
+    ),
+    (
+        "code",
+        """import os
+QUEUE = os.environ.get("TORCHX_NB_EXAMPLE_QUEUE", "my-queue")
+IMAGE = os.environ.get("TORCHX_NB_EXAMPLE_IMAGE", "REGISTRY/base:3.11")
+REPO = os.environ.get("TORCHX_NB_EXAMPLE_REPO", "REGISTRY/jobs")
+%load_ext torchx_nb
+%config TorchxMagics.image = IMAGE
+%config TorchxMagics.cfg = {"aws_batch": {"queue": QUEUE, "image_repo": REPO, "builder": "registry", "quiet": True}}""",
+        [],
+    ),
+    (
+        "code",
+        """from pathlib import Path
+Path("params.json").write_text('{"lr": 0.1}')""",
+        [],
+    ),
+    ("code", "%torchx runopts aws_batch", []),
+    (
+        "code",
+        """%%torchx run -s aws_batch -h cpu.nano --wait -o job
+import json, os
+print("node of", os.environ["TORCHX_ROLE_NAME"], "params", json.load(open("params.json")))""",
+        [],
+    ),
+    ("code", """print(job.status().state, job.status().ui_url.split("#")[0])""", []),
+    ("code", "%torchx list -s aws_batch", []),
+]
+
 
 def build(cells: list[tuple[str, str, list[str]]]) -> nbformat.NotebookNode:
     nb = new_notebook()

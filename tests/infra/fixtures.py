@@ -17,6 +17,7 @@ from tests.infra.dockerd import (
     start_dockerd,
     start_registry,
 )
+from tests.infra.moto import MotoServer, moto_available, start_moto
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -60,6 +61,27 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry
     reg = start_registry(tmp_path_factory.mktemp("auth-registry"), "tester", "s3cret-pw")
     yield reg
     reg.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server(
+    tmp_path_factory: pytest.TempPathFactory, dockerd: DockerDaemon
+) -> Iterator[MotoServer]:
+    reason = moto_available()
+    if reason:
+        missing(reason)
+    server = start_moto(tmp_path_factory.mktemp("moto"), dockerd.base_url)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def aws_env(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> MotoServer:
+    """AWS_ENDPOINT_URL, fake credentials and a region for this process and its children."""
+    for key, value in moto_server.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return moto_server
 
 
 @pytest.fixture

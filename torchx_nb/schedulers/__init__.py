@@ -14,6 +14,7 @@ ENTRY_POINT_GROUP = "torchx_nb.schedulers"
 DEFAULT_SCHEDULER_MODULES: dict[str, str] = {
     "local_cwd": "torchx_nb.schedulers.local_cwd",
     "local_docker": "torchx_nb.schedulers.local_docker",
+    "aws_batch": "torchx_nb.schedulers.aws_batch",
 }
 
 

@@ -1,0 +1,235 @@
+"""aws_batch against moto_server, whose Batch runs each node as a real container on our dockerd."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.infra.dockerd import DockerDaemon, Registry
+from tests.infra.moto import MotoServer, make_queue
+from torchx_nb import specs
+from torchx_nb.components.cell import cell
+from torchx_nb.runner import get_runner
+from torchx_nb.schedulers.api import Stream
+from torchx_nb.schedulers.aws_batch import AwsBatchScheduler
+from torchx_nb.specs import AppState
+
+_queues = itertools.count()
+
+
+def validate(client: Any, operation: str, params: dict[str, Any]) -> None:
+    """Check a request against botocore's service model, as boto3 would before sending it."""
+    from botocore.validate import validate_parameters
+
+    model = client.meta.service_model.operation_model(operation)
+    validate_parameters(params, model.input_shape)
+
+
+def app(image: str = "img", roles: int = 1, n: int = 2, **kw: Any) -> specs.AppDef:
+    return specs.AppDef(
+        "bt",
+        metadata={"team": "ml"},
+        roles=[
+            specs.Role(
+                f"r{i}",
+                image,
+                entrypoint="python",
+                args=["-c", "print(1)"],
+                num_replicas=n,
+                resource=kw.get("resource", specs.Resource(cpu=2, gpu=1, memMB=2048)),
+                env={"RANK0": specs.macros.rank0_env, "IDX": specs.macros.replica_id},
+                max_retries=2,
+                mounts=kw.get("mounts", []),
+            )
+            for i in range(roles)
+        ],
+    )
+
+
+def test_dryrun_request_shape_and_validity() -> None:
+    import boto3
+
+    sched = AwsBatchScheduler("torchx", client=boto3.client("batch", region_name="us-west-2"))
+    mounts = specs.parse_mounts(
+        [
+            "type=bind",
+            "src=/data",
+            "dst=/data",
+            "readonly",
+            "type=volume",
+            "src=fs-123",
+            "dst=/efs",
+            "type=device",
+            "src=/dev/fuse",
+        ]
+    )
+    a = app(roles=2, n=3, resource=specs.named_resources["aws_p4d.24xlarge"], mounts=mounts)
+    info = sched.submit_dryrun(
+        a,
+        {"queue": "q", "share_id": "team1", "priority": 5, "job_role_arn": "arn:aws:iam::1:role/j"},
+    )
+    job = info.request
+    validate(sched.client, "RegisterJobDefinition", job.job_def)
+    validate(sched.client, "SubmitJob", job.submit_args())
+    props = job.job_def["nodeProperties"]
+    assert props["numNodes"] == 6 and props["mainNode"] == 0
+    assert [r["targetNodes"] for r in props["nodeRangeProperties"]] == ["0:0", "1:2", "3:5"]
+    c0 = props["nodeRangeProperties"][0]["container"]
+    env0 = {e["name"]: e["value"] for e in c0["environment"]}
+    assert env0["TORCHX_RANK0_HOST"] == "localhost" and env0["TORCHX_ROLE_NAME"] == "r0"
+    assert env0["RANK0"] == "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
+    assert env0["IDX"] == "$AWS_BATCH_JOB_NODE_INDEX"
+    env1 = {
+        e["name"]: e["value"] for e in props["nodeRangeProperties"][1]["container"]["environment"]
+    }
+    assert "TORCHX_RANK0_HOST" not in env1
+    assert {r["type"]: r["value"] for r in c0["resourceRequirements"]} == {
+        "VCPU": "96",
+        "GPU": "8",
+        "MEMORY": str(1152 * int(1024 * 0.96)),
+    }
+    assert c0["instanceType"] == "p4d.24xlarge" and c0["jobRoleArn"].endswith("role/j")
+    assert len(c0["linuxParameters"]["devices"]) == 4 + 1
+    assert c0["volumes"][1]["efsVolumeConfiguration"] == {"fileSystemId": "fs-123"}
+    assert c0["mountPoints"][0] == {
+        "sourceVolume": "mount_0",
+        "containerPath": "/data",
+        "readOnly": True,
+    }
+    assert job.job_def["retryStrategy"]["attempts"] == 3
+    assert job.job_def["tags"]["team"] == "ml" and job.job_def["schedulingPriority"] == 5
+    assert job.submit_args()["shareIdentifier"] == "team1"
+    assert job.name.startswith("bt-team1-")
+
+
+def test_validation_errors() -> None:
+    sched = AwsBatchScheduler("torchx", client=object())
+    with pytest.raises(specs.InvalidRunConfigException, match="at most 5 roles"):
+        sched._validate(app(roles=6), "aws_batch", {"queue": "q"})
+    with pytest.raises(specs.InvalidRunConfigException, match="priority needs share_id"):
+        sched._validate(app(), "aws_batch", {"queue": "q", "priority": 3})
+    with pytest.raises(specs.InvalidRunConfigException, match="needs memory"):
+        sched.submit_dryrun(app(resource=specs.Resource(cpu=1, gpu=0, memMB=0)), {"queue": "q"})
+    with pytest.raises(specs.InvalidRunConfigException, match="missing required option 'queue'"):
+        sched.submit_dryrun(app(), {})
+
+
+@pytest.fixture
+def queue(aws_env: MotoServer) -> str:
+    aws_env.use_docker(True)
+    return make_queue(aws_env, f"q{next(_queues)}")
+
+
+@pytest.fixture
+def python_base(dockerd: DockerDaemon, base_images: dict[str, str], registry: Registry) -> str:
+    client = dockerd.client()
+    ref = f"{registry.host}/base/python"
+    client.images.get(base_images["python"]).tag(ref, "3.11")
+    for event in client.images.push(ref, "3.11", stream=True, decode=True):
+        assert "error" not in event, event
+    return f"{ref}:3.11"
+
+
+CELL = """import os
+print("node", os.environ.get("TORCHX_ROLE_NAME"), os.environ.get("TORCHX_RANK0_HOST", "-"),
+      open("data.csv").read().strip())
+"""
+
+
+def test_two_node_cell_job_runs_in_containers(
+    queue: str, python_base: str, registry: Registry, docker_env: DockerDaemon, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "data.csv").write_text("from-the-workspace")
+    cfg = {
+        "queue": queue,
+        "image_repo": f"{registry.host}/batch/jobs",
+        "builder": "registry",
+        "quiet": True,
+    }
+    with get_runner() as runner:
+        a = cell(source=CELL, image=python_base, memMB=256)
+        a.roles[0].num_replicas = 2
+        handle = runner.run(a, "aws_batch", cfg, workspace=str(ws))
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and rec.scheduler == "aws_batch"
+        status = runner.wait(handle, wait_interval=0.5, timeout=120)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        assert [r.state for r in status.roles[0].replicas] == [AppState.SUCCEEDED] * 2
+        assert status.ui_url and "#jobs/mnp-job/" in status.ui_url
+        logs = "".join(runner.log_lines(handle, "cell", 0))
+        assert "node cell localhost from-the-workspace" in logs
+        assert "node cell - from-the-workspace" in logs
+        desc = runner.describe(handle)
+        assert desc is not None and desc.roles[0].num_replicas == 2
+        assert runner.jobstore.get(handle).state == "SUCCEEDED"  # type: ignore[union-attr]
+
+
+def test_failure_cancel_and_list(
+    queue: str, base_images: dict[str, str], docker_env: DockerDaemon, aws_env: MotoServer
+) -> None:
+    sched = AwsBatchScheduler("torchx")
+    bb = base_images["busybox"]
+
+    def sh(script: str) -> specs.AppDef:
+        return specs.AppDef(
+            "sh",
+            roles=[
+                specs.Role(
+                    "r",
+                    bb,
+                    entrypoint="sh",
+                    args=["-c", script],
+                    resource=specs.Resource(1, 0, 128),
+                )
+            ],
+        )
+
+    failing = sched.submit(sh("echo bad; exit 3"), {"queue": queue})
+    wait_for(lambda: sched.describe(failing).state == AppState.FAILED, 60)  # type: ignore[union-attr]
+    sleeper = sched.submit(sh("sleep 60"), {"queue": queue})
+    wait_for(lambda: sched.describe(sleeper).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
+    sched.cancel(sleeper)
+    wait_for(lambda: sched.describe(sleeper).state == AppState.CANCELLED, 60)  # type: ignore[union-attr]
+    assert "cancelled by torchx_nb" in sched.describe(sleeper).msg  # type: ignore[union-attr]
+    aws_env.client("batch").register_job_definition(
+        jobDefinitionName="foreign",
+        type="container",
+        containerProperties={"image": bb, "command": ["true"], "vcpus": 1, "memory": 128},
+    )
+    aws_env.client("batch").submit_job(jobName="not-ours", jobQueue=queue, jobDefinition="foreign")
+    listed = {a.app_id: a.state for a in sched.list({"queue": queue})}
+    assert listed == {failing: AppState.FAILED, sleeper: AppState.CANCELLED}
+    everywhere = {a.app_id for a in sched.list()}
+    assert {failing, sleeper} <= everywhere
+    assert sched.describe(f"{queue}:no-such-job") is None
+    lines = list(sched.log_iter(failing, "r"))
+    assert lines == ["bad\n"]
+    assert list(sched.log_iter(failing, "r", regex="nothing")) == []
+    with pytest.raises(ValueError, match="one combined log"):
+        sched.log_iter(failing, "r", streams=Stream.STDERR)
+
+
+def test_clear_errors(aws_env: MotoServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    sched = AwsBatchScheduler("torchx")
+    a = specs.AppDef(
+        "x", roles=[specs.Role("r", "img", entrypoint="true", resource=specs.Resource(1, 0, 128))]
+    )
+    with pytest.raises(specs.TorchxNbError, match="cannot submit to queue 'nope'"):
+        sched.submit(a, {"queue": "nope"})
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    with pytest.raises(specs.TorchxNbError, match="no AWS region; set AWS_DEFAULT_REGION"):
+        AwsBatchScheduler("torchx").submit(a, {"queue": "q"})
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(specs.TorchxNbError, match="no AWS credentials"):
+        AwsBatchScheduler("torchx").submit(a, {"queue": "q"})

@@ -1,0 +1,626 @@
+"""``aws_batch``: an app becomes one multinode AWS Batch job (a node range per role), its image
+patched with the workspace and pushed to ``image_repo``; logs come from CloudWatch
+``/aws/batch/job``.
+
+boto3 is imported when a client is first needed; clients can be injected, and boto3's standard
+settings (``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``, profiles) apply."""
+
+from __future__ import annotations
+
+import getpass
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+)
+from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.specs.api import (
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    BindMount,
+    CfgVal,
+    DeviceMount,
+    InvalidRunConfigException,
+    ReplicaStatus,
+    Resource,
+    Role,
+    RoleStatus,
+    TorchxNbError,
+    VolumeMount,
+    is_terminal,
+    macros,
+    runopts,
+)
+from torchx_nb.specs.named_resources_aws import instance_type_from_resource
+from torchx_nb.version import __version__
+from torchx_nb.workspace import WorkspaceMixin
+
+TAG_VERSION = "torchx.pytorch.org/version"
+TAG_APP_NAME = "torchx.pytorch.org/app-name"
+TAG_USER = "torchx.pytorch.org/user"
+RANK0_ENV = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
+NODE_INDEX = "$AWS_BATCH_JOB_NODE_INDEX"
+MAX_ROLES = 5
+CANCEL_REASON = "cancelled by torchx_nb"
+LOG_GROUP = "/aws/batch/job"
+
+STATES = {
+    "SUBMITTED": AppState.PENDING,
+    "PENDING": AppState.PENDING,
+    "RUNNABLE": AppState.PENDING,
+    "STARTING": AppState.PENDING,
+    "RUNNING": AppState.RUNNING,
+    "SUCCEEDED": AppState.SUCCEEDED,
+    "FAILED": AppState.FAILED,
+}
+
+
+class AwsError(TorchxNbError):
+    """An AWS call failed in a way the user can fix."""
+
+
+@dataclass
+class BatchJob:
+    """aws_batch's native request: the job definition to register and the job to submit."""
+
+    name: str
+    queue: str
+    share_id: str | None
+    priority: int
+    job_def: dict[str, Any]
+    tags: dict[str, str]
+
+    def submit_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "jobName": self.name,
+            "jobQueue": self.queue,
+            "jobDefinition": self.name,
+            "tags": self.tags,
+        }
+        if self.share_id:
+            args["shareIdentifier"] = self.share_id
+            args["schedulingPriorityOverride"] = self.priority
+        return args
+
+
+def _fmt(job: BatchJob) -> str:
+    import json
+
+    from torchx_nb.redact import redact
+
+    return json.dumps(
+        redact({"register_job_definition": job.job_def, "submit_job": job.submit_args()}),
+        indent=2,
+    )
+
+
+def aws_error(e: BaseException, what: str) -> TorchxNbError:
+    """One line for the usual AWS failures: no credentials, no region, refused, throttled."""
+    name = type(e).__name__
+    if name in ("NoCredentialsError", "PartialCredentialsError"):
+        return AwsError(
+            f"{what}: no AWS credentials; set AWS_PROFILE or AWS_ACCESS_KEY_ID and"
+            " AWS_SECRET_ACCESS_KEY (or run `aws configure`)"
+        )
+    if name == "NoRegionError":
+        return AwsError(
+            f"{what}: no AWS region; set AWS_DEFAULT_REGION (or region in ~/.aws/config)"
+        )
+    if name == "EndpointConnectionError":
+        return AwsError(
+            f"{what}: cannot reach the AWS endpoint ({e}); check AWS_ENDPOINT_URL and the network"
+        )
+    response = getattr(e, "response", None)
+    if isinstance(response, dict):
+        err = response.get("Error", {})
+        code, msg = err.get("Code", name), err.get("Message", str(e))
+        if code in ("ThrottlingException", "TooManyRequestsException"):
+            return AwsError(
+                f"{what}: AWS is throttling requests even after retries; try again later"
+            )
+        return AwsError(f"{what}: {code}: {msg}")
+    return AwsError(f"{what}: {name}: {e}")
+
+
+def _job_name(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9_-]", "-", name)
+    return cleaned[:110] or "job"
+
+
+def _permissions(perm: str) -> list[str]:
+    return [{"r": "READ", "w": "WRITE", "m": "MKNOD"}[c] for c in perm]
+
+
+def _resource_requirements(res: Resource) -> list[dict[str, str]]:
+    if res.memMB <= 0:
+        raise InvalidRunConfigException(
+            "AWS Batch needs memory for every role: give the role a resource (-h NAME, e.g."
+            " aws_g5.xlarge, or --memMB)",
+            "memMB",
+        )
+    reqs = [
+        {"type": "VCPU", "value": str(max(res.cpu, 1))},
+        {"type": "MEMORY", "value": str(res.memMB)},
+    ]
+    if res.gpu > 0:
+        reqs.append({"type": "GPU", "value": str(res.gpu)})
+    return reqs
+
+
+class AwsBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+    """Multinode AWS Batch jobs; lists every queue without the 100-job cap."""
+
+    def __init__(
+        self,
+        session_name: str,
+        client: Any = None,
+        log_client: Any = None,
+        region: str | None = None,
+    ) -> None:
+        super().__init__("aws_batch", session_name)
+        self._client = client
+        self._log_client = log_client
+        self._region = region
+        self._job_ids: dict[str, str] = {}
+
+    def _boto(self, service: str) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        cfg = Config(
+            retries={"mode": "adaptive", "max_attempts": 10},
+            user_agent_extra=f"torchx_nb/{__version__}",
+        )
+        try:
+            return boto3.session.Session(region_name=self._region).client(service, config=cfg)
+        except Exception as e:
+            raise aws_error(e, f"cannot create an AWS {service} client") from None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._boto("batch")
+        return self._client
+
+    @property
+    def log_client(self) -> Any:
+        if self._log_client is None:
+            self._log_client = self._boto("logs")
+        return self._log_client
+
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except Exception as e:
+            if isinstance(e, TorchxNbError):
+                raise
+            raise aws_error(e, what) from None
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add("queue", type_=str, required=True, help="job queue to submit to")
+        opts.add("user", type_=str, default=getpass.getuser(), help="user tagged on the job")
+        opts.add("privileged", type_=bool, default=False, help="run the containers privileged")
+        opts.add(
+            "share_id",
+            type_=str,
+            help="share identifier (queues with a fair-share scheduling policy)",
+        )
+        opts.add("priority", type_=int, default=0, help="scheduling priority; needs share_id")
+        opts.add("job_role_arn", type_=str, help="IAM role the job's containers assume")
+        opts.add(
+            "execution_role_arn",
+            type_=str,
+            help="IAM role ECS uses to start the containers (pull images, write logs)",
+        )
+        return opts
+
+    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+        super()._validate(app, scheduler, cfg)
+        if len(app.roles) > MAX_ROLES:
+            raise InvalidRunConfigException(
+                f"AWS Batch takes at most {MAX_ROLES} roles (node groups); this app has"
+                f" {len(app.roles)}: merge roles",
+                "roles",
+            )
+        if cfg.get("priority") and not cfg.get("share_id"):
+            raise InvalidRunConfigException(
+                "priority needs share_id (it only applies to fair-share queues): add"
+                " -cfg share_id=ID or drop priority",
+                "priority",
+            )
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[BatchJob]:
+        share_id = str(cfg["share_id"]) if cfg.get("share_id") else None
+        priority = cfg.get("priority") or 0
+        assert isinstance(priority, int)
+        name = _job_name(make_unique(app.name + (f"-{share_id}" if share_id else "")))
+        ranges: list[dict[str, Any]] = []
+        start = 0
+        for role_idx, role in enumerate(app.roles):
+            values = macros.Values(
+                img_root="", app_id=name, replica_id=NODE_INDEX, rank0_env=RANK0_ENV
+            )
+            r = values.apply(role)
+            container = self._container(r, role_idx, cfg)
+            n = role.num_replicas
+            if role_idx == 0:
+                rank0 = {
+                    **container,
+                    "environment": [
+                        *container["environment"],
+                        {"name": "TORCHX_RANK0_HOST", "value": "localhost"},
+                    ],
+                }
+                ranges.append({"targetNodes": "0:0" if n > 1 else "0", "container": rank0})
+                if n > 1:
+                    ranges.append({"targetNodes": f"1:{n - 1}", "container": container})
+            else:
+                ranges.append({"targetNodes": f"{start}:{start + n - 1}", "container": container})
+            start += n
+        tags = {
+            TAG_VERSION: __version__,
+            TAG_APP_NAME: app.name,
+            TAG_USER: str(cfg.get("user") or getpass.getuser()),
+            **app.metadata,
+        }
+        job_def: dict[str, Any] = {
+            "jobDefinitionName": name,
+            "type": "multinode",
+            "nodeProperties": {"numNodes": start, "mainNode": 0, "nodeRangeProperties": ranges},
+            "retryStrategy": {
+                "attempts": max(max(r.max_retries for r in app.roles) + 1, 1),
+                "evaluateOnExit": [{"onExitCode": "0", "action": "EXIT"}],
+            },
+            "tags": tags,
+        }
+        if share_id:
+            job_def["schedulingPriority"] = priority
+        job = BatchJob(
+            name=name,
+            queue=str(cfg["queue"]),
+            share_id=share_id,
+            priority=priority,
+            job_def=job_def,
+            tags=tags,
+        )
+        return AppDryRunInfo(job, _fmt)
+
+    def _container(self, role: Role, role_idx: int, cfg: Mapping[str, CfgVal]) -> dict[str, Any]:
+        env = {**role.env, "TORCHX_ROLE_IDX": str(role_idx), "TORCHX_ROLE_NAME": role.name}
+        res = role.resource
+        linux: dict[str, Any] = {"sharedMemorySize": max(res.memMB, 0)}
+        devices = [
+            {
+                "hostPath": m.src_path,
+                "containerPath": m.dst_path,
+                "permissions": _permissions(m.permissions),
+            }
+            for m in role.mounts
+            if isinstance(m, DeviceMount)
+        ]
+        devices += self._efa_devices(res)
+        if devices:
+            linux["devices"] = devices
+        volumes: list[dict[str, Any]] = []
+        mount_points: list[dict[str, Any]] = []
+        for i, m in enumerate(role.mounts):
+            if isinstance(m, BindMount):
+                volumes.append({"name": f"mount_{i}", "host": {"sourcePath": m.src_path}})
+                mount_points.append(
+                    {
+                        "sourceVolume": f"mount_{i}",
+                        "containerPath": m.dst_path,
+                        "readOnly": m.read_only,
+                    }
+                )
+            elif isinstance(m, VolumeMount):
+                volumes.append(
+                    {"name": f"mount_{i}", "efsVolumeConfiguration": {"fileSystemId": m.src}}
+                )
+                mount_points.append(
+                    {
+                        "sourceVolume": f"mount_{i}",
+                        "containerPath": m.dst_path,
+                        "readOnly": m.read_only,
+                    }
+                )
+        container: dict[str, Any] = {
+            "command": [role.entrypoint, *role.args],
+            "image": role.image,
+            "environment": [{"name": k, "value": v} for k, v in env.items()],
+            "privileged": bool(cfg.get("privileged")),
+            "resourceRequirements": _resource_requirements(res),
+            "linuxParameters": linux,
+            "logConfiguration": {"logDriver": "awslogs"},
+            "mountPoints": mount_points,
+            "volumes": volumes,
+        }
+        itype = instance_type_from_resource(res)
+        if itype:
+            container["instanceType"] = itype
+        if cfg.get("job_role_arn"):
+            container["jobRoleArn"] = cfg["job_role_arn"]
+        if cfg.get("execution_role_arn"):
+            container["executionRoleArn"] = cfg["execution_role_arn"]
+        return container
+
+    @staticmethod
+    def _efa_devices(res: Resource) -> list[dict[str, Any]]:
+        from torchx_nb.specs.named_resources_aws import EFA_DEVICE
+
+        return [
+            {
+                "hostPath": f"/dev/infiniband/uverbs{i}",
+                "containerPath": f"/dev/infiniband/uverbs{i}",
+                "permissions": ["READ", "WRITE", "MKNOD"],
+            }
+            for i in range(res.devices.get(EFA_DEVICE, 0))
+        ]
+
+    def schedule(self, dryrun_info: AppDryRunInfo[BatchJob]) -> str:
+        job = dryrun_info.request
+        self._call(
+            f"cannot register the job definition {job.name}",
+            self.client.register_job_definition,
+            **job.job_def,
+        )
+        resp = self._call(
+            f"cannot submit to queue {job.queue!r}", self.client.submit_job, **job.submit_args()
+        )
+        app_id = f"{job.queue}:{job.name}"
+        self._job_ids[app_id] = resp["jobId"]
+        return app_id
+
+    def _job_id(self, app_id: str) -> str | None:
+        if app_id in self._job_ids:
+            return self._job_ids[app_id]
+        queue, _, name = app_id.partition(":")
+        paginator = self.client.get_paginator("list_jobs")
+        pages = paginator.paginate(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}])
+        try:
+            for page in pages:
+                for summary in page.get("jobSummaryList", []):
+                    if summary.get("jobName") == name:
+                        self._job_ids[app_id] = summary["jobId"]
+                        return str(summary["jobId"])
+        except Exception as e:
+            if "JobQueue" in str(e) and "not" in str(e).lower():
+                return None
+            raise aws_error(e, f"cannot look up {app_id}") from None
+        return None
+
+    def _describe_jobs(self, job_ids: list[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for i in range(0, len(job_ids), 100):
+            resp = self._call(
+                "cannot describe jobs", self.client.describe_jobs, jobs=job_ids[i : i + 100]
+            )
+            out.extend(resp.get("jobs", []))
+        return out
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        return self.describe_many([app_id]).get(app_id)
+
+    def describe_many(self, app_ids: list[str]) -> dict[str, DescribeAppResponse | None]:
+        """Describe many apps with one ``describe_jobs`` call per 100 jobs."""
+        ids = {app_id: self._job_id(app_id) for app_id in app_ids}
+        jobs = {j["jobId"]: j for j in self._describe_jobs([i for i in ids.values() if i])}
+        return {
+            app_id: (self._to_response(app_id, jobs[jid]) if jid in jobs else None)
+            for app_id, jid in ids.items()
+        }
+
+    def _state(self, job: dict[str, Any]) -> AppState:
+        state = STATES.get(job.get("status", ""), AppState.UNKNOWN)
+        if state == AppState.FAILED and CANCEL_REASON in (job.get("statusReason") or ""):
+            return AppState.CANCELLED
+        return state
+
+    def _to_response(self, app_id: str, job: dict[str, Any]) -> DescribeAppResponse:
+        state = self._state(job)
+        region = self.client.meta.region_name
+        roles: dict[str, Role] = {}
+        replicas: dict[str, list[ReplicaStatus]] = {}
+        for rng in (job.get("nodeProperties") or {}).get("nodeRangeProperties", []):
+            c = rng.get("container", {})
+            env = {e["name"]: e["value"] for e in c.get("environment", [])}
+            name = env.get("TORCHX_ROLE_NAME", "node")
+            lo, _, hi = str(rng.get("targetNodes", "0")).partition(":")
+            first, last = int(lo or 0), int(hi) if hi else int(lo or 0)
+            reqs = {r["type"]: int(r["value"]) for r in c.get("resourceRequirements", [])}
+            role = roles.get(name)
+            if role is None:
+                role = Role(
+                    name=name,
+                    image=c.get("image", ""),
+                    entrypoint=(c.get("command") or [""])[0],
+                    args=list(c.get("command") or [])[1:],
+                    num_replicas=0,
+                    env={
+                        k: v
+                        for k, v in env.items()
+                        if k not in ("TORCHX_ROLE_IDX", "TORCHX_ROLE_NAME", "TORCHX_RANK0_HOST")
+                    },
+                    resource=Resource(
+                        cpu=reqs.get("VCPU", 1), gpu=reqs.get("GPU", 0), memMB=reqs.get("MEMORY", 0)
+                    ),
+                )
+                roles[name] = role
+            for node in range(first, last + 1):
+                role.num_replicas += 1
+                reps = replicas.setdefault(name, [])
+                reps.append(ReplicaStatus(len(reps), state, name, f"node-{node}"))
+        resp = DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=max(len(job.get("attempts", [])) - 1, 0),
+            ui_url=(
+                f"https://{region}.console.aws.amazon.com/batch/home?region={region}"
+                f"#jobs/mnp-job/{job['jobId']}"
+            ),
+            roles=list(roles.values()),
+            roles_statuses=[RoleStatus(n, reps) for n, reps in replicas.items()],
+            metadata=dict(job.get("tags") or {}),
+        )
+        if job.get("statusReason"):
+            resp.msg = str(job["statusReason"])
+        return resp
+
+    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+        """Every job of ours in every queue (or ``cfg["queue"]``): pages through list_jobs with
+        no cap and keeps the jobs tagged by torchx, describing 100 per call."""
+        queue = (cfg or {}).get("queue")
+        if queue:
+            queues = [str(queue)]
+        else:
+            queues = [
+                q["jobQueueName"]
+                for page in self._call(
+                    "cannot list job queues",
+                    self.client.get_paginator("describe_job_queues").paginate,
+                )
+                for q in page.get("jobQueues", [])
+            ]
+        summaries: list[tuple[str, dict[str, Any]]] = []
+        for q in queues:
+            pages = self.client.get_paginator("list_jobs").paginate(
+                jobQueue=q,
+                filters=[{"name": "AFTER_CREATED_AT", "values": ["0"]}],
+                PaginationConfig={"PageSize": 1000},
+            )
+            try:
+                for page in pages:
+                    summaries.extend((q, s) for s in page.get("jobSummaryList", []))
+            except Exception as e:
+                raise aws_error(e, f"cannot list the jobs of queue {q!r}") from None
+        by_id = {s["jobId"]: (q, s) for q, s in summaries}
+        out: list[ListAppResponse] = []
+        for job in self._describe_jobs(list(by_id)):
+            if TAG_VERSION not in (job.get("tags") or {}):
+                continue
+            q = by_id[job["jobId"]][0]
+            app_id = f"{q}:{job['jobName']}"
+            self._job_ids[app_id] = job["jobId"]
+            out.append(
+                ListAppResponse(
+                    app_id=app_id,
+                    state=self._state(job),
+                    name=(job.get("tags") or {}).get(TAG_APP_NAME, ""),
+                )
+            )
+        return out
+
+    def _cancel_existing(self, app_id: str) -> None:
+        job_id = self._job_id(app_id)
+        if job_id:
+            self._call(
+                f"cannot cancel {app_id}",
+                self.client.terminate_job,
+                jobId=job_id,
+                reason=CANCEL_REASON,
+            )
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """CloudWatch events of replica ``k`` of ``role_name`` (combined stream only)."""
+        if streams not in (None, Stream.COMBINED):
+            raise ValueError("AWS Batch keeps one combined log per node: drop --streams")
+        job_id = self._job_id(app_id)
+        if job_id is None:
+            raise ValueError(f"unknown app {app_id!r}")
+        lines = self._log_lines(app_id, job_id, role_name, k, since, until, should_tail)
+        return filter_regex(regex, lines) if regex else lines
+
+    def _stream_name(self, job: dict[str, Any], role_name: str, k: int) -> str | None:
+        start = 0
+        for rng in (job.get("nodeProperties") or {}).get("nodeRangeProperties", []):
+            env = {e["name"]: e["value"] for e in rng.get("container", {}).get("environment", [])}
+            if env.get("TORCHX_ROLE_NAME") == role_name:
+                lo = str(rng.get("targetNodes", "0")).partition(":")[0]
+                start = int(lo or 0)
+                break
+        node_jobs = self._describe_jobs([f"{job['jobId']}#{start + k}"])
+        target = node_jobs[0] if node_jobs else job
+        if target.get("status") == "RUNNING" and target.get("container", {}).get("logStreamName"):
+            return str(target["container"]["logStreamName"])
+        attempts = target.get("attempts") or []
+        if attempts and attempts[-1].get("container", {}).get("logStreamName"):
+            return str(attempts[-1]["container"]["logStreamName"])
+        name = target.get("container", {}).get("logStreamName")
+        return str(name) if name else None
+
+    def _log_lines(
+        self,
+        app_id: str,
+        job_id: str,
+        role_name: str,
+        k: int,
+        since: datetime | None,
+        until: datetime | None,
+        should_tail: bool,
+    ) -> Iterator[str]:
+        token: str | None = None
+        stream: str | None = None
+        while True:
+            job = self._describe_jobs([job_id])
+            if not job:
+                return
+            terminal = is_terminal(self._state(job[0]))
+            if stream is None:
+                stream = self._stream_name(job[0], role_name, k)
+            if stream is not None:
+                while True:
+                    args: dict[str, Any] = {
+                        "logGroupName": LOG_GROUP,
+                        "logStreamName": stream,
+                        "startFromHead": True,
+                        "limit": 10000,
+                    }
+                    if token:
+                        args["nextToken"] = token
+                    if since:
+                        args["startTime"] = int(since.timestamp() * 1000)
+                    if until:
+                        args["endTime"] = int(until.timestamp() * 1000)
+                    try:
+                        resp = self.log_client.get_log_events(**args)
+                    except Exception as e:
+                        if "ResourceNotFound" in type(e).__name__ or "ResourceNotFound" in str(e):
+                            break
+                        raise aws_error(e, f"cannot read the logs of {app_id}") from None
+                    for event in resp.get("events", []):
+                        yield event["message"].rstrip("\n") + "\n"
+                    nxt = resp.get("nextForwardToken")
+                    if not nxt or nxt == token:
+                        token = nxt
+                        break
+                    token = nxt
+            if not should_tail or terminal:
+                return
+            time.sleep(1.0)
+
+
+def create_scheduler(
+    session_name: str, client: Any = None, log_client: Any = None, region: str | None = None
+) -> AwsBatchScheduler:
+    return AwsBatchScheduler(session_name, client=client, log_client=log_client, region=region)
