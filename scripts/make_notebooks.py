@@ -190,6 +190,44 @@ print("node of", os.environ["TORCHX_ROLE_NAME"], "params", json.load(open("param
     ("code", "%torchx list -s aws_batch", []),
 ]
 
+NOTEBOOKS["aws_sagemaker.ipynb"] = [
+    (
+        "md",
+        """# A cell as a SageMaker training job
+
+boto3's `create_training_job` runs the patched image (workspace + cell) on `instance_type`;
+every option of TorchX's SageMaker scheduler is accepted (`%torchx runopts aws_sagemaker`).
+No SageMaker Python SDK is needed.""",
+        [],
+    ),
+    (
+        "code",
+        """import os
+ROLE = os.environ.get("TORCHX_NB_EXAMPLE_ROLE", "arn:aws:iam::ACCOUNT:role/SageMakerRole")
+IMAGE = os.environ.get("TORCHX_NB_EXAMPLE_IMAGE", "REGISTRY/base:3.11")
+REPO = os.environ.get("TORCHX_NB_EXAMPLE_REPO", "REGISTRY/jobs")
+%load_ext torchx_nb
+%config TorchxMagics.image = IMAGE
+%config TorchxMagics.cfg = {"aws_sagemaker": {"role": ROLE, "instance_type": "ml.g5.xlarge", "image_repo": REPO, "builder": "registry", "quiet": True}}""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -s aws_sagemaker --dryrun -cfg use_spot_instances=true,max_wait=7200
+print("dry run: the exact CreateTrainingJob request")""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -s aws_sagemaker -o job
+import torch
+print(torch.cuda.is_available())""",
+        [],
+    ),
+    ("code", "print(job.status().state)", []),
+    ("code", "%torchx list -s aws_sagemaker", []),
+]
+
 
 def build(cells: list[tuple[str, str, list[str]]]) -> nbformat.NotebookNode:
     nb = new_notebook()

@@ -22,6 +22,7 @@ from torchx_nb.schedulers.api import (
     Stream,
     filter_regex,
 )
+from torchx_nb.schedulers.aws_common import aws_error, boto_client, call, cloudwatch_events
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.specs.api import (
     AppDef,
@@ -35,7 +36,6 @@ from torchx_nb.specs.api import (
     Resource,
     Role,
     RoleStatus,
-    TorchxNbError,
     VolumeMount,
     is_terminal,
     macros,
@@ -63,10 +63,6 @@ STATES = {
     "SUCCEEDED": AppState.SUCCEEDED,
     "FAILED": AppState.FAILED,
 }
-
-
-class AwsError(TorchxNbError):
-    """An AWS call failed in a way the user can fix."""
 
 
 @dataclass
@@ -102,34 +98,6 @@ def _fmt(job: BatchJob) -> str:
         redact({"register_job_definition": job.job_def, "submit_job": job.submit_args()}),
         indent=2,
     )
-
-
-def aws_error(e: BaseException, what: str) -> TorchxNbError:
-    """One line for the usual AWS failures: no credentials, no region, refused, throttled."""
-    name = type(e).__name__
-    if name in ("NoCredentialsError", "PartialCredentialsError"):
-        return AwsError(
-            f"{what}: no AWS credentials; set AWS_PROFILE or AWS_ACCESS_KEY_ID and"
-            " AWS_SECRET_ACCESS_KEY (or run `aws configure`)"
-        )
-    if name == "NoRegionError":
-        return AwsError(
-            f"{what}: no AWS region; set AWS_DEFAULT_REGION (or region in ~/.aws/config)"
-        )
-    if name == "EndpointConnectionError":
-        return AwsError(
-            f"{what}: cannot reach the AWS endpoint ({e}); check AWS_ENDPOINT_URL and the network"
-        )
-    response = getattr(e, "response", None)
-    if isinstance(response, dict):
-        err = response.get("Error", {})
-        code, msg = err.get("Code", name), err.get("Message", str(e))
-        if code in ("ThrottlingException", "TooManyRequestsException"):
-            return AwsError(
-                f"{what}: AWS is throttling requests even after retries; try again later"
-            )
-        return AwsError(f"{what}: {code}: {msg}")
-    return AwsError(f"{what}: {name}: {e}")
 
 
 def _job_name(name: str) -> str:
@@ -173,38 +141,20 @@ class AwsBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         self._region = region
         self._job_ids: dict[str, str] = {}
 
-    def _boto(self, service: str) -> Any:
-        import boto3
-        from botocore.config import Config
-
-        cfg = Config(
-            retries={"mode": "adaptive", "max_attempts": 10},
-            user_agent_extra=f"torchx_nb/{__version__}",
-        )
-        try:
-            return boto3.session.Session(region_name=self._region).client(service, config=cfg)
-        except Exception as e:
-            raise aws_error(e, f"cannot create an AWS {service} client") from None
-
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = self._boto("batch")
+            self._client = boto_client("batch", self._region)
         return self._client
 
     @property
     def log_client(self) -> Any:
         if self._log_client is None:
-            self._log_client = self._boto("logs")
+            self._log_client = boto_client("logs", self._region)
         return self._log_client
 
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(**kwargs)
-        except Exception as e:
-            if isinstance(e, TorchxNbError):
-                raise
-            raise aws_error(e, what) from None
+        return call(what, fn, **kwargs)
 
     def _run_opts(self) -> runopts:
         opts = runopts()
@@ -579,7 +529,7 @@ class AwsBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         until: datetime | None,
         should_tail: bool,
     ) -> Iterator[str]:
-        token: str | None = None
+        token: list[str | None] = [None]
         stream: str | None = None
         while True:
             job = self._describe_jobs([job_id])
@@ -589,32 +539,9 @@ class AwsBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             if stream is None:
                 stream = self._stream_name(job[0], role_name, k)
             if stream is not None:
-                while True:
-                    args: dict[str, Any] = {
-                        "logGroupName": LOG_GROUP,
-                        "logStreamName": stream,
-                        "startFromHead": True,
-                        "limit": 10000,
-                    }
-                    if token:
-                        args["nextToken"] = token
-                    if since:
-                        args["startTime"] = int(since.timestamp() * 1000)
-                    if until:
-                        args["endTime"] = int(until.timestamp() * 1000)
-                    try:
-                        resp = self.log_client.get_log_events(**args)
-                    except Exception as e:
-                        if "ResourceNotFound" in type(e).__name__ or "ResourceNotFound" in str(e):
-                            break
-                        raise aws_error(e, f"cannot read the logs of {app_id}") from None
-                    for event in resp.get("events", []):
-                        yield event["message"].rstrip("\n") + "\n"
-                    nxt = resp.get("nextForwardToken")
-                    if not nxt or nxt == token:
-                        token = nxt
-                        break
-                    token = nxt
+                yield from cloudwatch_events(
+                    self.log_client, LOG_GROUP, stream, since, until, token
+                )
             if not should_tail or terminal:
                 return
             time.sleep(1.0)

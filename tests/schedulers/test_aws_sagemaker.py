@@ -1,0 +1,259 @@
+"""aws_sagemaker against moto_server (create, describe, list, logs) and botocore's models."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.infra.dockerd import DockerDaemon, Registry
+from tests.infra.moto import MotoServer
+from torchx_nb import specs
+from torchx_nb.components.cell import cell
+from torchx_nb.runner import get_runner
+from torchx_nb.schedulers.aws_common import AwsError
+from torchx_nb.schedulers.aws_sagemaker import AwsSageMakerScheduler
+from torchx_nb.specs import AppState
+
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+
+
+def validate(client: Any, operation: str, params: dict[str, Any]) -> None:
+    from botocore.validate import validate_parameters
+
+    validate_parameters(params, client.meta.service_model.operation_model(operation).input_shape)
+
+
+def app() -> specs.AppDef:
+    return specs.AppDef(
+        "train",
+        metadata={"team": "ml"},
+        roles=[
+            specs.Role(
+                "trainer",
+                "REGISTRY/img:1",
+                entrypoint="python",
+                args=["train.py", "--lr=1"],
+                env={"A": "1"},
+            )
+        ],
+    )
+
+
+ALL_OPTIONS: dict[str, Any] = {
+    "role": ROLE,
+    "instance_type": "ml.g5.xlarge",
+    "instance_count": 2,
+    "user": "me",
+    "keep_alive_period_in_seconds": 600,
+    "volume_size": 100,
+    "volume_kms_key": "vk",
+    "max_run": 3600,
+    "input_mode": "FastFile",
+    "output_path": "s3://b/out",
+    "output_kms_key": "ok",
+    "base_job_name": "exp",
+    "tags": {"project": "p"},
+    "subnets": ["s-1"],
+    "security_group_ids": ["sg-1"],
+    "model_uri": "s3://b/model",
+    "model_channel_name": "weights",
+    "metric_definitions": {"loss": "loss=([0-9.]+)"},
+    "encrypt_inter_container_traffic": True,
+    "use_spot_instances": True,
+    "max_wait": 7200,
+    "checkpoint_s3_uri": "s3://b/ckpt",
+    "checkpoint_local_path": "/opt/ckpt",
+    "debugger_hook_config": True,
+    "enable_sagemaker_metrics": True,
+    "enable_network_isolation": True,
+    "disable_profiler": True,
+    "environment": {"B": "2", "HF_TOKEN": "hf_secret"},
+    "max_retry_attempts": 2,
+    "hyperparameters": {"epochs": "3"},
+    "container_log_level": 20,
+    "training_repository_access_mode": "Vpc",
+    "training_repository_credentials_provider_arn": "arn:aws:lambda:x",
+    "disable_output_compression": True,
+    "enable_infra_check": True,
+}
+
+
+def test_every_option_maps_onto_create_training_job() -> None:
+    import boto3
+
+    sched = AwsSageMakerScheduler(
+        "torchx", client=boto3.client("sagemaker", region_name="us-west-2")
+    )
+    info = sched.submit_dryrun(app(), ALL_OPTIONS)
+    req = info.request.request
+    validate(sched.client, "CreateTrainingJob", req)
+    assert req["TrainingJobName"].startswith("exp-") and len(req["TrainingJobName"]) <= 63
+    assert req["AlgorithmSpecification"] == {
+        "TrainingImage": "REGISTRY/img:1",
+        "TrainingInputMode": "FastFile",
+        "ContainerEntrypoint": ["python"],
+        "ContainerArguments": ["train.py", "--lr=1"],
+        "MetricDefinitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
+        "EnableSageMakerMetricsTimeSeries": True,
+        "TrainingImageConfig": {
+            "TrainingRepositoryAccessMode": "Vpc",
+            "TrainingRepositoryAuthConfig": {
+                "TrainingRepositoryCredentialsProviderArn": "arn:aws:lambda:x"
+            },
+        },
+    }
+    assert req["ResourceConfig"] == {
+        "InstanceType": "ml.g5.xlarge",
+        "InstanceCount": 2,
+        "VolumeSizeInGB": 100,
+        "VolumeKmsKeyId": "vk",
+        "KeepAlivePeriodInSeconds": 600,
+    }
+    assert req["OutputDataConfig"] == {
+        "S3OutputPath": "s3://b/out",
+        "KmsKeyId": "ok",
+        "CompressionType": "NONE",
+    }
+    assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200}
+    assert req["VpcConfig"] == {"Subnets": ["s-1"], "SecurityGroupIds": ["sg-1"]}
+    assert req["InputDataConfig"][0]["ChannelName"] == "weights"
+    assert req["CheckpointConfig"] == {"S3Uri": "s3://b/ckpt", "LocalPath": "/opt/ckpt"}
+    assert req["HyperParameters"] == {"epochs": "3", "sagemaker_container_log_level": "20"}
+    assert req["Environment"]["A"] == "1" and req["Environment"]["B"] == "2"
+    assert req["Environment"]["TORCHX_JOB_ID"].startswith("aws_sagemaker://torchx/exp-")
+    tags = {t["Key"]: t["Value"] for t in req["Tags"]}
+    assert (
+        tags["team"] == "ml" and tags["project"] == "p" and tags["torchx.pytorch.org/user"] == "me"
+    )
+    assert req["EnableManagedSpotTraining"] and req["EnableNetworkIsolation"]
+    assert req["EnableInterContainerTrafficEncryption"]
+    assert req["DebugHookConfig"] == {"S3OutputPath": "s3://b/out"}
+    assert req["ProfilerConfig"] == {"DisableProfiler": True}
+    assert req["RetryStrategy"] == {"MaximumRetryAttempts": 2}
+    assert req["InfraCheckConfig"] == {"EnableInfraCheck": True}
+    assert "hf_secret" not in repr(info)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"source_dir": "."}, "source_dir does not apply"),
+        ({"git_config": {"repo": "x"}}, "git_config does not apply"),
+        ({"dependencies": ["a"]}, "dependencies does not apply"),
+        ({"code_location": "s3://x"}, "code_location does not apply"),
+        ({"max_wait": 10}, "max_wait only applies with use_spot_instances"),
+        ({"subnets": ["s"]}, "subnets and security_group_ids go together"),
+        ({"role": "SageMakerRole"}, "is not an IAM role ARN"),
+    ],
+)
+def test_refused_options(extra: dict[str, Any], message: str) -> None:
+    sched = AwsSageMakerScheduler("torchx", client=object())
+    cfg = {"role": ROLE, "instance_type": "ml.m5.large", **extra}
+    with pytest.raises(specs.InvalidRunConfigException, match=message):
+        sched._validate(app(), "aws_sagemaker", cfg)
+
+
+def test_stop_request_shape() -> None:
+    """moto has no stop_training_job (HTTP 500, NotImplemented), so cancel is checked with
+    botocore's Stubber on a real client: the exact request, validated against the model."""
+    import boto3
+    from botocore.stub import Stubber
+
+    client = boto3.client("sagemaker", region_name="us-west-2")
+    sched = AwsSageMakerScheduler("torchx", client=client)
+    with Stubber(client) as stub:
+        stub.add_response("stop_training_job", {}, {"TrainingJobName": "job-1"})
+        sched._cancel_existing("job-1")
+        stub.assert_no_pending_responses()
+
+
+def test_create_describe_list_and_logs_in_moto(
+    aws_env: MotoServer,
+    docker_env: DockerDaemon,
+    base_images: dict[str, str],
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    client = docker_env.client()
+    base = f"{registry.host}/base/python"
+    client.images.get(base_images["python"]).tag(base, "3.11")
+    for event in client.images.push(base, "3.11", stream=True, decode=True):
+        assert "error" not in event, event
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "train.py").write_text("print('hi')\n")
+    with get_runner() as runner:
+        handle = runner.run(
+            cell(source="import train\n", image=f"{base}:3.11"),
+            "aws_sagemaker",
+            {
+                "role": ROLE,
+                "instance_type": "ml.m5.large",
+                "builder": "registry",
+                "image_repo": f"{registry.host}/sm/jobs",
+                "quiet": True,
+            },
+            workspace=str(ws),
+        )
+        job_name = handle.rsplit("/", 1)[1]
+        status = runner.status(handle)
+        assert status is not None and status.state == AppState.SUCCEEDED
+        assert status.ui_url and f"#/jobs/{job_name}" in status.ui_url
+        desc = runner.describe(handle)
+        assert desc is not None
+        sm = aws_env.client("sagemaker")
+        created = sm.describe_training_job(TrainingJobName=job_name)
+        assert created["AlgorithmSpecification"]["TrainingImage"].startswith(
+            f"{registry.host}/sm/jobs@sha256:"
+        )
+        assert created["AlgorithmSpecification"]["ContainerArguments"][0].startswith(
+            ".torchx/cell-"
+        )
+        assert (
+            created["OutputDataConfig"]["S3OutputPath"] == "s3://sagemaker-us-west-2-123456789012/"
+        )
+
+        sm.create_training_job(
+            TrainingJobName="foreign-job",
+            RoleArn=ROLE,
+            AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
+            OutputDataConfig={"S3OutputPath": "s3://b/"},
+            ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
+            StoppingCondition={"MaxRuntimeInSeconds": 60},
+        )
+        listed = {a.app_id for a in runner.list("aws_sagemaker")}
+        assert job_name in listed and "foreign-job" not in listed
+
+        logs = aws_env.client("logs")
+        group = "/aws/sagemaker/TrainingJobs"
+        with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+            logs.create_log_group(logGroupName=group)
+        stream = f"{job_name}/algo-1-1700000000"
+        logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        now = int(time.time() * 1000)
+        logs.put_log_events(
+            logGroupName=group,
+            logStreamName=stream,
+            logEvents=[
+                {"timestamp": now, "message": "epoch 1 loss=0.5"},
+                {"timestamp": now + 1, "message": "epoch 2 loss=0.25"},
+            ],
+        )
+        assert list(runner.log_lines(handle, "sagemaker")) == [
+            "epoch 1 loss=0.5\n",
+            "epoch 2 loss=0.25\n",
+        ]
+        assert list(runner.log_lines(handle, "sagemaker", regex="epoch 2")) == [
+            "epoch 2 loss=0.25\n"
+        ]
+        assert runner.status("aws_sagemaker://torchx/no-such-job") is None
+        import boto3
+        from botocore.config import Config
+
+        no_retry = boto3.client("sagemaker", config=Config(retries={"max_attempts": 1}))
+        with pytest.raises(AwsError, match="cannot stop"):
+            AwsSageMakerScheduler("torchx", client=no_retry)._cancel_existing(job_name)

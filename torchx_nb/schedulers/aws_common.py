@@ -1,0 +1,107 @@
+"""What the AWS backends share: boto3 clients with adaptive retries, one-line errors, and
+reading CloudWatch log streams (optionally following them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.version import __version__
+
+
+class AwsError(TorchxNbError):
+    """An AWS call failed in a way the user can fix."""
+
+
+def aws_error(e: BaseException, what: str) -> TorchxNbError:
+    """One line for the usual AWS failures: no credentials, no region, refused, throttled."""
+    name = type(e).__name__
+    if name in ("NoCredentialsError", "PartialCredentialsError"):
+        return AwsError(
+            f"{what}: no AWS credentials; set AWS_PROFILE or AWS_ACCESS_KEY_ID and"
+            " AWS_SECRET_ACCESS_KEY (or run `aws configure`)"
+        )
+    if name == "NoRegionError":
+        return AwsError(
+            f"{what}: no AWS region; set AWS_DEFAULT_REGION (or region in ~/.aws/config)"
+        )
+    if name == "EndpointConnectionError":
+        return AwsError(
+            f"{what}: cannot reach the AWS endpoint ({e}); check AWS_ENDPOINT_URL and the network"
+        )
+    response = getattr(e, "response", None)
+    if isinstance(response, dict):
+        err = response.get("Error", {})
+        code, msg = err.get("Code", name), err.get("Message", str(e))
+        if code in ("ThrottlingException", "TooManyRequestsException"):
+            return AwsError(
+                f"{what}: AWS is throttling requests even after retries; try again later"
+            )
+        return AwsError(f"{what}: {code}: {msg}")
+    return AwsError(f"{what}: {name}: {e}")
+
+
+def call(what: str, fn: Any, **kwargs: Any) -> Any:
+    """``fn(**kwargs)``, with any AWS failure turned into a one-line error about ``what``."""
+    try:
+        return fn(**kwargs)
+    except TorchxNbError:
+        raise
+    except Exception as e:
+        raise aws_error(e, what) from None
+
+
+def boto_client(service: str, region: str | None = None) -> Any:
+    """A boto3 client with adaptive retries (AWS's advice for throttling); boto3 itself honours
+    AWS_ENDPOINT_URL, AWS_PROFILE and AWS_DEFAULT_REGION."""
+    import boto3
+    from botocore.config import Config
+
+    cfg = Config(
+        retries={"mode": "adaptive", "max_attempts": 10},
+        user_agent_extra=f"torchx_nb/{__version__}",
+    )
+    try:
+        return boto3.session.Session(region_name=region).client(service, config=cfg)
+    except Exception as e:
+        raise aws_error(e, f"cannot create an AWS {service} client") from None
+
+
+def cloudwatch_events(
+    log_client: Any,
+    group: str,
+    stream: str,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    token: list[str | None] | None = None,
+) -> Iterator[str]:
+    """Lines of one stream from where ``token[0]`` left off (updated as pages are read), until
+    the end of what is there now. A missing stream yields nothing."""
+    token = token if token is not None else [None]
+    while True:
+        args: dict[str, Any] = {
+            "logGroupName": group,
+            "logStreamName": stream,
+            "startFromHead": True,
+            "limit": 10000,
+        }
+        if token[0]:
+            args["nextToken"] = token[0]
+        if since:
+            args["startTime"] = int(since.timestamp() * 1000)
+        if until:
+            args["endTime"] = int(until.timestamp() * 1000)
+        try:
+            resp = log_client.get_log_events(**args)
+        except Exception as e:
+            if "ResourceNotFound" in type(e).__name__ or "ResourceNotFound" in str(e):
+                return
+            raise aws_error(e, f"cannot read the log {group}/{stream}") from None
+        for event in resp.get("events", []):
+            yield event["message"].rstrip("\n") + "\n"
+        nxt = resp.get("nextForwardToken")
+        if not nxt or nxt == token[0]:
+            return
+        token[0] = nxt
