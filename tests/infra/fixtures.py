@@ -43,6 +43,26 @@ def base_images(dockerd: DockerDaemon) -> dict[str, str]:
     return build_base_images(dockerd.client())
 
 
+def push_to_registry(daemon: DockerDaemon, local: str, remote: str) -> str:
+    """Tag ``local`` as ``remote`` (``HOST/REPO:TAG``) and push it with our dockerd."""
+    client = daemon.client()
+    repo, tag = remote.rsplit(":", 1)
+    client.images.get(local).tag(repo, tag)
+    for event in client.images.push(repo, tag, stream=True, decode=True):
+        if "error" in event:
+            raise RuntimeError(f"push of {remote} failed: {event['error']}")
+    return remote
+
+
+@pytest.fixture(scope="session")
+def python_in_registry(
+    dockerd: DockerDaemon, base_images: dict[str, str], registry: Registry
+) -> str:
+    """The python base image in the local registry, for the daemonless builder and remote
+    schedulers."""
+    return push_to_registry(dockerd, base_images["python"], f"{registry.host}/base/python:3.11")
+
+
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
     reason = docker_available()

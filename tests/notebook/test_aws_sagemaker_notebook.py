@@ -21,18 +21,13 @@ pytestmark = pytest.mark.slow
 def test_aws_sagemaker_notebook(
     aws_env: MotoServer,
     docker_env: DockerDaemon,
-    base_images: dict[str, str],
+    python_in_registry: str,
     registry: Registry,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    client = docker_env.client()
-    base = f"{registry.host}/base/python"
-    client.images.get(base_images["python"]).tag(base, "3.11")
-    for event in client.images.push(base, "3.11", stream=True, decode=True):
-        assert "error" not in event, event
     monkeypatch.setenv("TORCHX_NB_EXAMPLE_ROLE", "arn:aws:iam::123456789012:role/SageMakerRole")
-    monkeypatch.setenv("TORCHX_NB_EXAMPLE_IMAGE", f"{base}:3.11")
+    monkeypatch.setenv("TORCHX_NB_EXAMPLE_IMAGE", python_in_registry)
     monkeypatch.setenv("TORCHX_NB_EXAMPLE_REPO", f"{registry.host}/nb/sagemaker")
     monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
     shutil.copy(NOTEBOOK, tmp_path / NOTEBOOK.name)

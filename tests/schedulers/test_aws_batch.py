@@ -124,16 +124,6 @@ def queue(aws_env: MotoServer) -> str:
     return make_queue(aws_env, f"q{next(_queues)}")
 
 
-@pytest.fixture
-def python_base(dockerd: DockerDaemon, base_images: dict[str, str], registry: Registry) -> str:
-    client = dockerd.client()
-    ref = f"{registry.host}/base/python"
-    client.images.get(base_images["python"]).tag(ref, "3.11")
-    for event in client.images.push(ref, "3.11", stream=True, decode=True):
-        assert "error" not in event, event
-    return f"{ref}:3.11"
-
-
 CELL = """import os
 print("node", os.environ.get("TORCHX_ROLE_NAME"), os.environ.get("TORCHX_RANK0_HOST", "-"),
       open("data.csv").read().strip())
@@ -141,7 +131,11 @@ print("node", os.environ.get("TORCHX_ROLE_NAME"), os.environ.get("TORCHX_RANK0_H
 
 
 def test_two_node_cell_job_runs_in_containers(
-    queue: str, python_base: str, registry: Registry, docker_env: DockerDaemon, tmp_path: Path
+    queue: str,
+    python_in_registry: str,
+    registry: Registry,
+    docker_env: DockerDaemon,
+    tmp_path: Path,
 ) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -153,7 +147,7 @@ def test_two_node_cell_job_runs_in_containers(
         "quiet": True,
     }
     with get_runner() as runner:
-        a = cell(source=CELL, image=python_base, memMB=256)
+        a = cell(source=CELL, image=python_in_registry, memMB=256)
         a.roles[0].num_replicas = 2
         handle = runner.run(a, "aws_batch", cfg, workspace=str(ws))
         rec = runner.jobstore.get(handle)

@@ -174,21 +174,16 @@ def test_stop_request_shape() -> None:
 def test_create_describe_list_and_logs_in_moto(
     aws_env: MotoServer,
     docker_env: DockerDaemon,
-    base_images: dict[str, str],
+    python_in_registry: str,
     registry: Registry,
     tmp_path: Path,
 ) -> None:
-    client = docker_env.client()
-    base = f"{registry.host}/base/python"
-    client.images.get(base_images["python"]).tag(base, "3.11")
-    for event in client.images.push(base, "3.11", stream=True, decode=True):
-        assert "error" not in event, event
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "train.py").write_text("print('hi')\n")
     with get_runner() as runner:
         handle = runner.run(
-            cell(source="import train\n", image=f"{base}:3.11"),
+            cell(source="import train\n", image=python_in_registry),
             "aws_sagemaker",
             {
                 "role": ROLE,

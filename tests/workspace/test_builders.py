@@ -23,18 +23,6 @@ def ws(tmp_path: Path) -> Path:
     return d
 
 
-@pytest.fixture
-def python_in_registry(
-    dockerd: DockerDaemon, base_images: dict[str, str], registry: Registry
-) -> str:
-    client = dockerd.client()
-    ref = f"{registry.host}/base/python"
-    client.images.get(base_images["python"]).tag(ref, "3.11")
-    for event in client.images.push(ref, "3.11", stream=True, decode=True):
-        assert "error" not in event, event
-    return f"{ref}:3.11"
-
-
 def run_cell(source: str, image: str, ws: Path, **cfg: object) -> tuple[str, str, AppState]:
     with get_runner() as runner:
         handle = runner.run(

@@ -22,7 +22,7 @@ from torchx_nb.schedulers.api import (
     Stream,
     filter_regex,
 )
-from torchx_nb.schedulers.aws_common import aws_error, boto_client, call, cloudwatch_events
+from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.specs.api import (
     AppDef,
@@ -125,8 +125,10 @@ def _resource_requirements(res: Resource) -> list[dict[str, str]]:
     return reqs
 
 
-class AwsBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
     """Multinode AWS Batch jobs; lists every queue without the 100-job cap."""
+
+    service = "batch"
 
     def __init__(
         self,
@@ -136,22 +138,8 @@ class AwsBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         region: str | None = None,
     ) -> None:
         super().__init__("aws_batch", session_name)
-        self._client = client
-        self._log_client = log_client
-        self._region = region
+        self._init_clients(client, log_client, region)
         self._job_ids: dict[str, str] = {}
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = boto_client("batch", self._region)
-        return self._client
-
-    @property
-    def log_client(self) -> Any:
-        if self._log_client is None:
-            self._log_client = boto_client("logs", self._region)
-        return self._log_client
 
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
         return call(what, fn, **kwargs)

@@ -69,6 +69,30 @@ def boto_client(service: str, region: str | None = None) -> Any:
         raise aws_error(e, f"cannot create an AWS {service} client") from None
 
 
+class AwsClients:
+    """The service client and the CloudWatch Logs client of an AWS backend, created on first
+    use unless injected (tests pass clients pointed at moto)."""
+
+    service = ""
+
+    def _init_clients(self, client: Any, log_client: Any, region: str | None) -> None:
+        self._client = client
+        self._log_client = log_client
+        self._region = region
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = boto_client(self.service, self._region)
+        return self._client
+
+    @property
+    def log_client(self) -> Any:
+        if self._log_client is None:
+            self._log_client = boto_client("logs", self._region)
+        return self._log_client
+
+
 def cloudwatch_events(
     log_client: Any,
     group: str,

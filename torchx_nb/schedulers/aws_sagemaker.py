@@ -26,7 +26,13 @@ from torchx_nb.schedulers.api import (
     Stream,
     filter_regex,
 )
-from torchx_nb.schedulers.aws_common import AwsError, boto_client, call, cloudwatch_events
+from torchx_nb.schedulers.aws_common import (
+    AwsClients,
+    AwsError,
+    boto_client,
+    call,
+    cloudwatch_events,
+)
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.specs.api import (
     AppDef,
@@ -149,8 +155,10 @@ def _job_name(prefix: str) -> str:
     return make_unique(base)[:63]
 
 
-class AwsSageMakerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
     """SageMaker training jobs through boto3; describe, list, stop and CloudWatch logs."""
+
+    service = "sagemaker"
 
     def __init__(
         self,
@@ -161,22 +169,8 @@ class AwsSageMakerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         region: str | None = None,
     ) -> None:
         super().__init__("aws_sagemaker", session_name)
-        self._client = client
-        self._log_client = log_client
+        self._init_clients(client, log_client, region)
         self._sts = sts_client
-        self._region = region
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = boto_client("sagemaker", self._region)
-        return self._client
-
-    @property
-    def log_client(self) -> Any:
-        if self._log_client is None:
-            self._log_client = boto_client("logs", self._region)
-        return self._log_client
 
     def _run_opts(self) -> runopts:
         opts = runopts()
