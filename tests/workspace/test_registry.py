@@ -217,3 +217,30 @@ def test_docker_config_credentials(
     client.upload_blob("auth/repo", digest, data)
     assert client.blob_exists("auth/repo", digest)
     assert client.credentials is not None and client.credentials.source == "~/.docker/config.json"
+
+
+def test_ecr_login_with_boto3_token(
+    aws_env: object,
+    pushed_base: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An ECR-like registry (htpasswd with the user and password moto's ECR hands out) is
+    logged in to with boto3's get_authorization_token; the base comes from another registry,
+    so its blobs are copied across hosts."""
+    from tests.infra.dockerd import start_registry
+
+    ecr = start_registry(tmp_path / "ecr", "AWS", "123456789012-auth-token")
+    try:
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+        monkeypatch.setenv("TORCHX_NB_ECR_HOSTS", ecr.host)
+        layer = build_file_layer({"f.txt": b"pushed with an ECR token"}, "workspace", tmp_path)
+        result = append_layers(pushed_base, f"{ecr.host}/team/jobs", [layer])
+        client = RegistryClient(ecr.host)
+        manifest, media, _ = client.get_manifest(ImageRef.parse(result.image))
+        assert media == DOCKER_MANIFEST and manifest["layers"][-1]["digest"] == layer.digest
+        assert client.credentials is not None
+        assert client.credentials.source == "ECR get_authorization_token"
+        assert len(result.stats.uploaded_blobs) == len(manifest["layers"]) + 1
+    finally:
+        ecr.stop()

@@ -117,6 +117,30 @@ def docker_credentials(host: str) -> Credentials | None:
     return None
 
 
+ECR_HOSTS_ENV = "TORCHX_NB_ECR_HOSTS"
+
+
+def ecr_credentials(host: str) -> Credentials | None:
+    """An ECR login from boto3's ``get_authorization_token``, when ECR says ``host`` is the
+    account's registry (its ``proxyEndpoint``) or ``host`` is listed in ``TORCHX_NB_ECR_HOSTS``
+    (for VPC endpoints and other aliases). None without boto3 or AWS credentials."""
+    try:
+        import boto3
+    except ImportError:
+        return None
+    try:
+        resp = boto3.client("ecr").get_authorization_token()
+    except Exception:
+        return None
+    aliases = {h.strip() for h in os.environ.get(ECR_HOSTS_ENV, "").split(",") if h.strip()}
+    for data in resp.get("authorizationData", []):
+        endpoint = str(data.get("proxyEndpoint", "")).split("://")[-1].rstrip("/")
+        if endpoint == host or host in aliases:
+            user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
+            return Credentials(user, password, "ECR get_authorization_token")
+    return None
+
+
 def _is_local(host: str) -> bool:
     name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
     return name in ("localhost", "127.0.0.1", "[::1]") or name.startswith("127.")
@@ -156,7 +180,7 @@ class RegistryClient:
     @property
     def credentials(self) -> Credentials | None:
         if not self._creds_loaded:
-            self._creds = docker_credentials(self.host)
+            self._creds = docker_credentials(self.host) or ecr_credentials(self.host)
             self._creds_loaded = True
         return self._creds
 
