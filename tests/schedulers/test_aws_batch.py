@@ -204,6 +204,13 @@ def test_failure_cancel_and_list(
     assert sched.describe(f"{queue}:no-such-job") is None
     lines = list(sched.log_iter(failing, "r"))
     assert lines == ["bad\n"]
+    from datetime import datetime, timedelta, timezone
+
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    earlier = datetime.now(timezone.utc) - timedelta(hours=1)
+    assert list(sched.log_iter(failing, "r", since=later)) == []
+    assert list(sched.log_iter(failing, "r", until=earlier)) == []
+    assert list(sched.log_iter(failing, "r", since=earlier, until=later)) == ["bad\n"]
     assert list(sched.log_iter(failing, "r", regex="nothing")) == []
     with pytest.raises(ValueError, match="one combined log"):
         sched.log_iter(failing, "r", streams=Stream.STDERR)

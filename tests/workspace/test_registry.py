@@ -244,3 +244,60 @@ def test_ecr_login_with_boto3_token(
         assert len(result.stats.uploaded_blobs) == len(manifest["layers"]) + 1
     finally:
         ecr.stop()
+
+
+def test_bearer_token_registry(
+    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+
+    from tests.infra.token_proxy import TokenProxy
+
+    proxy = TokenProxy(registry.url, "bob", "pw")
+    try:
+        cfg = tmp_path / "docker"
+        cfg.mkdir()
+        auth = base64.b64encode(b"bob:pw").decode()
+        (cfg / "config.json").write_text(json.dumps({"auths": {proxy.host: {"auth": auth}}}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(cfg))
+        client = RegistryClient(proxy.host)
+        data = b"through a bearer token"
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        client.upload_blob("tok/repo", digest, data)
+        assert client.blob_exists("tok/repo", digest)
+        assert client.get_blob("tok/repo", digest) == data
+        assert proxy.token_requests[0]["scope"] == "repository:tok/repo:pull,push"
+        assert proxy.token_requests[0]["service"] == "test"
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "none"))
+        with pytest.raises(RegistryError, match="refused"):
+            RegistryClient(proxy.host).upload_blob("tok/repo", digest, data)
+    finally:
+        proxy.stop()
+
+
+def test_credential_helper(
+    auth_registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    helper = bin_dir / "docker-credential-torchxtest"
+    helper.write_text(
+        "#!/bin/sh\nread host\n"
+        f'echo "{{\\"ServerURL\\": \\"$host\\", \\"Username\\": \\"{auth_registry.user}\\",'
+        f' \\"Secret\\": \\"{auth_registry.password}\\"}}"\n'
+    )
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    cfg = tmp_path / "docker"
+    cfg.mkdir()
+    (cfg / "config.json").write_text(
+        json.dumps({"credHelpers": {auth_registry.host: "torchxtest"}})
+    )
+    monkeypatch.setenv("DOCKER_CONFIG", str(cfg))
+    client = RegistryClient(auth_registry.host)
+    data = b"via a credential helper"
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    client.upload_blob("helper/repo", digest, data)
+    assert client.blob_exists("helper/repo", digest)
+    assert client.credentials is not None
+    assert client.credentials.source == "docker-credential-torchxtest"
