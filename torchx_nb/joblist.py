@@ -6,8 +6,24 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from torchx_nb.jobstore import JobRecord
 from torchx_nb.runner import Runner
-from torchx_nb.specs.api import is_terminal
+from torchx_nb.specs.api import AppStatus, is_terminal
+
+
+def _refresh(records: list[JobRecord], runner: Runner) -> dict[str, AppStatus | Exception | None]:
+    """Current status of each record: one ``describe_many`` call per scheduler that has it
+    (AWS Batch: 100 jobs per call), else ``status`` per job."""
+    groups: dict[str, list[str]] = {}
+    for rec in records:
+        groups.setdefault(rec.scheduler, []).append(rec.handle)
+    out: dict[str, AppStatus | Exception | None] = {}
+    for handles in groups.values():
+        try:
+            out.update(runner.status_many(handles))
+        except Exception as e:
+            out.update(dict.fromkeys(handles, e))
+    return out
 
 
 def job_rows(
@@ -22,22 +38,30 @@ def job_rows(
     ``scheduler``, jobs it lists that the store lacks (run from elsewhere) are added."""
     records = runner.jobstore.list(scheduler=scheduler, limit=limit)
     now = time.time()
+    listed = {app.app_handle: app for app in runner.list(scheduler)} if scheduler else {}
+    stale = [r for r in records if not r.is_terminal and r.handle not in listed]
+    fresh = _refresh(stale, runner) if refresh else {}
     rows: dict[str, dict[str, Any]] = {}
     for rec in records:
         state, ended, msg = rec.state, rec.ended, rec.msg
-        if refresh and not rec.is_terminal:
-            try:
-                status = runner.status(rec.handle)
-            except Exception as e:
-                msg = f"status unavailable: {e}"
+        if rec.handle in listed and not rec.is_terminal:
+            state = listed[rec.handle].state.name
+            if is_terminal(listed[rec.handle].state):
+                runner.jobstore.update_state(rec.handle, state)
+                stored = runner.jobstore.get(rec.handle)
+                ended = stored.ended if stored else now
+        elif rec.handle in fresh:
+            status = fresh[rec.handle]
+            if isinstance(status, Exception):
+                msg = f"status unavailable: {status}"
             else:
                 if status is None:
                     state = "UNKNOWN"
                 else:
                     state = status.state.name
                     if is_terminal(status.state):
-                        fresh = runner.jobstore.get(rec.handle)
-                        ended = fresh.ended if fresh else now
+                        stored = runner.jobstore.get(rec.handle)
+                        ended = stored.ended if stored else now
         end = ended if ended else now
         rows[rec.handle] = {
             "handle": rec.handle,
@@ -49,18 +73,17 @@ def job_rows(
             "msg": msg,
             "notebook": rec.notebook,
         }
-    if scheduler:
-        for app in runner.list(scheduler):
-            if app.app_handle not in rows:
-                rows[app.app_handle] = {
-                    "handle": app.app_handle,
-                    "scheduler": scheduler,
-                    "name": app.name or app.app_id,
-                    "state": app.state.name,
-                    "submitted": None,
-                    "duration": None,
-                    "msg": "",
-                    "notebook": None,
-                }
+    for app in listed.values():
+        if app.app_handle not in rows:
+            rows[app.app_handle] = {
+                "handle": app.app_handle,
+                "scheduler": scheduler,
+                "name": app.name or app.app_id,
+                "state": app.state.name,
+                "submitted": None,
+                "duration": None,
+                "msg": "",
+                "notebook": None,
+            }
     ordered = sorted(rows.values(), key=lambda r: -(r["submitted"] or 0))
     return ordered[:limit] if limit else ordered

@@ -278,24 +278,40 @@ class Runner:
         app = dryrun_info._app or AppDef(name=app_id)
         self._apps[handle] = app
         now = time.time()
-        self.jobstore.add(
-            JobRecord(
-                handle=handle,
-                scheduler=scheduler,
-                session=self._name,
-                app_id=app_id,
-                name=app.name,
-                image=app.roles[0].image if app.roles else "",
-                submitted=now,
-                state=AppState.SUBMITTED.name,
-                updated=now,
-                cell_hash=record.get("cell_hash"),
-                notebook=record.get("notebook"),
-                workspace=record.get("workspace"),
-            )
+        record_row = JobRecord(
+            handle=handle,
+            scheduler=scheduler,
+            session=self._name,
+            app_id=app_id,
+            name=app.name,
+            image=app.roles[0].image if app.roles else "",
+            submitted=now,
+            state=AppState.SUBMITTED.name,
+            updated=now,
+            cell_hash=record.get("cell_hash"),
+            notebook=record.get("notebook"),
+            workspace=record.get("workspace"),
         )
+        self._store_submission(record_row)
         self._last_state[handle] = AppState.SUBMITTED.name
         return handle
+
+    def _store_submission(self, row: JobRecord) -> None:
+        """The job was submitted: record it, retrying a busy or locked store; if the store stays
+        unwritable, say so loudly with the handle rather than fail the submission."""
+        last: Exception | None = None
+        for attempt in range(5):
+            try:
+                self.jobstore.add(row)
+                return
+            except Exception as e:
+                last = e
+                time.sleep(0.2 * (attempt + 1))
+        warnings.warn(
+            f"{row.handle} was submitted but could not be recorded in the job store"
+            f" ({last}); keep this handle to follow the job",
+            stacklevel=3,
+        )
 
     def run_component(
         self,
@@ -357,6 +373,36 @@ class Runner:
         )
         self._record_state(app_handle, status)
         return status
+
+    def status_many(self, app_handles: list[AppHandle]) -> dict[AppHandle, AppStatus | None]:
+        """Statuses of many apps of one scheduler: a single ``describe_many`` call where the
+        backend has it (AWS Batch describes 100 jobs per call), else ``status`` per app."""
+        unique = list(dict.fromkeys(app_handles))
+        if not unique:
+            return {}
+        sched, _, _ = self._scheduler_and_id(unique[0])
+        describe_many = getattr(sched, "describe_many", None)
+        if describe_many is None:
+            return {h: self.status(h) for h in unique}
+        ids = {parse_app_handle(h).app_id: h for h in unique}
+        found = describe_many(list(ids))
+        out: dict[AppHandle, AppStatus | None] = {}
+        for app_id, handle in ids.items():
+            desc = found.get(app_id)
+            if desc is None:
+                out[handle] = None
+                continue
+            status = AppStatus(
+                state=desc.state,
+                num_restarts=desc.num_restarts,
+                msg=desc.msg,
+                structured_error_msg=desc.structured_error_msg,
+                ui_url=desc.ui_url,
+                roles=desc.roles_statuses,
+            )
+            self._record_state(handle, status)
+            out[handle] = status
+        return out
 
     def _record_state(self, app_handle: AppHandle, status: AppStatus) -> None:
         state = status.state.name

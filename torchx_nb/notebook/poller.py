@@ -132,30 +132,7 @@ class Poller:
         return changed
 
     def _describe(self, sched_name: str, handles: list[str]) -> dict[str, AppStatus | None]:
-        sched = self.runner.get_scheduler(sched_name)
-        describe_many = getattr(sched, "describe_many", None)
-        unique = list(dict.fromkeys(handles))
-        if describe_many is None:
-            return {h: self.runner.status(h) for h in unique}
-        ids = {parse_app_handle(h).app_id: h for h in unique}
-        found = describe_many(list(ids))
-        out: dict[str, AppStatus | None] = {}
-        for app_id, handle in ids.items():
-            desc = found.get(app_id)
-            if desc is None:
-                out[handle] = None
-                continue
-            status = AppStatus(
-                state=desc.state,
-                num_restarts=desc.num_restarts,
-                msg=desc.msg,
-                structured_error_msg=desc.structured_error_msg,
-                ui_url=desc.ui_url,
-                roles=desc.roles_statuses,
-            )
-            self.runner._record_state(handle, status)
-            out[handle] = status
-        return out
+        return dict(self.runner.status_many(handles))
 
     @staticmethod
     def _deliver(
