@@ -20,7 +20,7 @@ pytest_plugins = ["tests.infra.fixtures"]
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    data = tmp_path / "data"
+    data = tmp_path / "torchx-nb-data"
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(data))

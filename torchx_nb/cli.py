@@ -31,7 +31,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from torchx_nb.errors import regex_arg
+    from torchx_nb.version import __version__
+
     parser = _Parser(prog=PROG, description="Run TorchX-style jobs and watch them.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -84,7 +88,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     log = sub.add_parser("log", help="print a job's logs")
     log.add_argument("identifier", help="SCHEDULER://SESSION/APP_ID[/ROLE[/REPLICA,...]]")
-    log.add_argument("--regex", default=None, help="only lines matching this regex")
+    log.add_argument("--regex", default=None, type=regex_arg, help="only lines matching this regex")
     log.add_argument("-t", "--tail", action="store_true", help="follow until the job ends")
     log.add_argument("--streams", choices=["stdout", "stderr", "combined"], default=None)
 

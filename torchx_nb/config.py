@@ -93,8 +93,14 @@ def apply(
                     stacklevel=2,
                 )
                 continue
-            if raw == "None":
-                cfg[key] = None
+            if raw.strip() in ("None", "") or raw.lstrip().startswith("#FIXME"):
+                if opt.is_required and raw.lstrip().startswith("#FIXME"):
+                    raise InvalidRunConfigException(
+                        f"{path}: [{scheduler}] {key} is still the template's placeholder"
+                        f" ({raw.strip()[:40]}…); set a real value there or pass -cfg {key}=VALUE",
+                        key,
+                        cfg,
+                    )
                 continue
             try:
                 cfg[key] = opt.cast_to_type(raw)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 DEBUG_ENV = "TORCHX_NB_DEBUG"
 
 _EXPECTED = (
@@ -14,9 +16,41 @@ _EXPECTED = (
 )
 
 
+# module → the extra that installs it
+_EXTRAS = {
+    "boto3": "aws_batch",
+    "botocore": "aws_batch",
+    "docker": "docker",
+    "google": "gcp_batch",
+    "kubernetes": "kubernetes",
+    "IPython": "notebook",
+    "ipywidgets": "notebook",
+    "ipykernel": "notebook",
+    "pandas": "notebook",
+    "traitlets": "notebook",
+}
+
+
+def missing_extra(e: BaseException) -> str | None:
+    """For a missing optional dependency, the line that says which extra installs it."""
+    if not isinstance(e, ModuleNotFoundError) or not e.name:
+        return None
+    top = e.name.split(".", 1)[0]
+    extra = _EXTRAS.get(top)
+    if extra is None:
+        return None
+    return f"{top} is not installed; install it with: pip install 'torchx_nb[{extra}]'"
+
+
 def one_line(e: BaseException) -> str:
     """A single line saying what went wrong; unexpected errors name the debug switch."""
     from torchx_nb.specs.api import TorchxNbError
+
+    extra = missing_extra(e)
+    if extra is not None:
+        return extra
+    if isinstance(e, re.error):
+        return f"bad regular expression {e.pattern!r}: {e.msg}"
 
     text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
     text = " ".join(text.split())
@@ -25,3 +59,14 @@ def one_line(e: BaseException) -> str:
     if isinstance(e, _EXPECTED):
         return text or type(e).__name__
     return f"{type(e).__name__}: {text} (set {DEBUG_ENV}=1 to see the traceback)"
+
+
+def regex_arg(text: str) -> str:
+    """An argparse type for ``--regex``: ``text`` if it compiles, else a one-line usage error."""
+    import argparse
+
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"bad regular expression {text!r}: {e.msg}") from None
+    return text

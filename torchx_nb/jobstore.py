@@ -5,6 +5,7 @@ Jupyter server, the CLI) write it at once: WAL mode and a busy timeout make that
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -13,6 +14,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from torchx_nb.paths import private_dir
+from torchx_nb.specs.api import TorchxNbError
 
 JOBSTORE_ENV = "TORCHX_NB_JOBSTORE"
 
@@ -74,25 +78,58 @@ def default_path() -> Path:
     return data_dir() / "jobs.sqlite"
 
 
+class JobStoreError(TorchxNbError):
+    """The job store cannot be read or written; the message names the file and the fix."""
+
+
 class JobStore:
-    """Thin wrapper over one SQLite file; each call opens a short-lived connection."""
+    """Thin wrapper over one SQLite file; each call opens a short-lived connection.
+
+    The file and its folder are private to the user (0600 in a 0700 folder): the store names
+    every job, notebook and image. A corrupt or unreadable store raises ``JobStoreError`` with
+    one line that names the file and what to do."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
+        if not self.path.exists():
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         with self._connect() as db:
             db.executescript(_SCHEMA)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        except sqlite3.Error as e:
+            raise self._error(e) from e
         try:
             db.execute("PRAGMA busy_timeout = 30000")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
             yield db
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e) or "busy" in str(e):
+                raise JobStoreError(
+                    f"the job store {self.path} stayed locked for 30 s ({e}); another process"
+                    " holds it: close it, or set TORCHX_NB_JOBSTORE to another file"
+                ) from e
+            raise self._error(e) from e
+        except sqlite3.DatabaseError as e:
+            raise self._error(e) from e
         finally:
             db.close()
+
+    def _error(self, e: Exception) -> JobStoreError:
+        if not os.access(self.path, os.R_OK) and self.path.exists():
+            fix = f"give yourself access (chmod 600 {self.path})"
+        else:
+            fix = (
+                f"move it aside (mv {self.path} {self.path}.bad) and a new one is made,"
+                " or set TORCHX_NB_JOBSTORE to another file"
+            )
+        return JobStoreError(f"cannot use the job store {self.path}: {e}; {fix}")
 
     def add(self, record: JobRecord) -> None:
         """Insert (or replace) a submission."""
@@ -102,15 +139,20 @@ class JobStore:
         with self._connect() as db:
             db.execute(f"INSERT OR REPLACE INTO jobs ({cols}) VALUES ({marks})", row)
 
-    def update_state(self, handle: str, state: str, msg: str | None = None) -> None:
-        """Record the latest state seen; the end time is set once, when it turns terminal."""
+    def update_state(
+        self, handle: str, state: str, msg: str | None = None, ended: float | None = None
+    ) -> None:
+        """Record the latest state seen; the end time (``ended``, else now) is set once, when it
+        turns terminal. A job that has ended keeps its final state: a late write from a slower
+        poller never moves it back to RUNNING."""
         now = time.time()
         with self._connect() as db:
             db.execute(
                 "UPDATE jobs SET state = ?, updated = ?, msg = COALESCE(?, msg),"
                 " ended = CASE WHEN ended IS NULL AND ? IN ('SUCCEEDED','FAILED','CANCELLED')"
-                " THEN ? ELSE ended END WHERE handle = ?",
-                (state, now, msg, state, now, handle),
+                " THEN ? ELSE ended END"
+                " WHERE handle = ? AND state NOT IN ('SUCCEEDED','FAILED','CANCELLED')",
+                (state, now, msg, state, ended or now, handle),
             )
 
     def get(self, handle: str) -> JobRecord | None:

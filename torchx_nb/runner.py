@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+import re
 import secrets
 import time
 import warnings
@@ -56,6 +57,9 @@ _NOT_SCHEDULER_PARAMS = {
 
 class AppValidationError(TorchxNbError, ValueError):
     """The AppDef cannot run anywhere (no entrypoint, no replicas, no roles)."""
+
+
+_ROLE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
 def _params_from_env() -> dict[str, str]:
@@ -189,6 +193,11 @@ class Runner:
         if not app.roles:
             raise AppValidationError(f"app {app.name!r} has no roles")
         for role in app.roles:
+            if not _ROLE_NAME_RE.fullmatch(role.name) or ".." in role.name:
+                raise AppValidationError(
+                    f"role name {role.name!r} is not allowed: use letters, digits, '_', '.' and"
+                    " '-' (it names log folders and containers)"
+                )
             if not role.entrypoint or role.entrypoint == MISSING:
                 raise AppValidationError(f"role {role.name!r} has no entrypoint")
             if role.num_replicas <= 0:
@@ -203,12 +212,13 @@ class Runner:
         cfg: Mapping[str, CfgVal] | None = None,
         workspace: str | None = None,
         parent_run_id: str | None = None,
-        build_workspace: bool = True,
+        build_workspace: bool = False,
     ) -> AppDryRunInfo[Any]:
         """Build the scheduler's native request for ``app`` without submitting anything.
 
-        With ``build_workspace=False`` (a dry run) the workspace is only listed, not built or
-        pushed: ``info.workspace_preview`` says what would ship."""
+        By default (a dry run) the workspace is only listed, never built or pushed:
+        ``info.workspace_preview`` says what would ship, and the request shows the cell script
+        and the image name that the run will send. ``run`` passes ``build_workspace=True``."""
         self._validate_app(app)
         app = copy.deepcopy(app)
         sched = self.get_scheduler(scheduler)
@@ -242,12 +252,16 @@ class Runner:
                     f"{scheduler} cannot take a workspace; drop --workspace or use a scheduler"
                     " that builds images"
                 )
-            preview = getattr(sched, "preview_workspace", None)
-            if build_workspace or preview is None:
+            if build_workspace:
                 for role in app.roles:
                     build(role, workspace, resolved)
             else:
-                preview_text = preview(workspace)
+                preview = getattr(sched, "preview_workspace", None)
+                plan = getattr(sched, "plan_workspace_and_update_role", None)
+                preview_text = preview(workspace) if preview is not None else None
+                for role in app.roles:
+                    if plan is not None:
+                        plan(role, workspace, resolved)
         sched._validate(app, scheduler, resolved)
         info = sched.submit_dryrun(app, resolved)
         info._scheduler = scheduler
@@ -264,7 +278,7 @@ class Runner:
         **record: str | None,
     ) -> AppHandle:
         """Submit ``app``; ``record`` (cell_hash, notebook) goes into the job store too."""
-        info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id)
+        info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, build_workspace=True)
         return self.schedule(info, workspace=workspace, **record)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any], **record: str | None) -> AppHandle:
@@ -335,7 +349,7 @@ class Runner:
         cfg: Mapping[str, CfgVal] | None = None,
         workspace: str | None = None,
         parent_run_id: str | None = None,
-        build_workspace: bool = True,
+        build_workspace: bool = False,
     ) -> AppDryRunInfo[Any]:
         """Build the named component from CLI-style (or dict) args, then dryrun it."""
         app = self.component_app(component, component_args)

@@ -19,5 +19,19 @@ echo "install-debian-packages: installing ${need[*]}" >&2
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
 chmod +x /usr/sbin/policy-rc.d
 trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# Another apt (an unattended upgrade, a second test run) may hold the dpkg or lists lock: wait
+# for it (up to 15 minutes) instead of failing at once.
+LOCK_WAIT=(-o DPkg::Lock::Timeout=900)
+for attempt in $(seq 1 90); do
+  if apt-get "${LOCK_WAIT[@]}" update -qq 2>/tmp/apt-update.$$; then
+    break
+  fi
+  if ! grep -qi "lock" /tmp/apt-update.$$ || [ "$attempt" = 90 ]; then
+    cat /tmp/apt-update.$$ >&2
+    exit 1
+  fi
+  echo "install-debian-packages: apt is locked by another process; waiting" >&2
+  sleep 10
+done
+rm -f /tmp/apt-update.$$
+DEBIAN_FRONTEND=noninteractive apt-get "${LOCK_WAIT[@]}" install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -94,6 +94,7 @@ class DockerDaemon:
     socket_path: Path
     proc: subprocess.Popen[bytes] | None
     log: Path
+    lock_fd: int | None = None
 
     @property
     def base_url(self) -> str:
@@ -111,15 +112,28 @@ class DockerDaemon:
     def stop(self) -> None:
         if self.proc is not None:
             _stop(self.proc)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
 
-def start_dockerd(state_dir: Path) -> DockerDaemon:
-    """Start dockerd (overlay2, host networking only) with the cached data root.
+def _claim_data_root(state_dir: Path) -> tuple[Path, Path, int | None]:
+    """(data root, pid file, lock fd). The cached data root is used by one test run at a time,
+    under an exclusive flock held until ``stop``; a second run on the same machine gets a data
+    root of its own instead of stopping the first run's daemon. A daemon left by a run that
+    died (its pid file names a live dockerd while nobody holds the lock) is stopped first."""
+    import fcntl
 
-    One dockerd may own a data root: a daemon left by an earlier run (its pidfile names a live
-    process) is stopped first."""
     data_root = Path(os.environ.get("TORCHX_NB_DOCKER_DATA", CACHE / "docker-data"))
     data_root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(str(data_root) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        private = state_dir / "docker-data"
+        private.mkdir(parents=True, exist_ok=True)
+        return private, state_dir / "dockerd.pid", None
     pidfile = data_root.parent / "dockerd.pid"
     if pidfile.exists():
         try:
@@ -131,7 +145,15 @@ def start_dockerd(state_dir: Path) -> DockerDaemon:
         except (ValueError, ProcessLookupError, PermissionError):
             pass
         pidfile.unlink(missing_ok=True)
+    return data_root, pidfile, fd
+
+
+def start_dockerd(state_dir: Path) -> DockerDaemon:
+    """Start dockerd (overlay2, host networking only) with the cached data root.
+
+    One dockerd may own a data root; see ``_claim_data_root`` for how two runs share a machine."""
     state_dir.mkdir(parents=True, exist_ok=True)
+    data_root, pidfile, lock_fd = _claim_data_root(state_dir)
     sock = state_dir / "docker.sock"
     exec_root = Path(tempfile.mkdtemp(prefix="dkx", dir="/tmp"))
     log = state_dir / "dockerd.log"
@@ -157,7 +179,7 @@ def start_dockerd(state_dir: Path) -> DockerDaemon:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    daemon = DockerDaemon(sock, proc, log)
+    daemon = DockerDaemon(sock, proc, log, lock_fd)
 
     def up() -> bool:
         if proc.poll() is not None:

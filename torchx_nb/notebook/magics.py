@@ -19,7 +19,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments
 from traitlets import CaselessStrEnum, Dict, Int, Unicode
 
-from torchx_nb.errors import one_line
+from torchx_nb.errors import one_line, regex_arg
 
 COMMANDS = (
     "run",
@@ -125,7 +125,7 @@ def _log_args(p: argparse.ArgumentParser) -> None:
     _handle_arg(p)
     p.add_argument("-r", "--role", default=None, help="role (default: all)")
     p.add_argument("-k", "--replica", type=int, default=None, help="replica (default: all)")
-    p.add_argument("--regex", default=None, help="only lines matching this regex")
+    p.add_argument("--regex", default=None, type=regex_arg, help="only lines matching this regex")
     p.add_argument("-t", "--tail", action="store_true", help="follow until the job ends")
     p.add_argument("--streams", choices=["stdout", "stderr", "combined"], default=None)
 

@@ -174,13 +174,57 @@ def split_lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
-def split_lines_iterator(chunks: Iterable[str]) -> Iterator[str]:
-    """Re-chunk a stream of text pieces into whole lines (newline kept)."""
-    buf = ""
+class LineSplitter:
+    """Cuts a stream of text (or UTF-8 bytes, decoded incrementally so a character split across
+    chunks survives) into whole lines, newline kept, in time linear in the input.
+
+    A pending line longer than ``max_pending`` characters that holds a carriage return keeps only
+    what follows the last one, as a terminal shows it: progress bars that redraw with ``\\r``
+    for hours cost bounded memory."""
+
+    def __init__(self, max_pending: int = 1 << 20) -> None:
+        import codecs
+
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending: list[str] = []
+        self._size = 0
+        self.max_pending = max_pending
+
+    def feed(self, chunk: str | bytes) -> Iterator[str]:
+        text = self._decoder.decode(chunk) if isinstance(chunk, bytes) else chunk
+        start = 0
+        while True:
+            end = text.find("\n", start)
+            if end < 0:
+                break
+            self._pending.append(text[start : end + 1])
+            yield "".join(self._pending)
+            self._pending.clear()
+            self._size = 0
+            start = end + 1
+        if start < len(text):
+            rest = text[start:]
+            self._pending.append(rest)
+            self._size += len(rest)
+            if self._size > self.max_pending and "\r" in rest:
+                line = "".join(self._pending)
+                line = line[line.rindex("\r") + 1 :]
+                self._pending = [line]
+                self._size = len(line)
+
+    def flush(self) -> Iterator[str]:
+        tail = self._decoder.decode(b"", final=True)
+        if tail:
+            self._pending.append(tail)
+        if self._pending:
+            yield "".join(self._pending)
+        self._pending.clear()
+        self._size = 0
+
+
+def split_lines_iterator(chunks: Iterable[str | bytes]) -> Iterator[str]:
+    """Re-chunk a stream of text (or UTF-8 byte) pieces into whole lines (newline kept)."""
+    lines = LineSplitter()
     for chunk in chunks:
-        buf += chunk
-        *lines, buf = buf.split("\n")
-        for line in lines:
-            yield line + "\n"
-    if buf:
-        yield buf
+        yield from lines.feed(chunk)
+    yield from lines.flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 
 _FIRST = "bcdfghjklmnpqrstvwxz"
@@ -19,5 +20,14 @@ def random_id() -> str:
     return "".join(out)
 
 
+def safe_name(name: str, max_len: int = 64) -> str:
+    """``name`` reduced to letters, digits, ``_`` and ``-`` (anything else becomes ``-``), so
+    that an app id can be a folder name, a shell word and a label value: a hostile job name
+    (``$(rm -rf ~)``, ``../../x``, quotes) is harmless."""
+    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-_")[:max_len].strip("-_")
+    return cleaned or "app"
+
+
 def make_unique(name: str) -> str:
-    return f"{name}-{random_id()}"
+    """``NAME-RANDOMID`` with ``NAME`` made safe by ``safe_name``."""
+    return f"{safe_name(name)}-{random_id()}"

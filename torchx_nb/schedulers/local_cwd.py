@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,12 +24,14 @@ from typing import Any
 
 from torchx_nb.schedulers.api import (
     DescribeAppResponse,
+    LineSplitter,
     ListAppResponse,
     Scheduler,
     Stream,
     filter_regex,
 )
 from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans, start_ticks
 from torchx_nb.specs.api import (
     NONE,
     AppDef,
@@ -79,23 +82,30 @@ def _fmt_request(req: PopenRequest) -> str:
     return json.dumps(redact(asdict(req)), indent=2)
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
+def _read_pidfile(path: Path) -> tuple[int | None, int | None]:
+    """(pid, start ticks) from ``supervisor.pid`` (``PID TICKS``; older files hold a pid only)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        parts = path.read_text().split()
+        return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
+    except (FileNotFoundError, ValueError, IndexError):
+        return None, None
+
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
+
+
+def check_app_id(app_id: str) -> str:
+    """``app_id`` if it is a plain folder name (letters, digits, ``_.-``; no ``..``), else a
+    one-line error: a hostile handle must not reach outside the state folder."""
+    if not _SAFE_ID.fullmatch(app_id) or ".." in app_id:
+        raise ValueError(f"{app_id!r} is not a local_cwd app id")
+    return app_id
+
+
+def _private_write(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def _role_to_json(role: Role) -> dict[str, Any]:
@@ -180,17 +190,19 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
             raise FileNotFoundError(f"workspace {workspace!r} is not a folder")
         role.metadata[CWD_METADATA_KEY] = str(path)
 
+    plan_workspace_and_update_role = build_workspace_and_update_role
+
     def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
         """Resources are advisory on local_cwd; nothing to check."""
 
     def _app_dir(self, app_id: str) -> Path:
-        return self.state_root / self.session_name / app_id
+        return self.state_root / self.session_name / check_app_id(app_id)
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
         app_id = make_unique(app.name)
         state_dir = self._app_dir(app_id)
         log_root = (
-            Path(str(cfg["log_dir"])) / self.session_name / app_id
+            Path(str(cfg["log_dir"])).expanduser().absolute() / self.session_name / app_id
             if cfg.get("log_dir")
             else state_dir
         )
@@ -272,10 +284,14 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
         req = dryrun_info.request
         state_dir = Path(req.state_dir)
-        state_dir.mkdir(parents=True, exist_ok=False)
-        with open(state_dir / "request.json", "w") as f:
-            json.dump(asdict(req), f)
-        with open(state_dir / "supervisor.log", "wb") as log:
+        from torchx_nb.paths import private_dir
+
+        private_dir(self.state_root)
+        private_dir(state_dir.parent)
+        state_dir.mkdir(mode=0o700, exist_ok=False)
+        _private_write(state_dir / "request.json", json.dumps(asdict(req)))
+        fd = os.open(state_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(SUPERVISOR), str(state_dir)],
                 stdin=subprocess.DEVNULL,
@@ -284,7 +300,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                 start_new_session=True,
                 close_fds=True,
             )
-        (state_dir / "supervisor.pid").write_text(str(proc.pid))
+        _private_write(state_dir / "supervisor.pid", f"{proc.pid} {start_ticks(proc.pid) or ''}")
         self._children = getattr(self, "_children", [])
         self._children.append(proc)
         return req.app_id
@@ -320,14 +336,12 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
             ui_url=f"file://{request['log_dir']}",
             roles=[_role_from_json(r) for r in request["roles"]],
         )
-        try:
-            sup_pid = int((state_dir / "supervisor.pid").read_text())
-        except (FileNotFoundError, ValueError):
-            sup_pid = None
+        sup_pid, sup_ticks = _read_pidfile(state_dir / "supervisor.pid")
+        sup_alive = is_same_process(sup_pid, sup_ticks)
         if state is None:
-            if (state_dir / "cancel").exists() and not _pid_alive(sup_pid):
+            if (state_dir / "cancel").exists() and not sup_alive:
                 resp.state = AppState.CANCELLED
-            elif sup_pid is not None and not _pid_alive(sup_pid):
+            elif sup_pid is not None and not sup_alive:
                 resp.state = AppState.FAILED
                 resp.msg = f"the job's supervisor exited before starting it: see {state_dir}/supervisor.log"
             else:
@@ -367,9 +381,17 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
         final = state.get("final_state")
         if final:
             resp.state = AppState[final]
-        elif not _pid_alive(state.get("supervisor_pid")):
-            resp.state = AppState.FAILED
-            resp.msg = "the job's supervisor was killed; its replicas may still be running"
+        elif not is_same_process(
+            state.get("supervisor_pid"), state.get("supervisor_start_ticks", sup_ticks)
+        ):
+            stopped = kill_orphans(state)
+            if (state_dir / "cancel").exists():
+                resp.state = AppState.CANCELLED
+            else:
+                resp.state = AppState.FAILED
+                resp.msg = "the job's supervisor was killed" + (
+                    f"; {stopped} leftover processes were stopped" if stopped else ""
+                )
         elif state["cancelled"]:
             resp.state = AppState.RUNNING
             resp.msg = "cancelling"
@@ -383,6 +405,16 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
         ]
         if failed and resp.msg == NONE:
             resp.msg = "; ".join(failed)
+        log_errors = sorted(
+            {
+                f"{role}/{i} {rep['log_error']}"
+                for role, reps in state["roles"].items()
+                for i, rep in enumerate(reps)
+                if rep.get("log_error")
+            }
+        )
+        if log_errors:
+            resp.msg = "; ".join(([] if resp.msg == NONE else [resp.msg]) + log_errors)
         errors = [
             r.structured_error_msg
             for rs in resp.roles_statuses
@@ -426,16 +458,17 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
         (it writes state.json only after installing its handler; before that it polls the
         marker)."""
         state_dir = self._app_dir(app_id)
-        (state_dir / "cancel").touch()
-        if not (state_dir / "state.json").exists():
+        (state_dir / "cancel").touch(mode=0o600)
+        found = self._read(app_id)
+        if found is None or found[1] is None:
             return
-        try:
-            pid = int((state_dir / "supervisor.pid").read_text())
-        except (FileNotFoundError, ValueError):
-            return
-        if _pid_alive(pid):
+        state = found[1]
+        pid, ticks = _read_pidfile(state_dir / "supervisor.pid")
+        if is_same_process(pid, state.get("supervisor_start_ticks", ticks)):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)  # type: ignore[arg-type]
+        elif not state.get("final_state"):
+            kill_orphans(state)
 
     def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | None) -> Path:
         found = self._read(app_id)
@@ -483,29 +516,25 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
             time.sleep(delay)
             delay = min(delay * 1.5, 0.1)
         with open(path, encoding="utf-8", errors="replace", newline="") as f:
-            buf = ""
+            lines = LineSplitter()
             delay = 0.002
             while True:
                 chunk = f.read(65536)
                 if chunk:
                     delay = 0.002
-                    buf += chunk
-                    *lines, buf = buf.split("\n")
-                    for line in lines:
-                        yield line + "\n"
+                    yield from lines.feed(chunk)
                     continue
                 if not should_tail:
                     break
                 if terminal():
                     rest = f.read()
                     if rest:
-                        buf += rest
+                        yield from lines.feed(rest)
                         continue
                     break
                 time.sleep(delay)
                 delay = min(delay * 1.5, 0.1)
-            if buf:
-                yield buf
+            yield from lines.flush()
 
     def close(self) -> None:
         self._reap()

@@ -481,7 +481,7 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             follow=should_tail,
         )
         chunks: Iterator[bytes] = iter(logs) if should_tail else iter([logs])
-        lines = split_lines_iterator(chunk.decode("utf-8", errors="replace") for chunk in chunks)
+        lines = split_lines_iterator(chunks)
         return filter_regex(regex, lines) if regex else lines
 
 

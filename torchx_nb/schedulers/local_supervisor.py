@@ -1,9 +1,21 @@
 """The detached process that runs one local_cwd app: ``python -I -S local_supervisor.py STATE_DIR``.
 
-It starts every replica in its own process group, copies each replica's stdout and stderr into
+It starts every replica in a session of its own, copies each replica's stdout and stderr into
 ``stdout.log``, ``stderr.log`` and ``combined.log``, and records pids and exit codes in
-``STATE_DIR/state.json`` (written atomically) so that any process can describe the app later.
-SIGTERM cancels: replicas get SIGTERM, then SIGKILL after a grace period.
+``STATE_DIR/state.json`` (written atomically, mode 0600) so that any process can describe the
+app later.
+
+No process outlives its job:
+- the supervisor is a child subreaper, so a replica's orphaned children stay its descendants;
+- when every replica has exited, whatever is left of their sessions and of its descendants is
+  killed (a background ``cmd &`` of a finished job does not live on);
+- SIGTERM cancels: every process of the job gets SIGTERM, then SIGKILL after the grace period,
+  and the final state is written only once none is left;
+- each replica's first process dies with the supervisor (``PR_SET_PDEATHSIG``); the rest of its
+  session is killed by ``kill_orphans``, which ``describe`` and ``cancel`` run when they find
+  the supervisor gone.
+
+Processes are named by pid *and* start time, so a reused pid is never mistaken for ours.
 
 Standard library only, and no import of torchx_nb: it starts in a few milliseconds."""
 
@@ -20,13 +32,134 @@ import time
 from typing import IO, Any
 
 GRACE_SECONDS = 10.0
+LEFTOVER_GRACE_SECONDS = 1.0
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` atomically, readable by its owner only."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
         json.dump(data, f)
     os.replace(tmp, path)
+
+
+def proc_stat(pid: int) -> tuple[str, int, int, int, int] | None:
+    """(state, ppid, pgid, session id, start time in clock ticks since boot) of ``pid``, or
+    None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    except OSError:
+        return None
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot); None if it is gone or a zombie."""
+    st = proc_stat(pid)
+    if st is None or st[0] in ("Z", "X"):
+        return None
+    return st[4]
+
+
+def is_same_process(pid: int | None, ticks: int | None) -> bool:
+    """True while the process ``pid`` that started at ``ticks`` is alive (not a zombie). With
+    ``ticks`` None, any live process with that pid counts."""
+    if not pid:
+        return False
+    now = start_ticks(pid)
+    if now is None:
+        if not os.path.isdir("/proc/self"):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+            return True
+        return False
+    return ticks is None or now == ticks
+
+
+def _all_stats() -> dict[int, tuple[str, int, int, int, int]]:
+    out: dict[int, tuple[str, int, int, int, int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            st = proc_stat(int(name))
+            if st is not None:
+                out[int(name)] = st
+    return out
+
+
+def job_processes(
+    sessions: list[tuple[int, int]], root: int | None = None, not_before: int = 0
+) -> list[int]:
+    """Live pids that belong to a job: members of the replicas' sessions ``(sid, leader start
+    ticks)`` that started no earlier than the leader, and descendants of ``root`` (the
+    supervisor). Zombies and ``root`` itself are left out."""
+    stats = _all_stats()
+    found: set[int] = set()
+    for sid, ticks in sessions:
+        for pid, (state, _ppid, _pgid, psid, pstart) in stats.items():
+            if psid == sid and pstart >= max(ticks, not_before) and state not in ("Z", "X"):
+                found.add(pid)
+    if root is not None:
+        children: dict[int, list[int]] = {}
+        for pid, st in stats.items():
+            children.setdefault(st[1], []).append(pid)
+        stack = list(children.get(root, []))
+        while stack:
+            pid = stack.pop()
+            if stats[pid][0] not in ("Z", "X"):
+                found.add(pid)
+            stack.extend(children.get(pid, []))
+    found.discard(os.getpid())
+    if root is not None:
+        found.discard(root)
+    return sorted(found)
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def kill_orphans(state: dict[str, Any]) -> int:
+    """SIGKILL whatever is left of a job whose supervisor is gone (from its ``state.json``);
+    returns how many processes were signalled."""
+    sessions = [
+        (rep["pid"], rep["start_ticks"])
+        for reps in state.get("roles", {}).values()
+        for rep in reps
+        if rep.get("pid") and rep.get("start_ticks") is not None
+    ]
+    pids = job_processes(sessions)
+    signal_all(pids, signal.SIGKILL)
+    return len(pids)
+
+
+_LIBC: Any = None
+
+
+def _prctl(option: int, arg: int) -> None:
+    """Linux ``prctl``; a no-op elsewhere. Load libc before forking (``preexec_fn`` calls it)."""
+    global _LIBC
+    with contextlib.suppress(Exception):
+        if _LIBC is None:
+            import ctypes
+
+            _LIBC = ctypes.CDLL(None, use_errno=True)
+        _LIBC.prctl(option, arg, 0, 0, 0)
 
 
 class Replica:
@@ -35,20 +168,43 @@ class Replica:
         self.idx = idx
         self.spec = spec
         self.proc: subprocess.Popen[bytes] | None = None
+        self.start_ticks: int | None = None
         self.exitcode: int | None = None
         self.started: float | None = None
         self.ended: float | None = None
         self.error: str | None = None
+        self.log_error: str | None = None
         self.files: dict[str, IO[bytes]] = {}
+
+    def write(self, stream: str, chunk: bytes) -> None:
+        """Copy output to the log files; a full disk loses output, never the job (the pipe is
+        still drained, so the replica does not block) and is reported in the state."""
+        for name in (stream, "combined"):
+            f = self.files.get(name)
+            if f is None:
+                continue
+            try:
+                f.write(chunk)
+            except OSError as e:
+                self.log_error = f"logs incomplete: {e.strerror or e}"
+                self.files.pop(name, None)
 
     def start(self) -> None:
         spec = self.spec
         env = dict(os.environ)
         env.update(spec["env"])
         for name in ("stdout", "stderr", "combined"):
-            os.makedirs(os.path.dirname(spec[name]), exist_ok=True)
-            self.files[name] = open(spec[name], "ab", buffering=0)  # noqa: SIM115
+            os.makedirs(os.path.dirname(spec[name]), mode=0o700, exist_ok=True)
+            fd = os.open(spec[name], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            self.files[name] = os.fdopen(fd, "ab", buffering=0)
         self.started = time.time()
+        parent = os.getpid()
+
+        def die_with_supervisor() -> None:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:
+                os._exit(137)
+
         try:
             self.proc = subprocess.Popen(
                 spec["args"],
@@ -58,7 +214,9 @@ class Replica:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                preexec_fn=die_with_supervisor,
             )
+            self.start_ticks = start_ticks(self.proc.pid)
         except OSError as e:
             self.error = f"could not start {spec['args'][0]!r}: {e.strerror or e}"
             msg = f"torchx_nb: {self.error}\n".encode()
@@ -70,10 +228,12 @@ class Replica:
     def to_json(self) -> dict[str, Any]:
         return {
             "pid": self.proc.pid if self.proc else None,
+            "start_ticks": self.start_ticks,
             "exitcode": self.exitcode,
             "started": self.started,
             "ended": self.ended,
             "error": self.error,
+            "log_error": self.log_error,
             "stdout": self.spec["stdout"],
             "stderr": self.spec["stderr"],
             "combined": self.spec["combined"],
@@ -93,9 +253,22 @@ class Supervisor:
         self.cancel_requested: float | None = None
         self.killed = False
         self.started = time.time()
+        self.start_ticks = start_ticks(os.getpid())
         self.grace_seconds = float(self.request.get("grace_seconds", GRACE_SECONDS))
+        self._reaped_at = 0.0
 
     def write_state(self, final_state: str | None = None) -> None:
+        """Record the state; on a full disk keep running and try again at the next change (the
+        final state is retried for a while)."""
+        for attempt in range(50 if final_state else 1):
+            try:
+                self._write_state(final_state)
+                return
+            except OSError:
+                if final_state:
+                    time.sleep(min(0.1 * (attempt + 1), 2.0))
+
+    def _write_state(self, final_state: str | None) -> None:
         roles: dict[str, list[dict[str, Any]]] = {}
         for r in self.replicas:
             roles.setdefault(r.role, []).append(r.to_json())
@@ -104,6 +277,7 @@ class Supervisor:
             {
                 "app_id": self.request["app_id"],
                 "supervisor_pid": os.getpid(),
+                "supervisor_start_ticks": self.start_ticks,
                 "started": self.started,
                 "ended": time.time() if final_state else None,
                 "cancelled": self.cancel_requested is not None,
@@ -120,7 +294,16 @@ class Supervisor:
     def on_signal(self, signum: int, frame: object) -> None:
         if self.cancel_requested is None:
             self.cancel_requested = time.time()
-            self.signal_replicas(signal.SIGTERM)
+            signal_all(self.processes(), signal.SIGTERM)
+
+    def processes(self) -> list[int]:
+        """Every live process of this job: the replicas' sessions and our descendants."""
+        sessions = [
+            (r.proc.pid, r.start_ticks)
+            for r in self.replicas
+            if r.proc is not None and r.start_ticks is not None
+        ]
+        return job_processes(sessions, root=os.getpid())
 
     def wait_any(self, timeout: float) -> None:
         """Block until a live replica exits, for at most ``timeout`` seconds."""
@@ -131,13 +314,27 @@ class Supervisor:
         with contextlib.suppress(subprocess.TimeoutExpired):
             live[0].wait(timeout=timeout)
 
-    def signal_replicas(self, sig: int) -> None:
-        for r in self.replicas:
-            if r.proc is not None and r.exitcode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(r.proc.pid, sig)
+    def reap_orphans(self, every: float = 0.5) -> None:
+        """Collect exit statuses of re-parented descendants (we are their subreaper), at most
+        once per ``every`` seconds."""
+        if time.monotonic() - self._reaped_at < every:
+            return
+        self._reaped_at = time.monotonic()
+        ours = {r.proc.pid for r in self.replicas if r.proc is not None}
+        for pid in list(self._children()):
+            if pid in ours:
+                continue
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+    @staticmethod
+    def _children() -> list[int]:
+        me = os.getpid()
+        return [pid for pid, st in _all_stats().items() if st[1] == me and st[0] == "Z"]
 
     def run(self) -> None:
+        os.umask(0o077)
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -164,8 +361,11 @@ class Supervisor:
                         sel.unregister(key.fileobj)
                         open_pipes -= 1
                         continue
-                    replica.files[stream].write(chunk)
-                    replica.files["combined"].write(chunk)
+                    had_error = replica.log_error is not None
+                    replica.write(stream, chunk)
+                    changed_logs = not had_error and replica.log_error is not None
+                    if changed_logs:
+                        self.write_state()
             else:
                 self.wait_any(0.05)
             if self.cancel_requested is None and self.cancel_marked():
@@ -176,22 +376,23 @@ class Supervisor:
                     code = r.proc.poll()
                     if code is not None:
                         r.exitcode, r.ended, changed = code, time.time(), True
+            self.reap_orphans()
             if (
                 self.cancel_requested is not None
                 and not self.killed
                 and time.time() - self.cancel_requested > self.grace_seconds
             ):
-                self.signal_replicas(signal.SIGKILL)
+                signal_all(self.processes(), signal.SIGKILL)
                 self.killed = True
-            done = all(r.exitcode is not None for r in self.replicas)
-            if done:
+            if all(r.exitcode is not None for r in self.replicas):
                 done_since = done_since or time.time()
                 if not open_pipes or self.cancel_requested is not None:
                     break
                 if time.time() - done_since > 2.0:
-                    break  # a detached grandchild holds the pipes open; the replicas are gone
+                    break  # a leftover background process holds the pipes open
             if changed:
                 self.write_state()
+        self.end_leftovers()
         for r in self.replicas:
             for f in r.files.values():
                 f.close()
@@ -202,6 +403,27 @@ class Supervisor:
         else:
             final = "FAILED"
         self.write_state(final)
+
+    def end_leftovers(self) -> None:
+        """The replicas have exited: SIGTERM what they left behind, SIGKILL it after a short
+        grace (or at the cancel's deadline), and wait until nothing of the job is left."""
+        leftovers = self.processes()
+        if not leftovers:
+            return
+        if self.cancel_requested is None:
+            signal_all(leftovers, signal.SIGTERM)
+            deadline = time.time() + LEFTOVER_GRACE_SECONDS
+        else:
+            deadline = self.cancel_requested + self.grace_seconds
+        while leftovers:
+            if time.time() >= deadline and not self.killed:
+                signal_all(leftovers, signal.SIGKILL)
+                self.killed = True
+            time.sleep(0.02)
+            self.reap_orphans(every=0)
+            leftovers = self.processes()
+            if self.killed and leftovers:
+                signal_all(leftovers, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:

@@ -575,7 +575,7 @@ class runopts:
         resolved: dict[str, CfgVal] = dict(cfg)
         for key, opt in self._opts.items():
             val = resolved.get(key)
-            if val is None:
+            if val is None or (opt.is_required and isinstance(val, str) and not val.strip()):
                 if opt.is_required:
                     raise InvalidRunConfigException(
                         f"missing required option {key!r} ({_type_name(opt.opt_type)}: {opt.help});"

@@ -196,7 +196,7 @@ def materialize_appdef(
         unknown = [k for k in kwargs if k not in sig.parameters]
         if unknown:
             raise ComponentArgError(f"{prog}: unknown argument(s) {', '.join(unknown)}")
-        return fn(*positional, **kwargs)
+        return _call_component(fn, sig, var_pos, positional, kwargs, prog)
 
     wants_help = "--help" in args
     parser = component_parser(fn, prog, with_docs=wants_help)
@@ -213,4 +213,37 @@ def materialize_appdef(
     positional = list(values.pop(var_pos, None) or []) if var_pos else []
     if positional and positional[0] == "--":
         positional = positional[1:]
-    return fn(*positional, **values)
+    return _call_component(fn, sig, var_pos, positional, values, prog)
+
+
+def _call_component(
+    fn: Callable[..., Any],
+    sig: inspect.Signature,
+    var_pos: str | None,
+    positional: list[Any],
+    values: dict[str, Any],
+    prog: str,
+) -> AppDef:
+    """Call ``fn``: parameters that come before ``*args`` are passed by position (else Python
+    reports "got multiple values"), the rest by name. A function that does not return an
+    AppDef is not a component: one clear error instead of an AttributeError later."""
+    args: list[Any] = []
+    if var_pos is not None:
+        for name, p in sig.parameters.items():
+            if name == var_pos:
+                break
+            if p.kind in (
+                inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            ):
+                value = values.pop(name, p.default)
+                if value is inspect.Parameter.empty:
+                    raise ComponentArgError(f"{prog}: missing argument --{name}")
+                args.append(value)
+    app = fn(*args, *positional, **values)
+    if not isinstance(app, AppDef):
+        raise ComponentArgError(
+            f"{prog} is not a component: {getattr(fn, '__name__', fn)!s}() returned"
+            f" {type(app).__name__}, not an AppDef"
+        )
+    return app

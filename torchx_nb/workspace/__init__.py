@@ -43,23 +43,39 @@ class WorkspaceMixin:
         """What would ship, without building anything (for dry runs)."""
         from torchx_nb.workspace.collect import collect_workspace
 
-        return collect_workspace(workspace).preview()
+        files = collect_workspace(workspace)
+        _warn_secrets(files)
+        return files.preview()
+
+    def plan_workspace_and_update_role(
+        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    ) -> None:
+        """What ``build_workspace_and_update_role`` will do to ``role``, without building or
+        pushing: the cell becomes ``.torchx/cell-<sha>.py`` and the image names the patched
+        image to be pushed (its digest is known only after the push). For dry runs."""
+        from torchx_nb.components.cell import run_as_script
+
+        script, _ = _cell_script(role)
+        repo = cfg.get("image_repo")
+        base = role.image
+        role.image = (
+            f"{repo}@sha256:<digest after push of {base} + workspace>"
+            if repo
+            else f"<{base} + workspace, built at submit>"
+        )
+        if script is not None:
+            run_as_script(role, script)
 
     def build_workspace_and_update_role(
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
     ) -> None:
-        from torchx_nb.components.cell import cell_source, run_as_script
+        from torchx_nb.components.cell import run_as_script
         from torchx_nb.workspace.builders import choose_builder
         from torchx_nb.workspace.collect import collect_workspace
 
         files = collect_workspace(workspace)
-        extra: dict[str, bytes] = {}
-        script = None
-        source = cell_source(role)
-        if source is not None:
-            sha = hashlib.sha256(source.encode()).hexdigest()[:12]
-            script = f"{CELL_DIR}/cell-{sha}.py"
-            extra[script] = source.encode()
+        _warn_secrets(files)
+        script, extra = _cell_script(role)
         cache: dict[Any, Any] = self.__dict__.setdefault("_workspace_builds", {})
         key = (
             role.image,
@@ -84,3 +100,25 @@ class WorkspaceMixin:
         role.image = built.image
         if script is not None:
             run_as_script(role, script)
+
+
+def _cell_script(role: Role) -> tuple[str | None, dict[str, bytes]]:
+    """The cell's script path in the image and the files to add for it (none for a role that
+    is not a cell)."""
+    from torchx_nb.components.cell import cell_source
+
+    source = cell_source(role)
+    if source is None:
+        return None, {}
+    sha = hashlib.sha256(source.encode()).hexdigest()[:12]
+    script = f"{CELL_DIR}/cell-{sha}.py"
+    return script, {script: source.encode()}
+
+
+def _warn_secrets(files: Any) -> None:
+    import warnings
+
+    from torchx_nb.workspace.collect import SecretShippedWarning
+
+    for line in files.secret_warnings():
+        warnings.warn(line, SecretShippedWarning, stacklevel=3)

@@ -44,6 +44,39 @@ SECRET_PATTERNS = [
     "**/*.kdbx",
     "**/.aws",
     "**/.ssh",
+    # tool credential stores, as found in a home folder (SageMaker Studio's workspace)
+    "**/.huggingface",
+    "**/.cache/huggingface",
+    "**/.config/gh",
+    "**/.config/hub",
+    "**/.config/gcloud",
+    "**/.config/rclone",
+    "**/.config/wandb",
+    "**/.pgpass",
+    "**/.my.cnf",
+    "**/.s3cfg",
+    "**/.boto",
+    "**/.vault-token",
+    "**/.databrickscfg",
+    "**/.kaggle",
+    "**/.terraform.d",
+    "**/.password-store",
+    "**/.local/share/keyrings",
+    "**/.git-credentials",
+    "**/.dockercfg",
+    "**/.docker",
+    # Jupyter's runtime files (kernel connection files carry signing keys), its config
+    # (tokens, password hashes) and data folder (our own job store, logs and requests)
+    "**/.local/share/jupyter",
+    "**/.jupyter",
+    "**/jupyter/runtime",
+    "**/.ipython/profile_*/history.sqlite",
+    "**/.torchx_nb",
+    # shell and REPL histories
+    "**/.*_history",
+    "**/.*history",
+    "**/.lesshst",
+    "**/.viminfo",
 ]
 CLUTTER_PATTERNS = [
     ".git",
@@ -59,8 +92,12 @@ CLUTTER_PATTERNS = [
     ".pytest_cache",
     ".ruff_cache",
     "**/.DS_Store",
-    ".torchx_nb",
+    ".cache",
 ]
+
+
+class SecretShippedWarning(UserWarning):
+    """A secret-looking file ships because the ignore file re-included it."""
 
 
 class WorkspaceError(TorchxNbError):
@@ -69,13 +106,16 @@ class WorkspaceError(TorchxNbError):
 
 @dataclass(frozen=True)
 class WorkspaceFile:
-    """A file to ship: its relative posix path, size, mode, and link target for symlinks."""
+    """A file to ship: its relative posix path, size, mode, and link target for symlinks.
+    ``ctime_ns`` and ``inode`` make the fingerprint see an edit whose mtime was put back."""
 
     path: str
     size: int
     mode: int
     mtime_ns: int
     link: str | None = None
+    ctime_ns: int = 0
+    inode: int = 0
 
 
 @dataclass
@@ -86,6 +126,15 @@ class WorkspaceFiles:
     files: list[WorkspaceFile] = field(default_factory=list)
     excluded: list[tuple[str, str]] = field(default_factory=list)
     ignore_file: str | None = None
+    shipped_secrets: list[tuple[str, str]] = field(default_factory=list)
+
+    def secret_warnings(self) -> list[str]:
+        """One line per secret-looking file that ships because the ignore file re-included it."""
+        return [
+            f"{path} looks like a secret ({rule}) and ships because {self.ignore_file}"
+            " re-includes it; remove the '!' line unless the job needs it"
+            for path, rule in self.shipped_secrets
+        ]
 
     @property
     def total_bytes(self) -> int:
@@ -97,7 +146,10 @@ class WorkspaceFiles:
 
         h = hashlib.sha256()
         for f in self.files:
-            h.update(f"{f.path}\0{f.size}\0{f.mode}\0{f.mtime_ns}\0{f.link}\n".encode())
+            h.update(
+                f"{f.path}\0{f.size}\0{f.mode}\0{f.mtime_ns}\0{f.ctime_ns}\0{f.inode}"
+                f"\0{f.link}\n".encode()
+            )
         return h.hexdigest()
 
     def preview(self, max_rows: int = 50) -> str:
@@ -131,6 +183,31 @@ def _reason(p: Pattern) -> str:
     return p.source if p.source in ("secret", "clutter") else f"{p.source}: {p.text}"
 
 
+def _own_state(base: Path) -> list[str]:
+    """Root-relative patterns for torchx_nb's data folder, the job store and Jupyter's runtime
+    folder when they lie inside the workspace wherever they were moved to."""
+    import contextlib
+
+    from torchx_nb.paths import data_dir
+
+    places: list[Path] = [data_dir()]
+    with contextlib.suppress(Exception):
+        from torchx_nb.jobstore import default_path
+
+        places.append(default_path())
+    with contextlib.suppress(Exception):
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        places.append(Path(jupyter_runtime_dir()))
+    out: list[str] = []
+    for place in places:
+        with contextlib.suppress(ValueError, OSError):
+            rel = place.expanduser().resolve().relative_to(base).as_posix()
+            if rel != ".":
+                out.append("/" + rel)
+    return out
+
+
 def collect_workspace(
     root: str | os.PathLike[str],
     extra_excludes: tuple[str, ...] = (),
@@ -142,8 +219,9 @@ def collect_workspace(
     if not base.is_dir():
         raise WorkspaceError(f"workspace {str(root)!r} is not a folder")
     patterns: list[Pattern] = []
+    secrets = Matcher(parse_patterns(SECRET_PATTERNS + _own_state(base), "secret"))
     if not include_secrets:
-        patterns += parse_patterns(SECRET_PATTERNS, "secret")
+        patterns += secrets.patterns
     patterns += parse_patterns(CLUTTER_PATTERNS, "clutter")
     patterns += parse_patterns(extra_excludes, "excluded")
     result = WorkspaceFiles(root=base)
@@ -176,13 +254,32 @@ def collect_workspace(
             if hit is not None:
                 result.excluded.append((rel, _reason(hit)))
                 continue
+            if not include_secrets and secrets.excluded_by(rel) is not None:
+                secret_rule = secrets.excluded_by(rel)
+                assert secret_rule is not None
+                result.shipped_secrets.append((rel, secret_rule.text))
             full = Path(dirpath) / fname
-            st = full.lstat()
+            try:
+                st = full.lstat()
+            except FileNotFoundError:
+                continue
             if stat.S_ISLNK(st.st_mode):
-                result.files.append(WorkspaceFile(rel, 0, 0o777, st.st_mtime_ns, os.readlink(full)))
+                result.files.append(
+                    WorkspaceFile(
+                        rel, 0, 0o777, st.st_mtime_ns, os.readlink(full), st.st_ctime_ns, st.st_ino
+                    )
+                )
             elif stat.S_ISREG(st.st_mode):
                 result.files.append(
-                    WorkspaceFile(rel, st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+                    WorkspaceFile(
+                        rel,
+                        st.st_size,
+                        stat.S_IMODE(st.st_mode),
+                        st.st_mtime_ns,
+                        None,
+                        st.st_ctime_ns,
+                        st.st_ino,
+                    )
                 )
     result.files.sort(key=lambda f: f.path)
     if result.total_bytes > max_bytes:

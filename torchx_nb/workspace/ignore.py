@@ -76,9 +76,20 @@ def parse_patterns(lines: Iterable[str], source: str = "") -> list[Pattern]:
         if negate:
             line = line[1:].strip()
         line = posixpath.normpath(line).lstrip("/")
+        line = re.sub(r"\*{3,}", "**", line)
+        line = re.sub(r"(?:\*\*/){2,}", "**/", line)
         if line in ("", "."):
             continue
-        out.append(Pattern(line, negate, re.compile(_translate(line)), source))
+        try:
+            regex = re.compile(_translate(line))
+        except re.error as e:
+            from torchx_nb.specs.api import TorchxNbError
+
+            where = f"{source}: " if source else ""
+            raise TorchxNbError(
+                f"{where}bad pattern {raw.strip()!r} ({e}); fix or remove that line"
+            ) from None
+        out.append(Pattern(line, negate, regex, source))
     return out
 
 

@@ -6,14 +6,16 @@ files (path, size, mtime, mode), so an unchanged workspace is neither re-read no
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -99,8 +101,7 @@ def _write_layer(
                     elif link is not None:
                         tar.addfile(_info(name, tarfile.SYMTYPE, 0o777, link=link))
                     elif isinstance(content, Path):
-                        size = content.stat().st_size
-                        with open(content, "rb") as f:
+                        with _open_regular(content) as (f, size):
                             tar.addfile(_info(name, tarfile.REGTYPE, mode, size), f)
                     else:
                         data = content or b""
@@ -111,6 +112,42 @@ def _write_layer(
         "sha256:" + plain.sha.hexdigest(),
         compressed.size,
     )
+
+
+@contextlib.contextmanager
+def _open_regular(path: Path) -> Iterator[tuple[IO[bytes], int]]:
+    """Open ``path`` for packing only if it is still a regular file: a file swapped for a
+    symlink (or a fifo, a device) after the workspace was listed would otherwise ship the
+    link's target, e.g. ``~/.ssh/id_rsa``."""
+    from torchx_nb.specs.api import TorchxNbError
+
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    try:
+        if os.open in os.supports_dir_fd and path.is_absolute():
+            # the workspace root is resolved: no component of a shipped path is a symlink
+            dir_fd = os.open(path.anchor, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                for part in path.parts[1:-1]:
+                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=dir_fd)
+                    os.close(dir_fd)
+                    dir_fd = nxt
+                fd = os.open(path.name, os.O_RDONLY | nofollow | os.O_NONBLOCK, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
+        else:
+            fd = os.open(path, os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise TorchxNbError(
+            f"{path} changed while the workspace was packed ({e.strerror}); run again"
+        ) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TorchxNbError(
+                f"{path} changed while the workspace was packed (no longer a regular file);"
+                " run again"
+            )
+        yield f, st.st_size
 
 
 def _norm_mode(mode: int) -> int:
@@ -131,11 +168,9 @@ def _entries_for(
 
 
 def cache_dir() -> Path:
-    from torchx_nb.paths import data_dir
+    from torchx_nb.paths import data_dir, private_dir
 
-    d = data_dir() / "layers"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return private_dir(data_dir() / "layers")
 
 
 def build_layer(

@@ -120,17 +120,38 @@ def docker_credentials(host: str) -> Credentials | None:
 ECR_HOSTS_ENV = "TORCHX_NB_ECR_HOSTS"
 
 
-def ecr_credentials(host: str) -> Credentials | None:
-    """An ECR login from boto3's ``get_authorization_token``, when ECR says ``host`` is the
-    account's registry (its ``proxyEndpoint``) or ``host`` is listed in ``TORCHX_NB_ECR_HOSTS``
-    (for VPC endpoints and other aliases). None without boto3 or AWS credentials."""
+_ECR_HOST_RE = re.compile(
+    r"^(?P<account>[0-9]{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$"
+)
+
+
+def ecr_region(host: str) -> str | None:
+    """The AWS region named by an ECR registry host (``ACCOUNT.dkr.ecr.REGION.amazonaws.com``)."""
+    m = _ECR_HOST_RE.match(host.split(":", 1)[0])
+    return m.group("region") if m else None
+
+
+def ecr_credentials(host: str, notes: list[str] | None = None) -> Credentials | None:
+    """An ECR login from boto3's ``get_authorization_token`` in the registry's own region, when
+    ECR says ``host`` is the account's registry (its ``proxyEndpoint``) or ``host`` is listed
+    in ``TORCHX_NB_ECR_HOSTS`` (for VPC endpoints and other aliases). None without boto3 or AWS
+    credentials; why is appended to ``notes``."""
+    aliases = {h.strip() for h in os.environ.get(ECR_HOSTS_ENV, "").split(",") if h.strip()}
+    region = ecr_region(host)
+    if region is None and host not in aliases:
+        return None
     try:
         import boto3
     except ImportError:
+        if notes is not None:
+            notes.append("ECR login needs boto3: pip install 'torchx_nb[aws_batch]'")
         return None
     try:
-        resp = boto3.client("ecr").get_authorization_token()
-    except Exception:
+        client = boto3.client("ecr", region_name=region) if region else boto3.client("ecr")
+        resp = client.get_authorization_token()
+    except Exception as e:
+        if notes is not None:
+            notes.append(f"ECR login failed: {' '.join(str(e).split())}")
         return None
     aliases = {h.strip() for h in os.environ.get(ECR_HOSTS_ENV, "").split(",") if h.strip()}
     for data in resp.get("authorizationData", []):
@@ -138,6 +159,8 @@ def ecr_credentials(host: str) -> Credentials | None:
         if endpoint == host or host in aliases:
             user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
             return Credentials(user, password, "ECR get_authorization_token")
+    if notes is not None:
+        notes.append(f"ECR gave no token for {host}")
     return None
 
 
@@ -175,12 +198,15 @@ class RegistryClient:
         self._creds = credentials
         self._creds_loaded = credentials is not None
         self._tokens: dict[str, str] = {}
+        self.auth_notes: list[str] = []
         self.stats = PushStats()
 
     @property
     def credentials(self) -> Credentials | None:
         if not self._creds_loaded:
-            self._creds = docker_credentials(self.host) or ecr_credentials(self.host)
+            self._creds = docker_credentials(self.host) or ecr_credentials(
+                self.host, self.auth_notes
+            )
             self._creds_loaded = True
         return self._creds
 
@@ -216,10 +242,11 @@ class RegistryClient:
             ) from None
         if resp.status_code in (401, 403):
             tried = self.credentials.source if self.credentials else "no credentials"
+            why = "".join(f"; {n}" for n in self.auth_notes)
             raise RegistryError(
                 f"registry {self.host} refused {method} {path.split('?')[0]}"
-                f" ({resp.status_code}; tried {tried}); log in with `docker login {self.host}`"
-                " or add credentials to ~/.docker/config.json"
+                f" ({resp.status_code}; tried {tried}{why}); log in with `docker login"
+                f" {self.host}` or add credentials to ~/.docker/config.json"
             )
         return resp
 
