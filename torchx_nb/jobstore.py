@@ -89,8 +89,9 @@ class JobStore:
     every job, notebook and image. A corrupt or unreadable store raises ``JobStoreError`` with
     one line that names the file and what to do."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, timeout: float = 30.0) -> None:
         self.path = Path(path) if path else default_path()
+        self.timeout = timeout
         private_dir(self.path.parent)
         if not self.path.exists():
             with contextlib.suppress(FileExistsError):
@@ -101,18 +102,19 @@ class JobStore:
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         try:
-            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
         except sqlite3.Error as e:
             raise self._error(e) from e
         try:
-            db.execute("PRAGMA busy_timeout = 30000")
+            db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
             yield db
         except sqlite3.OperationalError as e:
             if "locked" in str(e) or "busy" in str(e):
                 raise JobStoreError(
-                    f"the job store {self.path} stayed locked for 30 s ({e}); another process"
+                    f"the job store {self.path} stayed locked for {self.timeout:g} s ({e});"
+                    " another process"
                     " holds it: close it, or set TORCHX_NB_JOBSTORE to another file"
                 ) from e
             raise self._error(e) from e

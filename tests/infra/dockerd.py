@@ -214,11 +214,12 @@ class Registry:
 
 
 def start_registry(
-    state_dir: Path, user: str | None = None, password: str | None = None
+    state_dir: Path, user: str | None = None, password: str | None = None, port: int = 0
 ) -> Registry:
-    """A registry on a free loopback port; with ``user``/``password`` it requires basic auth."""
+    """A registry on a free loopback port (or ``port``, to restart one where it was); with
+    ``user``/``password`` it requires basic auth."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     auth = ""
     if user and password:
         import bcrypt

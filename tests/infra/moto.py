@@ -65,9 +65,9 @@ def moto_available() -> str | None:
     return None
 
 
-def start_moto(state_dir: Path, docker_host: str | None) -> MotoServer:
+def start_moto(state_dir: Path, docker_host: str | None, port: int = 0) -> MotoServer:
     state_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     env = {**os.environ, "MOTO_DOCKER_NETWORK_MODE": "host"}
     if docker_host:
         env["DOCKER_HOST"] = docker_host
