@@ -125,7 +125,7 @@ def test_configure_placeholders_are_not_used_as_values(isolated: Path) -> None:
     code, out, err = cli(
         "run", "--dryrun", "-s", "aws_batch", "utils.echo", env={"TORCHXCONFIG": ".torchxconfig"}
     )
-    assert code == 1
+    assert code == 1 and out == ""
     assert "queue is still the template's placeholder" in err
     assert len(err.strip().splitlines()) == 1
 
