@@ -168,22 +168,47 @@ def test_multibyte_characters_split_across_chunks_survive() -> None:
     assert list(split_lines_iterator(chunks)) == ["größe → 温度 🙂\n"]
 
 
-def test_fifty_concurrent_cli_submissions_are_all_recorded(isolated: Path) -> None:
+def test_fifty_concurrent_submissions_from_cli_and_kernels_are_all_recorded(
+    isolated: Path,
+) -> None:
+    """30 CLI processes and two kernels submitting 10 cells each, all at once: every job runs
+    and every one is in the job store."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from tests.notebook.test_quickstart import execute
+
     results: list[tuple[int, str, str]] = []
+    notebooks = [
+        new_notebook(
+            cells=[
+                new_code_cell("%load_ext torchx_nb"),
+                *[new_code_cell(f"%%torchx run -o j{i}\nprint('k{k} c{i}')") for i in range(10)],
+                new_code_cell(
+                    "print(' '.join(j.handle for j in [%s]))"
+                    % ", ".join(f"j{i}" for i in range(10))
+                ),
+            ]
+        )
+        for k in range(2)
+    ]
     lock = threading.Lock()
 
     def submit(i: int) -> None:
-        r = cli("run", "utils.echo", "--msg", f"m{i}", timeout=120)
+        r = cli("run", "utils.echo", "--msg", f"m{i}", timeout=180)
         with lock:
             results.append(r)
 
-    threads = [threading.Thread(target=submit, args=(i,)) for i in range(50)]
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(30)]
+    threads += [threading.Thread(target=execute, args=(nb, isolated)) for nb in notebooks]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert all(code == 0 for code, _, _ in results), [e for c, _, e in results if c]
     handles = {out.strip().splitlines()[-1] for _, out, _ in results}
+    for nb in notebooks:
+        last = nb.cells[-1].outputs[0]["text"].split()
+        handles |= set(last)
     assert len(handles) == 50
     stored = {r.handle for r in JobStore().list()}
     assert handles <= stored
