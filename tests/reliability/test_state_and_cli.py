@@ -168,6 +168,9 @@ def test_multibyte_characters_split_across_chunks_survive() -> None:
     assert list(split_lines_iterator(chunks)) == ["größe → 温度 🙂\n"]
 
 
+JOB_VARS = ", ".join(f"j{i}" for i in range(10))
+
+
 def test_fifty_concurrent_submissions_from_cli_and_kernels_are_all_recorded(
     isolated: Path,
 ) -> None:
@@ -183,10 +186,7 @@ def test_fifty_concurrent_submissions_from_cli_and_kernels_are_all_recorded(
             cells=[
                 new_code_cell("%load_ext torchx_nb"),
                 *[new_code_cell(f"%%torchx run -o j{i}\nprint('k{k} c{i}')") for i in range(10)],
-                new_code_cell(
-                    "print(' '.join(j.handle for j in [%s]))"
-                    % ", ".join(f"j{i}" for i in range(10))
-                ),
+                new_code_cell(f"print(' '.join(j.handle for j in [{JOB_VARS}]))"),
             ]
         )
         for k in range(2)
