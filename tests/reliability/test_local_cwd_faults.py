@@ -182,3 +182,15 @@ def test_a_full_log_disk_loses_output_not_the_job(
     assert wait_terminal(sched, app_id) == AppState.SUCCEEDED
     desc = sched.describe(app_id)
     assert desc is not None and "logs incomplete: No space left on device" in desc.msg
+
+
+def test_a_killed_replica_fails_the_job_and_says_how(
+    sched: LocalCwdScheduler, isolated: Path
+) -> None:
+    leader = isolated / "leader.pid"
+    app_id = run(sched, app("-c", f"echo $$$$ > {leader}; sleep 300"))
+    (pid,) = read_pids(leader)
+    os.kill(pid, signal.SIGKILL)
+    assert wait_terminal(sched, app_id) == AppState.FAILED
+    desc = sched.describe(app_id)
+    assert desc is not None and "r/0 exited with code -9" in desc.msg
