@@ -31,7 +31,12 @@ from torchx_nb.schedulers.api import (
     filter_regex,
 )
 from torchx_nb.schedulers.ids import make_unique
-from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans, start_ticks
+from torchx_nb.schedulers.local_supervisor import (
+    is_same_process,
+    kill_orphans,
+    start_ticks,
+    write_private,
+)
 from torchx_nb.specs.api import (
     NONE,
     AppDef,
@@ -100,12 +105,6 @@ def check_app_id(app_id: str) -> str:
     if not _SAFE_ID.fullmatch(app_id) or ".." in app_id:
         raise ValueError(f"{app_id!r} is not a local_cwd app id")
     return app_id
-
-
-def _private_write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
 
 
 def _role_to_json(role: Role) -> dict[str, Any]:
@@ -289,7 +288,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
         private_dir(self.state_root)
         private_dir(state_dir.parent)
         state_dir.mkdir(mode=0o700, exist_ok=False)
-        _private_write(state_dir / "request.json", json.dumps(asdict(req)))
+        write_private(state_dir / "request.json", json.dumps(asdict(req)))
         fd = os.open(state_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as log:
             proc = subprocess.Popen(
@@ -300,7 +299,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                 start_new_session=True,
                 close_fds=True,
             )
-        _private_write(state_dir / "supervisor.pid", f"{proc.pid} {start_ticks(proc.pid) or ''}")
+        write_private(state_dir / "supervisor.pid", f"{proc.pid} {start_ticks(proc.pid) or ''}")
         self._children = getattr(self, "_children", [])
         self._children.append(proc)
         return req.app_id

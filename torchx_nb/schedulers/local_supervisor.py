@@ -37,13 +37,17 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def write_json(path: str, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` atomically, readable by its owner only."""
-    tmp = f"{path}.{os.getpid()}.tmp"
+def write_private(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` atomically, readable by its owner only."""
+    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
+        f.write(text)
     os.replace(tmp, path)
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    write_private(path, json.dumps(data))
 
 
 def proc_stat(pid: int) -> tuple[str, int, int, int, int] | None:
@@ -52,8 +56,6 @@ def proc_stat(pid: int) -> tuple[str, int, int, int, int] | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        return None
     except OSError:
         return None
     return fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
@@ -100,9 +102,7 @@ def _all_stats() -> dict[int, tuple[str, int, int, int, int]]:
     return out
 
 
-def job_processes(
-    sessions: list[tuple[int, int]], root: int | None = None, not_before: int = 0
-) -> list[int]:
+def job_processes(sessions: list[tuple[int, int]], root: int | None = None) -> list[int]:
     """Live pids that belong to a job: members of the replicas' sessions ``(sid, leader start
     ticks)`` that started no earlier than the leader, and descendants of ``root`` (the
     supervisor). Zombies and ``root`` itself are left out."""
@@ -110,7 +110,7 @@ def job_processes(
     found: set[int] = set()
     for sid, ticks in sessions:
         for pid, (state, _ppid, _pgid, psid, pstart) in stats.items():
-            if psid == sid and pstart >= max(ticks, not_before) and state not in ("Z", "X"):
+            if psid == sid and pstart >= ticks and state not in ("Z", "X"):
                 found.add(pid)
     if root is not None:
         children: dict[int, list[int]] = {}
@@ -176,9 +176,11 @@ class Replica:
         self.log_error: str | None = None
         self.files: dict[str, IO[bytes]] = {}
 
-    def write(self, stream: str, chunk: bytes) -> None:
+    def write(self, stream: str, chunk: bytes) -> bool:
         """Copy output to the log files; a full disk loses output, never the job (the pipe is
-        still drained, so the replica does not block) and is reported in the state."""
+        still drained, so the replica does not block). True when a log file was just lost, so
+        the state must say so."""
+        lost = False
         for name in (stream, "combined"):
             f = self.files.get(name)
             if f is None:
@@ -188,6 +190,8 @@ class Replica:
             except OSError as e:
                 self.log_error = f"logs incomplete: {e.strerror or e}"
                 self.files.pop(name, None)
+                lost = True
+        return lost
 
     def start(self) -> None:
         spec = self.spec
@@ -361,10 +365,7 @@ class Supervisor:
                         sel.unregister(key.fileobj)
                         open_pipes -= 1
                         continue
-                    had_error = replica.log_error is not None
-                    replica.write(stream, chunk)
-                    changed_logs = not had_error and replica.log_error is not None
-                    if changed_logs:
+                    if replica.write(stream, chunk):
                         self.write_state()
             else:
                 self.wait_any(0.05)

@@ -254,9 +254,12 @@ def collect_workspace(
             if hit is not None:
                 result.excluded.append((rel, _reason(hit)))
                 continue
-            if not include_secrets and secrets.excluded_by(rel) is not None:
-                secret_rule = secrets.excluded_by(rel)
-                assert secret_rule is not None
+            # only a "!" line can have let a secret through the matcher above
+            if (
+                not include_secrets
+                and matcher.has_negations
+                and (secret_rule := secrets.excluded_by(rel)) is not None
+            ):
                 result.shipped_secrets.append((rel, secret_rule.text))
             full = Path(dirpath) / fname
             try:
