@@ -8,21 +8,25 @@ from typing import Any
 
 from torchx_nb.jobstore import JobRecord
 from torchx_nb.runner import Runner
-from torchx_nb.specs.api import AppStatus, is_terminal
+from torchx_nb.specs.api import AppStatus, is_terminal, parse_app_handle
 
 
 def _refresh(records: list[JobRecord], runner: Runner) -> dict[str, AppStatus | Exception | None]:
-    """Current status of each record: one ``describe_many`` call per scheduler that has it
+    return _refresh_handles([rec.handle for rec in records], runner)
+
+
+def _refresh_handles(handles: list[str], runner: Runner) -> dict[str, AppStatus | Exception | None]:
+    """Current status of each handle: one ``describe_many`` call per scheduler that has it
     (AWS Batch: 100 jobs per call), else ``status`` per job."""
     groups: dict[str, list[str]] = {}
-    for rec in records:
-        groups.setdefault(rec.scheduler, []).append(rec.handle)
+    for handle in handles:
+        groups.setdefault(parse_app_handle(handle).scheduler_backend, []).append(handle)
     out: dict[str, AppStatus | Exception | None] = {}
-    for handles in groups.values():
+    for group in groups.values():
         try:
-            out.update(runner.status_many(handles))
+            out.update(runner.status_many(group))
         except Exception as e:
-            out.update(dict.fromkeys(handles, e))
+            out.update(dict.fromkeys(group, e))
     return out
 
 
@@ -33,6 +37,7 @@ def job_rows(
     refresh: bool = True,
 ) -> list[dict[str, Any]]:
     """Newest first: handle, scheduler, name, state, submitted, duration (seconds), msg.
+    Jobs only the scheduler knows take their times from its describe (start → end).
 
     Records not yet terminal are refreshed with ``status`` (and the store updated); with a
     ``scheduler``, jobs it lists that the store lacks (run from elsewhere) are added."""
@@ -73,17 +78,21 @@ def job_rows(
             "msg": msg,
             "notebook": rec.notebook,
         }
-    for app in listed.values():
-        if app.app_handle not in rows:
-            rows[app.app_handle] = {
-                "handle": app.app_handle,
-                "scheduler": scheduler,
-                "name": app.name or app.app_id,
-                "state": app.state.name,
-                "submitted": None,
-                "duration": None,
-                "msg": "",
-                "notebook": None,
-            }
+    only_listed = [app for app in listed.values() if app.app_handle not in rows]
+    times = _refresh_handles([a.app_handle for a in only_listed], runner) if refresh else {}
+    for app in only_listed:
+        status = times.get(app.app_handle)
+        started = status.started if isinstance(status, AppStatus) else None
+        ended = status.ended if isinstance(status, AppStatus) else None
+        rows[app.app_handle] = {
+            "handle": app.app_handle,
+            "scheduler": scheduler,
+            "name": app.name or app.app_id,
+            "state": app.state.name,
+            "submitted": started,
+            "duration": max(0.0, (ended or now) - started) if started else None,
+            "msg": "",
+            "notebook": None,
+        }
     ordered = sorted(rows.values(), key=lambda r: -(r["submitted"] or 0))
     return ordered[:limit] if limit else ordered

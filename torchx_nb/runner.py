@@ -22,7 +22,7 @@ from torchx_nb.schedulers import (
     builtin_scheduler_factories,
     get_scheduler_factories,
 )
-from torchx_nb.schedulers.api import ListAppResponse, Scheduler, Stream
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
 from torchx_nb.specs.api import (
     MISSING,
     AppDef,
@@ -377,14 +377,7 @@ class Runner:
         if desc is None:
             self._apps.pop(app_handle, None)
             return None
-        status = AppStatus(
-            state=desc.state,
-            num_restarts=desc.num_restarts,
-            msg=desc.msg,
-            structured_error_msg=desc.structured_error_msg,
-            roles=desc.roles_statuses,
-            ui_url=desc.ui_url,
-        )
+        status = _status_of(desc)
         self._record_state(app_handle, status)
         return status
 
@@ -406,14 +399,7 @@ class Runner:
             if desc is None:
                 out[handle] = None
                 continue
-            status = AppStatus(
-                state=desc.state,
-                num_restarts=desc.num_restarts,
-                msg=desc.msg,
-                structured_error_msg=desc.structured_error_msg,
-                ui_url=desc.ui_url,
-                roles=desc.roles_statuses,
-            )
+            status = _status_of(desc)
             self._record_state(handle, status)
             out[handle] = status
         return out
@@ -425,7 +411,8 @@ class Runner:
         self._last_state[app_handle] = state
         try:
             msg = status.msg if status.msg and status.msg != "<NONE>" else None
-            self.jobstore.update_state(app_handle, state, msg)
+            ended = status.ended if status.is_terminal() else None
+            self.jobstore.update_state(app_handle, state, msg, ended=ended)
         except Exception as e:  # the store is a convenience; never fail a status call on it
             warnings.warn(f"could not update the job store: {e}", stacklevel=2)
 
@@ -508,3 +495,16 @@ def get_runner(
     if name:
         warnings.warn("custom session names are deprecated", FutureWarning, stacklevel=2)
     return Runner(name or DEFAULT_SESSION, None, component_defaults, scheduler_params)
+
+
+def _status_of(desc: DescribeAppResponse) -> AppStatus:
+    return AppStatus(
+        state=desc.state,
+        num_restarts=desc.num_restarts,
+        msg=desc.msg,
+        structured_error_msg=desc.structured_error_msg,
+        ui_url=desc.ui_url,
+        roles=desc.roles_statuses,
+        started=desc.started,
+        ended=desc.ended,
+    )

@@ -17,7 +17,7 @@ from torchx_nb.specs import AppState
 
 def test_poller_follows_real_jobs_on_one_thread() -> None:
     runner = get_runner()
-    poller = Poller(runner, min_interval=0.05, max_interval=1)
+    poller = Poller(runner, local_interval=0.05, max_backoff=1)
     seen: dict[str, list[str]] = {}
     handles = [runner.run(sh("sleep", "0.5"), "local_cwd") for _ in range(5)]
     before = threading.active_count()
@@ -75,7 +75,7 @@ def test_describe_many_is_called_once_per_round() -> None:
     handles = [runner.run(sh("sleep", "0.3"), "batched") for _ in range(6)]
     Batched.calls.clear()
     Batched.describes.clear()
-    poller = Poller(runner, min_interval=0.05)
+    poller = Poller(runner, local_interval=0.05)
     done: set[str] = set()
     for h in handles:
         poller.watch(h, lambda s, e, h=h: done.add(h) if s and specs.is_terminal(s.state) else None)
@@ -90,10 +90,60 @@ def test_transient_errors_back_off_and_recover() -> None:
     runner = _runner_with("flaky", Flaky)
     handle = runner.run(sh("true"), "flaky")
     events: list[str] = []
-    poller = Poller(runner, min_interval=0.05, max_interval=1)
+    poller = Poller(runner, local_interval=0.05, max_backoff=1)
     Flaky.failures = 2
     poller.watch(handle, lambda s, e: events.append(s.state.name if s else f"error:{e}"))
     wait_for(lambda: events and events[-1] == "SUCCEEDED")
     poller.stop()
     assert events[:2] == ["error:endpoint unreachable"] * 2
     assert events[-1] == AppState.SUCCEEDED.name
+
+
+class Remote(LocalCwdScheduler):
+    """local_cwd that calls itself remote and counts describe calls; ``broken`` app ids fail."""
+
+    is_local = False
+    calls: list[float] = []
+    broken: set[str] = set()
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        import time
+
+        Remote.calls.append(time.monotonic())
+        if app_id in Remote.broken:
+            raise RuntimeError(f"cannot describe {app_id}")
+        return super().describe(app_id)
+
+
+def test_remote_jobs_are_asked_once_per_interval_and_errors_alone_back_off() -> None:
+    import time
+
+    runner = _runner_with("remote", Remote)
+    good = runner.run(sh("sleep", "1.5"), "remote")
+    bad = runner.run(sh("sleep", "30"), "remote")
+    Remote.broken = {specs.parse_app_handle(bad).app_id}
+    Remote.calls.clear()
+    poller = Poller(runner, local_interval=0.01, remote_interval=0.3, max_backoff=2)
+    assert poller.interval("remote") == 0.3 and poller.interval("local_cwd") == 0.01
+    seen: dict[str, list[str]] = {good: [], bad: []}
+    ticks: list[float] = []
+    for h in (good, bad):
+        poller.watch(
+            h,
+            lambda s, e, h=h: seen[h].append(s.state.name if s else "error"),
+            tick=lambda: ticks.append(time.monotonic()),
+        )
+    wait_for(lambda: seen[good] and seen[good][-1] == "SUCCEEDED", timeout=10)
+    # the broken handle never holds back the good one, and only ever gets errors
+    assert set(seen[bad]) == {"error"} and "RUNNING" in seen[good]
+    rounds = list(Remote.calls)
+    gaps = [b - a for a, b in zip(rounds, rounds[1:]) if b - a > 0.05]
+    assert gaps and min(gaps) >= 0.25, gaps  # not faster than the interval
+    # once the good job ended only the broken one is polled: it backs off (0.3, 0.6, 1.2, 2, 2)
+    Remote.calls.clear()
+    time.sleep(4)
+    assert 1 <= len(Remote.calls) <= 4, Remote.calls
+    assert len(ticks) >= 3
+    poller.stop()
+    Remote.broken = set()
+    runner.cancel(bad)

@@ -12,7 +12,6 @@ from torchx_nb.notebook.poller import Poller
 from torchx_nb.notebook.widgets import (
     LogWidget,
     StatusWidget,
-    format_status_text,
     widgets_enabled,
 )
 from torchx_nb.runner import get_runner
@@ -25,40 +24,73 @@ def runner():  # type: ignore[no-untyped-def]
         yield r
 
 
-def test_status_widget_follows_the_job_and_throttles(runner) -> None:  # type: ignore[no-untyped-def]
-    handle = runner.run(sh("sleep", "2"), "local_cwd")
-    poller = Poller(runner, min_interval=0.01, max_interval=0.05)
+def test_status_widget_follows_the_job_with_a_replica_table_and_a_clock(runner) -> None:  # type: ignore[no-untyped-def]
+    handle = runner.run(sh("sh", "-c", "sleep 1.2; exit 3"), "local_cwd")
+    poller = Poller(runner, local_interval=0.05)
     w = StatusWidget(handle, runner, poller)
-    wait_for(lambda: w.state == AppState.SUCCEEDED)
-    elapsed = 2.5
-    assert w.update_count <= 10 * elapsed + 2
-    assert "SUCCEEDED" in w._html.value and handle in w._html.value
+    wait_for(lambda: w.state == AppState.RUNNING)
+    assert "elapsed 0:0" in w._header.value and 'data-state="RUNNING"' in w._header.value
+    first = w.seconds()
+    time.sleep(1.1)
+    assert w.seconds() > first  # the clock ticks while the job runs
+    wait_for(lambda: w.state == AppState.FAILED)
+    assert w.status is not None and w.status.ended is not None
+    record = runner.jobstore.get(handle)
+    end = w.seconds()
+    assert abs(end - (w.status.ended - record.submitted)) < 0.01
+    assert abs(record.ended - w.status.ended) < 0.01  # %torchx list uses the same end time
+    time.sleep(1.2)
+    assert w.seconds() == end  # and stops at the job's own end time
     assert w._cancel.disabled
+    table = w._body.value
+    assert "torchx-nb-replicas" in table and "<td" in table and "exit 3" in table
+    assert "file://" not in w._header.value + w._body.value
     text = w.text()
-    assert text.startswith(f"{handle} SUCCEEDED (0:0") and "sh/0: SUCCEEDED" in text
+    assert text.startswith(f"{handle} FAILED (elapsed 0:0")
+    assert "  sh/0: FAILED exit 3 on localhost" in text
+    assert w.update_count <= 40
     poller.stop()
 
 
 def test_status_widget_cancel_button(runner) -> None:  # type: ignore[no-untyped-def]
     handle = runner.run(sh("sleep", "30"), "local_cwd")
-    poller = Poller(runner, min_interval=0.05)
+    poller = Poller(runner, local_interval=0.05)
     w = StatusWidget(handle, runner, poller)
     wait_for(lambda: w.state == AppState.RUNNING)
     w._cancel.click()
     assert w._cancel.description == "cancelling…"
     wait_for(lambda: w.state == AppState.CANCELLED, timeout=30)
-    assert "CANCELLED" in w._html.value
+    assert 'data-state="CANCELLED"' in w._header.value
     poller.stop()
 
 
 def test_status_widget_shows_reconnecting(runner) -> None:  # type: ignore[no-untyped-def]
     handle = runner.run(sh("true"), "local_cwd")
-    w = StatusWidget(handle, runner, Poller(runner, min_interval=10))
+    w = StatusWidget(handle, runner, Poller(runner, local_interval=10))
     w._on_status(None, ConnectionError("no route"))
-    assert "reconnecting" in w._html.value
+    assert "reconnecting" in w._header.value
     status = runner.wait(handle, wait_interval=0.1)
     w._on_status(status, None)
-    assert "reconnecting" not in w._html.value and "SUCCEEDED" in w._html.value
+    assert "reconnecting" not in w._header.value and "SUCCEEDED" in w._header.value
+
+
+def test_hostile_names_and_messages_are_escaped() -> None:
+    from torchx_nb.notebook.render import link_html, status_html, status_text
+    from torchx_nb.specs.api import AppStatus, ReplicaStatus, RoleStatus
+
+    evil = "<img src=x onerror=alert(1)>"
+    status = AppStatus(
+        AppState.FAILED,
+        msg=evil,
+        ui_url="javascript:alert(1)",
+        roles=[RoleStatus(evil, [ReplicaStatus(0, AppState.FAILED, evil, evil, evil)])],
+    )
+    page = status_html(f"local_cwd://s/{evil}", status, 3)
+    assert "<img" not in page and "&lt;img" in page
+    assert 'href="javascript' not in page
+    assert link_html("file:///tmp/logs").startswith("<small>logs: <code>/tmp/logs</code>")
+    assert 'href="https://x/"' in link_html("https://x/")
+    assert status_text("local_cwd://s/a", None) == "local_cwd://s/a SUBMITTED"
 
 
 def test_log_widget_bounded_spooled_filtered_and_switchable(runner) -> None:  # type: ignore[no-untyped-def]
@@ -90,14 +122,19 @@ def test_log_widget_bounded_spooled_filtered_and_switchable(runner) -> None:  # 
 
 
 def test_text_mode_and_format(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchx_nb.notebook.render import fmt_elapsed
+
     monkeypatch.setenv("TORCHX_NB_WIDGETS", "0")
     assert not widgets_enabled()
     monkeypatch.setenv("TORCHX_NB_WIDGETS", "1")
     assert not widgets_enabled()
-    assert (
-        format_status_text("local_cwd://torchx/x", None, 75)
-        == "local_cwd://torchx/x UNKNOWN (1:15)"
-    )
+    assert [fmt_elapsed(s) for s in (0, 75, 3725, None, -3)] == [
+        "0:00",
+        "1:15",
+        "1:02:05",
+        "0:00",
+        "0:00",
+    ]
 
 
 def test_widget_module_is_light() -> None:
@@ -110,4 +147,76 @@ def test_widget_module_is_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
-    assert time.time() > 0
+
+
+def _readers() -> int:
+    import threading
+
+    return sum(1 for t in threading.enumerate() if t.name == "torchx-nb-log" and t.is_alive())
+
+
+def test_log_widget_says_no_output_yet_and_cancelled_and_stops_its_readers(runner) -> None:  # type: ignore[no-untyped-def]
+    before = _readers()
+    src = "import time, sys\ntime.sleep(1)\nprint('first line', flush=True)\ntime.sleep(60)\n"
+    job = runner.run(cell(source=src), "local_cwd", workspace=None)
+    w = LogWidget(job, runner)
+    assert "(no output yet)" in w._view.value and w.note == "(no output yet)"
+    wait_for(lambda: "first line" in w._view.value)
+    assert "no output yet" not in w._view.value
+    assert _readers() == before + 1
+    for _ in range(5):  # switching stream or replica stops the old reader at once
+        w.select(stream="stdout")
+        w.select(stream="combined")
+    wait_for(lambda: _readers() == before + 1, timeout=5)
+    runner.cancel(job)
+    status = runner.wait(job, wait_interval=0.1)
+    assert status.state == AppState.CANCELLED
+    w.job_ended(status)
+    wait_for(lambda: "— job CANCELLED —" in w._view.value)
+    assert "— job CANCELLED —" in w.html()
+    w.close()
+    wait_for(lambda: _readers() == before, timeout=5)
+
+
+def test_closing_a_log_widget_of_a_running_job_stops_its_reader(runner) -> None:  # type: ignore[no-untyped-def]
+    before = _readers()
+    job = runner.run(sh("sleep", "60"), "local_cwd")
+    widgets = [LogWidget(job, runner) for _ in range(4)]
+    wait_for(lambda: _readers() == before + 4)
+    for w in widgets:
+        w.close()
+    wait_for(lambda: _readers() == before, timeout=5)
+    runner.cancel(job)
+
+
+def test_metrics_from_hostile_logs_chart_and_frame(runner) -> None:  # type: ignore[no-untyped-def]
+    from torchx_nb.metrics import MetricLog, parse_metric
+    from torchx_nb.notebook.handle import JobHandle
+    from torchx_nb.notebook.render import metrics_svg
+    from torchx_nb.specs.api import TorchxNbError
+
+    loss = parse_metric(r"loss=loss[=:] *([-0-9.eE+]+)")
+    acc = parse_metric(r"acc=step (?P<step>\d+) acc (?P<value>\S+)")
+    for bad in ("loss", "=x", "lo ss=(1)", "loss=no group", "loss=(unclosed"):
+        with pytest.raises(TorchxNbError):
+            parse_metric(bad)
+    src = (
+        "for i in range(5):\n"
+        "    print(f'loss: {1.0 / (i + 1)}', flush=True)\n"
+        "    print(f'step {i * 10} acc {i / 10}')\n"
+        "print('loss: nan'); print('loss: inf'); print('loss: 1e999'); print('loss: --')\n"
+        "print('x' * 100000 + ' loss: 7')\n"
+        "print('<script>loss: 9</script>')\n"
+    )
+    handle = runner.run(cell(source=src), "local_cwd", workspace=None)
+    runner.wait(handle, wait_interval=0.1)
+    job = JobHandle(handle, runner, [loss, acc])
+    frame = job.metrics()
+    assert list(frame.columns) == ["name", "step", "value", "time"]
+    got = frame[frame.name == "loss"]["value"].tolist()
+    assert got == [1.0, 0.5, 1 / 3, 0.25, 0.2, 9.0]  # nan/inf/junk and the 100 kB line skipped
+    assert frame[frame.name == "acc"]["step"].tolist() == [0, 10, 20, 30, 40]
+    log = MetricLog([loss, acc]).feed_all(job.logs().splitlines())
+    svg = metrics_svg(log.series())
+    assert svg.count("<svg") == 2 and svg.count("<polyline") == 2 and "<script" not in svg
+    assert 'data-metric="loss"' in svg and "<b>9</b>" in svg

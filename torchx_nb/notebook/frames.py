@@ -15,12 +15,22 @@ JOB_COLUMNS = ["handle", "scheduler", "name", "state", "submitted", "duration"]
 
 
 def jobs_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per job, newest first; ``submitted`` as timestamps, ``duration`` as timedeltas."""
+    """One row per job, newest first; ``submitted`` in local time (to the second),
+    ``duration`` as ``m:ss`` / ``h:mm:ss`` text (empty when unknown)."""
+    from datetime import datetime
+
     import pandas as pd
 
+    from torchx_nb.notebook.render import fmt_elapsed
+
     frame = pd.DataFrame(rows, columns=[*JOB_COLUMNS, "msg"])
-    frame["submitted"] = pd.to_datetime(frame["submitted"], unit="s", utc=True).dt.floor("s")
-    frame["duration"] = pd.to_timedelta(frame["duration"], unit="s").dt.round("1s")
+    local = datetime.now().astimezone().tzinfo
+    frame["submitted"] = (
+        pd.to_datetime(frame["submitted"], unit="s", utc=True).dt.tz_convert(local).dt.floor("s")
+    )
+    frame["duration"] = [
+        "" if d is None or pd.isna(d) else fmt_elapsed(float(d)) for d in frame["duration"]
+    ]
     return frame.drop(columns=["msg"]) if frame["msg"].eq("").all() else frame
 
 
@@ -39,6 +49,24 @@ def runopts_frame(opts: runopts) -> pd.DataFrame:
         for key, opt in opts
     ]
     return pd.DataFrame(rows, columns=["option", "type", "default", "required", "help"])
+
+
+def all_runopts_frame(runner: Any) -> pd.DataFrame:
+    """Every scheduler's options, one row per option; a scheduler that cannot load (a missing
+    SDK) gets one row saying why."""
+    import pandas as pd
+
+    frames = []
+    for name in runner.scheduler_backends():
+        try:
+            frame = runopts_frame(runner.scheduler_run_opts(name))
+        except Exception as e:
+            from torchx_nb.errors import one_line
+
+            frame = pd.DataFrame([{"option": "", "help": f"unavailable: {one_line(e)}"}])
+        frame.insert(0, "scheduler", name)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True).fillna("")
 
 
 def schedulers_frame(factories: Mapping[str, Any]) -> pd.DataFrame:

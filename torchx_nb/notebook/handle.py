@@ -4,33 +4,32 @@ status(), wait(), logs(), cancel() and rich reprs."""
 from __future__ import annotations
 
 import html
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from torchx_nb.metrics import MetricLog, MetricSpec
+from torchx_nb.notebook.render import elapsed, status_html
 from torchx_nb.schedulers.api import Stream
 from torchx_nb.specs.api import AppDef, AppStatus, UnknownAppException, parse_app_handle
 
 if TYPE_CHECKING:
-    from torchx_nb.runner import Runner
+    import pandas as pd
 
-STATE_COLOURS = {
-    "SUCCEEDED": "#1a7f37",
-    "FAILED": "#cf222e",
-    "CANCELLED": "#6e7781",
-    "RUNNING": "#0969da",
-    "PENDING": "#9a6700",
-    "SUBMITTED": "#9a6700",
-    "UNKNOWN": "#6e7781",
-}
+    from torchx_nb.runner import Runner
 
 
 class JobHandle:
     """A submitted job, by handle (``scheduler://session/app_id``)."""
 
-    def __init__(self, handle: str, runner: Runner) -> None:
+    def __init__(
+        self, handle: str, runner: Runner, metric_specs: Iterable[MetricSpec] = ()
+    ) -> None:
         parsed = parse_app_handle(handle)
         self.handle = handle
         self.scheduler = parsed.scheduler_backend
         self.app_id = parsed.app_id
+        self.metric_specs = list(metric_specs)
+        self.live_metrics: MetricLog | None = None
         self._runner = runner
 
     def __str__(self) -> str:
@@ -83,6 +82,16 @@ class JobHandle:
             )
         )
 
+    def metrics(self, role: str | None = None, k: int = 0) -> pd.DataFrame:
+        """The ``--metric`` points as a DataFrame (name, step, value, time): those the live
+        widget collected (with the time each line was seen), else parsed from the log now."""
+        if self.live_metrics is not None and role is None and k == 0:
+            return self.live_metrics.frame()
+        log = MetricLog(self.metric_specs)
+        if log:
+            log.feed_all(self.logs(role, k).splitlines())
+        return log.frame()
+
     def __repr__(self) -> str:
         try:
             status = self.status()
@@ -98,29 +107,6 @@ class JobHandle:
             return (
                 f"<code>{html.escape(self.handle)}</code> status unavailable: {html.escape(str(e))}"
             )
-        return status_html(self.handle, status)
-
-
-def status_html(handle: str, status: AppStatus | None) -> str:
-    """A compact HTML summary: handle, coloured state, replicas, message and UI link."""
-    state = status.state.name if status else "UNKNOWN"
-    colour = STATE_COLOURS.get(state, "#6e7781")
-    parts = [
-        f"<code>{html.escape(handle)}</code> "
-        f'<span style="background:{colour};color:white;border-radius:3px;padding:1px 6px">'
-        f"{state}</span>"
-    ]
-    if status:
-        reps = ", ".join(
-            f"{html.escape(rs.role)}/{r.id}: {r.state.name}"
-            for rs in status.roles
-            for r in rs.replicas
-        )
-        if reps:
-            parts.append(f"<br><small>{reps}</small>")
-        if status.msg and status.msg != "<NONE>":
-            parts.append(f"<br><small>{html.escape(status.msg)}</small>")
-        if status.ui_url:
-            url = html.escape(status.ui_url, quote=True)
-            parts.append(f'<br><small><a href="{url}" target="_blank">{url}</a></small>')
-    return "".join(parts)
+        record = self._runner.jobstore.get(self.handle)
+        seconds = elapsed(record.submitted, status) if record and status else None
+        return status_html(self.handle, status, seconds)

@@ -1,6 +1,8 @@
 """The ``%%torchx`` / ``%torchx`` magics (``%load_ext torchx_nb``).
 
-Every bad line becomes a one-line ``UsageError`` naming the fix. Defaults come from traitlets
+Every bad line becomes a one-line ``UsageError`` naming the fix — exactly ``UsageError``, since
+IPython renders only that class (not a subclass) without a traceback — and the whole line is
+checked before anything is built or submitted. Defaults come from traitlets
 (``%config TorchxMagics.scheduler = "local_cwd"``) and from ``.torchxconfig``."""
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments
-from traitlets import CaselessStrEnum, Dict, Int, Unicode
+from traitlets import CaselessStrEnum, Dict, Float, Int, Unicode
 
 from torchx_nb.errors import one_line, regex_arg
 
@@ -35,13 +37,14 @@ COMMANDS = (
 WIDGETS_ENV = "TORCHX_NB_WIDGETS"
 
 
-class MagicLineError(UsageError):
-    """A ``%torchx`` line that cannot be understood; shown as one line."""
+# A ``%torchx`` line that cannot be understood. An alias, not a subclass: IPython shows a
+# subclass of UsageError with a full traceback.
+MagicLineError = UsageError
 
 
 class _Parser(MagicArgumentParser):
     def error(self, message: str) -> Any:
-        raise MagicLineError(f"%torchx {self.prog}: {message} (see `%torchx?`)")
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
     def exit(self, status: int = 0, message: str | None = None) -> Any:
         raise _HelpShown()
@@ -77,7 +80,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="K=V[,K=V]",
-        help="environment variable for the job (repeatable)",
+        help="environment variables for the job (repeatable; a value may hold commas)",
     )
     parser.add_argument(
         "-h",
@@ -106,6 +109,13 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="VAR",
         help="store the job's handle object in this variable",
+    )
+    parser.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="a number to chart from the log lines, e.g. loss=loss: ([0-9.]+) (repeatable)",
     )
     parser.add_argument("--help", action="help", help="show this help")
 
@@ -142,7 +152,7 @@ def _list_args(p: argparse.ArgumentParser) -> None:
 
 
 def _runopts_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scheduler", nargs="?", default=None)
+    p.add_argument("scheduler", nargs="?", default=None, help="one scheduler (default: all)")
     p.add_argument("--help", action="help", help="show this help")
 
 
@@ -197,7 +207,7 @@ def parse_line(line: str, cell: str | None = None) -> ParsedLine:
             raise MagicLineError(
                 f"%%torchx {command}: only `%%torchx run [options]` takes a cell body"
             )
-        parser = _parser("run", _run_options)
+        parser = _parser("%%torchx run", _run_options)
     else:
         if command not in PARSERS:
             import difflib
@@ -207,21 +217,36 @@ def parse_line(line: str, cell: str | None = None) -> ParsedLine:
             raise MagicLineError(
                 f"%torchx: unknown command {command!r}{hint} (commands: {', '.join(COMMANDS)})"
             )
-        parser = _parser(command, PARSERS[command])
+        parser = _parser(f"%torchx {command}", PARSERS[command])
     return ParsedLine(command, parser.parse_args(rest))
 
 
 def _split_env(items: list[str]) -> dict[str, str]:
+    """``--env A=1,B=2 --env CUDA_VISIBLE_DEVICES=0,1``: as in TorchX, a comma starts a new
+    pair only before ``KEY=``, so values may hold commas."""
+    from torchx_nb.specs.api import split_key_values
+
     env: dict[str, str] = {}
     for item in items:
-        for pair in item.split(","):
-            if not pair:
-                continue
-            key, sep, val = pair.partition("=")
-            if not sep or not key:
-                raise MagicLineError(f"%torchx run: --env expects K=V, got {pair!r}")
+        try:
+            pairs = split_key_values(item)
+        except ValueError as e:
+            raise UsageError(f"%torchx run: --env expects K=V[,K=V]: {e}") from None
+        for key, val in pairs:
+            if not key.replace("_", "a").isalnum() or key[0].isdigit():
+                raise UsageError(
+                    f"%torchx run: --env name {key!r} is not a variable name (letters, digits, _)"
+                )
             env[key] = val
     return env
+
+
+def _out_name(name: str | None) -> str | None:
+    import keyword
+
+    if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+        raise UsageError(f"%torchx run: -o needs a Python variable name, got {name!r}")
+    return name
 
 
 @magics_class
@@ -243,6 +268,9 @@ class TorchxMagics(Magics):
         f" variable {WIDGETS_ENV}=0/text or no widget frontend)",
     ).tag(config=True)
     log_lines = Int(1000, help="lines kept in a log widget").tag(config=True)
+    poll_interval = Float(
+        5.0, help="seconds between status polls of remote jobs (local jobs: 0.5 s)"
+    ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
@@ -270,7 +298,7 @@ class TorchxMagics(Magics):
 
         %%torchx run [-s SCHED] [-cfg k=v,...] [--image IMG] [-j NxP] [--name NAME]
                      [--env K=V ...] [-h RESOURCE] [--workspace PATH|none] [--wait] [--dryrun]
-                     [-o VAR]
+                     [-o VAR] [--metric NAME=REGEX ...]
             Runs the cell body as the job's main program in the workspace (the notebook's
             folder by default); with -j under torchrun on N nodes of P processes. Shows a live
             status widget and a log widget; --wait blocks and streams the logs as text;
@@ -280,7 +308,7 @@ class TorchxMagics(Magics):
         %torchx status|describe|cancel HANDLE_OR_VAR
         %torchx log HANDLE_OR_VAR [-r ROLE] [-k N] [--regex RE] [--tail] [--streams S]
         %torchx list [-s SCHED] [--all]             a pandas DataFrame of jobs
-        %torchx runopts [SCHED]                     a DataFrame of a scheduler's options
+        %torchx runopts [SCHED]                     a DataFrame of the schedulers' options
         %torchx schedulers                          a DataFrame of the schedulers
         %torchx workspace [PATH]                    what ships with a job (secrets left out)
 
@@ -349,11 +377,19 @@ class TorchxMagics(Magics):
         return path
 
     def _do_run(self, args: argparse.Namespace, cell: str | None) -> None:
+        from torchx_nb.metrics import metric_definitions, parse_metric
+
+        out = _out_name(args.out)
+        metric_specs = [parse_metric(m) for m in args.metric]
+        env = _split_env(args.env)
+        workspace = self._workspace(args.workspace)
         scheduler = self._scheduler_name(args.scheduler)
         runner = self.runner
         cfg = self._cfg(scheduler, args.cfg)
-        env = _split_env(args.env)
-        workspace = self._workspace(args.workspace)
+        known = {m.name for m in metric_specs}
+        metric_specs += [
+            m for m in metric_definitions(cfg.get("metric_definitions")) if m.name not in known
+        ]
         if not hasattr(runner.get_scheduler(scheduler), "build_workspace_and_update_role"):
             workspace = None
         image = args.image or self.image or None
@@ -380,23 +416,33 @@ class TorchxMagics(Magics):
                     role.image = image
             if args.name:
                 app.name = args.name
-        info = runner.dryrun(app, scheduler, cfg, workspace, build_workspace=not args.dryrun)
         if args.dryrun:
-            self._show_dryrun(scheduler, info)
+            self._show_dryrun(scheduler, runner.dryrun(app, scheduler, cfg, workspace))
             return None
+        with self._progress():
+            info = runner.dryrun(app, scheduler, cfg, workspace, build_workspace=True)
         handle = runner.schedule(
             info, workspace=workspace, cell_hash=cell_hash, notebook=self._notebook_path()
         )
         from torchx_nb.notebook.handle import JobHandle
 
-        job = JobHandle(handle, runner)
-        if args.out:
-            if not args.out.isidentifier():
-                raise MagicLineError(f"%torchx run: -o needs a variable name, got {args.out!r}")
+        job = JobHandle(handle, runner, metric_specs)
+        if out:
             assert self.shell is not None
-            self.shell.user_ns[args.out] = job
+            self.shell.user_ns[out] = job
         self._watch(job, wait=args.wait)
         return None
+
+    def _progress(self) -> Any:
+        """Image build/push progress as a progress bar widget (text on stderr without widgets)."""
+        import contextlib
+
+        if not self._widget_mode():
+            return contextlib.nullcontext()
+        from torchx_nb.notebook.widgets import ProgressBar
+        from torchx_nb.workspace.progress import progress_to
+
+        return progress_to(ProgressBar)
 
     def _show_dryrun(self, scheduler: str, info: Any) -> None:
         from IPython.display import display
@@ -411,16 +457,26 @@ class TorchxMagics(Magics):
 
         runner = self.runner
         if self._widget_mode():
+            from torchx_nb.metrics import MetricLog
             from torchx_nb.notebook.poller import get_poller
-            from torchx_nb.notebook.widgets import LogWidget, StatusWidget, display_with_text
+            from torchx_nb.notebook.widgets import JobView
 
-            status = StatusWidget(job.handle, runner, get_poller(runner))
-            display_with_text(status.widget, status.text())
-            if not wait:
-                logs = LogWidget(job.handle, runner, max_lines=self.log_lines)
-                display_with_text(logs.widget, f"logs of {job.handle}: {job}.logs()")
+            poller = get_poller(runner)
+            poller.remote_interval = self.poll_interval
+            view = JobView(
+                job.handle,
+                runner,
+                poller,
+                metrics=MetricLog(job.metric_specs),
+                log_lines=self.log_lines,
+                show_logs=not wait,
+            )
+            job.live_metrics = view.metrics
+            view.show()
         else:
-            display({"text/plain": f"{job.handle} SUBMITTED"}, raw=True)
+            from torchx_nb.notebook.render import status_text
+
+            display({"text/plain": status_text(job.handle, runner.status(job.handle))}, raw=True)
             if not wait:
                 print(
                     f"(not waiting: `%torchx status {job.handle}`, `%torchx log "
@@ -468,17 +524,19 @@ class TorchxMagics(Magics):
     def _do_status(self, args: argparse.Namespace, cell: str | None) -> None:
         from IPython.display import display
 
-        from torchx_nb.notebook.handle import status_html
+        from torchx_nb.notebook.render import elapsed, status_html
         from torchx_nb.specs.api import UnknownAppException
 
         handle = self._resolve_handle(args.handle)
         status = self.runner.status(handle)
         if status is None:
             raise UnknownAppException(handle)
+        record = self.runner.jobstore.get(handle)
+        seconds = elapsed(record.submitted, status) if record else None
         display(
             {
                 "text/plain": f"{handle}\n{status.format()}",
-                "text/html": status_html(handle, status),
+                "text/html": status_html(handle, status, seconds),
             },
             raw=True,
         )
@@ -533,10 +591,11 @@ class TorchxMagics(Magics):
         return jobs_frame(rows)
 
     def _do_runopts(self, args: argparse.Namespace, cell: str | None) -> Any:
-        from torchx_nb.notebook.frames import runopts_frame
+        from torchx_nb.notebook.frames import all_runopts_frame, runopts_frame
 
-        scheduler = self._scheduler_name(args.scheduler)
-        return runopts_frame(self.runner.scheduler_run_opts(scheduler))
+        if args.scheduler:
+            return runopts_frame(self.runner.scheduler_run_opts(args.scheduler))
+        return all_runopts_frame(self.runner)
 
     def _do_workspace(self, args: argparse.Namespace, cell: str | None) -> None:
         from IPython.display import display

@@ -1,9 +1,13 @@
 """One background poller per kernel: it watches every job a widget shows, so the kernel stays
 free and the scheduler is asked once per round, not once per widget.
 
-Handles are grouped by scheduler; a scheduler with ``describe_many(app_ids)`` (AWS Batch
-describes 100 jobs per call) is asked once per round for all of them. Errors back off
-exponentially per scheduler and are handed to the watchers ("reconnecting"), never raised."""
+Handles are grouped by scheduler and each group is asked on its own clock: local schedulers
+(``Scheduler.is_local``) every ``local_interval`` (0.5 s, so an ended job shows within a second),
+remote ones every ``remote_interval`` (5 s), with one ``describe_many`` call where the backend
+has it (AWS Batch describes 100 jobs per call). Only errors back off (doubling, up to
+``max_backoff``); they are handed to the watchers ("reconnecting"), never raised, and a handle
+that fails alone does not hold back the others. Watchers may also ask for a tick every second
+(the elapsed clock)."""
 
 from __future__ import annotations
 
@@ -12,59 +16,77 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torchx_nb.specs.api import AppStatus, is_terminal, parse_app_handle
 
 Callback = Callable[[AppStatus | None, BaseException | None], None]
+Tick = Callable[[], None]
+
+TICK_S = 1.0
 
 
 @dataclass
 class _Watch:
     handle: str
+    scheduler: str
     callback: Callback
-    last_state: str | None = None
+    tick: Tick | None = None
 
 
 @dataclass
-class _Backoff:
-    delay: float
+class _Group:
+    """When a scheduler's handles are next due, and its error backoff."""
+
     next_at: float = 0.0
     failures: int = 0
+    delay: float = 0.0
+    interval: float | None = None
+    handles: list[int] = field(default_factory=list)
 
 
 class Poller:
     """Polls watched handles from a single daemon thread, started on the first watch."""
 
-    def __init__(self, runner: Any, min_interval: float = 0.5, max_interval: float = 30.0) -> None:
+    def __init__(
+        self,
+        runner: Any,
+        local_interval: float = 0.5,
+        remote_interval: float = 5.0,
+        max_backoff: float = 60.0,
+    ) -> None:
         self.runner = runner
-        self.min_interval = min_interval
-        self.max_interval = max_interval
+        self.local_interval = local_interval
+        self.remote_interval = remote_interval
+        self.max_backoff = max_backoff
         self._watches: dict[int, _Watch] = {}
+        self._groups: dict[str, _Group] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._backoff: dict[str, _Backoff] = {}
-        self._interval = min_interval
+        self._next_tick = 0.0
         self.rounds = 0
 
-    def watch(self, handle: str, callback: Callback) -> int:
+    def watch(self, handle: str, callback: Callback, tick: Tick | None = None) -> int:
         """Call ``callback(status, None)`` with each fresh status of ``handle`` (or
-        ``callback(None, error)`` on a transient error) until the job ends."""
-        parse_app_handle(handle)
+        ``callback(None, error)`` on a transient error) until the job ends, and ``tick()``
+        every second meanwhile. The first status is asked for at once."""
+        scheduler = parse_app_handle(handle).scheduler_backend
         with self._lock:
             watch_id = next(self._ids)
-            self._watches[watch_id] = _Watch(handle, callback)
+            self._watches[watch_id] = _Watch(handle, scheduler, callback, tick)
+            group = self._groups.setdefault(scheduler, _Group())
+            if not group.failures:
+                group.next_at = 0.0
             if self._thread is None or not self._thread.is_alive():
                 self._stop.clear()
                 self._thread = threading.Thread(
                     target=self._run, name="torchx-nb-poller", daemon=True
                 )
                 self._thread.start()
-        self._interval = self.min_interval
         self._wake.set()
         return watch_id
 
@@ -83,6 +105,20 @@ class Poller:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
+    def interval(self, scheduler: str) -> float:
+        """How often ``scheduler``'s jobs are asked for when nothing goes wrong."""
+        group = self._groups.get(scheduler)
+        if group is not None and group.interval is not None:
+            return group.interval
+        try:
+            local = bool(getattr(self.runner.get_scheduler(scheduler), "is_local", False))
+        except Exception:
+            local = False
+        value = self.local_interval if local else self.remote_interval
+        if group is not None:
+            group.interval = value
+        return value
+
     def _run(self) -> None:
         while not self._stop.is_set():
             with self._lock:
@@ -91,53 +127,64 @@ class Poller:
                 self._wake.wait(timeout=1.0)
                 self._wake.clear()
                 continue
-            changed = self._round(watches)
+            now = time.monotonic()
+            by_sched: dict[str, list[int]] = {}
+            for wid, w in watches.items():
+                by_sched.setdefault(w.scheduler, []).append(wid)
+            for sched_name, wids in by_sched.items():
+                group = self._groups.setdefault(sched_name, _Group())
+                if now >= group.next_at:
+                    self._poll_group(sched_name, group, {w: watches[w] for w in wids})
             self.rounds += 1
-            self._interval = (
-                self.min_interval if changed else min(self._interval * 1.5, self.max_interval / 4)
-            )
-            self._wake.wait(timeout=self._interval)
+            if time.monotonic() >= self._next_tick:
+                self._next_tick = time.monotonic() + TICK_S
+                with self._lock:
+                    ticking = [w.tick for w in self._watches.values() if w.tick is not None]
+                for tick in ticking:
+                    with contextlib.suppress(Exception):
+                        tick()
+            with self._lock:
+                active = {w.scheduler for w in self._watches.values()}
+            due = [g.next_at for s, g in self._groups.items() if s in active]
+            wake_at = min([*due, self._next_tick]) if due else self._next_tick
+            self._wake.wait(timeout=max(0.0, wake_at - time.monotonic()))
             self._wake.clear()
 
-    def _round(self, watches: dict[int, _Watch]) -> bool:
-        by_sched: dict[str, list[int]] = {}
-        for wid, w in watches.items():
-            by_sched.setdefault(parse_app_handle(w.handle).scheduler_backend, []).append(wid)
-        changed = False
-        now = time.monotonic()
-        for sched_name, wids in by_sched.items():
-            backoff = self._backoff.get(sched_name)
-            if backoff and now < backoff.next_at:
+    def _poll_group(self, sched_name: str, group: _Group, watches: dict[int, _Watch]) -> None:
+        handles = [w.handle for w in watches.values()]
+        statuses: dict[str, AppStatus | BaseException | None]
+        try:
+            statuses = dict(self.runner.status_many(handles))
+        except Exception as e:
+            if len(handles) == 1:
+                statuses = {handles[0]: e}
+            else:
+                statuses = {h: self._status_or_error(h) for h in handles}
+        errors = [s for s in statuses.values() if isinstance(s, BaseException)]
+        if errors and len(errors) == len(statuses):
+            group.failures += 1
+            group.delay = min(max(group.delay * 2, self.interval(sched_name)), self.max_backoff)
+            group.next_at = time.monotonic() + group.delay
+        else:
+            group.failures, group.delay = 0, 0.0
+            group.next_at = time.monotonic() + self.interval(sched_name)
+        for wid, watch in watches.items():
+            result = statuses.get(watch.handle)
+            if isinstance(result, BaseException):
+                self._deliver(watch, None, result)
                 continue
-            try:
-                statuses = self._describe(sched_name, [watches[w].handle for w in wids])
-            except Exception as e:
-                b = self._backoff.setdefault(sched_name, _Backoff(self.min_interval))
-                b.failures += 1
-                b.delay = min(max(b.delay * 2, self.min_interval), self.max_interval)
-                b.next_at = now + b.delay
-                for wid in wids:
-                    self._deliver(wid, watches[wid], None, e)
-                continue
-            self._backoff.pop(sched_name, None)
-            for wid in wids:
-                status = statuses.get(watches[wid].handle)
-                state = status.state.name if status else None
-                if state != watches[wid].last_state:
-                    changed = True
-                watches[wid].last_state = state
-                self._deliver(wid, watches[wid], status, None)
-                if status is None or is_terminal(status.state):
-                    self.unwatch(wid)
-        return changed
+            self._deliver(watch, result, None)
+            if result is None or is_terminal(result.state):
+                self.unwatch(wid)
 
-    def _describe(self, sched_name: str, handles: list[str]) -> dict[str, AppStatus | None]:
-        return dict(self.runner.status_many(handles))
+    def _status_or_error(self, handle: str) -> AppStatus | BaseException | None:
+        try:
+            return self.runner.status(handle)
+        except Exception as e:
+            return e
 
     @staticmethod
-    def _deliver(
-        wid: int, watch: _Watch, status: AppStatus | None, error: BaseException | None
-    ) -> None:
+    def _deliver(watch: _Watch, status: AppStatus | None, error: BaseException | None) -> None:
         with contextlib.suppress(Exception):
             watch.callback(status, error)
 

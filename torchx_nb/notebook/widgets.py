@@ -1,8 +1,14 @@
-"""Live widgets for a job: a status widget fed by the kernel's poller, and a log widget that
-tails one replica. ipywidgets is imported when a widget is built, never when this module is.
+"""Live widgets for a job, and the static snapshot that replaces them when it ends.
 
-Widgets only change trait values from background threads (never print into an Output widget
-from a thread: ipykernel 7 drops such output) and refresh at most 10 times a second."""
+``JobView`` shows a status widget (handle, state badge, a labelled elapsed clock, Cancel, a
+roles-by-replicas table, live metric charts) fed by the kernel's poller, and a log widget that
+tails one replica. When the job ends both outputs are replaced by plain HTML (final state,
+replica table, charts, the last log lines), so a saved notebook reopened without its kernel,
+on GitHub or nbviewer still shows the job instead of "model not found".
+
+Background threads only change trait values or update display outputs (never print into an
+Output widget from a thread: ipykernel 7 drops such output); the log view refreshes at most 10
+times a second; ipywidgets is imported when a widget is built, never when this module is."""
 
 from __future__ import annotations
 
@@ -15,13 +21,18 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-from torchx_nb.specs.api import AppStatus, is_terminal
+from torchx_nb.metrics import MetricLog
+from torchx_nb.notebook import render
+from torchx_nb.specs.api import AppState, AppStatus, is_terminal
 
 WIDGETS_ENV = "TORCHX_NB_WIDGETS"
 MIN_REFRESH_S = 0.1
 DOWNLOAD_CAP_BYTES = 20 * 1024 * 1024
+SNAPSHOT_LINES = 40
+READER_THREAD = "torchx-nb-log"
 
 
 def widgets_enabled() -> bool:
@@ -38,108 +49,162 @@ def widgets_enabled() -> bool:
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
-def display_with_text(widget: Any, text: str) -> None:
-    """Display ``widget`` with ``text`` as its text/plain fallback, so headless runs (nbconvert,
-    nbclient) and frontends without widgets show the information instead of ``VBox(...)``."""
+def widget_bundle(widget: Any, text: str) -> dict[str, Any]:
+    """A display bundle of ``widget`` with ``text`` as its text/plain fallback, so headless runs
+    (nbconvert, nbclient) and frontends without widgets show the information."""
+    return {
+        "application/vnd.jupyter.widget-view+json": {
+            "model_id": widget.model_id,
+            "version_major": 2,
+            "version_minor": 0,
+        },
+        "text/plain": text,
+    }
+
+
+def display_with_text(widget: Any, text: str) -> Any:
+    """Display ``widget`` with a text fallback; returns the DisplayHandle."""
     from IPython.display import display
 
-    display(
-        {
-            "application/vnd.jupyter.widget-view+json": {
-                "model_id": widget.model_id,
-                "version_major": 2,
-                "version_minor": 0,
-            },
-            "text/plain": text,
-        },
-        raw=True,
-    )
+    return display(widget_bundle(widget, text), raw=True, display_id=True)
 
 
-def _fmt_elapsed(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+def close_tree(widget: Any) -> None:
+    """Close a widget and its children (frees their models in the kernel and the frontend)."""
+    for child in getattr(widget, "children", ()):
+        close_tree(child)
+    with contextlib.suppress(Exception):
+        widget.close()
 
 
-def format_status_text(handle: str, status: AppStatus | None, elapsed: float) -> str:
-    """The plain-text status: handle, state, elapsed time, replicas, message, UI link."""
-    state = status.state.name if status else "UNKNOWN"
-    lines = [f"{handle} {state} ({_fmt_elapsed(elapsed)})"]
-    if status:
-        reps = ", ".join(
-            f"{rs.role}/{r.id}: {r.state.name}" for rs in status.roles for r in rs.replicas
-        )
-        if reps:
-            lines.append(f"  replicas: {reps}")
-        if status.msg and status.msg != "<NONE>":
-            lines.append(f"  {status.msg}")
-        if status.ui_url:
-            lines.append(f"  {status.ui_url}")
-    return "\n".join(lines)
+class _Reader:
+    """One daemon thread following one log, stoppable from any thread (``TailStop``)."""
+
+    def __init__(self, target: Callable[[_Reader], None]) -> None:
+        from torchx_nb.schedulers.api import TailStop
+
+        self.tail = TailStop()
+
+        def run() -> None:
+            with self.tail:
+                target(self)
+
+        self.thread = threading.Thread(target=run, daemon=True, name=READER_THREAD)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.tail.stop()
+
+    @property
+    def stopped(self) -> bool:
+        return self.tail.stopped
 
 
 class StatusWidget:
-    """State badge, replicas, elapsed time, UI link and a Cancel button, kept current by the
-    kernel's poller."""
+    """Handle, state badge, elapsed clock, Cancel, message, UI link, roles-by-replicas table and
+    metric charts, kept current by the kernel's poller (the clock ticks every second)."""
 
-    def __init__(self, handle: str, runner: Any, poller: Any) -> None:
+    def __init__(
+        self,
+        handle: str,
+        runner: Any,
+        poller: Any,
+        status: AppStatus | None = None,
+        metrics: MetricLog | None = None,
+        on_end: Callable[[AppStatus | None], None] | None = None,
+    ) -> None:
         import ipywidgets as w
 
         self.handle = handle
         self.runner = runner
-        self.state: Any = None
+        self.metrics = metrics
         self.update_count = 0
-        self._status: AppStatus | None = None
+        self.status = status
+        self._on_end = on_end
         self._error: str | None = None
-        self._last_render = 0.0
+        self._ended = False
+        self._metrics_version = -1
         record = runner.jobstore.get(handle)
-        self._submitted = record.submitted if record else time.time()
-        self._ended: float | None = None
-        self._html = w.HTML(value=self._render_html())
+        self.submitted = record.submitted if record else time.time()
+        self._header = w.HTML(value=self._header_html())
         self._cancel = w.Button(
             description="Cancel", icon="stop", button_style="warning", layout=w.Layout(width="auto")
         )
         self._cancel.on_click(self._on_cancel)
-        self.widget = w.HBox([self._html, self._cancel], layout=w.Layout(align_items="flex-start"))
-        self._watch_id = poller.watch(handle, self._on_status)
+        self._body = w.HTML(value=self._body_html())
+        self._chart = w.HTML(value="")
+        top = w.HBox([self._header, self._cancel], layout=w.Layout(align_items="center"))
+        self.widget = w.VBox([top, self._body, self._chart])
+        if status is not None and is_terminal(status.state):
+            self._finish()
+        else:
+            self._watch_id = poller.watch(handle, self._on_status, tick=self._tick)
 
-    def _elapsed(self) -> float:
-        return (self._ended or time.time()) - self._submitted
+    @property
+    def state(self) -> AppState | None:
+        return self.status.state if self.status else None
+
+    def seconds(self) -> float:
+        return render.elapsed(self.submitted, self.status)
 
     def text(self) -> str:
-        return format_status_text(self.handle, self._status, self._elapsed())
+        text = render.status_text(self.handle, self.status, self.seconds())
+        if self.metrics:
+            text += "\n" + render.metrics_text(self.metrics.series())
+        return text
 
-    def _render_html(self) -> str:
-        from torchx_nb.notebook.handle import status_html
+    def html(self) -> str:
+        """The whole status as static HTML (the snapshot)."""
+        charts = render.metrics_svg(self.metrics.series()) if self.metrics else ""
+        return (
+            '<div class="torchx-nb-snapshot" style="line-height:1.4">'
+            f"{render.status_html(self.handle, self.status, self.seconds())}"
+            f"{'<br>' + charts if charts else ''}</div>"
+        )
 
-        body = status_html(self.handle, self._status)
-        extra = f" <small>{_fmt_elapsed(self._elapsed())}</small>"
+    def _header_html(self) -> str:
+        note = ""
         if self._error:
-            extra += (
+            note = (
                 f' <small style="color:#9a6700">reconnecting… ({html.escape(self._error)})</small>'
             )
-        return f'<div style="line-height:1.4">{body}{extra}</div>'
+        return render.status_header_html(self.handle, self.status, self.seconds(), note)
+
+    def _body_html(self) -> str:
+        return render.status_details_html(self.status)
+
+    def _tick(self) -> None:
+        self._header.value = self._header_html()
+        self._render_metrics()
+
+    def _render_metrics(self) -> None:
+        if self.metrics and self.metrics.version != self._metrics_version:
+            self._metrics_version = self.metrics.version
+            self._chart.value = render.metrics_svg(self.metrics.series())
 
     def _on_status(self, status: AppStatus | None, error: BaseException | None) -> None:
         if error is not None:
             self._error = f"{type(error).__name__}: {error}"[:200]
-        else:
-            self._error = None
-            self._status = status
-            self.state = status.state if status else None
-            if status is None or is_terminal(status.state):
-                self._ended = self._ended or time.time()
-                self._cancel.disabled = True
-                self._cancel.layout.display = "none"
-        terminal = self._ended is not None
-        now = time.monotonic()
-        if not terminal and now - self._last_render < MIN_REFRESH_S:
+            self._header.value = self._header_html()
             return
-        self._last_render = now
-        self._html.value = self._render_html()
+        self._error = None
+        if status is not None:
+            self.status = status
+        self._header.value = self._header_html()
+        self._body.value = self._body_html()
         self.update_count += 1
+        if status is None or is_terminal(status.state):
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._cancel.disabled = True
+        self._cancel.layout.display = "none"
+        self._render_metrics()
+        if self._on_end is not None:
+            self._on_end(self.status)
 
     def _on_cancel(self, _button: Any) -> None:
         self._cancel.disabled = True
@@ -153,12 +218,13 @@ class StatusWidget:
             self._error = f"cancel failed: {e}"[:200]
             self._cancel.disabled = False
             self._cancel.description = "Cancel"
-            self._html.value = self._render_html()
+            self._header.value = self._header_html()
 
 
 class LogWidget:
-    """The last ``max_lines`` lines of one replica's log, with replica, stream and regex
-    selectors; the full log is spooled to a file on disk and offered as a download."""
+    """The last ``max_lines`` lines of one replica's log, newest at the bottom and followed
+    unless the user scrolls up, with replica, stream and regex selectors; the full log is
+    spooled to a file on disk and offered as a download."""
 
     def __init__(self, handle: str, runner: Any, max_lines: int = 1000) -> None:
         import ipywidgets as w
@@ -169,13 +235,15 @@ class LogWidget:
         self.lines: deque[str] = deque(maxlen=max_lines)
         self.update_count = 0
         self.spool_path: str | None = None
-        self._generation = 0
+        self.note = ""
+        self._reader: _Reader | None = None
         self._lock = threading.Lock()
         self._dirty = False
         self._timer: threading.Timer | None = None
         self._last_render = 0.0
         self._pattern: re.Pattern[str] | None = None
         self._closed = False
+        self._ended: AppState | None = None
         replicas = self._replicas()
         self._replica = w.Dropdown(
             options=replicas,
@@ -195,10 +263,15 @@ class LogWidget:
             description="full log", icon="download", layout=w.Layout(width="auto")
         )
         self._link = w.HTML()
+        # column-reverse keeps the view at the bottom as lines arrive, and where it is once the
+        # user scrolls up: the browser follows the tail with no script.
         self._view = w.HTML(
-            value="<pre style='margin:0'></pre>",
-            layout=w.Layout(max_height="320px", overflow="auto"),
+            value=self._view_html([]),
+            layout=w.Layout(
+                max_height="320px", overflow="auto", display="flex", flex_flow="column-reverse"
+            ),
         )
+        self._view.add_class("torchx-nb-logview")
         self._replica.observe(lambda _c: self._restart(), names="value")
         self._stream.observe(lambda _c: self._restart(), names="value")
         self._filter.observe(self._on_filter, names="value")
@@ -216,45 +289,58 @@ class LogWidget:
         self.widget = w.VBox([controls, self._view])
         self._restart()
 
+    @property
+    def replica(self) -> str:
+        return str(self._replica.value or "")
+
+    def reader_alive(self) -> bool:
+        return self._reader is not None and self._reader.thread.is_alive()
+
     def _replicas(self) -> list[str]:
         status = self.runner.status(self.handle)
         if status is None:
             return []
         return [f"{rs.role}/{r.id}" for rs in status.roles for r in rs.replicas]
 
+    def select(self, replica: str | None = None, stream: str | None = None) -> None:
+        """Switch replica and/or stream (as the dropdowns do)."""
+        if replica is not None:
+            self._replica.value = replica
+        if stream is not None:
+            self._stream.value = stream
+
     def _restart(self) -> None:
-        """(Re)start tailing the selected replica and stream into a fresh spool file."""
+        """Stop the current reader and tail the selected replica and stream into a new spool."""
         from torchx_nb.schedulers.api import Stream
 
         with self._lock:
-            self._generation += 1
-            gen = self._generation
+            old_reader, self._reader = self._reader, None
             self.lines.clear()
             fd, path = tempfile.mkstemp(prefix="torchx-nb-log-", suffix=".log")
             os.close(fd)
             old, self.spool_path = self.spool_path, path
+        if old_reader is not None:
+            old_reader.stop()
         if old:
             with contextlib.suppress(OSError):
                 os.unlink(old)
-        if not self._replica.value:
+        if self._closed or not self._replica.value:
+            self._request_render()
             return
         role, _, k = str(self._replica.value).rpartition("/")
         stream = Stream(self._stream.value)
-        threading.Thread(
-            target=self._tail,
-            args=(gen, role, int(k), stream, path),
-            daemon=True,
-            name="torchx-nb-log",
-        ).start()
+        reader = _Reader(lambda r: self._tail(r, role, int(k), stream, path))
+        with self._lock:
+            self._reader = reader
         self._request_render()
 
-    def _tail(self, gen: int, role: str, k: int, stream: Any, path: str) -> None:
+    def _tail(self, reader: _Reader, role: str, k: int, stream: Any, path: str) -> None:
         try:
             with open(path, "a", encoding="utf-8") as spool:
                 for line in self.runner.log_lines(
                     self.handle, role, k, should_tail=True, streams=stream
                 ):
-                    if gen != self._generation or self._closed:
+                    if reader.stopped:
                         return
                     spool.write(line)
                     with self._lock:
@@ -262,10 +348,48 @@ class LogWidget:
                     self._request_render()
                 spool.flush()
         except Exception as e:
-            if gen == self._generation:
+            if not reader.stopped:
                 with self._lock:
                     self.lines.append(f"[torchx_nb: log unavailable: {e}]")
         self._request_render()
+
+    def job_ended(self, status: AppStatus | None) -> None:
+        """The job ended: say so under the log when it was cancelled or failed."""
+        self._ended = status.state if status is not None else AppState.UNKNOWN
+        self._request_render()
+
+    def wait_reader(self, timeout: float) -> None:
+        """Give the reader up to ``timeout`` seconds to read the last lines of an ended job."""
+        reader = self._reader
+        if reader is not None:
+            reader.thread.join(timeout)
+
+    def visible_lines(self) -> list[str]:
+        with self._lock:
+            lines = list(self.lines)
+        if self._pattern is not None:
+            lines = [ln for ln in lines if self._pattern.search(ln)]
+        return lines
+
+    def _placeholder(self, has_lines: bool) -> str:
+        if self._ended in (AppState.CANCELLED, AppState.FAILED):
+            return f"— job {self._ended.name} —"
+        if has_lines:
+            return ""
+        if self._ended is not None:
+            return "(the job wrote no output)"
+        if not self._replica.value:
+            return "(no replica to show)"
+        return "(no output yet)"
+
+    def _view_html(self, lines: list[str]) -> str:
+        note = self._placeholder(bool(lines))
+        self.note = note
+        text = html.escape("\n".join(lines))
+        if note:
+            sep = "\n" if lines else ""
+            text += f"{sep}<i class='torchx-nb-lognote' style='color:#6e7781'>{note}</i>"
+        return f"<pre class='torchx-nb-log' style='margin:0'>{text}</pre>"
 
     def _request_render(self) -> None:
         """Render now if the last render is old enough, else once, shortly (≤ 10/s)."""
@@ -274,9 +398,7 @@ class LogWidget:
             if self._timer is not None:
                 return
             wait = MIN_REFRESH_S - (time.monotonic() - self._last_render)
-            if wait <= 0:
-                self._timer = None
-            else:
+            if wait > 0:
                 self._timer = threading.Timer(wait, self._render_pending)
                 self._timer.daemon = True
                 self._timer.start()
@@ -290,11 +412,7 @@ class LogWidget:
                 return
             self._dirty = False
             self._last_render = time.monotonic()
-            lines = list(self.lines)
-        if self._pattern is not None:
-            lines = [ln for ln in lines if self._pattern.search(ln)]
-        text = html.escape("\n".join(lines))
-        self._view.value = f"<pre style='margin:0'>{text}</pre>"
+        self._view.value = self._view_html(self.visible_lines())
         self.update_count += 1
 
     def _on_filter(self, change: dict[str, Any]) -> None:
@@ -316,7 +434,7 @@ class LogWidget:
             return
         with open(self.spool_path, "rb") as f:
             data = f.read(DOWNLOAD_CAP_BYTES)
-        name = f"{self.handle.rsplit('/', 1)[-1]}-{str(self._replica.value).replace('/', '-')}.log"
+        name = f"{self.handle.rsplit('/', 1)[-1]}-{self.replica.replace('/', '-')}.log"
         b64 = base64.b64encode(data).decode()
         note = " (first 20 MB)" if len(data) >= DOWNLOAD_CAP_BYTES else ""
         self._link.value = (
@@ -325,12 +443,154 @@ class LogWidget:
             f"{note}"
         )
 
+    def html(self, lines: int = SNAPSHOT_LINES) -> str:
+        """The last ``lines`` lines as static HTML (the snapshot)."""
+        shown = self.visible_lines()[-lines:]
+        note = self._placeholder(bool(shown))
+        caption = (
+            f"last {len(shown)} lines of {self.replica} ({self._stream.value}); "
+            f"the full log: %torchx log {self.handle}"
+        )
+        return render.log_html([*shown, *([note] if note else [])], caption)
+
+    def text(self, lines: int = SNAPSHOT_LINES) -> str:
+        shown = self.visible_lines()[-lines:]
+        return "\n".join([f"logs of {self.handle} ({self.replica}):", *shown])
+
     def close(self) -> None:
         """Stop tailing and remove the spool file."""
         self._closed = True
-        self._generation += 1
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.stop()
         if self._timer is not None:
             self._timer.cancel()
         if self.spool_path:
             with contextlib.suppress(OSError):
                 os.unlink(self.spool_path)
+        close_tree(self.widget)
+
+
+class JobView:
+    """A submitted job in a cell: the status widget, the log widget (optional), a metrics reader
+    when metrics are asked for, and the static snapshot that replaces them when the job ends."""
+
+    def __init__(
+        self,
+        handle: str,
+        runner: Any,
+        poller: Any,
+        metrics: MetricLog | None = None,
+        log_lines: int = 1000,
+        show_logs: bool = True,
+    ) -> None:
+        self.handle = handle
+        self.runner = runner
+        self.metrics = metrics if metrics else None
+        self.ended = threading.Event()
+        self._display: Any = None
+        self._log_display: Any = None
+        self._metrics_reader: _Reader | None = None
+        self.logs: LogWidget | None = None
+        first = runner.status(handle)
+        if show_logs:
+            self.logs = LogWidget(handle, runner, max_lines=log_lines)
+        if self.metrics is not None:
+            self._start_metrics(first)
+        self.status = StatusWidget(handle, runner, poller, first, self.metrics, self._on_end)
+
+    def show(self) -> None:
+        """Display the widgets (each with a text fallback)."""
+        self._display = display_with_text(self.status.widget, self.status.text())
+        if self.logs is not None:
+            self._log_display = display_with_text(
+                self.logs.widget, f"logs of {self.handle}: %torchx log {self.handle}"
+            )
+        if self.ended.is_set():
+            self._snapshot()
+
+    def _start_metrics(self, status: AppStatus | None) -> None:
+        if status is None or not status.roles or not status.roles[0].replicas:
+            return
+        role = status.roles[0].role
+        metrics = self.metrics
+        assert metrics is not None
+
+        def read(reader: _Reader) -> None:
+            with contextlib.suppress(Exception):
+                for line in self.runner.log_lines(self.handle, role, 0, should_tail=True):
+                    if reader.stopped:
+                        return
+                    metrics.feed(line, time.time())
+
+        self._metrics_reader = _Reader(read)
+
+    def _on_end(self, status: AppStatus | None) -> None:
+        if self.ended.is_set():
+            return
+        self.ended.set()
+        if self.logs is not None:
+            self.logs.job_ended(status)
+        if self._display is not None:
+            threading.Thread(target=self._snapshot, daemon=True, name="torchx-nb-snapshot").start()
+
+    def _snapshot(self) -> None:
+        """Replace the widgets with static HTML once the readers have read the job's end."""
+        if self._metrics_reader is not None:
+            self._metrics_reader.thread.join(5)
+            self._metrics_reader.stop()
+            self.status._render_metrics()
+        if self.logs is not None:
+            self.logs.wait_reader(5)
+        status_bundle = {"text/html": self.status.html(), "text/plain": self.status.text()}
+        self._display.update(status_bundle, raw=True)
+        if self.logs is not None and self._log_display is not None:
+            self._log_display.update(
+                {"text/html": self.logs.html(), "text/plain": self.logs.text()}, raw=True
+            )
+            self.logs.close()
+        close_tree(self.status.widget)
+
+    def close(self) -> None:
+        if self._metrics_reader is not None:
+            self._metrics_reader.stop()
+        if self.logs is not None:
+            self.logs.close()
+
+
+class ProgressBar:
+    """Image build/push progress as an ipywidgets progress bar, shown on the first report;
+    ``progress(done, total, what)`` like ``TextProgress`` (at most 10 redraws a second)."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._label: Any = None
+        self._last = 0.0
+        self._bytes: dict[str, int] = {}
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        import ipywidgets as w
+
+        self._bytes[what] = total
+        if self._bar is None:
+            self._bar = w.FloatProgress(
+                value=0.0, min=0.0, max=1.0, description="pushing", bar_style="info"
+            )
+            self._label = w.Label()
+            box = w.HBox([self._bar, self._label])
+            box.add_class("torchx-nb-progress")
+            display_with_text(box, "pushing the image…")
+        now = time.monotonic()
+        if done < total and now - self._last < MIN_REFRESH_S:
+            return
+        self._last = now
+        self._bar.value = done / total if total else 1.0
+        self._label.value = f"{what[:28]} {done / 1e6:.1f}/{total / 1e6:.1f} MB"
+
+    def close(self) -> None:
+        if self._bar is None:
+            return
+        self._bar.value = 1.0
+        self._bar.bar_style = "success"
+        self._bar.description = "pushed"
+        self._label.value = f"{sum(self._bytes.values()) / 1e6:.1f} MB in {len(self._bytes)} parts"

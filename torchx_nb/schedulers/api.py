@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import re
+import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
+from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from torchx_nb.specs.api import (
@@ -43,6 +47,8 @@ class DescribeAppResponse:
     metadata: dict[str, str] = field(default_factory=dict)
     roles_statuses: list[RoleStatus] = field(default_factory=list)
     roles: list[Role] = field(default_factory=list)
+    started: float | None = None
+    ended: float | None = None
 
 
 @dataclass
@@ -63,7 +69,10 @@ T = TypeVar("T")
 
 class Scheduler(abc.ABC, Generic[T]):
     """A backend: turns an AppDef into its native request (dryrun), submits it (schedule), and
-    answers describe/list/cancel/log_iter for the apps it ran."""
+    answers describe/list/cancel/log_iter for the apps it ran. ``is_local`` schedulers run on
+    this machine, where asking for a status is cheap, so watchers ask more often."""
+
+    is_local: bool = False
 
     def __init__(self, backend: str, session_name: str) -> None:
         self.backend = backend
@@ -228,3 +237,68 @@ def split_lines_iterator(chunks: Iterable[str | bytes]) -> Iterator[str]:
     for chunk in chunks:
         yield from lines.feed(chunk)
     yield from lines.flush()
+
+
+_TAIL = threading.local()
+
+
+class TailStop:
+    """Lets another thread end a log tail that is waiting for new lines.
+
+    A reader thread iterates ``log_iter(..., should_tail=True)`` inside ``with stop:``; the
+    schedulers' tails wait with ``tail_wait`` (and register blocking streams with
+    ``on_tail_stop``), so ``stop.stop()`` from any thread makes the tail return at once instead
+    of when the job ends. Outside such a block ``tail_wait`` is ``time.sleep``."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._closers: list[Any] = []
+        self._lock = threading.Lock()
+
+    @property
+    def stopped(self) -> bool:
+        return self.event.is_set()
+
+    def stop(self) -> None:
+        self.event.set()
+        with self._lock:
+            closers, self._closers = self._closers, []
+        for close in closers:
+            with contextlib.suppress(Exception):
+                close()
+
+    def add_closer(self, close: Any) -> None:
+        with self._lock:
+            if not self.event.is_set():
+                self._closers.append(close)
+                return
+        with contextlib.suppress(Exception):
+            close()
+
+    def __enter__(self) -> TailStop:
+        _TAIL.current = self
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _TAIL.current = None
+
+
+def tail_wait(seconds: float) -> bool:
+    """Sleep ``seconds`` between looks at a growing log; True when the tail was stopped."""
+    stop: TailStop | None = getattr(_TAIL, "current", None)
+    if stop is None:
+        time.sleep(seconds)
+        return False
+    return stop.event.wait(seconds)
+
+
+def on_tail_stop(close: Any) -> None:
+    """Call ``close()`` (e.g. a blocking stream's) when the current thread's tail is stopped."""
+    stop: TailStop | None = getattr(_TAIL, "current", None)
+    if stop is not None:
+        stop.add_closer(close)

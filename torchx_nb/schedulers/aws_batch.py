@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import getpass
 import re
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +20,7 @@ from torchx_nb.schedulers.api import (
     Scheduler,
     Stream,
     filter_regex,
+    tail_wait,
 )
 from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
 from torchx_nb.schedulers.ids import make_unique
@@ -410,6 +410,8 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
             roles=list(roles.values()),
             roles_statuses=[RoleStatus(n, reps) for n, reps in replicas.items()],
             metadata=dict(job.get("tags") or {}),
+            started=job["startedAt"] / 1000 if job.get("startedAt") else None,
+            ended=job["stoppedAt"] / 1000 if job.get("stoppedAt") and is_terminal(state) else None,
         )
         if job.get("statusReason"):
             resp.msg = str(job["statusReason"])
@@ -532,7 +534,8 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
                 )
             if not should_tail or terminal:
                 return
-            time.sleep(1.0)
+            if tail_wait(1.0):
+                return
 
 
 def create_scheduler(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import getpass
 import re
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from torchx_nb.schedulers.api import (
     Scheduler,
     Stream,
     filter_regex,
+    tail_wait,
 )
 from torchx_nb.schedulers.aws_common import (
     AwsClients,
@@ -375,6 +375,8 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
                     [ReplicaStatus(i, state, "sagemaker", f"algo-{i + 1}") for i in range(count)],
                 )
             ],
+            started=_epoch(job.get("TrainingStartTime")),
+            ended=_epoch(job.get("TrainingEndTime")) if is_terminal(state) else None,
         )
         if job.get("FailureReason"):
             resp.msg = str(job["FailureReason"])
@@ -458,7 +460,8 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
                 )
             if not should_tail or is_terminal(desc.state):
                 return
-            time.sleep(2.0)
+            if tail_wait(2.0):
+                return
 
 
 def create_scheduler(
@@ -471,3 +474,10 @@ def create_scheduler(
     return AwsSageMakerScheduler(
         session_name, client=client, log_client=log_client, sts_client=sts_client, region=region
     )
+
+
+def _epoch(value: Any) -> float | None:
+    """boto3 gives datetimes; a JSON-decoded response may give epoch numbers."""
+    if value is None:
+        return None
+    return value.timestamp() if hasattr(value, "timestamp") else float(value)

@@ -29,6 +29,7 @@ from torchx_nb.schedulers.api import (
     Scheduler,
     Stream,
     filter_regex,
+    tail_wait,
 )
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.local_supervisor import (
@@ -141,6 +142,8 @@ def _role_from_json(d: dict[str, Any]) -> Role:
 
 class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
     """Runs each replica as a subprocess of a per-app supervisor."""
+
+    is_local = True
 
     def __init__(
         self,
@@ -373,13 +376,21 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                 replica_states.append(rs)
                 statuses.append(
                     ReplicaStatus(
-                        i, rs, role, "localhost", structured_error_msg=self._error_msg(rep)
+                        i,
+                        rs,
+                        role,
+                        "localhost",
+                        structured_error_msg=self._error_msg(rep),
+                        exit_code=code,
                     )
                 )
             resp.roles_statuses.append(RoleStatus(role, statuses))
+        resp.started = state.get("started")
         final = state.get("final_state")
         if final:
             resp.state = AppState[final]
+            ends = [rep.get("ended") for reps in state["roles"].values() for rep in reps]
+            resp.ended = max((e for e in ends if e), default=None) or state.get("ended")
         elif not is_same_process(
             state.get("supervisor_pid"), state.get("supervisor_start_ticks", sup_ticks)
         ):
@@ -504,15 +515,20 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
     def _follow(self, app_id: str, path: Path, should_tail: bool) -> Iterator[str]:
         from torchx_nb.specs.api import is_terminal
 
+        checked = [0.0, False]
+
         def terminal() -> bool:
-            desc = self.describe(app_id)
-            return desc is None or is_terminal(desc.state)
+            """Whether the job has ended, asked at most every 0.25 s (describe is not free)."""
+            now = time.monotonic()
+            if now - checked[0] >= 0.25:
+                desc = self.describe(app_id)
+                checked[:] = [now, desc is None or is_terminal(desc.state)]
+            return bool(checked[1])
 
         delay = 0.002
         while not path.exists():
-            if not should_tail or terminal():
+            if not should_tail or terminal() or tail_wait(delay):
                 return
-            time.sleep(delay)
             delay = min(delay * 1.5, 0.1)
         with open(path, encoding="utf-8", errors="replace", newline="") as f:
             lines = LineSplitter()
@@ -531,7 +547,8 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                         yield from lines.feed(rest)
                         continue
                     break
-                time.sleep(delay)
+                if tail_wait(delay):
+                    return
                 delay = min(delay * 1.5, 0.1)
             yield from lines.flush()
 

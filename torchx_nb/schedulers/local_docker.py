@@ -20,6 +20,7 @@ from torchx_nb.schedulers.api import (
     Scheduler,
     Stream,
     filter_regex,
+    on_tail_stop,
     split_lines_iterator,
 )
 from torchx_nb.schedulers.ids import make_unique
@@ -166,6 +167,8 @@ def _app_state(states: list[AppState]) -> AppState:
 class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
     """Runs each replica as a container on the local Docker daemon; a workspace is patched onto
     the image locally (no push needed)."""
+
+    is_local = True
 
     def _push_needed(self) -> bool:
         return False
@@ -393,6 +396,8 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         statuses: dict[str, list[ReplicaStatus]] = {}
         states: list[AppState] = []
         failures: list[str] = []
+        started: list[float | None] = []
+        ended: list[float | None] = []
         for c in sorted(
             containers,
             key=lambda c: (
@@ -404,11 +409,14 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             replica = int(c.labels.get(LABEL_REPLICA_ID, 0))
             state = self._container_state(c)
             states.append(state)
+            info = c.attrs.get("State", {})
+            code = info.get("ExitCode") if is_terminal(state) else None
             if state in (AppState.FAILED, AppState.CANCELLED):
-                code = c.attrs.get("State", {}).get("ExitCode")
                 failures.append(f"{role_name}/{replica} exited with code {code}")
+            started.append(docker_time(info.get("StartedAt")))
+            ended.append(docker_time(info.get("FinishedAt")) if is_terminal(state) else None)
             statuses.setdefault(role_name, []).append(
-                ReplicaStatus(replica, state, role_name, c.name)
+                ReplicaStatus(replica, state, role_name, c.name, exit_code=code)
             )
             if role_name not in roles:
                 spec = _role_from_label(c.labels.get(LABEL_SPEC, ""))
@@ -421,6 +429,8 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             num_restarts=0,
             roles=list(roles.values()),
             roles_statuses=[RoleStatus(r, reps) for r, reps in statuses.items()],
+            started=min((t for t in started if t), default=None),
+            ended=max((t for t in ended if t), default=None) if is_terminal(app_state) else None,
         )
         if failures:
             resp.msg = "; ".join(failures)
@@ -480,6 +490,8 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             stream=should_tail,
             follow=should_tail,
         )
+        if should_tail:
+            on_tail_stop(logs.close)
         chunks: Iterator[bytes] = iter(logs) if should_tail else iter([logs])
         lines = split_lines_iterator(chunks)
         return filter_regex(regex, lines) if regex else lines
@@ -487,3 +499,16 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
 
 def create_scheduler(session_name: str, docker_client: Any = None) -> LocalDockerScheduler:
     return LocalDockerScheduler(session_name, docker_client=docker_client)
+
+
+def docker_time(text: str | None) -> float | None:
+    """Epoch seconds of a Docker timestamp (``2026-11-23T10:00:00.123456789Z``); None for
+    Docker's zero time or nothing."""
+    if not text or text.startswith("0001-"):
+        return None
+    from datetime import datetime
+
+    head, _, frac = text.rstrip("Z").partition(".")
+    stamp = datetime.fromisoformat(head + "+00:00").timestamp()
+    digits = "".join(ch for ch in frac if ch.isdigit())[:6]
+    return stamp + (int(digits) / 10 ** len(digits) if digits else 0.0)

@@ -287,6 +287,8 @@ class ReplicaStatus:
     hostname: str
     structured_error_msg: str = NONE
     hostaddr: str | None = None
+    exit_code: int | None = None
+    num_restarts: int = 0
 
     def __post_init__(self) -> None:
         if self.hostaddr is None:
@@ -307,7 +309,8 @@ class RoleStatus:
 
 @dataclass
 class AppStatus:
-    """What ``Runner.status`` returns: state, restarts, message, UI link and per-role replicas."""
+    """What ``Runner.status`` returns: state, restarts, message, UI link and per-role replicas;
+    ``started``/``ended`` are the scheduler's own times (epoch seconds) when it reports them."""
 
     state: AppState
     num_restarts: int = 0
@@ -315,6 +318,8 @@ class AppStatus:
     structured_error_msg: str = NONE
     ui_url: str | None = None
     roles: list[RoleStatus] = field(default_factory=list)
+    started: float | None = None
+    ended: float | None = None
 
     def is_terminal(self) -> bool:
         return is_terminal(self.state)
@@ -482,8 +487,9 @@ def _matches_type(value: Any, opt: runopt) -> bool:
     return True
 
 
-def _split_cfg_literal(text: str) -> list[tuple[str, str]]:
-    """Split ``k=v,k2=a;b,k3="x,y"`` into pairs; a comma starts a new pair only before ``key=``."""
+def split_key_values(text: str) -> list[tuple[str, str]]:
+    """Split ``k=v,k2=a;b,k3="x,y"`` into pairs; a comma starts a new pair only before ``key=``
+    (so ``CUDA_VISIBLE_DEVICES=0,1`` is one pair, as in TorchX). Raises ValueError."""
     pairs: list[tuple[str, str]] = []
     key: str | None = None
     buf: list[str] = []
@@ -612,7 +618,7 @@ class runopts:
 
         cfg: dict[str, CfgVal] = {}
         try:
-            pairs = _split_cfg_literal(cfg_str)
+            pairs = split_key_values(cfg_str)
         except ValueError as e:
             raise InvalidRunConfigException(
                 f"cannot parse scheduler options {cfg_str!r}: {e}; write them as KEY=VALUE,KEY=VALUE",

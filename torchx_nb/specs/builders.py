@@ -11,7 +11,15 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from torchx_nb.specs.api import AppDef, BindMount, DeviceMount, Mount, TorchxNbError, VolumeMount
+from torchx_nb.specs.api import (
+    AppDef,
+    BindMount,
+    DeviceMount,
+    Mount,
+    TorchxNbError,
+    VolumeMount,
+    split_key_values,
+)
 
 
 class ComponentArgError(TorchxNbError):
@@ -111,13 +119,11 @@ def _list(text: str) -> list[str]:
 
 
 def _dict(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in _list(text):
-        key, sep, val = pair.partition("=")
-        if not sep:
-            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs, got {pair!r}")
-        out[key] = val
-    return out
+    """``K=V,K2=V2``; a value may hold commas (``CUDA_VISIBLE_DEVICES=0,1``), as in TorchX."""
+    try:
+        return dict(split_key_values(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs: {e}") from None
 
 
 def _converter(tp: Any) -> tuple[Callable[[str], Any], str]:

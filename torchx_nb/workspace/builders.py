@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.collect import DOCKERFILE, WorkspaceFiles
 from torchx_nb.workspace.layers import Layer, build_file_layer, build_layer
-from torchx_nb.workspace.progress import TextProgress
+from torchx_nb.workspace.progress import new_progress
 
 LABEL_VERSION = "torchx.pytorch.org/version"
 
@@ -99,7 +99,7 @@ class RegistryBuilder:
         if extra:
             layers.append(build_file_layer(extra, prefix))
             history.append("cell")
-        progress = None if quiet else TextProgress()
+        progress = None if quiet else new_progress()
         result = append_layers(
             base,
             image_repo,
@@ -238,7 +238,7 @@ class DockerBuilder:
             return BuiltImage(image_id, work, 0, tuple(layers))
         tag = image_id.split(":")[-1][:16]
         self.client.images.get(image_id).tag(image_repo, tag)
-        progress = None if quiet else TextProgress()
+        progress = None if quiet else new_progress()
         for event in self.client.images.push(image_repo, tag, stream=True, decode=True):
             if "error" in event:
                 raise TorchxNbError(f"push to {image_repo} failed: {event['error'].strip()}")
@@ -251,11 +251,15 @@ class DockerBuilder:
 
 
 def daemon_reachable() -> bool:
+    """Whether a Docker daemon answers (``DOCKER_HOST`` or the default socket)."""
     try:
-        from torchx_nb.schedulers.local_docker import LocalDockerScheduler
+        import docker
 
-        LocalDockerScheduler("torchx").client  # noqa: B018
-        return True
+        client = docker.from_env(timeout=5)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
     except Exception:
         return False
 

@@ -1,10 +1,20 @@
-"""Push progress: one line on stderr, redrawn at most 10 times a second."""
+"""Push progress: one line on stderr by default, redrawn at most 10 times a second; a notebook
+swaps in a progress bar widget with ``progress_to``."""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Protocol, TextIO
+
+
+class Progress(Protocol):
+    def __call__(self, done: int, total: int, what: str) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class TextProgress:
@@ -35,3 +45,22 @@ class TextProgress:
         if self._drawn:
             self.out.write("\n")
             self.out.flush()
+
+
+_FACTORY: ContextVar[Callable[[], Progress] | None] = ContextVar("torchx_nb_progress", default=None)
+
+
+def new_progress() -> Progress:
+    """The progress display of the current context (text on stderr unless ``progress_to``)."""
+    factory = _FACTORY.get()
+    return factory() if factory is not None else TextProgress()
+
+
+@contextmanager
+def progress_to(factory: Callable[[], Progress]) -> Iterator[None]:
+    """Within the block, builds and pushes report to ``factory()``'s progress displays."""
+    token = _FACTORY.set(factory)
+    try:
+        yield
+    finally:
+        _FACTORY.reset(token)

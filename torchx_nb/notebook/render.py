@@ -1,0 +1,224 @@
+"""HTML and text for a job, shared by the live widgets, the static snapshot a finished job
+leaves in the notebook, and ``JobHandle``'s reprs. Plain HTML with inline styles that survive
+JupyterLab's sanitizer, GitHub and nbviewer; every user-controlled string is escaped."""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+
+from torchx_nb.specs.api import NONE, AppStatus
+
+STATE_COLOURS = {
+    "SUCCEEDED": "#1a7f37",
+    "FAILED": "#cf222e",
+    "CANCELLED": "#6e7781",
+    "RUNNING": "#0969da",
+    "PENDING": "#9a6700",
+    "SUBMITTED": "#9a6700",
+    "UNSUBMITTED": "#9a6700",
+    "UNKNOWN": "#6e7781",
+}
+CHART_COLOURS = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#6e7781"]
+
+
+def fmt_elapsed(seconds: float | None) -> str:
+    """``m:ss`` or ``h:mm:ss``."""
+    total = int(max(0.0, seconds or 0.0))
+    h, rem = divmod(total, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def elapsed(submitted: float | None, status: AppStatus | None, now: float | None = None) -> float:
+    """Seconds from submission to the job's end as the scheduler reports it (else to now)."""
+    if submitted is None:
+        return 0.0
+    end = status.ended if status is not None and status.ended else None
+    if end is None and status is not None and status.is_terminal():
+        end = now or time.time()
+    return max(0.0, (end or now or time.time()) - submitted)
+
+
+def state_name(status: AppStatus | None, fallback: str = "SUBMITTED") -> str:
+    return status.state.name if status is not None else fallback
+
+
+def badge(state: str) -> str:
+    colour = STATE_COLOURS.get(state, "#6e7781")
+    return (
+        f'<span class="torchx-nb-state" data-state="{html.escape(state)}" '
+        f'style="background:{colour};color:white;border-radius:3px;padding:1px 6px">'
+        f"{html.escape(state)}</span>"
+    )
+
+
+def link_html(url: str | None) -> str:
+    """A link that opens in the frontend; ``file://`` URLs (a local job's log folder) are shown
+    as text, since browsers refuse to open them: the log view has the log."""
+    if not url:
+        return ""
+    if url.startswith("file://"):
+        path = html.escape(url[len("file://") :])
+        return f"<small>logs: <code>{path}</code> (shown in the log view)</small>"
+    safe = html.escape(url, quote=True)
+    if not url.startswith(("http://", "https://")):
+        return f"<small><code>{safe}</code></small>"
+    return f'<small><a href="{safe}" target="_blank" rel="noopener noreferrer">{safe}</a></small>'
+
+
+def _msg(text: str | None) -> str:
+    return "" if not text or text == NONE else text
+
+
+def replica_rows(status: AppStatus | None) -> list[tuple[str, int, str, str, str, int]]:
+    """(role, replica, state, exit code or message, host, restarts) per replica."""
+    if status is None:
+        return []
+    rows = []
+    for rs in status.roles:
+        for r in rs.replicas:
+            detail = _msg(r.structured_error_msg)
+            if r.exit_code is not None:
+                detail = f"exit {r.exit_code}" + (f": {detail}" if detail else "")
+            rows.append((rs.role, r.id, r.state.name, detail, r.hostname, r.num_restarts))
+    return rows
+
+
+def replica_table_html(status: AppStatus | None) -> str:
+    rows = replica_rows(status)
+    if not rows:
+        return ""
+    cell = 'style="padding:1px 8px;text-align:left"'
+    head = "".join(
+        f"<th {cell}>{h}</th>"
+        for h in ("role", "replica", "state", "exit code / message", "host", "restarts")
+    )
+    body = "".join(
+        "<tr>"
+        f"<td {cell}>{html.escape(role)}</td><td {cell}>{k}</td>"
+        f'<td {cell}><span style="color:{STATE_COLOURS.get(state, "#6e7781")}">{state}</span></td>'
+        f"<td {cell}>{html.escape(detail[:300])}</td><td {cell}>{html.escape(host)}</td>"
+        f"<td {cell}>{restarts}</td></tr>"
+        for role, k, state, detail, host, restarts in rows
+    )
+    return (
+        '<table class="torchx-nb-replicas" style="border-collapse:collapse;font-size:90%;'
+        f'margin-top:4px"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    )
+
+
+def status_header_html(
+    handle: str, status: AppStatus | None, seconds: float | None = None, note: str = ""
+) -> str:
+    """Handle, state badge and (when given) the labelled elapsed time."""
+    clock = (
+        f' <small class="torchx-nb-elapsed">elapsed {fmt_elapsed(seconds)}</small>'
+        if seconds is not None
+        else ""
+    )
+    return f"<code>{html.escape(handle)}</code> {badge(state_name(status))}{clock}{note}"
+
+
+def status_html(
+    handle: str,
+    status: AppStatus | None,
+    seconds: float | None = None,
+    note: str = "",
+) -> str:
+    """Header, then the details."""
+    return status_header_html(handle, status, seconds, note) + status_details_html(status)
+
+
+def status_details_html(status: AppStatus | None) -> str:
+    """Message, UI link and the roles-by-replicas table."""
+    if status is None:
+        return ""
+    parts = []
+    msg = _msg(status.msg)
+    if msg:
+        parts.append(f"<small>{html.escape(msg[:1000])}</small>")
+    link = link_html(status.ui_url)
+    if link:
+        parts.append(link)
+    return "<br>".join(["", *parts]) + replica_table_html(status)
+
+
+def status_text(handle: str, status: AppStatus | None, seconds: float | None = None) -> str:
+    """The plain-text status: handle, state, elapsed time, replicas, message, UI link."""
+    head = f"{handle} {state_name(status)}"
+    if seconds is not None:
+        head += f" (elapsed {fmt_elapsed(seconds)})"
+    lines = [head]
+    for role, k, state, detail, host, restarts in replica_rows(status):
+        extra = f" {detail}" if detail else ""
+        extra += f" restarts={restarts}" if restarts else ""
+        lines.append(f"  {role}/{k}: {state}{extra} on {host}")
+    if status is not None:
+        if _msg(status.msg):
+            lines.append(f"  {_msg(status.msg)}")
+        if status.ui_url:
+            url = status.ui_url
+            lines.append(f"  logs: {url[7:]}" if url.startswith("file://") else f"  {url}")
+    return "\n".join(lines)
+
+
+def log_html(lines: Sequence[str], caption: str = "", max_height: str = "320px") -> str:
+    """A block of log lines, the newest at the bottom."""
+    text = html.escape("\n".join(lines))
+    cap = f"<small>{html.escape(caption)}</small>" if caption else ""
+    return (
+        f"{cap}<pre class='torchx-nb-log' style='margin:0;max-height:{max_height};"
+        f"overflow:auto'>{text}</pre>"
+    )
+
+
+def metrics_svg(
+    series: dict[str, list[tuple[int, float]]], width: int = 320, height: int = 110
+) -> str:
+    """One small SVG line chart per metric (name, last value, min/max), no plotting library.
+    At most 400 points are drawn per metric (evenly picked, the last always)."""
+    charts = []
+    for i, (name, points) in enumerate(series.items()):
+        colour = CHART_COLOURS[i % len(CHART_COLOURS)]
+        label = html.escape(name)
+        if not points:
+            charts.append(
+                f'<div class="torchx-nb-metric" data-metric="{label}" style="display:inline-block;'
+                f'margin-right:12px"><small>{label}: no points yet</small></div>'
+            )
+            continue
+        if len(points) > 400:
+            stride = len(points) / 400
+            points = [points[int(j * stride)] for j in range(399)] + [points[-1]]
+        xs = [float(p[0]) for p in points]
+        ys = [p[1] for p in points]
+        x0, x1 = min(xs), max(xs)
+        y0, y1 = min(ys), max(ys)
+        pad = 4
+        sx = (width - 2 * pad) / ((x1 - x0) or 1.0)
+        sy = (height - 2 * pad) / ((y1 - y0) or 1.0)
+        coords = " ".join(
+            f"{pad + (x - x0) * sx:.1f},{height - pad - (y - y0) * sy:.1f}"
+            for x, y in zip(xs, ys, strict=True)
+        )
+        charts.append(
+            f'<div class="torchx-nb-metric" data-metric="{label}" data-points="{len(series[name])}"'
+            f' style="display:inline-block;margin-right:12px">'
+            f"<small>{label}: <b>{ys[-1]:.6g}</b> (min {y0:.4g}, max {y1:.4g}, "
+            f"{len(series[name])} points)</small><br>"
+            f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'style="border:1px solid #d0d7de;background:white">'
+            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}"/>'
+            f"</svg></div>"
+        )
+    return "".join(charts)
+
+
+def metrics_text(series: dict[str, list[tuple[int, float]]]) -> str:
+    parts = [
+        f"{name}: {points[-1][1]:.6g} ({len(points)} points)" if points else f"{name}: no points"
+        for name, points in series.items()
+    ]
+    return "  metrics: " + "; ".join(parts) if parts else ""
