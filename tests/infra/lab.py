@@ -7,6 +7,7 @@ test runs on one machine never share state. Screenshots go to ``$TORCHX_NB_SCREE
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -152,7 +153,7 @@ def jupyter_lab(root: Path, env: dict[str, str] | None = None) -> Iterator[Lab]:
                 time.sleep(0.2)
         yield lab
     finally:
-        with _suppress():
+        with contextlib.suppress(Exception):
             for kernel in lab.api("GET", "/api/kernels") or []:
                 lab.api("DELETE", f"/api/kernels/{kernel['id']}")
         proc.terminate()
@@ -162,14 +163,6 @@ def jupyter_lab(root: Path, env: dict[str, str] | None = None) -> Iterator[Lab]:
             proc.kill()
             proc.wait()
         shutil.rmtree(home / "runtime", ignore_errors=True)
-
-
-@contextmanager
-def _suppress() -> Iterator[None]:
-    try:
-        yield
-    except Exception:
-        pass
 
 
 @contextmanager

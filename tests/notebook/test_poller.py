@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -137,7 +138,7 @@ def test_remote_jobs_are_asked_once_per_interval_and_errors_alone_back_off() -> 
     # the broken handle never holds back the good one, and only ever gets errors
     assert set(seen[bad]) == {"error"} and "RUNNING" in seen[good]
     rounds = list(Remote.calls)
-    gaps = [b - a for a, b in zip(rounds, rounds[1:]) if b - a > 0.05]
+    gaps = [b - a for a, b in itertools.pairwise(rounds) if b - a > 0.05]
     assert gaps and min(gaps) >= 0.25, gaps  # not faster than the interval
     # once the good job ended only the broken one is polled: it backs off (0.3, 0.6, 1.2, 2, 2)
     Remote.calls.clear()
