@@ -77,6 +77,31 @@ print(slow.logs(), end="")""",
     ),
     (
         "md",
+        """## Live metrics
+
+`--metric NAME=REGEX` picks numbers out of the log lines (the regex's first group) and the status
+widget charts them live; `job.metrics()` gives them as a DataFrame. When a job ends its widgets
+become a static snapshot, so this notebook still shows the job when reopened or viewed on
+GitHub.""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -o trained --metric 'loss=loss: ([0-9.]+)'
+import time
+for step in range(5):
+    print(f"step {step} loss: {1 / (step + 1):.3f}", flush=True)
+    time.sleep(0.2)""",
+        [],
+    ),
+    (
+        "code",
+        """print(trained.wait().state)
+trained.metrics()""",
+        [],
+    ),
+    (
+        "md",
         "## A distributed job, dry run\n\n`-j NxP` runs the cell under torchrun; `--dryrun` shows the exact request (secrets masked) and submits nothing.",
         [],
     ),

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the real-Docker tests need (dockerd, a registry, busybox for a
-# base image, debootstrap for a Python base image). Idempotent; does nothing when all are there.
+# base image, debootstrap for a Python base image) and the real-browser tests need (chromium).
+# Idempotent; does nothing when all are there.
 # The registry package's own service is never started: tests run their own on 127.0.0.1.
 set -euo pipefail
 need=()
-for pkg in docker.io docker-registry busybox-static debootstrap; do
+for pkg in docker.io docker-registry busybox-static debootstrap chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -eq 0 ]; then

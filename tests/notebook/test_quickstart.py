@@ -57,6 +57,9 @@ def test_quickstart_runs_headless(
     slow = text_of(cell_with(nb, "the kernel is free while"))
     assert "SUCCEEDED\nstep 0\nstep 1\nstep 2\n" in slow
 
+    metrics = text_of(cell_with(nb, "trained.metrics()"))
+    assert metrics.startswith("SUCCEEDED\n") and "loss" in metrics and "0.200" in metrics
+
     dry = text_of(cell_with(nb, "--dryrun"))
     assert "dryrun; nothing built or submitted" in dry and "--no-python" in dry
     assert "hf_not_shown" not in dry

@@ -220,3 +220,34 @@ def test_metrics_from_hostile_logs_chart_and_frame(runner) -> None:  # type: ign
     svg = metrics_svg(log.series())
     assert svg.count("<svg") == 2 and svg.count("<polyline") == 2 and "<script" not in svg
     assert 'data-metric="loss"' in svg and "<b>9</b>" in svg
+
+
+def test_job_view_survives_an_unreachable_scheduler_at_submission(runner) -> None:  # type: ignore[no-untyped-def]
+    from torchx_nb.notebook.widgets import JobView
+
+    class Unlucky:
+        """The runner, but the first two status calls fail (the network dropped)."""
+
+        def __init__(self, real) -> None:  # type: ignore[no-untyped-def]
+            self.real, self.failures = real, 2
+
+        def status(self, handle):  # type: ignore[no-untyped-def]
+            if self.failures:
+                self.failures -= 1
+                raise ConnectionError("endpoint unreachable")
+            return self.real.status(handle)
+
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            return getattr(self.real, name)
+
+    handle = runner.run(sh("sh", "-c", "sleep 1; echo done"), "local_cwd")
+    unlucky = Unlucky(runner)
+    poller = Poller(unlucky, local_interval=0.05)
+    view = JobView(handle, unlucky, poller)
+    assert view.logs is not None and view.logs.replica == ""
+    wait_for(lambda: view.logs.replica == "sh/0")  # type: ignore[union-attr]
+    wait_for(lambda: view.ended.is_set())
+    wait_for(lambda: "done" in view.logs.html())  # type: ignore[union-attr]
+    assert view.status.state == AppState.SUCCEEDED
+    view.close()
+    poller.stop()

@@ -101,7 +101,7 @@ def test_poller_reports_a_stopped_moto_and_recovers_when_it_returns(
     runner = Runner("torchx")
     handle = runner.run(app, "aws_batch", {"queue": queue})
     events: list[str] = []
-    poller = Poller(runner, min_interval=0.05, max_interval=0.5)
+    poller = Poller(runner, remote_interval=0.05, max_backoff=0.5)
 
     def seen(status: Any, error: BaseException | None) -> None:
         events.append("error" if error else "gone" if status is None else status.state.name)

@@ -121,7 +121,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser(prog: str, build: Callable[[argparse.ArgumentParser], None]) -> _Parser:
-    p = _Parser(prog=prog, add_help=False)
+    p = _Parser(prog=prog, add_help=False, formatter_class=argparse.HelpFormatter)
     build(p)
     return p
 

@@ -33,6 +33,8 @@ class _Watch:
     scheduler: str
     callback: Callback
     tick: Tick | None = None
+    last: AppStatus | None = None
+    failing: bool = False
 
 
 @dataclass
@@ -71,7 +73,7 @@ class Poller:
         self.rounds = 0
 
     def watch(self, handle: str, callback: Callback, tick: Tick | None = None) -> int:
-        """Call ``callback(status, None)`` with each fresh status of ``handle`` (or
+        """Call ``callback(status, None)`` with each new status of ``handle`` (or
         ``callback(None, error)`` on a transient error) until the job ends, and ``tick()``
         every second meanwhile. The first status is asked for at once."""
         scheduler = parse_app_handle(handle).scheduler_backend
@@ -171,9 +173,12 @@ class Poller:
         for wid, watch in watches.items():
             result = statuses.get(watch.handle)
             if isinstance(result, BaseException):
+                watch.failing = True
                 self._deliver(watch, None, result)
                 continue
-            self._deliver(watch, result, None)
+            if result is None or result != watch.last or watch.failing:
+                watch.last, watch.failing = result, False
+                self._deliver(watch, result, None)
             if result is None or is_terminal(result.state):
                 self.unwatch(wid)
 

@@ -165,12 +165,13 @@ def status_text(handle: str, status: AppStatus | None, seconds: float | None = N
 
 
 def log_html(lines: Sequence[str], caption: str = "", max_height: str = "320px") -> str:
-    """A block of log lines, the newest at the bottom."""
+    """A block of log lines scrolled to the newest, at the bottom (a column-reverse box starts
+    at its end; where styles are stripped, all the lines show)."""
     text = html.escape("\n".join(lines))
     cap = f"<small>{html.escape(caption)}</small>" if caption else ""
     return (
-        f"{cap}<pre class='torchx-nb-log' style='margin:0;max-height:{max_height};"
-        f"overflow:auto'>{text}</pre>"
+        f"{cap}<div style='display:flex;flex-direction:column-reverse;max-height:{max_height};"
+        f"overflow:auto'><pre class='torchx-nb-log' style='margin:0;flex:none'>{text}</pre></div>"
     )
 
 

@@ -112,10 +112,12 @@ class StatusWidget:
         status: AppStatus | None = None,
         metrics: MetricLog | None = None,
         on_end: Callable[[AppStatus | None], None] | None = None,
+        on_change: Callable[[AppStatus], None] | None = None,
     ) -> None:
         import ipywidgets as w
 
         self.handle = handle
+        self._on_change = on_change
         self.runner = runner
         self.metrics = metrics
         self.update_count = 0
@@ -190,6 +192,8 @@ class StatusWidget:
         self._error = None
         if status is not None:
             self.status = status
+            if self._on_change is not None:
+                self._on_change(status)
         self._header.value = self._header_html()
         self._body.value = self._body_html()
         self.update_count += 1
@@ -296,11 +300,25 @@ class LogWidget:
     def reader_alive(self) -> bool:
         return self._reader is not None and self._reader.thread.is_alive()
 
-    def _replicas(self) -> list[str]:
-        status = self.runner.status(self.handle)
+    def _replicas(self, status: AppStatus | None = None) -> list[str]:
+        if status is None:
+            try:
+                status = self.runner.status(self.handle)
+            except Exception:
+                return []
         if status is None:
             return []
         return [f"{rs.role}/{r.id}" for rs in status.roles for r in rs.replicas]
+
+    def status_changed(self, status: AppStatus) -> None:
+        """Fill the replica selector once the scheduler names the replicas (it may not at
+        submission, or may have been unreachable then)."""
+        if self._replica.options or self._closed:
+            return
+        replicas = self._replicas(status)
+        if replicas:
+            self._replica.options = replicas
+            self._replica.value = replicas[0]
 
     def select(self, replica: str | None = None, stream: str | None = None) -> None:
         """Switch replica and/or stream (as the dropdowns do)."""
@@ -492,12 +510,17 @@ class JobView:
         self._log_display: Any = None
         self._metrics_reader: _Reader | None = None
         self.logs: LogWidget | None = None
-        first = runner.status(handle)
+        try:
+            first = runner.status(handle)
+        except Exception:
+            first = None  # the poller retries and the widget says "reconnecting"
         if show_logs:
             self.logs = LogWidget(handle, runner, max_lines=log_lines)
         if self.metrics is not None:
             self._start_metrics(first)
-        self.status = StatusWidget(handle, runner, poller, first, self.metrics, self._on_end)
+        self.status = StatusWidget(
+            handle, runner, poller, first, self.metrics, self._on_end, self._on_change
+        )
 
     def show(self) -> None:
         """Display the widgets (each with a text fallback)."""
@@ -524,6 +547,12 @@ class JobView:
                     metrics.feed(line, time.time())
 
         self._metrics_reader = _Reader(read)
+
+    def _on_change(self, status: AppStatus) -> None:
+        if self.logs is not None:
+            self.logs.status_changed(status)
+        if self.metrics is not None and self._metrics_reader is None:
+            self._start_metrics(status)
 
     def _on_end(self, status: AppStatus | None) -> None:
         if self.ended.is_set():

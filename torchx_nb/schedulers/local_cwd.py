@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from torchx_nb.specs.api import (
     Resource,
     Role,
     RoleStatus,
+    is_terminal,
     macros,
     runopts,
 )
@@ -55,6 +56,8 @@ from torchx_nb.specs.api import (
 RANK0_ENV = "TORCHX_RANK0_HOST"
 CWD_METADATA_KEY = "local_cwd.cwd"
 SUPERVISOR = Path(__file__).with_name("local_supervisor.py")
+# A log tail that found nothing new looks again after at most this long.
+TAIL_IDLE_S = 1.0
 
 
 @dataclass
@@ -154,6 +157,11 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
     ) -> None:
         super().__init__("local_cwd", session_name)
         self.grace_seconds = float(grace_seconds)
+        self._requests: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+        self._key_paths: dict[str, list[str]] = {}
+        self._described: dict[
+            str, tuple[tuple[Any, ...], DescribeAppResponse, tuple[int, int | None] | None]
+        ] = {}
         if state_root is None:
             from torchx_nb.paths import data_dir
 
@@ -309,10 +317,19 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
 
     def _read(self, app_id: str) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
         state_dir = self._app_dir(app_id)
+        path = state_dir / "request.json"
         try:
-            with open(state_dir / "request.json") as f:
-                request = json.load(f)
+            st = os.stat(path)
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            cached = self._requests.get(app_id)
+            if cached is not None and cached[0] == key:
+                request = cached[1]
+            else:
+                with open(path) as f:
+                    request = json.load(f)
+                self._requests[app_id] = (key, request)
         except (FileNotFoundError, NotADirectoryError):
+            self._requests.pop(app_id, None)
             return None
         try:
             with open(state_dir / "state.json") as f:
@@ -322,11 +339,60 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
         return request, state
 
     def _reap(self) -> None:
-        for proc in getattr(self, "_children", []):
-            proc.poll()
+        """Collect the supervisors we started that have exited (no zombies), and forget them."""
+        children = getattr(self, "_children", [])
+        now = time.monotonic()
+        if children and now - getattr(self, "_reaped_at", 0.0) >= 0.5:
+            self._reaped_at = now
+            self._children = [proc for proc in children if proc.poll() is None]
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
+        """The app's state from its files. Watchers ask often, so an answer is reused while
+        none of the files changed and the supervisor is the same live process."""
         self._reap()
+        key = self._files_key(app_id)
+        hit = self._described.get(app_id)
+        if hit is not None and hit[0] == key:
+            cached, supervisor = hit[1], hit[2]
+            if is_terminal(cached.state) or (supervisor and is_same_process(*supervisor)):
+                return replace(cached)
+        resp = self._describe(app_id)
+        if resp is None:
+            self._described.pop(app_id, None)
+        else:
+            self._described[app_id] = (key, resp, self._supervisor_of(app_id))
+        return resp
+
+    def _files_key(self, app_id: str) -> tuple[Any, ...]:
+        paths = self._key_paths.get(app_id)
+        if paths is None:
+            base = str(self._app_dir(app_id))
+            paths = [
+                os.path.join(base, name)
+                for name in ("request.json", "state.json", "cancel", "supervisor.pid")
+            ]
+            self._key_paths[app_id] = paths
+        key: list[Any] = []
+        for path in paths:
+            try:
+                st = os.stat(path)
+                key.append((st.st_ino, st.st_mtime_ns, st.st_size))
+            except OSError:
+                key.append(None)
+        return tuple(key)
+
+    def _supervisor_of(self, app_id: str) -> tuple[int, int | None] | None:
+        """The supervisor's pid and start time, as its state or pid file gives them."""
+        state_dir = self._app_dir(app_id)
+        pid, ticks = _read_pidfile(state_dir / "supervisor.pid")
+        found = self._read(app_id)
+        if found is not None and found[1] is not None:
+            state = found[1]
+            pid = state.get("supervisor_pid", pid)
+            ticks = state.get("supervisor_start_ticks", ticks)
+        return (int(pid), ticks) if pid else None
+
+    def _describe(self, app_id: str) -> DescribeAppResponse | None:
         found = self._read(app_id)
         if found is None:
             return None
@@ -513,14 +579,13 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
         return filter_regex(regex, lines) if regex else lines
 
     def _follow(self, app_id: str, path: Path, should_tail: bool) -> Iterator[str]:
-        from torchx_nb.specs.api import is_terminal
 
         checked = [0.0, False]
 
         def terminal() -> bool:
-            """Whether the job has ended, asked at most every 0.25 s (describe is not free)."""
+            """Whether the job has ended, asked at most once a second (describe is not free)."""
             now = time.monotonic()
-            if now - checked[0] >= 0.25:
+            if now - checked[0] >= 1.0:
                 desc = self.describe(app_id)
                 checked[:] = [now, desc is None or is_terminal(desc.state)]
             return bool(checked[1])
@@ -529,7 +594,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
         while not path.exists():
             if not should_tail or terminal() or tail_wait(delay):
                 return
-            delay = min(delay * 1.5, 0.1)
+            delay = min(delay * 1.5, TAIL_IDLE_S)
         with open(path, encoding="utf-8", errors="replace", newline="") as f:
             lines = LineSplitter()
             delay = 0.002
@@ -549,7 +614,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                     break
                 if tail_wait(delay):
                     return
-                delay = min(delay * 1.5, 0.1)
+                delay = min(delay * 1.5, TAIL_IDLE_S)
             yield from lines.flush()
 
     def close(self) -> None:

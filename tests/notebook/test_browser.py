@@ -1,0 +1,178 @@
+"""The widgets as a user sees them: JupyterLab 4 in Debian's headless Chromium (Playwright).
+
+One notebook runs a job that prints metrics and many lines and a job that sleeps. The test
+checks, in the DOM: the status reaches SUCCEEDED by itself within a second of the job's end,
+the elapsed clock ticks, the log view shows the newest line and stays put once scrolled up, the
+metric chart draws, Cancel cancels; then the notebook is saved, its kernel shut down, and the
+reopened notebook shows the static snapshots instead of widget errors. Screenshots go to
+``test-screenshots/`` (``$TORCHX_NB_SCREENSHOTS``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.infra.fixtures import missing
+from tests.infra.lab import NotebookPage, chromium_page, jupyter_lab, lab_missing, write_notebook
+from torchx_nb.runner import get_runner
+
+pytestmark = pytest.mark.slow
+
+METRIC_JOB = (
+    "%%torchx run -o job --metric 'loss=loss: ([0-9.]+)'\n"
+    "import time\n"
+    "for i in range(160):\n"
+    "    print(f'line {i} loss: {1 / (i + 1):.4f}', flush=True)\n"
+    "    time.sleep(0.03)\n"
+)
+SLEEP_JOB = "%%torchx run -o sleeper\nimport time\nprint('sleeping', flush=True)\ntime.sleep(300)\n"
+
+# Records, in the page, when each job's badge first showed a state (Date.now(), ms).
+OBSERVER = """() => {
+    window.__states = {};
+    const seen = () => {
+        document.querySelectorAll('.jp-Cell').forEach((cell, i) => {
+            cell.querySelectorAll('.torchx-nb-state').forEach(el => {
+                const key = i + ':' + el.dataset.state;
+                if (!(key in window.__states)) window.__states[key] = Date.now();
+            });
+        });
+    };
+    new MutationObserver(seen).observe(document.body, {subtree: true, childList: true,
+        characterData: true});
+    seen();
+}"""
+
+
+@pytest.fixture
+def lab_parts() -> None:
+    reason = lab_missing()
+    if reason:
+        missing(reason)
+
+
+def _state_time(page: Any, cell: int, state: str, timeout: float = 60) -> float:
+    page.wait_for_function(
+        f"() => window.__states && ('{cell}:{state}' in window.__states)", timeout=timeout * 1000
+    )
+    return float(page.evaluate(f"() => window.__states['{cell}:{state}']")) / 1000
+
+
+def test_widgets_live_in_jupyterlab_and_snapshots_after_reopening(
+    lab_parts: None, tmp_path: Path, isolated: Path
+) -> None:
+    root = tmp_path / "lab"
+    root.mkdir()
+    write_notebook(root / "jobs.ipynb", ["%load_ext torchx_nb", METRIC_JOB, SLEEP_JOB])
+    with jupyter_lab(root, env={"TORCHX_NB_WIDGETS": "auto"}) as lab, chromium_page() as page:
+        nb = NotebookPage(page, lab, "jobs.ipynb").open()
+        page.evaluate(OBSERVER)
+        nb.run_all()
+        job_out = nb.outputs(1)
+        sleep_out = nb.outputs(2)
+
+        # the log view follows the tail while lines arrive
+        view = job_out.locator(".torchx-nb-logview").first
+        view.wait_for(timeout=60_000)
+        page.wait_for_function(
+            """() => { const v = document.querySelector('.torchx-nb-logview');
+                       return v && v.scrollHeight > v.clientHeight + 50; }""",
+            timeout=30_000,
+        )
+        at_bottom = view.evaluate(
+            """v => { const pre = v.querySelector('pre').textContent.split('\\n');
+                      const last = pre[pre.length - 1];
+                      return [v.scrollTop, last]; }"""
+        )
+        assert at_bottom[0] == 0 and at_bottom[1].startswith("line "), at_bottom
+        newest = view.evaluate(
+            """v => { const r = v.getBoundingClientRect();
+                      const lines = v.querySelector('pre');
+                      const pr = lines.getBoundingClientRect();
+                      return pr.bottom <= r.bottom + 1 && pr.bottom >= r.bottom - 30; }"""
+        )
+        assert newest, "the newest line is not at the bottom of the log view"
+        nb.screenshot("notebook-running")
+        # scrolled up, the view stays on the same lines while new ones arrive
+        view.evaluate("v => { v.scrollTop = -120; }")
+        before = view.evaluate("v => v.scrollHeight - v.clientHeight + v.scrollTop")
+        time.sleep(0.8)
+        after = view.evaluate("v => v.scrollHeight - v.clientHeight + v.scrollTop")
+        grown = view.evaluate("v => v.scrollTop")
+        assert grown < -120 or after == before  # content grew below the reader, who stayed
+        assert abs(after - before) <= 40, (before, after)
+
+        # a live metric chart
+        page.wait_for_function(
+            """() => { const p = document.querySelector('.torchx-nb-metric polyline');
+                       return p && p.getAttribute('points').split(' ').length >= 3; }""",
+            timeout=30_000,
+        )
+
+        # SUCCEEDED shows by itself within a second of the job's end (as the scheduler says)
+        shown = _state_time(page, 1, "SUCCEEDED")
+        handle = job_out.locator("code").first.inner_text()
+        with get_runner() as runner:
+            status = runner.status(handle)
+        assert status is not None and status.ended is not None
+        delay = shown - status.ended
+        assert -0.1 <= delay <= 1.0, f"SUCCEEDED shown {delay:.2f}s after the job ended"
+
+        # the snapshot replaced the widgets: final state, table, chart, last lines
+        snapshot = job_out.locator(".torchx-nb-snapshot")
+        snapshot.wait_for(timeout=15_000)
+        assert snapshot.locator(".torchx-nb-replicas td").count() >= 6
+        assert snapshot.locator(".torchx-nb-metric polyline").count() == 1
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('pre.torchx-nb-log')]"
+            ".some(p => p.textContent.includes('line 159 loss'))",
+            timeout=15_000,
+        )
+
+        # the sleeper's clock ticks, then Cancel cancels it
+        clock = sleep_out.locator(".torchx-nb-elapsed").first
+        clock.wait_for(timeout=30_000)
+        first = clock.inner_text()
+        time.sleep(2.2)
+        assert clock.inner_text() != first and clock.inner_text().startswith("elapsed ")
+        sleep_out.get_by_role("button", name="Cancel").click()
+        _state_time(page, 2, "CANCELLED", timeout=30)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('pre.torchx-nb-log')]"
+            ".some(n => n.textContent.includes('— job CANCELLED —'))",
+            timeout=15_000,
+        )
+        sleep_out.locator(".torchx-nb-snapshot").wait_for(timeout=15_000)
+        nb.screenshot("notebook-finished")
+        nb.save()
+
+        # reopened without the kernel: the snapshots, not "model not found"
+        for kernel in lab.api("GET", "/api/kernels"):
+            lab.api("DELETE", f"/api/kernels/{kernel['id']}")
+        for session in lab.api("GET", "/api/sessions"):
+            lab.api("DELETE", f"/api/sessions/{session['id']}")
+        page.goto("about:blank")
+        page.goto(lab.notebook_url("jobs.ipynb"))
+        page.wait_for_selector(".jp-NotebookPanel .torchx-nb-snapshot", timeout=60_000)
+        time.sleep(2)
+        text = page.locator(".jp-NotebookPanel").inner_text()
+        assert "Error displaying widget" not in text and "model not found" not in text
+        assert page.locator(".jp-NotebookPanel .torchx-nb-snapshot").count() == 2
+        states = page.locator(".jp-NotebookPanel .torchx-nb-snapshot .torchx-nb-state")
+        assert sorted(states.all_inner_texts()) == ["CANCELLED", "SUCCEEDED"]
+        assert page.locator(".jp-NotebookPanel .torchx-nb-metric svg").count() == 1
+        # the snapshot's log box starts at its newest line
+        box = page.locator(".jp-NotebookPanel pre.torchx-nb-log").first.locator("xpath=..")
+        layout = box.evaluate(
+            "b => [b.scrollTop, b.scrollHeight, b.clientHeight, getComputedStyle(b).flexDirection,"
+            " b.outerHTML.slice(0, 160)]"
+        )
+        assert layout[0] == 0 and layout[1] > layout[2], layout
+        assert (
+            "line 159 loss"
+            in page.locator(".jp-NotebookPanel pre.torchx-nb-log").first.inner_text()
+        )
+        nb.screenshot("notebook-reopened")

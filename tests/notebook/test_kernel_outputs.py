@@ -1,0 +1,170 @@
+"""What a user sees in a real Jupyter kernel (nbclient): every bad ``%torchx`` line renders as
+one ``UsageError`` line (never a traceback) and submits nothing; help names ``%torchx``; a job
+that ends leaves a static snapshot with its metric chart; commas in --env values survive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_notebook
+
+pytestmark = pytest.mark.slow
+
+BAD_LINES = [
+    ("%torchx", "missing command"),
+    ("%torchx frobnicate", "unknown command 'frobnicate'"),
+    ("%torchx run", "the following arguments are required: component"),
+    ("%torchx run --bogus utils.echo", "unrecognized arguments: --bogus"),
+    ("%torchx run utils.echo -s", None),
+    ("%torchx run -s", "expected one argument"),
+    ("%torchx run utils.echo --nope", "--nope"),
+    ("%torchx run utils.nosuch", "nosuch"),
+    ("%torchx log", "required: handle"),
+    ("%torchx log job -k abc", "invalid int value: 'abc'"),
+    ("%torchx log local_cwd://torchx/x --regex '(unclosed'", "regex"),
+    ("%torchx status not-a-handle", "not-a-handle"),
+    ("%torchx log 'unterminated", "check the quotes"),
+    ("%torchx runopts nosuch", "unknown scheduler 'nosuch'"),
+    ("%%torchx status\nprint(1)", "only `%%torchx run [options]` takes a cell body"),
+    ("%%torchx run --env NOEQUALS\nprint(1)", "--env expects K=V"),
+    ("%%torchx run --env 1A=x\nprint(1)", "not a variable name"),
+    ("%%torchx run -o 1bad\nprint(1)", "-o needs a Python variable name, got '1bad'"),
+    ("%%torchx run -o class\nprint(1)", "got 'class'"),
+    ("%%torchx run -o\nprint(1)", "expected one argument"),
+    ("%%torchx run -cfg nonsense\nprint(1)", "KEY=VALUE"),
+    ("%%torchx run -cfg log_dir=/tmp,nosuch=1\nprint(1)", "unknown option 'nosuch'"),
+    ("%%torchx run -s local_cdw\nprint(1)", "did you mean 'local_cwd'?"),
+    ("%%torchx run -j x\nprint(1)", "-j"),
+    ("%%torchx run -h nosuch.size\nprint(1)", "nosuch.size"),
+    ("%%torchx run --metric loss\nprint(1)", "--metric expects NAME=REGEX"),
+    ("%%torchx run --metric 'loss=(unclosed'\nprint(1)", "bad regex"),
+    ("%%torchx run --metric 'loss=no group'\nprint(1)", "needs a group"),
+    ("%%torchx run --workspace /nonexistent/folder\nprint(1)", "is not a folder"),
+    ("%%torchx run --wait --dryrun --bogus\nprint(1)", "unrecognized arguments: --bogus"),
+    ("%%torchx run\n   \n", "the cell is empty"),
+]
+
+
+def run(cells: list[str], cwd: Path, allow_errors: bool = True) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=[new_code_cell(src) for src in cells])
+    NotebookClient(
+        nb,
+        timeout=180,
+        kernel_name="python3",
+        allow_errors=allow_errors,
+        resources={"metadata": {"path": str(cwd)}},
+    ).execute()
+    return nb
+
+
+def plain(cell: nbformat.NotebookNode) -> str:
+    parts = []
+    for out in cell.outputs:
+        if out["output_type"] == "stream":
+            parts.append(out["text"])
+        elif out["output_type"] == "error":
+            parts.append("\n".join(out["traceback"]))
+        else:
+            parts.append(out.get("data", {}).get("text/plain", ""))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("mode", ["widgets", "text"])
+def test_bad_lines_render_as_one_line_and_submit_nothing(
+    mode: str, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "1" if mode == "widgets" else "text")
+    cells = ["%load_ext torchx_nb", *(line for line, _ in BAD_LINES)]
+    cells.append("print(len(_ := get_ipython().run_line_magic('torchx', 'list --all')))")
+    nb = run(cells, isolated)
+    for (line, expected), cell in zip(BAD_LINES, nb.cells[1:-1], strict=True):
+        outs = cell.outputs
+        assert len(outs) == 1, (line, outs)
+        out = outs[0]
+        assert out["output_type"] == "stream" and out["name"] == "stderr", (line, out)
+        text = out["text"]
+        assert text.startswith("UsageError: %"), (line, text)
+        assert text.endswith("\n") and text.count("\n") == 1, (line, text)
+        assert "Traceback" not in text and "----" not in text
+        if expected:
+            assert expected in text, (line, text)
+    assert plain(nb.cells[-1]).strip() == "0"  # nothing was submitted
+
+
+def test_help_names_the_magic(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
+    nb = run(
+        [
+            "%load_ext torchx_nb",
+            "%torchx run --help",
+            "%%torchx run --help\nprint(1)",
+            "%torchx log --help",
+            "%torchx runopts --help",
+        ],
+        isolated,
+        allow_errors=False,
+    )
+    assert plain(nb.cells[1]).startswith("usage: %torchx run ")
+    assert plain(nb.cells[2]).startswith("usage: %%torchx run ")
+    assert "--metric NAME=REGEX" in plain(nb.cells[2])
+    assert plain(nb.cells[3]).startswith("usage: %torchx log ")
+    assert plain(nb.cells[4]).startswith("usage: %torchx runopts ")
+    for cell in nb.cells[1:]:
+        assert "usage: run" not in plain(cell) and "usage: log" not in plain(cell)
+
+
+def test_commas_in_env_runopts_for_all_and_readable_list(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
+    nb = run(
+        [
+            "%load_ext torchx_nb",
+            "%%torchx run --wait --env CUDA_VISIBLE_DEVICES=0,1,NCCL_DEBUG=INFO --env X=a,b\n"
+            "import os\n"
+            "print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['NCCL_DEBUG'], os.environ['X'])",
+            "df = %torchx runopts\nprint(sorted(set(df.scheduler)))",
+            "df = %torchx list\nprint(df.loc[0, 'state'], df.loc[0, 'duration'], df.loc[0, 'submitted'].tzinfo is not None)",
+        ],
+        isolated,
+        allow_errors=False,
+    )
+    assert "0,1 INFO a,b\n" in plain(nb.cells[1])
+    assert "'aws_batch', 'aws_sagemaker', 'local_cwd', 'local_docker'" in plain(nb.cells[2])
+    state, duration, tz = plain(nb.cells[3]).split()
+    assert state == "SUCCEEDED" and duration.startswith("0:0") and tz == "True"
+
+
+def test_a_finished_job_leaves_a_snapshot_with_its_metric_chart(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "1")
+    nb = run(
+        [
+            "%load_ext torchx_nb",
+            "%%torchx run -o job --metric 'loss=loss: ([0-9.]+)'\n"
+            "import time\n"
+            "for i in range(6):\n"
+            "    print(f'loss: {1 / (i + 1):.3f}', flush=True)\n"
+            "    time.sleep(0.2)\n",
+            "print(job.wait(interval=0.2).state)\nimport time\ntime.sleep(3)",
+            "print(job.metrics()[['name', 'step', 'value']].to_string(index=False))",
+        ],
+        isolated,
+        allow_errors=False,
+    )
+    outputs = nb.cells[1].outputs
+    assert [o["output_type"] for o in outputs] == ["display_data", "display_data"], outputs
+    status, logs = (o["data"] for o in outputs)
+    assert "application/vnd.jupyter.widget-view+json" not in status
+    assert 'data-state="SUCCEEDED"' in status["text/html"]
+    assert '<div class="torchx-nb-metric" data-metric="loss" data-points="6"' in status["text/html"]
+    assert "<polyline" in status["text/html"]
+    assert "metrics: loss: 0.167 (6 points)" in status["text/plain"]
+    assert "loss: 0.167" in logs["text/html"] and "loss: 1.000" in logs["text/plain"]
+    table = plain(nb.cells[3]).split()
+    assert table[:3] == ["name", "step", "value"] and table.count("loss") == 6
+    assert table[-3:] == ["loss", "5", "0.167"]
