@@ -15,6 +15,7 @@ Targets: <= 1 s for local jobs, <= one poll interval (5 s) for remote ones, < 2%
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -162,10 +163,8 @@ def bench_kernel_cpu(jobs: int, window: float, tmp: Path) -> tuple[float, float]
             run(MEASURE_START)
             deadline = time.monotonic() + window
             while time.monotonic() < deadline:  # keep reading iopub, as a frontend does
-                try:
+                with contextlib.suppress(Exception):
                     kc.get_iopub_msg(timeout=0.2)
-                except Exception:
-                    pass
             cpu, wall = (float(x) for x in run(MEASURE_END).split())
             return 100.0 * cpu / wall
 
@@ -247,7 +246,9 @@ def main() -> int:
             unit="%",
         )
     )
-    print(f"peer: TorchX's Runner.wait (wait_interval={TORCHX_WAIT_INTERVAL:g} s) on the same jobs;")
+    print(
+        f"peer: TorchX's Runner.wait (wait_interval={TORCHX_WAIT_INTERVAL:g} s) on the same jobs;"
+    )
     print("for CPU, the same kernel idle over the same window")
     print("\n".join(rows))
     ok = (
