@@ -53,3 +53,20 @@ def test_a_submitted_job_is_never_lost_silently(tmp_path: Any) -> None:
     with pytest.warns(UserWarning, match=r"was submitted but could not be recorded.*disk full"):
         handle = runner.run(sh("true"), "local_cwd")
     assert runner.wait(handle, wait_interval=0.1).state.name == "SUCCEEDED"  # type: ignore[union-attr]
+
+
+def test_jobs_only_the_scheduler_knows_get_its_times(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Runner("torchx") as first:
+        handle = first.run(sh("sleep", "0.3"), "local_cwd")
+        ended = first.wait(handle, wait_interval=0.05)
+    assert ended is not None and ended.started and ended.ended
+    monkeypatch.setenv("TORCHX_NB_JOBSTORE", str(tmp_path / "another-store.sqlite"))
+    with Runner("torchx") as other:
+        assert other.jobstore.list() == []
+        rows = {r["handle"]: r for r in job_rows(other, scheduler="local_cwd")}
+    row = rows[handle]
+    assert row["submitted"] == ended.started
+    assert row["duration"] == pytest.approx(ended.ended - ended.started)
+    assert row["state"] == "SUCCEEDED"

@@ -251,3 +251,33 @@ def test_job_view_survives_an_unreachable_scheduler_at_submission(runner) -> Non
     assert view.status.state == AppState.SUCCEEDED
     view.close()
     poller.stop()
+
+
+def test_progress_bar_and_the_builders_report_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchx_nb.notebook.widgets import ProgressBar
+    from torchx_nb.workspace.progress import TextProgress, new_progress, progress_to
+
+    shown: list[str] = []
+    monkeypatch.setattr(
+        "torchx_nb.notebook.widgets.display_with_text", lambda w, text: shown.append(text)
+    )
+    assert isinstance(new_progress(), TextProgress)
+    with progress_to(ProgressBar):
+        bar = new_progress()
+    assert isinstance(bar, ProgressBar) and isinstance(new_progress(), TextProgress)
+    bar(0, 4_000_000, "sha256:layer")
+    bar(4_000_000, 4_000_000, "sha256:layer")
+    assert shown == ["pushing the image…"]
+    assert bar._bar.value == 1.0 and bar._label.value == "sha256:layer 4.0/4.0 MB"
+    bar.close()
+    assert bar._bar.bar_style == "success" and bar._label.value == "4.0 MB in 1 parts"
+
+
+def test_sagemaker_metric_definitions_become_metrics() -> None:
+    from torchx_nb.metrics import metric_definitions
+
+    specs_ = metric_definitions({"train:loss": "loss=([0-9.]+)"})
+    assert [(s.name, s.regex) for s in specs_] == [("train:loss", "loss=([0-9.]+)")]
+    listed = metric_definitions([{"Name": "acc", "Regex": "acc: (\\S+)"}])
+    assert listed[0].name == "acc"
+    assert metric_definitions(None) == []

@@ -103,3 +103,32 @@ def test_registry_builder_needs_image_repo(
 ) -> None:
     with pytest.raises(TorchxNbError, match="image_repo"):
         run_cell(CELL, python_in_registry, ws, builder="registry")
+
+
+def test_registry_builder_reports_push_progress_where_the_notebook_asks(
+    docker_env: DockerDaemon, python_in_registry: str, registry: Registry, ws: Path
+) -> None:
+    from torchx_nb.workspace.progress import progress_to
+
+    calls: list[tuple[int, int, str]] = []
+    closed: list[bool] = []
+
+    class Recorder:
+        def __call__(self, done: int, total: int, what: str) -> None:
+            calls.append((done, total, what))
+
+        def close(self) -> None:
+            closed.append(True)
+
+    (ws / "weights.bin").write_bytes(b"w" * 3_000_000)
+    with progress_to(Recorder):
+        _, _, state = run_cell(
+            CELL,
+            python_in_registry,
+            ws,
+            builder="registry",
+            image_repo=f"{registry.host}/nb/progress",
+            quiet=False,
+        )
+    assert state == AppState.SUCCEEDED
+    assert calls and calls[-1][0] == calls[-1][1] and closed == [True]
