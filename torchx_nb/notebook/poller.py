@@ -16,7 +16,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torchx_nb.specs.api import AppStatus, is_terminal, parse_app_handle
@@ -45,7 +45,6 @@ class _Group:
     failures: int = 0
     delay: float = 0.0
     interval: float | None = None
-    handles: list[int] = field(default_factory=list)
 
 
 class Poller:

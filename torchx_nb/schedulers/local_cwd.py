@@ -157,6 +157,8 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
     ) -> None:
         super().__init__("local_cwd", session_name)
         self.grace_seconds = float(grace_seconds)
+        self._children: list[subprocess.Popen[bytes]] = []
+        self._reaped_at = 0.0
         self._requests: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
         self._key_paths: dict[str, list[str]] = {}
         self._described: dict[
@@ -311,7 +313,6 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                 close_fds=True,
             )
         write_private(state_dir / "supervisor.pid", f"{proc.pid} {start_ticks(proc.pid) or ''}")
-        self._children = getattr(self, "_children", [])
         self._children.append(proc)
         return req.app_id
 
@@ -338,13 +339,13 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
             state = None
         return request, state
 
-    def _reap(self) -> None:
-        """Collect the supervisors we started that have exited (no zombies), and forget them."""
-        children = getattr(self, "_children", [])
+    def _reap(self, every: float = 0.5) -> None:
+        """Collect the supervisors we started that have exited (no zombies), and forget them;
+        at most once per ``every`` seconds, since watchers describe often."""
         now = time.monotonic()
-        if children and now - getattr(self, "_reaped_at", 0.0) >= 0.5:
+        if self._children and now - self._reaped_at >= every:
             self._reaped_at = now
-            self._children = [proc for proc in children if proc.poll() is None]
+            self._children = [proc for proc in self._children if proc.poll() is None]
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """The app's state from its files. Watchers ask often, so an answer is reused while
@@ -356,11 +357,12 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
             cached, supervisor = hit[1], hit[2]
             if is_terminal(cached.state) or (supervisor and is_same_process(*supervisor)):
                 return replace(cached)
-        resp = self._describe(app_id)
-        if resp is None:
+        found = self._describe(app_id)
+        if found is None:
             self._described.pop(app_id, None)
-        else:
-            self._described[app_id] = (key, resp, self._supervisor_of(app_id))
+            return None
+        resp, (pid, ticks) = found
+        self._described[app_id] = (key, resp, (pid, ticks) if pid else None)
         return resp
 
     def _files_key(self, app_id: str) -> tuple[Any, ...]:
@@ -381,18 +383,10 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                 key.append(None)
         return tuple(key)
 
-    def _supervisor_of(self, app_id: str) -> tuple[int, int | None] | None:
-        """The supervisor's pid and start time, as its state or pid file gives them."""
-        state_dir = self._app_dir(app_id)
-        pid, ticks = _read_pidfile(state_dir / "supervisor.pid")
-        found = self._read(app_id)
-        if found is not None and found[1] is not None:
-            state = found[1]
-            pid = state.get("supervisor_pid", pid)
-            ticks = state.get("supervisor_start_ticks", ticks)
-        return (int(pid), ticks) if pid else None
-
-    def _describe(self, app_id: str) -> DescribeAppResponse | None:
+    def _describe(
+        self, app_id: str
+    ) -> tuple[DescribeAppResponse, tuple[int | None, int | None]] | None:
+        """The response, and the supervisor's pid and start time it was judged by."""
         found = self._read(app_id)
         if found is None:
             return None
@@ -421,7 +415,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                 )
                 for role, params in request["role_params"].items()
             ]
-            return resp
+            return resp, (sup_pid, sup_ticks)
         replica_states: list[AppState] = []
         for role, reps in state["roles"].items():
             statuses = []
@@ -452,14 +446,13 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                 )
             resp.roles_statuses.append(RoleStatus(role, statuses))
         resp.started = state.get("started")
+        supervisor = (state.get("supervisor_pid"), state.get("supervisor_start_ticks", sup_ticks))
         final = state.get("final_state")
         if final:
             resp.state = AppState[final]
             ends = [rep.get("ended") for reps in state["roles"].values() for rep in reps]
             resp.ended = max((e for e in ends if e), default=None) or state.get("ended")
-        elif not is_same_process(
-            state.get("supervisor_pid"), state.get("supervisor_start_ticks", sup_ticks)
-        ):
+        elif not is_same_process(*supervisor):
             stopped = kill_orphans(state)
             if (state_dir / "cancel").exists():
                 resp.state = AppState.CANCELLED
@@ -499,7 +492,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
         ]
         if errors:
             resp.structured_error_msg = errors[0]
-        return resp
+        return resp, supervisor
 
     @staticmethod
     def _error_msg(rep: dict[str, Any]) -> str:
@@ -618,7 +611,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
             yield from lines.flush()
 
     def close(self) -> None:
-        self._reap()
+        self._reap(every=0)
 
 
 def create_scheduler(
