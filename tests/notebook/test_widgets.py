@@ -281,3 +281,13 @@ def test_sagemaker_metric_definitions_become_metrics() -> None:
     listed = metric_definitions([{"Name": "acc", "Regex": "acc: (\\S+)"}])
     assert listed[0].name == "acc"
     assert metric_definitions(None) == []
+
+
+def test_the_clock_of_an_ended_job_without_a_scheduler_end_time_stops_when_seen_ended() -> None:
+    from torchx_nb.notebook.render import elapsed
+    from torchx_nb.specs.api import AppStatus
+
+    ended = AppStatus(AppState.SUCCEEDED)
+    assert elapsed(100.0, ended, seen_end=130.0) == 30.0
+    assert elapsed(100.0, AppStatus(AppState.SUCCEEDED, ended=120.0), seen_end=130.0) == 20.0
+    assert elapsed(time.time() - 5, AppStatus(AppState.RUNNING)) >= 5.0

@@ -108,5 +108,5 @@ class JobHandle:
                 f"<code>{html.escape(self.handle)}</code> status unavailable: {html.escape(str(e))}"
             )
         record = self._runner.jobstore.get(self.handle)
-        seconds = elapsed(record.submitted, status) if record and status else None
+        seconds = elapsed(record.submitted, status, record.ended) if record and status else None
         return status_html(self.handle, status, seconds)

@@ -532,7 +532,7 @@ class TorchxMagics(Magics):
         if status is None:
             raise UnknownAppException(handle)
         record = self.runner.jobstore.get(handle)
-        seconds = elapsed(record.submitted, status) if record else None
+        seconds = elapsed(record.submitted, status, record.ended) if record else None
         display(
             {
                 "text/plain": f"{handle}\n{status.format()}",

@@ -31,14 +31,18 @@ def fmt_elapsed(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def elapsed(submitted: float | None, status: AppStatus | None, now: float | None = None) -> float:
-    """Seconds from submission to the job's end as the scheduler reports it (else to now)."""
+def elapsed(
+    submitted: float | None, status: AppStatus | None, seen_end: float | None = None
+) -> float:
+    """Seconds from submission to the job's end as the scheduler reports it; for an ended job
+    whose scheduler gives no end time, to ``seen_end`` (when it was first seen ended); else to
+    now."""
     if submitted is None:
         return 0.0
-    end = status.ended if status is not None and status.ended else None
+    end = status.ended if status is not None else None
     if end is None and status is not None and status.is_terminal():
-        end = now or time.time()
-    return max(0.0, (end or now or time.time()) - submitted)
+        end = seen_end
+    return max(0.0, (end or time.time()) - submitted)
 
 
 def state_name(status: AppStatus | None, fallback: str = "SUBMITTED") -> str:

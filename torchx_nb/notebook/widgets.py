@@ -124,7 +124,7 @@ class StatusWidget:
         self.status = status
         self._on_end = on_end
         self._error: str | None = None
-        self._ended = False
+        self._seen_end: float | None = None
         self._metrics_version = -1
         record = runner.jobstore.get(handle)
         self.submitted = record.submitted if record else time.time()
@@ -147,7 +147,7 @@ class StatusWidget:
         return self.status.state if self.status else None
 
     def seconds(self) -> float:
-        return render.elapsed(self.submitted, self.status)
+        return render.elapsed(self.submitted, self.status, self._seen_end)
 
     def text(self) -> str:
         text = render.status_text(self.handle, self.status, self.seconds())
@@ -177,9 +177,9 @@ class StatusWidget:
 
     def _tick(self) -> None:
         self._header.value = self._header_html()
-        self._render_metrics()
+        self.render_metrics()
 
-    def _render_metrics(self) -> None:
+    def render_metrics(self) -> None:
         if self.metrics and self.metrics.version != self._metrics_version:
             self._metrics_version = self.metrics.version
             self._chart.value = render.metrics_svg(self.metrics.series())
@@ -201,12 +201,12 @@ class StatusWidget:
             self._finish()
 
     def _finish(self) -> None:
-        if self._ended:
+        if self._seen_end is not None:
             return
-        self._ended = True
+        self._seen_end = time.time()
         self._cancel.disabled = True
         self._cancel.layout.display = "none"
-        self._render_metrics()
+        self.render_metrics()
         if self._on_end is not None:
             self._on_end(self.status)
 
@@ -568,7 +568,7 @@ class JobView:
         if self._metrics_reader is not None:
             self._metrics_reader.thread.join(5)
             self._metrics_reader.stop()
-            self.status._render_metrics()
+            self.status.render_metrics()
         if self.logs is not None:
             self.logs.wait_reader(5)
         status_bundle = {"text/html": self.status.html(), "text/plain": self.status.text()}
