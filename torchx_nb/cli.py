@@ -4,6 +4,7 @@ runopts, schedulers, configure, resources). Errors print as one line naming the 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import re
 import sys
@@ -30,6 +31,16 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{message} (see `{self.prog} --help`)")
 
 
+def _builtins_text() -> str:
+    from torchx_nb.components import builtin_components
+
+    lines = ["built-in components:"]
+    for name, fn in sorted(builtin_components().items()):
+        summary = (inspect.getdoc(fn) or "").split("\n", 1)[0]
+        lines.append(f"  {name:<14} {summary}")
+    return "\n".join(lines)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from torchx_nb.errors import regex_arg
     from torchx_nb.version import __version__
@@ -39,7 +50,12 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    run = sub.add_parser("run", help="run a component (e.g. utils.echo, dist.ddp, cell)")
+    run = sub.add_parser(
+        "run",
+        help="run a component (e.g. utils.echo, dist.ddp, cell)",
+        epilog=_builtins_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument(
         "-s",
         "--scheduler",
@@ -100,6 +116,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ro = sub.add_parser("runopts", help="print the options a scheduler accepts")
     ro.add_argument("scheduler", nargs="?", default=None)
 
+    sub.add_parser("builtins", help="list the built-in components")
     sub.add_parser("schedulers", help="list the available schedulers")
     sub.add_parser("resources", help="list the named resources (-h NAME)")
 
@@ -306,6 +323,11 @@ def cmd_runopts(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_builtins(args: argparse.Namespace) -> int:
+    print(_builtins_text())
+    return 0
+
+
 def cmd_schedulers(args: argparse.Namespace) -> int:
     from torchx_nb.schedulers import get_scheduler_factories
 
@@ -332,18 +354,19 @@ def cmd_configure(args: argparse.Namespace) -> int:
         names = args.schedulers.split(",") if args.schedulers else runner.scheduler_backends()
         opts = {n: runner.scheduler_run_opts(n) for n in names}
     if args.print_:
-        config.dump(sys.stdout, opts, required_only=not args.all)
+        config.dump_runopts(sys.stdout, opts, required_only=not args.all)
         return 0
     path = os.path.join(os.getcwd(), config.CONFIG_FILE)
     if os.path.exists(path):
         raise CliError(f"{path} exists already; use --print and merge by hand")
     with open(path, "w") as f:
-        config.dump(f, opts, required_only=not args.all)
+        config.dump_runopts(f, opts, required_only=not args.all)
     print(f"{PROG}: wrote {path}", file=sys.stderr)
     return 0
 
 
 COMMANDS = {
+    "builtins": cmd_builtins,
     "run": cmd_run,
     "status": cmd_status,
     "describe": cmd_describe,
@@ -387,7 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("TORCHX_NB_DEBUG"):
             raise
         print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
-        return 2 if isinstance(e, CliError) else 1
+        from torchx_nb.specs.builders import ComponentArgError
+
+        return 2 if isinstance(e, (CliError, ComponentArgError)) else 1
 
 
 if __name__ == "__main__":

@@ -22,7 +22,14 @@ from torchx_nb.schedulers import (
     builtin_scheduler_factories,
     get_scheduler_factories,
 )
-from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler, Stream
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    list_apps,
+    validate_app,
+)
 from torchx_nb.specs.api import (
     MISSING,
     AppDef,
@@ -187,7 +194,7 @@ class Runner:
         """``cfg`` completed from ``.torchxconfig`` files (explicit values win)."""
         from torchx_nb import config
 
-        return config.apply(scheduler, dict(cfg or {}), self.scheduler_run_opts(scheduler))
+        return config.apply_runopts(scheduler, dict(cfg or {}), self.scheduler_run_opts(scheduler))
 
     def _validate_app(self, app: AppDef) -> None:
         if not app.roles:
@@ -262,7 +269,7 @@ class Runner:
                 for role in app.roles:
                     if plan is not None:
                         plan(role, workspace, resolved)
-        sched._validate(app, scheduler, resolved)
+        validate_app(sched, app, scheduler, resolved)
         info = sched.submit_dryrun(app, resolved)
         info._scheduler = scheduler
         info.workspace_preview = preview_text
@@ -479,7 +486,7 @@ class Runner:
     ) -> list[ListAppResponse]:
         """The scheduler's own list of our apps, with handles filled in."""
         sched = self.get_scheduler(scheduler)
-        apps = sched.list(cfg)
+        apps = list_apps(sched, cfg)
         for app in apps:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from torchx_nb.components.dist import BadJobSizeError, ddp, parse_nnodes
+from tests.conftest import cli
+from torchx_nb.components.dist import BadJobSizeError, ddp, parse_nnodes, spmd
 from torchx_nb.specs import macros
 
 
@@ -61,3 +64,30 @@ def test_multi_node_elastic_command_and_macros() -> None:
 def test_exactly_one_program() -> None:
     with pytest.raises(ValueError, match="exactly one of --script or --m"):
         ddp()
+
+
+def test_spmd_infers_processes_from_the_hosts_gpus_as_in_torchx() -> None:
+    app = spmd(script="train.py", j="2", h="aws_p4d.24xlarge")
+    cmd = app.roles[0].args[1]
+    assert "--nnodes 2 --nproc_per_node 8" in cmd
+    assert app.roles[0].num_replicas == 2 and app.roles[0].resource.gpu == 8
+    assert "--nproc_per_node 1" in spmd(m="pkg.train").roles[0].args[1]  # gpu.small, 1x1
+    with pytest.warns(UserWarning, match="4 processes per node but a aws_p4d.24xlarge has 8"):
+        spmd(script="t.py", j="2x4", h="aws_p4d.24xlarge")
+    with pytest.raises(BadJobSizeError, match="'aws_trn1.32xlarge' has no GPUs.*-j 2x8"):
+        spmd(script="t.py", j="2", h="aws_trn1.32xlarge")
+    trn = spmd("--lr", "1", script="t.py", j="2x16", h="aws_trn1.32xlarge", env={"A": "1"})
+    assert "--nproc_per_node 16" in trn.roles[0].args[1] and trn.roles[0].env["A"] == "1"
+
+
+def test_spmd_runs_a_real_job_on_local_cwd(tmp_path: Path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
+    )
+    code, out, err = cli(
+        "run", "--workspace", "", "-s", "local_cwd", "--log", "dist.spmd",
+        "-j", "1x2", "-h", "cpu.small", "--script", str(script),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "rank 0 of 2" in out + err and "rank 1 of 2" in out + err

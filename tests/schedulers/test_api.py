@@ -97,3 +97,30 @@ def test_entry_point_plugins_are_discovered(plugin_path: object) -> None:
     sched = factories["needs_queue"]("torchx")
     opts = sched.run_opts()
     assert opts.get("queue") is not None and opts.get("queue").is_required  # type: ignore[union-attr]
+
+
+def test_a_torchx_style_plugin_scheduler_runs_end_to_end(plugin_path: object) -> None:
+    """``tx_style`` (tests/fixtures/plugin/torchx_nb_txstyle.py) is written against our API with
+    TorchX's signatures: ``_validate(app, scheduler)``, ``list()``, TorchX's ``log_iter``."""
+    from torchx_nb.runner import get_runner
+    from torchx_nb.specs import AppState
+
+    with get_runner() as runner:
+        assert "tx_style" in runner.scheduler_backends()
+        code = "import os; print('rank0 at', os.environ['TX_RANK0_HOST'])"
+        handle = runner.run_component("utils.python", ["--c", code], "tx_style")
+        assert handle.startswith("tx_style://torchx/torchx_utils_python-")
+        status = runner.wait(handle, wait_interval=0.1)
+        assert status is not None and status.state == AppState.SUCCEEDED
+        assert list(runner.log_lines(handle, "python", 0)) == ["rank0 at localhost\n"]
+        assert list(runner.log_lines(handle, "python", 0, regex="nothing")) == []
+        assert [a.app_handle for a in runner.list("tx_style")] == [handle]
+        assert runner.jobstore.get(handle) is not None
+
+        slow = runner.run_component("utils.sh", ["sleep", "30"], "tx_style")
+        runner.cancel(slow)
+        status = runner.wait(slow, wait_interval=0.1)
+        assert status is not None and status.state == AppState.CANCELLED
+
+        with pytest.raises(ValueError, match="tx_style runs at most 4 replicas per role"):
+            runner.dryrun_component("utils.echo", ["--num_replicas", "5"], "tx_style")

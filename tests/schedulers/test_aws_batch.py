@@ -161,6 +161,14 @@ def test_two_node_cell_job_runs_in_containers(
         assert "node cell - from-the-workspace" in logs
         desc = runner.describe(handle)
         assert desc is not None and desc.roles[0].num_replicas == 2
+        # as in TorchX, the scheduler's describe keeps the env our request set on each node group
+        from torchx_nb.specs import parse_app_handle
+
+        native = runner.get_scheduler("aws_batch").describe(parse_app_handle(handle).app_id)
+        assert native is not None
+        env = native.roles[0].env
+        assert env["TORCHX_ROLE_IDX"] == "0" and env["TORCHX_ROLE_NAME"] == "cell"
+        assert env["TORCHX_RANK0_HOST"] == "localhost"
         assert runner.jobstore.get(handle).state == "SUCCEEDED"  # type: ignore[union-attr]
 
 

@@ -159,6 +159,27 @@ def test_missing_image_is_a_clear_error(sched: LocalDockerScheduler) -> None:
         run(sched, app("127.0.0.1:1/nothing/here:1", "-c", "true"))
 
 
+def test_named_devices_become_device_files_as_in_torchx() -> None:
+    from torchx_nb.specs.named_resources_aws import EFA_DEVICE, NEURON_DEVICE
+
+    sched = LocalDockerScheduler("torchx", docker_client=object())
+    res = specs.Resource(cpu=1, gpu=0, memMB=64, devices={EFA_DEVICE: 2, NEURON_DEVICE: 1})
+    info = sched.submit_dryrun(app("img", "-c", "true", resource=res), {})
+    assert info.request.containers[0].kwargs["devices"] == [
+        "/dev/infiniband/uverbs0:/dev/infiniband/uverbs0:rwm",
+        "/dev/infiniband/uverbs1:/dev/infiniband/uverbs1:rwm",
+        "/dev/neuron0:/dev/neuron0:rwm",
+    ]
+    with pytest.warns(UserWarning, match="no device files known for 'acme.com/tpu'"):
+        info = sched.submit_dryrun(
+            app(
+                "img", "-c", "true", resource=specs.Resource(1, 0, 64, devices={"acme.com/tpu": 1})
+            ),
+            {},
+        )
+    assert "devices" not in info.request.containers[0].kwargs
+
+
 def test_gpus_devices_copy_env_and_bridge_network_in_the_request(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

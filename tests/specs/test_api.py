@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import datetime
+import json
+import typing
+
 import pytest
 
 from torchx_nb import specs
@@ -122,7 +126,8 @@ def test_app_status_helpers() -> None:
         status.raise_for_status()
     AppStatus(state=AppState.SUCCEEDED).raise_for_status()
     text = status.format()
-    assert "State: FAILED" in text and "r[0] (host): FAILED" in text and "Msg: boom" in text
+    assert "State: FAILED" in text and " *r[0]:FAILED (no reply file)" in text
+    assert "Msg: boom" in text
     js = status.to_json()
     assert js["roles"][0]["replicas"][0]["state"] == "FAILED"
     assert status.roles[0].replicas[0].hostaddr == "host"
@@ -200,3 +205,119 @@ def test_exceptions_are_one_line_friendly() -> None:
     e = specs.UnknownSchedulerException("local_cdw", ["local_cwd", "slurm"])
     assert "did you mean 'local_cwd'" in str(e)
     assert "torchx-nb list" in str(specs.UnknownAppException("x://y/z"))
+
+
+# TorchX 0.7.0 behaviour, pinned: the expected text below is what TorchX itself produces.
+
+
+def _failed_status(message: str, code: object = 3) -> AppStatus:
+    err = json.dumps(
+        {"message": {"message": message, "errorCode": code, "extraInfo": {"timestamp": 1700000000}}}
+    )
+    return AppStatus(
+        state=AppState.FAILED,
+        msg="boom",
+        ui_url="http://x",
+        roles=[
+            RoleStatus(
+                "trainer",
+                [
+                    ReplicaStatus(1, AppState.SUCCEEDED, "trainer", "host1"),
+                    ReplicaStatus(0, AppState.FAILED, "trainer", "host0", err),
+                ],
+            )
+        ],
+    )
+
+
+def test_app_status_format_shows_a_failed_replicas_error_as_torchx_does() -> None:
+    stamp = datetime.datetime.fromtimestamp(1700000000)
+    assert _failed_status("RuntimeError: bad thing happened").format() == (
+        "AppStatus:\n"
+        "    State: FAILED\n"
+        "    Num Restarts: 0\n"
+        "    Roles: \n"
+        " *trainer[0]:FAILED (exitcode: 3)\n"
+        f"        timestamp: {stamp}\n"
+        "        hostname: host0\n"
+        "        error_msg: RuntimeError: bad thing happened\n"
+        "  trainer[1]:SUCCEEDED\n"
+        "    Msg: boom\n"
+        "    Structured Error Msg: <NONE>\n"
+        "    UI URL: http://x\n"
+        "    "
+    )
+    long = " ".join(f"word{i}" for i in range(30))
+    text = _failed_status(long, code=None).format()
+    assert "FAILED (exitcode: <N/A>)" in text
+    assert (
+        "        error_msg: word0 word1 word2 word3 word4 word5 word6 word7 word8 word9 word10"
+        " word11 word12\n                word13 word14" in text
+    )
+    nested = (
+        "c10::Error: CUDA error: an illegal memory access was encountered\n"
+        "Exception raised from create_event_internal at caffe2/c10/cuda/X.cpp:733"
+    )
+    assert "error_msg: c10::Error: CUDA error: an illegal memory access was encountered\n  " in (
+        _failed_status(nested).format()
+    )
+    # filter_roles keeps only the named roles
+    assert "trainer[0]" not in _failed_status("x").format(filter_roles=["other"])
+
+
+def test_app_status_format_survives_hostile_error_text() -> None:
+    hostile = "RuntimeError('On WorkerInfo(" + "x\n" * 20000 + "no closing quote"
+    text = _failed_status(hostile).format()
+    assert text.startswith("AppStatus:") and "hostname: host0" in text
+    st = _failed_status("x")
+    st.roles[0].replicas[1].structured_error_msg = "{not json"
+    assert "\n *trainer[0]:{not json" in st.format()
+    st.roles[0].replicas[1].structured_error_msg = json.dumps({"message": "no dict"})
+    assert "\n *trainer[0]:" in st.format()
+
+
+def test_app_status_str_and_repr_are_torchx_yaml_blocks() -> None:
+    st = AppStatus(state=AppState.RUNNING, num_restarts=2, structured_error_msg='{"a": 1}')
+    assert repr(st) == (
+        "AppStatus:\n  msg: ''\n  num_restarts: 2\n  roles: []\n  state: RUNNING (3)\n"
+        "  structured_error_msg:\n    a: 1\n  ui_url: null\n"
+    )
+    assert str(st) == repr(st)
+    failed = _failed_status("boom")
+    text = str(failed)
+    assert "      state: FAILED (5)\n" in text and "!!python" not in text
+    with pytest.raises(specs.AppStatusError, match="job did not succeed: AppStatus:"):
+        failed.raise_for_status()
+
+
+def test_cfg_from_str_reads_lists_as_torchx_does() -> None:
+    opts = runopts()
+    opts.add("FOO", type_=list[str], default=["a"], help="an optional list option")
+    opts.add("BAR", type_=str, required=True, help="a required str option")
+    assert opts.cfg_from_str("") == {}
+    assert opts.cfg_from_str("FOO=v1") == {"FOO": ["v1"]}
+    assert opts.cfg_from_str("FOO=v1,v2") == {"FOO": ["v1", "v2"]}
+    assert opts.cfg_from_str("FOO=v1;v2") == {"FOO": ["v1", "v2"]}
+    for text in ("FOO=v1,v2,BAR=v3", "FOO=v1;v2,BAR=v3", "FOO=v1;v2;BAR=v3"):
+        assert opts.cfg_from_str(text) == {"FOO": ["v1", "v2"], "BAR": "v3"}, text
+
+
+def test_runopts_is_type_and_dict_default_of_empty_list() -> None:
+    assert runopts.is_type(3, int) and runopts.is_type("a", str)
+    assert not runopts.is_type("a", int)
+    assert runopts.is_type(["a", "b"], typing.List[str])  # noqa: UP006
+    assert not runopts.is_type(["a", 1], typing.List[str])  # noqa: UP006
+    assert runopts.is_type({"k": "v"}, typing.Dict[str, str])  # noqa: UP006
+    assert not runopts.is_type({"k": 1}, typing.Dict[str, str])  # noqa: UP006
+    assert not runopts.is_type(1.5, typing.List[str])  # noqa: UP006
+    opts = runopts()
+    opts.add("labels", type_=typing.Dict[str, str], help="", default=[])  # noqa: UP006
+    assert opts.get("labels").default == []  # type: ignore[union-attr]
+
+
+def test_get_type_name_is_exported_as_in_torchx() -> None:
+    assert "get_type_name" in specs.__all__
+    assert specs.get_type_name(int) == "int"
+    assert specs.get_type_name(str) == "str"
+    assert specs.get_type_name(typing.List[str]) == "typing.List[str]"  # noqa: UP006
+    assert specs.get_type_name(typing.Dict[str, str]) == "typing.Dict[str, str]"  # noqa: UP006

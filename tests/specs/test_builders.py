@@ -138,3 +138,31 @@ def test_help_comes_from_the_docstring() -> None:
 
     text = component_parser(comp, "comp").format_help()
     assert "A test component." in text and "a count" in text
+
+
+def named_then_varargs(name: str, image: str = "img", *args: str) -> specs.AppDef:
+    """A component with named parameters before ``*args``, as TorchX allows.
+
+    Args:
+        name: the name
+        image: the image
+        args: the program's arguments
+    """
+    return specs.AppDef(
+        name=name, roles=[specs.Role(name="r", image=image, entrypoint="echo", args=list(args))]
+    )
+
+
+def test_named_parameters_before_varargs_as_in_torchx() -> None:
+    app = materialize_appdef(named_then_varargs, ["--name", "n", "--image", "i", "a", "--b"])
+    assert (app.name, app.roles[0].image, app.roles[0].args) == ("n", "i", ["a", "--b"])
+    app = materialize_appdef(named_then_varargs, ["--name", "n", "--", "--image", "x"])
+    assert (app.roles[0].image, app.roles[0].args) == ("img", ["--image", "x"])
+    app = materialize_appdef(named_then_varargs, {"name": "d", "args": ["p"]})
+    assert app.roles[0].args == ["p"]
+
+
+def test_make_app_handle_is_importable_from_builders_as_in_torchx() -> None:
+    from torchx_nb.specs.builders import make_app_handle
+
+    assert make_app_handle("local_cwd", "torchx", "app-1") == "local_cwd://torchx/app-1"

@@ -42,3 +42,18 @@ def test_resource_helper() -> None:
     assert specs.resource(cpu=4, memMB=10) == specs.Resource(cpu=4, gpu=0, memMB=10)
     assert specs.resource(h="cpu.small") == named_resources["cpu.small"]
     assert named_resources["NULL"] == specs.NULL_RESOURCE
+
+
+def test_aws_factory_functions_exist_as_in_torchx() -> None:
+    from torchx_nb.specs import named_resources_aws as aws
+
+    p4d = aws.aws_p4d_24xlarge()
+    assert (p4d.cpu, p4d.gpu, p4d.memMB) == (96, 8, 1152 * aws.GiB)
+    assert p4d.devices == {aws.EFA_DEVICE: 4}
+    assert p4d.capabilities == {aws.K8S_ITYPE: "p4d.24xlarge"}
+    assert aws.aws_trn1_32xlarge().devices == {aws.EFA_DEVICE: 8, aws.NEURON_DEVICE: 16}
+    assert aws.aws_t3_medium().memMB == 4 * aws.GiB
+    for name, factory in aws.NAMED_RESOURCES.items():
+        fn = getattr(aws, name.replace(".", "_"))
+        assert fn is factory and fn.__name__ == name.replace(".", "_")
+        assert fn() == factory() and fn() is not fn()

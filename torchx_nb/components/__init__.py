@@ -9,7 +9,7 @@ import importlib.util
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torchx_nb.specs.api import AppDef, TorchxNbError
 
@@ -20,11 +20,24 @@ class ComponentNotFoundError(TorchxNbError):
     """No component has that name."""
 
 
-def _public_functions(module: Any) -> dict[str, Callable[..., AppDef]]:
+def is_component(fn: Any) -> bool:
+    """A component is a function annotated to return an AppDef; helpers beside it are not."""
+    if not inspect.isfunction(fn):
+        return False
+    ret = inspect.signature(fn).return_annotation
+    if isinstance(ret, str):
+        return ret.rpartition(".")[2] == "AppDef"
+    return isinstance(ret, type) and issubclass(ret, AppDef)
+
+
+def _public_functions(
+    module: Any, components_only: bool = True
+) -> dict[str, Callable[..., AppDef]]:
+    check = is_component if components_only else inspect.isfunction
     return {
         name: fn
         for name, fn in vars(module).items()
-        if inspect.isfunction(fn) and not name.startswith("_") and fn.__module__ == module.__name__
+        if check(fn) and not name.startswith("_") and fn.__module__ == module.__name__
     }
 
 
@@ -48,7 +61,7 @@ def _from_file(path: str, fn_name: str) -> Callable[..., AppDef]:
     spec.loader.exec_module(module)
     fn = getattr(module, fn_name, None)
     if not callable(fn):
-        found = ", ".join(_public_functions(module)) or "none"
+        found = ", ".join(_public_functions(module, components_only=False)) or "none"
         raise ComponentNotFoundError(
             f"{path!r} has no function {fn_name!r} (functions in it: {found})"
         )
@@ -69,9 +82,10 @@ def get_component(name: str) -> Callable[..., AppDef]:
         if name == ep.name or name.startswith(ep.name + "."):
             module = ep.load()
             attr = name[len(ep.name) + 1 :] if name != ep.name else ""
-            fn = getattr(module, attr, None) if attr else module
-            if callable(fn):
-                return fn
+            fn: Any = getattr(module, attr, None) if attr else module
+            usable = is_component(fn) and not attr.startswith("_") if attr else callable(fn)
+            if usable:
+                return cast(Callable[..., AppDef], fn)
     close = difflib.get_close_matches(name, list(builtins), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise ComponentNotFoundError(

@@ -1,10 +1,12 @@
-"""Distributed components: ``dist.ddp`` runs a script under torchrun on ``-j [min:]NxP``."""
+"""Distributed components: ``dist.ddp`` runs a script under torchrun on ``-j [min:]NxP``;
+``dist.spmd`` (TorchX's recommended entry) takes ``-j N`` and infers P from the host's GPUs."""
 
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import warnings
 from pathlib import Path
 
 import torchx_nb
@@ -171,6 +173,76 @@ def ddp(
         mounts=mounts,
         debug=debug,
     )
+
+
+def spmd(
+    *args: str,
+    script: str | None = None,
+    m: str | None = None,
+    image: str = torchx_nb.IMAGE,
+    name: str = "/",
+    h: str = "gpu.small",
+    j: str = "1x1",
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    mounts: list[str] | None = None,
+    debug: bool = False,
+) -> specs.AppDef:
+    """Single-Program-Multiple-Data: N x P copies of one program under torchrun (DDP, FSDP, RPC).
+
+    ``-j 2x8`` runs 2 nodes of 8 processes; ``-j 2`` takes P from the GPU count of host type
+    ``-h`` (``-j 2 -h aws_p4d.24xlarge`` is ``-j 2x8``). For multi-node runs the hosts must reach
+    each other on port 29500.
+
+    Args:
+        args: the arguments to the main module or script (e.g. my/trainer.py -foo bar)
+        script: the main script to run (relative to the image's WORKDIR for docker runs)
+        m: the main module to run (python -m), instead of a script
+        image: the base image of the workspace; if workspace is disabled, the image of the job
+        name: ``{experimentname}/{runname}`` or ``{experimentname}/`` or ``/{runname}`` or ``{runname}``
+        h: the type of host to run on (e.g. aws_p4d.24xlarge); must be a registered named resource
+        j: {nnodes}x{nproc_per_node}; for GPU hosts, {nnodes} alone takes nproc_per_node from the
+            host's GPU count
+        env: environment variables to be passed to the run (e.g. ENV1=v1,ENV2=v2,ENV3=v3)
+        max_retries: the number of scheduler retries allowed
+        mounts: mounts into the worker environment/container
+            (ex. type=<bind/volume>,src=/host,dst=/job[,readonly])
+        debug: whether to run with preset debug flags enabled
+    """
+    return ddp(
+        *args,
+        script=script,
+        m=m,
+        image=image,
+        name=name,
+        h=h,
+        j=_spmd_j(h, j),
+        env=env or {},
+        max_retries=max_retries,
+        mounts=mounts,
+        debug=debug,
+    )
+
+
+def _spmd_j(h: str, j: str) -> str:
+    """``-j N`` → ``NxGPUS`` for host ``h``; ``NxP`` kept (with a warning when P is not the
+    host's GPU count, as TorchX warns)."""
+    gpus = specs.named_resources[h].gpu
+    nnodes, sep, nproc = j.strip().partition("x")
+    if not sep:
+        if gpus <= 0:
+            raise BadJobSizeError(
+                f"-j {j}: nproc_per_node cannot be inferred from the GPU count; {h!r} has no GPUs."
+                f" Give -j NNODESxNPROCS_PER_NODE (e.g. -j {nnodes}x8)"
+            )
+        return f"{nnodes}x{gpus}"
+    if gpus > 0 and nproc.isdigit() and int(nproc) != gpus:
+        warnings.warn(
+            f"-j {j} runs {nproc} processes per node but a {h} has {gpus} GPUs;"
+            f" give -j {nnodes} to use one process per GPU",
+            stacklevel=3,
+        )
+    return j
 
 
 def _distributed_app(

@@ -1,4 +1,5 @@
-"""Small utility components: ``utils.echo``, ``utils.sh`` and ``utils.python`` (as in TorchX)."""
+"""TorchX's utility components: ``utils.echo``, ``touch``, ``sh``, ``python``, ``binary``,
+``copy`` and ``booth``, with TorchX's parameters and defaults."""
 
 from __future__ import annotations
 
@@ -28,6 +29,28 @@ def echo(
                 entrypoint="echo",
                 args=[msg],
                 num_replicas=num_replicas,
+                resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
+            )
+        ],
+    )
+
+
+def touch(file: str, image: str = torchx_nb.IMAGE) -> specs.AppDef:
+    """Touches a file (calls ``touch``).
+
+    Args:
+        file: file to create
+        image: the image to use
+    """
+    return specs.AppDef(
+        name="touch",
+        roles=[
+            specs.Role(
+                name="touch",
+                image=image,
+                entrypoint="touch",
+                args=[file],
+                num_replicas=1,
                 resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
             )
         ],
@@ -134,6 +157,108 @@ def python(
                 args=[*cmd, *args],
                 env={"HYDRA_MAIN_MODULE": m} if m else {},
                 mounts=specs.parse_mounts(mounts) if mounts else [],
+            )
+        ],
+    )
+
+
+def binary(
+    *args: str,
+    entrypoint: str,
+    name: str = "torchx_utils_binary",
+    num_replicas: int = 1,
+    cpu: int = 1,
+    gpu: int = 0,
+    memMB: int = 1024,
+    h: str | None = None,
+) -> specs.AppDef:
+    """Runs a program found in the image (or on the host for local_cwd) with the given arguments.
+
+    Args:
+        args: arguments passed to the program
+        entrypoint: the program to run
+        name: name of the job
+        num_replicas: number of copies to run (each on its own container)
+        cpu: number of cpus per replica
+        gpu: number of gpus per replica
+        memMB: cpu memory in MB per replica
+        h: a registered named resource (if given, takes precedence over cpu, gpu, memMB)
+    """
+    return specs.AppDef(
+        name=name,
+        roles=[
+            specs.Role(
+                name="binary",
+                image=specs.NONE,
+                entrypoint=entrypoint,
+                num_replicas=num_replicas,
+                args=[*args],
+                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+            )
+        ],
+    )
+
+
+def copy(src: str, dst: str, image: str = torchx_nb.IMAGE) -> specs.AppDef:
+    """Copies a file from src to dst; both may be any fsspec URL (local path, s3://, gs://...).
+    Directories and recursive copies are not supported.
+
+    Args:
+        src: the source fsspec file location
+        dst: the destination fsspec file location
+        image: the image that contains the copy app (torchx_nb and fsspec installed)
+    """
+    return specs.AppDef(
+        name="torchx-utils-copy",
+        roles=[
+            specs.Role(
+                name="torchx-utils-copy",
+                image=image,
+                entrypoint="python",
+                args=["-m", "torchx_nb.apps.copy_main", "--src", src, "--dst", dst],
+                resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
+            ),
+        ],
+    )
+
+
+def booth(
+    x1: float,
+    x2: float,
+    trial_idx: int = 0,
+    tracker_base: str = "/tmp/torchx-util-booth",
+    image: str = torchx_nb.IMAGE,
+) -> specs.AppDef:
+    """Evaluates the booth function, ``f(x1, x2) = (x1 + 2*x2 - 7)^2 + (2*x1 + x2 - 5)^2``.
+    The result is stored as JSON ``{"booth_eval": f}`` at ``TRACKER_BASE/TRIAL_IDX``.
+
+    Args:
+        x1: x1
+        x2: x2
+        trial_idx: ignore if not running hpo
+        tracker_base: URI of the tracker's base output directory (e.g. s3://foo/bar)
+        image: the image that contains the booth app (torchx_nb and fsspec installed)
+    """
+    return specs.AppDef(
+        name="torchx-utils-booth",
+        roles=[
+            specs.Role(
+                name="torchx-utils-booth",
+                image=image,
+                entrypoint="python",
+                args=[
+                    "-m",
+                    "torchx_nb.apps.booth_main",
+                    "--x1",
+                    str(x1),
+                    "--x2",
+                    str(x2),
+                    "--trial_idx",
+                    str(trial_idx),
+                    "--tracker_base",
+                    tracker_base,
+                ],
+                resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
             )
         ],
     )

@@ -163,13 +163,46 @@ class Scheduler(abc.ABC, Generic[T]):
     def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: T) -> None:
         """Hook run before the workspace is built."""
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: T) -> None:
-        """Check the app can run here; by default every role needs a resource."""
+    def _validate(self, app: AppDef, scheduler: str, cfg: T | None = None) -> None:
+        """Check the app can run here; by default every role needs a resource. A subclass may
+        override it with TorchX's signature ``_validate(app, scheduler)``: the Runner calls it
+        through ``validate_app``, which passes ``cfg`` only to overrides that take it."""
         for role in app.roles:
             if role.resource == NULL_RESOURCE:
                 raise ValueError(
                     f"no resource for role {role.name!r}: set it with -h NAME or --cpu/--memMB"
                 )
+
+
+def _takes_positional(fn: Any, count: int) -> bool:
+    """Whether bound method ``fn`` accepts ``count`` positional arguments."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    kinds = [p.kind for p in params]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:
+        return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(k in positional for k in kinds) >= count
+
+
+def validate_app(sched: Scheduler[Any], app: AppDef, scheduler: str, cfg: Any) -> None:
+    """Run ``sched._validate``, whether it has our signature (app, scheduler, cfg) or TorchX's
+    (app, scheduler)."""
+    if _takes_positional(sched._validate, 3):
+        sched._validate(app, scheduler, cfg)
+    else:
+        sched._validate(app, scheduler)
+
+
+def list_apps(sched: Scheduler[Any], cfg: Mapping[str, CfgVal] | None) -> list[ListAppResponse]:
+    """``sched.list``, whether it takes the cfg (ours) or nothing (TorchX's ``list()``)."""
+    if _takes_positional(sched.list, 1):
+        return sched.list(cfg)
+    return sched.list()
 
 
 def filter_regex(regex: str, data: Iterable[str]) -> Iterator[str]:

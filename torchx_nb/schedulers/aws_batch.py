@@ -23,6 +23,7 @@ from torchx_nb.schedulers.api import (
     tail_wait,
 )
 from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
+from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.specs.api import (
     AppDef,
@@ -163,8 +164,11 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
         )
         return opts
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> None:
         super()._validate(app, scheduler, cfg)
+        cfg = cfg or {}
         if len(app.roles) > MAX_ROLES:
             raise InvalidRunConfigException(
                 f"AWS Batch takes at most {MAX_ROLES} roles (node groups); this app has"
@@ -244,10 +248,9 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
                 "containerPath": m.dst_path,
                 "permissions": _permissions(m.permissions),
             }
-            for m in role.mounts
+            for m in [*role.mounts, *get_device_mounts(res.devices)]
             if isinstance(m, DeviceMount)
         ]
-        devices += self._efa_devices(res)
         if devices:
             linux["devices"] = devices
         volumes: list[dict[str, Any]] = []
@@ -292,19 +295,6 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
         if cfg.get("execution_role_arn"):
             container["executionRoleArn"] = cfg["execution_role_arn"]
         return container
-
-    @staticmethod
-    def _efa_devices(res: Resource) -> list[dict[str, Any]]:
-        from torchx_nb.specs.named_resources_aws import EFA_DEVICE
-
-        return [
-            {
-                "hostPath": f"/dev/infiniband/uverbs{i}",
-                "containerPath": f"/dev/infiniband/uverbs{i}",
-                "permissions": ["READ", "WRITE", "MKNOD"],
-            }
-            for i in range(res.devices.get(EFA_DEVICE, 0))
-        ]
 
     def schedule(self, dryrun_info: AppDryRunInfo[BatchJob]) -> str:
         job = dryrun_info.request
@@ -385,11 +375,7 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
                     entrypoint=(c.get("command") or [""])[0],
                     args=list(c.get("command") or [])[1:],
                     num_replicas=0,
-                    env={
-                        k: v
-                        for k, v in env.items()
-                        if k not in ("TORCHX_ROLE_IDX", "TORCHX_ROLE_NAME", "TORCHX_RANK0_HOST")
-                    },
+                    env=env,
                     resource=Resource(
                         cpu=reqs.get("VCPU", 1), gpu=reqs.get("GPU", 0), memMB=reqs.get("MEMORY", 0)
                     ),

@@ -180,8 +180,11 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
             opts.add(name, type_=type_, help=help_text, default=default)
         return opts
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> None:
         """SageMaker runs one role; node count and type come from instance_count/_type."""
+        cfg = cfg or {}
         if len(app.roles) != 1:
             raise InvalidRunConfigException(
                 f"SageMaker runs one role; this app has {len(app.roles)}", "roles"

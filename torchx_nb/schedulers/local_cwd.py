@@ -204,7 +204,9 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
 
     plan_workspace_and_update_role = build_workspace_and_update_role
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> None:
         """Resources are advisory on local_cwd; nothing to check."""
 
     def _app_dir(self, app_id: str) -> Path:

@@ -23,6 +23,7 @@ from torchx_nb.schedulers.api import (
     on_tail_stop,
     split_lines_iterator,
 )
+from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.specs.api import (
     AppDef,
@@ -218,7 +219,9 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         )
         return opts
 
-    def _validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> None:
         """Resources are optional on local_docker: NULL_RESOURCE means no limits."""
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
@@ -283,7 +286,7 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             ]
         mounts: list[dict[str, Any]] = []
         devices: list[str] = []
-        for m in role.mounts:
+        for m in [*role.mounts, *get_device_mounts(res.devices)]:
             if isinstance(m, BindMount):
                 mounts.append(
                     {

@@ -4,6 +4,7 @@ defaults and behaviour, so TorchX users' components and configs carry over. Pure
 from __future__ import annotations
 
 import copy
+import datetime
 import difflib
 import json
 import re
@@ -341,28 +342,105 @@ class AppStatus:
         }
 
     def format(self, filter_roles: list[str] | None = None) -> str:
-        """A human-readable, multi-line summary."""
-        lines = [
-            "AppStatus:",
-            f"  State: {self.state}",
-            f"  Num Restarts: {self.num_restarts}",
-            "  Roles:",
-        ]
-        for role in self.roles:
-            if filter_roles and role.role not in filter_roles:
-                continue
-            for r in role.replicas:
-                lines.append(f"    {role.role}[{r.id}] ({r.hostname}): {r.state}")
-        lines.append(f"  Msg: {self.msg}")
-        lines.append(f"  Structured Error Msg: {self.structured_error_msg}")
-        lines.append(f"  UI URL: {self.ui_url}")
-        return "\n".join(lines)
+        """TorchX's multi-line summary: state, restarts, one line per replica (``*`` marks each
+        role's replica 0) with a failed replica's exit code, time, host and error message."""
+        roles = "".join(
+            _format_replica(r)
+            for role in self.roles
+            if not filter_roles or role.role in filter_roles
+            for r in sorted(role.replicas, key=lambda r: r.id)
+        )
+        return (
+            "AppStatus:\n"
+            f"    State: {self.state}\n"
+            f"    Num Restarts: {self.num_restarts}\n"
+            f"    Roles: {roles}\n"
+            f"    Msg: {self.msg}\n"
+            f"    Structured Error Msg: {self.structured_error_msg}\n"
+            f"    UI URL: {self.ui_url}\n"
+            "    "
+        )
 
     def __repr__(self) -> str:
-        return json.dumps(self.to_json(), indent=2)
+        """TorchX's YAML block (``AppStatus:`` then the fields); replica states read as
+        ``FAILED (5)`` rather than Python object tags, and the scheduler's times appear when known."""
+        import yaml
 
-    def __str__(self) -> str:
-        return str(self.state)
+        data = asdict(self)
+        for key in ("started", "ended"):
+            if data[key] is None:
+                del data[key]
+        data["state"] = repr(self.state)
+        data["structured_error_msg"] = _parse_error_json(self.structured_error_msg)
+        for role in data["roles"]:
+            for rep in role["replicas"]:
+                rep["state"] = repr(AppState(rep["state"]))
+        return yaml.safe_dump({"AppStatus": data})
+
+    __str__ = __repr__
+
+
+def _parse_error_json(text: str) -> Any:
+    if text == NONE:
+        return NONE
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _error_message(msg: str) -> str:
+    """The useful part of an error message: the text inside an RPC wrapper
+    (``RuntimeError('On WorkerInfo(...):\\n ... ')``) and the part before an embedded
+    ``\\nException`` trailer. Plain string searches, so hostile text cannot make it slow."""
+    start = msg.find("('On WorkerInfo(")
+    if start >= 0:
+        head = start
+        while head > 0 and (msg[head - 1].isalnum() or msg[head - 1] == "_"):
+            head -= 1
+        end = msg.find("\n')", start)
+        if end >= 0:
+            msg = msg[head : end + 3]
+    cut = msg.find("\nException")
+    if cut > 0:
+        msg = msg[:cut].rsplit("\n", 1)[-1]
+    return msg
+
+
+def _wrap(msg: str, header: str, width: int = 80) -> str:
+    """Break ``msg`` at the first space after every ``width`` characters; continuation lines
+    keep that space and are indented under the header (TorchX's layout)."""
+    chunks: list[str] = []
+    start = 0
+    for i, ch in enumerate(msg):
+        if ch == " " and i - start >= width:
+            chunks.append(msg[start:i])
+            start = i
+    chunks.append(msg[start:])
+    pad = " " * len(header)
+    return "\n".join((header if i == 0 else pad) + c for i, c in enumerate(chunks))
+
+
+def _format_replica(r: ReplicaStatus) -> str:
+    mark = "*" if r.id == 0 else " "
+    data = str(r.state)
+    if r.structured_error_msg != NONE:
+        try:
+            err = json.loads(r.structured_error_msg)["message"]
+            text, code = str(err["message"]), err.get("errorCode") or "<N/A>"
+            when = datetime.datetime.fromtimestamp(int(err["extraInfo"]["timestamp"]))
+        except (ValueError, KeyError, TypeError, OverflowError, OSError):
+            data = r.structured_error_msg
+        else:
+            data = (
+                f"{r.state} (exitcode: {code})\n"
+                f"        timestamp: {when}\n"
+                f"        hostname: {r.hostname}\n"
+                f"    {_wrap(_error_message(text), '    error_msg: ')}"
+            )
+    elif r.state in (AppState.FAILED, AppState.CANCELLED):
+        data += f" (exitcode: {r.exit_code})" if r.exit_code is not None else " (no reply file)"
+    return f"\n {mark}{r.role}[{r.id}]:{data}"
 
 
 AppHandle = str
@@ -418,6 +496,14 @@ class AppDryRunInfo(Generic[T]):
 CfgVal = str | int | float | bool | list[str] | dict[str, str] | None
 
 _TYPE_NAMES = {str: "str", int: "int", float: "float", bool: "bool"}
+
+
+def get_type_name(tp: Any) -> str:
+    """A type's name as TorchX prints it: ``int`` for classes, ``typing.List[str]`` for
+    generics."""
+    if getattr(tp, "__module__", "typing") != "typing" and hasattr(tp, "__name__"):
+        return str(tp.__name__)
+    return str(tp)
 
 
 def _type_name(t: Any) -> str:
@@ -487,9 +573,10 @@ def _matches_type(value: Any, opt: runopt) -> bool:
     return True
 
 
-def split_key_values(text: str) -> list[tuple[str, str]]:
-    """Split ``k=v,k2=a;b,k3="x,y"`` into pairs; a comma starts a new pair only before ``key=``
-    (so ``CUDA_VISIBLE_DEVICES=0,1`` is one pair, as in TorchX). Raises ValueError."""
+def split_key_values(text: str, delims: str = ",") -> list[tuple[str, str]]:
+    """Split ``k=v,k2=a;b,k3="x,y"`` into pairs; a delimiter starts a new pair only before
+    ``key=`` (so ``CUDA_VISIBLE_DEVICES=0,1`` is one pair, as in TorchX). Scheduler options pass
+    ``delims=",;"``: TorchX reads ``K=a;b;J=d`` as ``K=a;b`` and ``J=d``. Raises ValueError."""
     pairs: list[tuple[str, str]] = []
     key: str | None = None
     buf: list[str] = []
@@ -521,7 +608,7 @@ def split_key_values(text: str) -> list[tuple[str, str]]:
             buf = []
             if not key.strip():
                 raise ValueError(f"missing key before '=' in {text!r}")
-        elif ch == ",":
+        elif ch in delims:
             rest = text[i + 1 :]
             if key is None or re.match(r"\s*[\w.\-]+\s*=", rest) or not rest.strip():
                 flush()
@@ -551,6 +638,19 @@ class runopts:
     def __contains__(self, key: object) -> bool:
         return key in self._opts
 
+    @staticmethod
+    def is_type(obj: CfgVal, tp: Any) -> bool:
+        """``isinstance`` that also takes ``List[str]``/``Dict[str, str]``: any list of strings or
+        dict of strings matches a generic type (TorchX's rule)."""
+        try:
+            return isinstance(obj, tp)
+        except TypeError:
+            if isinstance(obj, list):
+                return all(isinstance(e, str) for e in obj)
+            if isinstance(obj, dict):
+                return all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items())
+            return False
+
     def add(
         self,
         cfg_key: str,
@@ -563,7 +663,7 @@ class runopts:
         if required and default is not None:
             raise ValueError(f"required option {cfg_key!r} cannot have a default ({default!r})")
         opt = runopt(default, type_, required, help)
-        if default is not None and not _matches_type(default, opt):
+        if default is not None and not runopts.is_type(default, type_):
             raise TypeError(
                 f"option {cfg_key!r}: default {default!r} is not of type {_type_name(type_)}"
             )
@@ -618,7 +718,7 @@ class runopts:
 
         cfg: dict[str, CfgVal] = {}
         try:
-            pairs = split_key_values(cfg_str)
+            pairs = split_key_values(cfg_str, delims=",;")
         except ValueError as e:
             raise InvalidRunConfigException(
                 f"cannot parse scheduler options {cfg_str!r}: {e}; write them as KEY=VALUE,KEY=VALUE",

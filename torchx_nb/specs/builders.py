@@ -20,6 +20,7 @@ from torchx_nb.specs.api import (
     VolumeMount,
     split_key_values,
 )
+from torchx_nb.specs.api import make_app_handle as make_app_handle  # TorchX imports it from here
 
 
 class ComponentArgError(TorchxNbError):

@@ -90,12 +90,68 @@ def _factory(
             devices=devices,
         )
 
+    make.__name__ = make.__qualname__ = "aws_" + itype.replace(".", "_")
+    make.__doc__ = f"A Resource for one {itype} instance."
     return make
 
 
 NAMED_RESOURCES: dict[str, Callable[[], Resource]] = {
     f"aws_{itype}": _factory(itype, *spec) for itype, spec in _TYPES.items()
 }
+
+# TorchX names each factory after its instance type (``aws_p4d_24xlarge()``).
+aws_t3_medium = NAMED_RESOURCES["aws_t3.medium"]
+aws_m5_xlarge = NAMED_RESOURCES["aws_m5.xlarge"]
+aws_m5_2xlarge = NAMED_RESOURCES["aws_m5.2xlarge"]
+aws_m5_4xlarge = NAMED_RESOURCES["aws_m5.4xlarge"]
+aws_m5_8xlarge = NAMED_RESOURCES["aws_m5.8xlarge"]
+aws_m5_12xlarge = NAMED_RESOURCES["aws_m5.12xlarge"]
+aws_m5_16xlarge = NAMED_RESOURCES["aws_m5.16xlarge"]
+aws_m5_24xlarge = NAMED_RESOURCES["aws_m5.24xlarge"]
+aws_c5_xlarge = NAMED_RESOURCES["aws_c5.xlarge"]
+aws_c5_2xlarge = NAMED_RESOURCES["aws_c5.2xlarge"]
+aws_c5_4xlarge = NAMED_RESOURCES["aws_c5.4xlarge"]
+aws_c5_9xlarge = NAMED_RESOURCES["aws_c5.9xlarge"]
+aws_c5_12xlarge = NAMED_RESOURCES["aws_c5.12xlarge"]
+aws_c5_18xlarge = NAMED_RESOURCES["aws_c5.18xlarge"]
+aws_c5_24xlarge = NAMED_RESOURCES["aws_c5.24xlarge"]
+aws_p3_2xlarge = NAMED_RESOURCES["aws_p3.2xlarge"]
+aws_p3_8xlarge = NAMED_RESOURCES["aws_p3.8xlarge"]
+aws_p3_16xlarge = NAMED_RESOURCES["aws_p3.16xlarge"]
+aws_p3dn_24xlarge = NAMED_RESOURCES["aws_p3dn.24xlarge"]
+aws_p4d_24xlarge = NAMED_RESOURCES["aws_p4d.24xlarge"]
+aws_p4de_24xlarge = NAMED_RESOURCES["aws_p4de.24xlarge"]
+aws_p5_48xlarge = NAMED_RESOURCES["aws_p5.48xlarge"]
+aws_p5en_48xlarge = NAMED_RESOURCES["aws_p5en.48xlarge"]
+aws_g4dn_xlarge = NAMED_RESOURCES["aws_g4dn.xlarge"]
+aws_g4dn_2xlarge = NAMED_RESOURCES["aws_g4dn.2xlarge"]
+aws_g4dn_4xlarge = NAMED_RESOURCES["aws_g4dn.4xlarge"]
+aws_g4dn_8xlarge = NAMED_RESOURCES["aws_g4dn.8xlarge"]
+aws_g4dn_12xlarge = NAMED_RESOURCES["aws_g4dn.12xlarge"]
+aws_g4dn_16xlarge = NAMED_RESOURCES["aws_g4dn.16xlarge"]
+aws_g4dn_metal = NAMED_RESOURCES["aws_g4dn.metal"]
+aws_g5_xlarge = NAMED_RESOURCES["aws_g5.xlarge"]
+aws_g5_2xlarge = NAMED_RESOURCES["aws_g5.2xlarge"]
+aws_g5_4xlarge = NAMED_RESOURCES["aws_g5.4xlarge"]
+aws_g5_8xlarge = NAMED_RESOURCES["aws_g5.8xlarge"]
+aws_g5_12xlarge = NAMED_RESOURCES["aws_g5.12xlarge"]
+aws_g5_16xlarge = NAMED_RESOURCES["aws_g5.16xlarge"]
+aws_g5_24xlarge = NAMED_RESOURCES["aws_g5.24xlarge"]
+aws_g5_48xlarge = NAMED_RESOURCES["aws_g5.48xlarge"]
+aws_g6e_xlarge = NAMED_RESOURCES["aws_g6e.xlarge"]
+aws_g6e_2xlarge = NAMED_RESOURCES["aws_g6e.2xlarge"]
+aws_g6e_4xlarge = NAMED_RESOURCES["aws_g6e.4xlarge"]
+aws_g6e_8xlarge = NAMED_RESOURCES["aws_g6e.8xlarge"]
+aws_g6e_12xlarge = NAMED_RESOURCES["aws_g6e.12xlarge"]
+aws_g6e_16xlarge = NAMED_RESOURCES["aws_g6e.16xlarge"]
+aws_g6e_24xlarge = NAMED_RESOURCES["aws_g6e.24xlarge"]
+aws_g6e_48xlarge = NAMED_RESOURCES["aws_g6e.48xlarge"]
+aws_trn1_2xlarge = NAMED_RESOURCES["aws_trn1.2xlarge"]
+aws_trn1_32xlarge = NAMED_RESOURCES["aws_trn1.32xlarge"]
+aws_inf2_xlarge = NAMED_RESOURCES["aws_inf2.xlarge"]
+aws_inf2_8xlarge = NAMED_RESOURCES["aws_inf2.8xlarge"]
+aws_inf2_24xlarge = NAMED_RESOURCES["aws_inf2.24xlarge"]
+aws_inf2_48xlarge = NAMED_RESOURCES["aws_inf2.48xlarge"]
 
 
 def instance_type_from_resource(resource: Resource) -> str | None:
