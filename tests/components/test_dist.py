@@ -34,7 +34,7 @@ def test_single_node_command() -> None:
     assert role.entrypoint == "bash" and role.args[0] == "-c"
     assert role.args[1] == (
         "torchrun --rdzv_backend c10d --rdzv_endpoint localhost:0 --rdzv_id '${app_id}'"
-        " --nnodes 1 --nproc_per_node 2 --tee 3 --role '' --node_rank '${replica_id}'"
+        " --nnodes 1 --nproc_per_node 2 --tee 3 --role ''"
         " train.py --lr 0.1"
     )
     assert (app.name, role.name, role.num_replicas, role.min_replicas) == ("train", "train", 1, 1)
@@ -91,3 +91,14 @@ def test_spmd_runs_a_real_job_on_local_cwd(tmp_path: Path) -> None:
     )  # fmt: skip
     assert code == 0, err
     assert "rank 0 of 2" in out + err and "rank 1 of 2" in out + err
+
+
+def test_node_rank_only_for_the_static_rendezvous_and_left_for_the_shell() -> None:
+    """As in TorchX: c10d assigns ranks itself; static needs the node's rank, which a scheduler
+    gives as a shell variable (e.g. $AWS_BATCH_JOB_NODE_INDEX), so it is not quoted."""
+    cmd = ddp(script="t.py", j="2x1", rdzv_backend="static").roles[0].args[1]
+    assert cmd.startswith("torchrun --rdzv_backend static --node_rank ${replica_id} ")
+    out = macros.Values(img_root="", app_id="a", replica_id="$NODE", rank0_env="H").apply(
+        ddp(script="t.py", j="2x1", rdzv_backend="static").roles[0]
+    )
+    assert " --node_rank $NODE " in out.args[1]

@@ -23,7 +23,7 @@ def test_image_dryrun_shows_the_cell_script_and_patched_image_without_pushing(
         app, "aws_batch", {"queue": "q", "image_repo": "127.0.0.1:9/jobs"}, workspace=str(isolated)
     )
     text = str(info)
-    assert ".torchx/cell-" in text and "python -c" not in text
+    assert ".torchx-cell-" in text and "python -c" not in text
     assert "127.0.0.1:9/jobs@sha256:<digest after push of 127.0.0.1:9/base/python:3.11" in text
     assert info.workspace_preview is not None and "data.csv" in info.workspace_preview
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,13 @@ def test_every_option_maps_onto_create_training_job() -> None:
     assert req["AlgorithmSpecification"] == {
         "TrainingImage": "REGISTRY/img:1",
         "TrainingInputMode": "FastFile",
-        "ContainerEntrypoint": ["python"],
+        "ContainerEntrypoint": [
+            "/bin/sh",
+            "-c",
+            'eval "${TORCHX_NB_SM_BOOT_0}${TORCHX_NB_SM_BOOT_1}"',
+            "torchx-nb",
+            "python",
+        ],
         "ContainerArguments": ["train.py", "--lr=1"],
         "MetricDefinitions": [{"Name": "loss", "Regex": "loss=([0-9.]+)"}],
         "EnableSageMakerMetricsTimeSeries": True,
@@ -147,14 +154,25 @@ def test_every_option_maps_onto_create_training_job() -> None:
         ({"code_location": "s3://x"}, "code_location does not apply"),
         ({"max_wait": 10}, "max_wait only applies with use_spot_instances"),
         ({"subnets": ["s"]}, "subnets and security_group_ids go together"),
-        ({"role": "SageMakerRole"}, "is not an IAM role ARN"),
+        ({"role": "arn:aws:iam::1:user/me"}, "is not an IAM role ARN"),
+        ({"role": "bad role name!"}, "neither an IAM role name nor an ARN"),
+        ({"instance_type": "m5.large"}, "not a SageMaker instance type: use e.g."),
+        ({"instance_count": 0}, "instance_count must be 1 or more"),
     ],
 )
 def test_refused_options(extra: dict[str, Any], message: str) -> None:
     sched = AwsSageMakerScheduler("torchx", client=object())
     cfg = {"role": ROLE, "instance_type": "ml.m5.large", **extra}
     with pytest.raises(specs.InvalidRunConfigException, match=message):
-        sched._validate(app(), "aws_sagemaker", cfg)
+        sched._pre_build_validate(app(), "aws_sagemaker", cfg)
+
+
+def test_an_argument_over_256_characters_is_refused() -> None:
+    sched = AwsSageMakerScheduler("torchx", client=object())
+    long_app = app()
+    long_app.roles[0].args = ["x" * 257]
+    with pytest.raises(specs.InvalidRunConfigException, match="over SageMaker's limit of 256"):
+        sched._validate(long_app, "aws_sagemaker", {})
 
 
 def test_stop_request_shape() -> None:
@@ -206,7 +224,7 @@ def test_create_describe_list_and_logs_in_moto(
             f"{registry.host}/sm/jobs@sha256:"
         )
         assert created["AlgorithmSpecification"]["ContainerArguments"][0].startswith(
-            ".torchx/cell-"
+            ".torchx-cell-"
         )
         assert (
             created["OutputDataConfig"]["S3OutputPath"] == "s3://sagemaker-us-west-2-123456789012/"
@@ -252,3 +270,88 @@ def test_create_describe_list_and_logs_in_moto(
         no_retry = boto3.client("sagemaker", config=Config(retries={"max_attempts": 1}))
         with pytest.raises(AwsError, match="cannot stop"):
             AwsSageMakerScheduler("torchx", client=no_retry)._cancel_existing(job_name)
+
+
+ALL_REDUCE = """import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} on {os.environ['SM_CURRENT_HOST']}"
+      f" sum {t.item()}")
+open("/opt/ml/model/rank-%d" % dist.get_rank(), "w").write(str(t.item()))
+"""
+
+
+def _python_mounts() -> tuple[dict[str, dict[str, str]], str]:
+    """This machine's Python (with torch) lent to the containers at the same paths, and the
+    PATH that finds it first."""
+    import sys
+
+    prefixes = sorted({sys.prefix, sys.base_prefix})
+    mounts = {p: {"bind": p, "mode": "ro"} for p in prefixes}
+    path = ":".join([*(f"{p}/bin" for p in prefixes), "/usr/local/bin", "/usr/bin", "/bin"])
+    return mounts, path
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["all_reduce", "failure"])
+def test_two_instance_ddp_cell_runs_as_sagemaker_starts_it(
+    fail: bool,
+    aws_env: MotoServer,
+    docker_env: DockerDaemon,
+    python_in_registry: str,
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torch")
+    mounts, path = _python_mounts()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "helper.py").write_text("VALUE = 'from the workspace'\n")
+    source = "import helper\nprint(helper.VALUE)\n" + ALL_REDUCE
+    if fail:
+        source += "raise SystemExit(7)\n"
+    app = cell(
+        source=source,
+        image=python_in_registry,
+        j="2x1",
+        env={"PATH": path, "GLOO_SOCKET_IFNAME": "lo", "LOGLEVEL": "WARNING"},
+    )
+    with get_runner() as runner:
+        info = runner.dryrun(
+            app,
+            "aws_sagemaker",
+            {
+                "role": ROLE,
+                "instance_type": "ml.m5.large",
+                "image_repo": f"{registry.host}/sm/ddp",
+                "builder": "registry",
+                "quiet": True,
+            },
+            workspace=str(ws),
+            build_workspace=True,
+        )
+    request = info.request.request
+    assert request["ResourceConfig"]["InstanceCount"] == 2
+    from tests.infra.sagemaker_runner import run_training_job
+
+    run = run_training_job(
+        docker_env.client(), request, tmp_path / "sm", extra_mounts=mounts, timeout=60
+    )
+    logs = "\n".join(i.logs for i in run.instances)
+    assert "from the workspace" in logs, logs
+    assert "rank 0 of 2 on algo-" in logs and "rank 1 of 2 on algo-" in logs, logs
+    assert logs.count("sum 3.0") == 2, logs
+    if fail:
+        assert run.status == "Failed"
+        # torchrun exits 1 when a worker fails; the worker's own code is in its report
+        assert re.fullmatch(
+            r"bash exited with code 1 on algo-[12] \(replica [01]\)\n", run.failure_reason
+        ), run
+        assert "exitcode: 7" in logs.replace("exitcode  :", "exitcode:"), logs
+    else:
+        assert run.status == "Completed", logs
+        assert {i.host for i in run.instances} == {"algo-1", "algo-2"}
+        assert sorted(p.name for p in (tmp_path / "sm").glob("algo-*/model/rank-*")) == [
+            "rank-0",
+            "rank-1",
+        ]

@@ -94,12 +94,13 @@ def torchrun_command(
         "--role",
         "",
     ]
-    if min_n == max_n:
-        rest += ["--node_rank", specs.macros.replica_id]
     if no_python:
         rest.append("--no-python")
-    rest += program
-    tail = " ".join(shlex.quote(c) for c in rest)
+    tail = " ".join(shlex.quote(c) for c in [*rest, *program])
+    if rdzv_backend == "static":
+        # only the static rendezvous needs the node's rank (as in TorchX); unquoted, so the
+        # shell expands a scheduler's rank variable (e.g. $AWS_BATCH_JOB_NODE_INDEX)
+        head += f" --node_rank {specs.macros.replica_id}"
     return f"{head} --rdzv_endpoint {endpoint} {tail}", min_n, max_n
 
 

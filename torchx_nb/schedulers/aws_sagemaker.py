@@ -67,13 +67,41 @@ STATES = {
     "InProgress": AppState.RUNNING,
     "Completed": AppState.SUCCEEDED,
     "Failed": AppState.FAILED,
-    "Stopping": AppState.CANCELLED,
+    "Stopping": AppState.RUNNING,
     "Stopped": AppState.CANCELLED,
 }
+# InProgress jobs whose SecondaryStatus says no instance runs the container yet
+WAITING = {
+    "Starting",
+    "Pending",
+    "LaunchingMLInstances",
+    "PreparingTrainingStack",
+    "Downloading",
+    "DownloadingTrainingImage",
+    "Restarting",
+}
+MAX_ARG = 256
+BOOT_ENV = "TORCHX_NB_SM_BOOT"
+# Run in the container before the role's program: the node's rank and the rendezvous host from
+# what SageMaker gives a container (SM_HOSTS/SM_CURRENT_HOST, else resourceconfig.json), and
+# on failure a reason in /opt/ml/output/failure, which SageMaker reports as FailureReason.
+BOOTSTRAP = r"""f=/opt/ml/input/config/resourceconfig.json
+if [ -z "$SM_HOSTS" ] && [ -r $f ]; then j=$(tr -d ' \t\r\n' <$f)
+SM_CURRENT_HOST=$(echo "$j"|sed -n 's/.*"current_host":"\([^"]*\)".*/\1/p')
+SM_HOSTS=$(echo "$j"|sed -n 's/.*"hosts":\(\[[^]]*\]\).*/\1/p'); fi
+i=0; for h in $(echo "$SM_HOSTS"|tr -d '[]"'|tr , ' '); do [ $i = 0 ] && TORCHX_RANK0_HOST=$h
+[ "$h" = "$SM_CURRENT_HOST" ] && TORCHX_REPLICA_ID=$i; i=$((i+1)); done
+export SM_HOSTS SM_CURRENT_HOST TORCHX_RANK0_HOST=${TORCHX_RANK0_HOST:-localhost} \
+TORCHX_REPLICA_ID=${TORCHX_REPLICA_ID:-0}
+"$@" & p=$!; trap 'kill -TERM $p' TERM INT; wait $p; rc=$?
+while kill -0 $p 2>/dev/null; do wait $p; rc=$?; done
+if [ $rc != 0 ]; then mkdir -p /opt/ml/output
+echo "$1 exited with code $rc on $SM_CURRENT_HOST (replica $TORCHX_REPLICA_ID)" >>/opt/ml/output/failure
+fi; exit $rc"""
 
 # name: (type, help, default)
 OPTIONS: list[tuple[str, Any, str, CfgVal]] = [
-    ("instance_count", int, "number of instances", 1),
+    ("instance_count", int, "number of instances (default: the role's replicas, -j N)", None),
     ("user", str, "user tagged on the job", None),
     ("keep_alive_period_in_seconds", int, "keep instances warm for this long (warm pools)", None),
     ("volume_size", int, "GB of storage per instance", 30),
@@ -150,6 +178,19 @@ def _opt_int(cfg: Mapping[str, CfgVal], key: str, default: int) -> int:
     return int(value) if isinstance(value, (int, float, str)) and value != "" else default
 
 
+def _boot_env() -> dict[str, str]:
+    """The bootstrap script in environment variables of at most 500 characters each
+    (SageMaker's limit on a value is 512; each entrypoint item may hold only 256)."""
+    size = 500
+    chunks = [BOOTSTRAP[i : i + size] for i in range(0, len(BOOTSTRAP), size)]
+    return {f"{BOOT_ENV}_{i}": c for i, c in enumerate(chunks)}
+
+
+def _boot_entrypoint(program: str) -> list[str]:
+    names = "".join(f"${{{k}}}" for k in _boot_env())
+    return ["/bin/sh", "-c", f'eval "{names}"', "torchx-nb", program]
+
+
 def _job_name(prefix: str) -> str:
     base = re.sub(r"[^A-Za-z0-9-]", "-", prefix).strip("-")[:46] or "job"
     return make_unique(base)[:63]
@@ -169,21 +210,59 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
         region: str | None = None,
     ) -> None:
         super().__init__("aws_sagemaker", session_name)
-        self._init_clients(client, log_client, region)
+        self._init_clients(client, log_client, region or _default_region())
         self._sts = sts_client
+        self._iam: Any = None
+        self._roles: dict[str, str] = {}
+
+    def _sts_client(self) -> Any:
+        if self._sts is None:
+            self._sts = boto_client("sts", self._region)
+        return self._sts
+
+    def _iam_client(self) -> Any:
+        if self._iam is None:
+            self._iam = boto_client("iam", self._region)
+        return self._iam
+
+    def _account(self) -> str:
+        return str(
+            call("cannot find the AWS account", self._sts_client().get_caller_identity)["Account"]
+        )
+
+    def role_arn(self, role: CfgVal) -> str:
+        """The ARN of ``role`` (a name or an ARN), or the Studio execution role when none is
+        given; looked up once per scheduler."""
+        from torchx_nb.schedulers import sagemaker_studio as studio
+
+        key = str(role or "")
+        if key not in self._roles:
+            if key.strip():
+                self._roles[key] = studio.resolve_role(key, self._sts_client, self._iam_client)
+            else:
+                self._roles[key] = studio.execution_role(
+                    self.client, self._sts_client, self._iam_client
+                )
+        return self._roles[key]
 
     def _run_opts(self) -> runopts:
         opts = runopts()
-        opts.add("role", type_=str, required=True, help="IAM role ARN the job runs as")
+        opts.add(
+            "role",
+            type_=str,
+            help="IAM role (name or ARN) the job runs as (default: the SageMaker Studio or"
+            " notebook instance execution role)",
+        )
         opts.add("instance_type", type_=str, required=True, help="e.g. ml.g5.xlarge")
         for name, type_, help_text, default in OPTIONS:
             opts.add(name, type_=type_, help=help_text, default=default)
         return opts
 
-    def _validate(
+    def _pre_build_validate(
         self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
     ) -> None:
-        """SageMaker runs one role; node count and type come from instance_count/_type."""
+        """Every option checked, and the role resolved to an ARN, before anything is built or
+        pushed. SageMaker runs one role; the node count comes from the role or instance_count."""
         cfg = cfg or {}
         if len(app.roles) != 1:
             raise InvalidRunConfigException(
@@ -202,22 +281,49 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
             raise InvalidRunConfigException(
                 "subnets and security_group_ids go together: give both or neither", "subnets"
             )
-        if not str(cfg.get("role", "")).startswith("arn:"):
+        itype = str(cfg.get("instance_type") or "")
+        if not re.fullmatch(r"ml\.[a-z0-9-]+\.[a-z0-9-]+", itype):
             raise InvalidRunConfigException(
-                f"role {cfg.get('role')!r} is not an IAM role ARN: use"
-                " arn:aws:iam::ACCOUNT:role/NAME",
-                "role",
+                f"instance_type {itype[:60]!r} is not a SageMaker instance type: use e.g."
+                " -cfg instance_type=ml.m5.large",
+                "instance_type",
             )
+        count = cfg.get("instance_count")
+        if count is not None and (not isinstance(count, int) or count < 1):
+            raise InvalidRunConfigException(
+                f"instance_count must be 1 or more, got {count!r}", "instance_count"
+            )
+        arn = self.role_arn(cfg.get("role"))
+        if isinstance(cfg, dict):
+            cfg["role"] = arn
+
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> None:
+        """Arguments SageMaker would refuse (each at most 256 characters)."""
+        for arg in [app.roles[0].entrypoint, *app.roles[0].args] if app.roles else []:
+            if len(arg) > MAX_ARG:
+                raise InvalidRunConfigException(
+                    f"an argument of {len(arg)} characters is over SageMaker's limit of"
+                    f" {MAX_ARG} ({arg[:40]!r}…): put long text in a file in the workspace",
+                    "args",
+                )
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[TrainingJob]:
         name = _job_name(str(cfg.get("base_job_name") or app.name))
+        given = cfg.get("instance_count")
+        count = int(given) if isinstance(given, int) else max(app.roles[0].num_replicas, 1)
         role = macros.Values(
-            img_root="", app_id=name, replica_id="0", rank0_env="SM_MASTER_ADDR"
+            img_root="",
+            app_id=name,
+            replica_id="$TORCHX_REPLICA_ID" if count > 1 else "0",
+            rank0_env="TORCHX_RANK0_HOST",
         ).apply(app.roles[0])
         env = {
             **_opt_dict(cfg, "environment"),
             **role.env,
             "TORCHX_JOB_ID": make_app_handle("aws_sagemaker", self.session_name, name),
+            **_boot_env(),
         }
         hyper = {k: str(v) for k, v in _opt_dict(cfg, "hyperparameters").items()}
         if cfg.get("container_log_level") is not None:
@@ -225,9 +331,10 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
         algo: dict[str, Any] = {
             "TrainingImage": role.image,
             "TrainingInputMode": str(cfg.get("input_mode") or "File"),
-            "ContainerEntrypoint": [role.entrypoint],
-            "ContainerArguments": list(role.args),
+            "ContainerEntrypoint": _boot_entrypoint(role.entrypoint),
         }
+        if role.args:
+            algo["ContainerArguments"] = list(role.args)
         if cfg.get("metric_definitions"):
             algo["MetricDefinitions"] = [
                 {"Name": k, "Regex": v} for k, v in _opt_dict(cfg, "metric_definitions").items()
@@ -247,7 +354,7 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
             algo["TrainingImageConfig"] = image_cfg
         resource: dict[str, Any] = {
             "InstanceType": cfg["instance_type"],
-            "InstanceCount": _opt_int(cfg, "instance_count", 1),
+            "InstanceCount": count,
             "VolumeSizeInGB": _opt_int(cfg, "volume_size", 30),
         }
         if cfg.get("volume_kms_key"):
@@ -273,7 +380,7 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
         req: dict[str, Any] = {
             "TrainingJobName": name,
             "AlgorithmSpecification": algo,
-            "RoleArn": cfg["role"],
+            "RoleArn": self.role_arn(cfg.get("role")),
             "ResourceConfig": resource,
             "OutputDataConfig": output_cfg,
             "StoppingCondition": stopping,
@@ -321,11 +428,38 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
         return AppDryRunInfo(TrainingJob(name, req), _fmt)
 
     def _default_output(self) -> str:
-        sts = self._sts or boto_client("sts", self._region)
-        account = call(
-            "cannot find the AWS account for the default output_path", sts.get_caller_identity
-        )["Account"]
-        return DEFAULT_OUTPUT.format(region=self.client.meta.region_name, account=account)
+        """``s3://sagemaker-REGION-ACCOUNT/``, the bucket created if missing (as Studio's SDK)."""
+        from torchx_nb.schedulers.sagemaker_studio import default_bucket
+
+        s3 = boto_client("s3", self._region)
+        bucket = default_bucket(s3, self.client.meta.region_name, self._account())
+        return f"s3://{bucket}/"
+
+    def _default_image_repo(self, create: bool) -> str:
+        from torchx_nb.schedulers.sagemaker_studio import (
+            DEFAULT_IMAGE_REPO_NAME,
+            default_image_repo,
+        )
+
+        region = self.client.meta.region_name
+        if create:
+            return default_image_repo(boto_client("ecr", self._region), region, self._account())
+        return f"{self._account()}.dkr.ecr.{region}.amazonaws.com/{DEFAULT_IMAGE_REPO_NAME}"
+
+    def plan_workspace_and_update_role(
+        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    ) -> None:
+        if not cfg.get("image_repo"):
+            cfg = {**cfg, "image_repo": self._default_image_repo(create=False)}
+        super().plan_workspace_and_update_role(role, workspace, cfg)
+
+    def build_workspace_and_update_role(
+        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    ) -> None:
+        """With no image_repo, images go to the account's ECR repository ``torchx-nb``."""
+        if not cfg.get("image_repo"):
+            cfg = {**cfg, "image_repo": self._default_image_repo(create=True)}
+        super().build_workspace_and_update_role(role, workspace, cfg)
 
     def schedule(self, dryrun_info: AppDryRunInfo[TrainingJob]) -> str:
         job = dryrun_info.request
@@ -349,17 +483,25 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
 
             raise aws_error(e, f"cannot describe {app_id}") from None
         state = STATES.get(job.get("TrainingJobStatus", ""), AppState.UNKNOWN)
+        secondary = str(job.get("SecondaryStatus") or "")
+        if state == AppState.RUNNING and secondary in WAITING:
+            state = AppState.PENDING
         algo = job.get("AlgorithmSpecification", {})
         res = job.get("ResourceConfig", {})
         count = int(res.get("InstanceCount", 1))
-        entry = algo.get("ContainerEntrypoint") or [""]
+        entry = list(algo.get("ContainerEntrypoint") or [""])
+        if entry[:2] == ["/bin/sh", "-c"] and len(entry) == 5 and entry[3] == "torchx-nb":
+            entry = entry[4:]
+        env = {
+            k: v for k, v in (job.get("Environment") or {}).items() if not k.startswith(BOOT_ENV)
+        }
         role = Role(
             name="sagemaker",
             image=algo.get("TrainingImage", ""),
             entrypoint=entry[0],
             args=[*entry[1:], *algo.get("ContainerArguments", [])],
             num_replicas=count,
-            env=dict(job.get("Environment") or {}),
+            env=env,
             resource=Resource(-1, -1, -1),
         )
         region = self.client.meta.region_name
@@ -381,8 +523,8 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
             started=_epoch(job.get("TrainingStartTime")),
             ended=_epoch(job.get("TrainingEndTime")) if is_terminal(state) else None,
         )
-        if job.get("FailureReason"):
-            resp.msg = str(job["FailureReason"])
+        reason = str(job.get("FailureReason") or "")
+        resp.msg = f"{secondary}: {reason}" if secondary and reason else reason or secondary
         return resp
 
     def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
@@ -477,6 +619,17 @@ def create_scheduler(
     return AwsSageMakerScheduler(
         session_name, client=client, log_client=log_client, sts_client=sts_client, region=region
     )
+
+
+def _default_region() -> str | None:
+    """None where boto3 finds a region itself; else the Studio app's region."""
+    import boto3
+
+    if boto3.session.Session().region_name:
+        return None
+    from torchx_nb.schedulers.sagemaker_studio import region
+
+    return region()
 
 
 def _epoch(value: Any) -> float | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from torchx_nb.specs.api import CfgVal, Role, runopts
 
-CELL_DIR = ".torchx"
+CELL_PREFIX = ".torchx-cell-"
 
 
 class WorkspaceMixin:
@@ -51,7 +51,7 @@ class WorkspaceMixin:
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
     ) -> None:
         """What ``build_workspace_and_update_role`` will do to ``role``, without building or
-        pushing: the cell becomes ``.torchx/cell-<sha>.py`` and the image names the patched
+        pushing: the cell becomes ``.torchx-cell-<sha>.py`` and the image names the patched
         image to be pushed (its digest is known only after the push). For dry runs."""
         from torchx_nb.components.cell import run_as_script
 
@@ -111,7 +111,9 @@ def _cell_script(role: Role) -> tuple[str | None, dict[str, bytes]]:
     if source is None:
         return None, {}
     sha = hashlib.sha256(source.encode()).hexdigest()[:12]
-    script = f"{CELL_DIR}/cell-{sha}.py"
+    # at the workspace root, so the cell imports the notebook folder's modules as it does in
+    # the kernel (Python puts the script's own folder first on sys.path)
+    script = f"{CELL_PREFIX}{sha}.py"
     return script, {script: source.encode()}
 
 
