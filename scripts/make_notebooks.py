@@ -218,35 +218,35 @@ print("node of", os.environ["TORCHX_ROLE_NAME"], "params", json.load(open("param
 NOTEBOOKS["aws_sagemaker.ipynb"] = [
     (
         "md",
-        """# A cell as a SageMaker training job
+        """# A cell as a SageMaker training job, from SageMaker Studio
 
-boto3's `create_training_job` runs the patched image (workspace + cell) on `instance_type`;
-every option of TorchX's SageMaker scheduler is accepted (`%torchx runopts aws_sagemaker`).
-No SageMaker Python SDK is needed.""",
+In a Studio notebook nothing needs configuring: the execution role (of your space, user profile
+or domain), the region and the default bucket are found the way Studio's own tools find them,
+and the notebook's folder and the cell are patched onto the image without a Docker daemon and
+pushed to the account's ECR repository `torchx-nb`. Only `instance_type` is yours to choose.
+Secrets in the home folder (`.aws/`, `.ssh/`, tokens, histories) never ship.""",
         [],
     ),
     (
         "code",
         """import os
-ROLE = os.environ.get("TORCHX_NB_EXAMPLE_ROLE", "arn:aws:iam::ACCOUNT:role/SageMakerRole")
-IMAGE = os.environ.get("TORCHX_NB_EXAMPLE_IMAGE", "REGISTRY/base:3.11")
-REPO = os.environ.get("TORCHX_NB_EXAMPLE_REPO", "REGISTRY/jobs")
 %load_ext torchx_nb
-%config TorchxMagics.image = IMAGE
-%config TorchxMagics.cfg = {"aws_sagemaker": {"role": ROLE, "instance_type": "ml.g5.xlarge", "image_repo": REPO, "builder": "registry", "quiet": True}}""",
+%config TorchxMagics.image = os.environ.get("TORCHX_NB_EXAMPLE_IMAGE", "ACCOUNT.dkr.ecr.REGION.amazonaws.com/pytorch:2")
+if os.environ.get("TORCHX_NB_EXAMPLE_REPO"):  # outside Studio: your own registry
+    %config TorchxMagics.cfg = {"aws_sagemaker": {"image_repo": os.environ["TORCHX_NB_EXAMPLE_REPO"], "quiet": True}}""",
         [],
     ),
     (
         "code",
-        """%%torchx run -s aws_sagemaker --dryrun -cfg use_spot_instances=true,max_wait=7200
-print("dry run: the exact CreateTrainingJob request")""",
+        """%%torchx run -s aws_sagemaker --dryrun -j 2x1 -cfg instance_type=ml.m5.large
+print("dry run: the exact CreateTrainingJob request, with the role Studio gives")""",
         [],
     ),
     (
         "code",
-        """%%torchx run -s aws_sagemaker -o job
-import torch
-print(torch.cuda.is_available())""",
+        """%%torchx run -s aws_sagemaker -cfg instance_type=ml.m5.large -o job
+import socket
+print("hello from", socket.gethostname())""",
         [],
     ),
     ("code", "print(job.status().state)", []),
