@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.dockerd import DockerDaemon, Registry
+from tests.infra.dockerd import DockerDaemon, Registry, free_port
 from tests.infra.moto import MotoServer
 from torchx_nb import specs
 from torchx_nb.components.cell import cell
@@ -314,6 +314,7 @@ def test_two_instance_ddp_cell_runs_as_sagemaker_starts_it(
         source=source,
         image=python_in_registry,
         j="2x1",
+        rdzv_port=free_port(),  # host networking: another test run may use the default
         env={"PATH": path, "GLOO_SOCKET_IFNAME": "lo", "LOGLEVEL": "WARNING"},
     )
     with get_runner() as runner:
