@@ -15,6 +15,14 @@ class AwsError(TorchxNbError):
     """An AWS call failed in a way the user can fix."""
 
 
+def error_code(e: BaseException) -> str:
+    """The AWS error code of a botocore ClientError (``NoSuchEntity``, ``404``…), else ""."""
+    response = getattr(e, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    return str(response.get("Error", {}).get("Code", ""))
+
+
 def aws_error(e: BaseException, what: str) -> TorchxNbError:
     """One line for the usual AWS failures: no credentials, no region, refused, throttled."""
     name = type(e).__name__
@@ -33,8 +41,8 @@ def aws_error(e: BaseException, what: str) -> TorchxNbError:
         )
     response = getattr(e, "response", None)
     if isinstance(response, dict):
-        err = response.get("Error", {})
-        code, msg = err.get("Code", name), err.get("Message", str(e))
+        code = error_code(e) or name
+        msg = response.get("Error", {}).get("Message", str(e))
         if code in ("ThrottlingException", "TooManyRequestsException"):
             return AwsError(
                 f"{what}: AWS is throttling requests even after retries; try again later"

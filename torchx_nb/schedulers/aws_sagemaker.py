@@ -214,6 +214,7 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
         self._sts = sts_client
         self._iam: Any = None
         self._roles: dict[str, str] = {}
+        self._account_id: str | None = None
 
     def _sts_client(self) -> Any:
         if self._sts is None:
@@ -226,9 +227,12 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
         return self._iam
 
     def _account(self) -> str:
-        return str(
-            call("cannot find the AWS account", self._sts_client().get_caller_identity)["Account"]
-        )
+        """The caller's account, asked of STS once per scheduler (bucket and image repo both
+        need it at submit)."""
+        if self._account_id is None:
+            identity = call("cannot find the AWS account", self._sts_client().get_caller_identity)
+            self._account_id = str(identity["Account"])
+        return self._account_id
 
     def role_arn(self, role: CfgVal) -> str:
         """The ARN of ``role`` (a name or an ARN), or the Studio execution role when none is
@@ -436,15 +440,12 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
         return f"s3://{bucket}/"
 
     def _default_image_repo(self, create: bool) -> str:
-        from torchx_nb.schedulers.sagemaker_studio import (
-            DEFAULT_IMAGE_REPO_NAME,
-            default_image_repo,
-        )
+        from torchx_nb.schedulers.sagemaker_studio import default_image_repo, image_repo_uri
 
         region = self.client.meta.region_name
         if create:
             return default_image_repo(boto_client("ecr", self._region), region, self._account())
-        return f"{self._account()}.dkr.ecr.{region}.amazonaws.com/{DEFAULT_IMAGE_REPO_NAME}"
+        return image_repo_uri(region, self._account())
 
     def plan_workspace_and_update_role(
         self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torchx_nb.schedulers.aws_common import AwsError, aws_error, call
+from torchx_nb.schedulers.aws_common import AwsError, aws_error, call, error_code
 from torchx_nb.specs.api import InvalidRunConfigException
 
 METADATA_FILE = "/opt/ml/metadata/resource-metadata.json"
@@ -39,11 +39,6 @@ def region() -> str | None:
     arn = str(metadata().get("ResourceArn") or "")
     parts = arn.split(":")
     return parts[3] if len(parts) > 4 and parts[2] == "sagemaker" and parts[3] else None
-
-
-def _error_code(e: BaseException) -> str:
-    response = getattr(e, "response", None) or {}
-    return str(response.get("Error", {}).get("Code", ""))
 
 
 def execution_role(sagemaker: Any, sts: Callable[[], Any], iam: Callable[[], Any]) -> str:
@@ -84,7 +79,7 @@ def execution_role(sagemaker: Any, sts: Callable[[], Any], iam: Callable[[], Any
     except AwsError:
         raise
     except Exception as e:
-        if "AccessDenied" not in _error_code(e) + type(e).__name__:
+        if "AccessDenied" not in error_code(e) + type(e).__name__:
             raise aws_error(e, "cannot read the Studio domain for its execution role") from None
     identity = call("cannot find who is calling AWS", sts().get_caller_identity)
     m = _ASSUMED_ROLE.match(str(identity.get("Arn", "")))
@@ -118,7 +113,7 @@ def resolve_role(role: str, sts: Callable[[], Any], iam: Callable[[], Any]) -> s
     try:
         return str(iam().get_role(RoleName=role)["Role"]["Arn"])
     except Exception as e:
-        code = _error_code(e) + type(e).__name__
+        code = error_code(e) + type(e).__name__
         if "NoSuchEntity" in code:
             account = _account(sts)
             raise InvalidRunConfigException(
@@ -149,7 +144,7 @@ def default_bucket(s3: Any, region_name: str, account: str) -> str:
         s3.head_bucket(Bucket=bucket)
         return bucket
     except Exception as e:
-        if _error_code(e) not in ("404", "NoSuchBucket", "NotFound"):
+        if error_code(e) not in ("404", "NoSuchBucket", "NotFound"):
             raise aws_error(e, f"cannot read the default bucket {bucket}") from None
     args: dict[str, Any] = {"Bucket": bucket}
     if region_name != "us-east-1":
@@ -158,16 +153,21 @@ def default_bucket(s3: Any, region_name: str, account: str) -> str:
     return bucket
 
 
+def image_repo_uri(region_name: str, account: str) -> str:
+    """The account's ECR repository for patched images (``torchx-nb``)."""
+    return f"{account}.dkr.ecr.{region_name}.amazonaws.com/{DEFAULT_IMAGE_REPO_NAME}"
+
+
 def default_image_repo(ecr: Any, region_name: str, account: str) -> str:
     """The account's ECR repository for patched images (``torchx-nb``), created if missing."""
     try:
         ecr.describe_repositories(repositoryNames=[DEFAULT_IMAGE_REPO_NAME])
     except Exception as e:
-        if "RepositoryNotFound" not in _error_code(e) + type(e).__name__:
+        if "RepositoryNotFound" not in error_code(e) + type(e).__name__:
             raise aws_error(e, "cannot read the ECR repository for images") from None
         call(
             f"cannot create the ECR repository {DEFAULT_IMAGE_REPO_NAME}",
             ecr.create_repository,
             repositoryName=DEFAULT_IMAGE_REPO_NAME,
         )
-    return f"{account}.dkr.ecr.{region_name}.amazonaws.com/{DEFAULT_IMAGE_REPO_NAME}"
+    return image_repo_uri(region_name, account)
