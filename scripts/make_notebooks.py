@@ -253,6 +253,68 @@ print("hello from", socket.gethostname())""",
     ("code", "%torchx list -s aws_sagemaker", []),
 ]
 
+NOTEBOOKS["slurm.ipynb"] = [
+    (
+        "md",
+        """# Cells on a Slurm cluster
+
+Run this notebook on a login node (or in Open OnDemand's JupyterLab): each `%%torchx run -s slurm`
+cell becomes a heterogeneous batch job, one component per replica, and runs this kernel's Python
+on the nodes. With `job_dir` the notebook's folder (secrets left out) and the cell are copied into
+a new job folder on the shared filesystem; without it the job runs in this folder. The status and
+log widgets follow the job; `%torchx list -s slurm` reads `sacct`.""",
+        [],
+    ),
+    (
+        "code",
+        """import os
+from pathlib import Path
+JOBS = Path(os.environ.get("TORCHX_NB_EXAMPLE_JOB_DIR", "~/torchx-jobs")).expanduser()
+JOBS.mkdir(parents=True, exist_ok=True)
+%load_ext torchx_nb
+%config TorchxMagics.cfg = {"slurm": {"job_dir": str(JOBS), "time": "10"}}
+Path("settings.py").write_text("WORLD = 'slurm'\\n")""",
+        [],
+    ),
+    ("code", "%torchx runopts slurm", []),
+    (
+        "code",
+        """%%torchx run -s slurm -o hello --wait
+import os
+from settings import WORLD
+print("hello", WORLD, "from node", os.environ["SLURMD_NODENAME"], "job", os.environ["SLURM_JOB_ID"])""",
+        [],
+    ),
+    (
+        "md",
+        """## Two nodes under torchrun
+
+`-j 2x1` asks for two nodes with one process each; rank 0's node comes from
+`SLURM_JOB_NODELIST_HET_GROUP_0`. Without `--wait` the kernel stays free and the widgets update
+by themselves.""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -s slurm -j 2x1 -o ddp
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}: all_reduce sum {t.item()}")
+dist.destroy_process_group()""",
+        [],
+    ),
+    (
+        "code",
+        """print(ddp.wait().state)
+for k in range(2):
+    print(f"node {k}:", ddp.logs(k=k), end="")""",
+        [],
+    ),
+    ("code", "%torchx list -s slurm", []),
+]
+
 
 def build(cells: list[tuple[str, str, list[str]]]) -> nbformat.NotebookNode:
     nb = new_notebook()

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the real-Docker tests need (dockerd, a registry, busybox for a
-# base image, debootstrap for a Python base image) and the real-browser tests need (chromium).
+# base image, debootstrap for a Python base image), the real-browser tests need (chromium) and
+# the Slurm tests need (controller, node daemon, client commands, slurmdbd with MariaDB for sacct).
 # Idempotent; does nothing when all are there.
-# The registry package's own service is never started: tests run their own on 127.0.0.1.
+# No package's own service is started (registry, MariaDB, munge, Slurm): tests run their own,
+# privately, on 127.0.0.1.
 set -euo pipefail
 need=()
-for pkg in docker.io docker-registry busybox-static debootstrap chromium; do
+for pkg in docker.io docker-registry busybox-static debootstrap chromium \
+  slurmctld slurmd slurm-client slurmdbd mariadb-server; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -eq 0 ]; then
@@ -16,7 +19,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 echo "install-debian-packages: installing ${need[*]}" >&2
-# Keep package scripts from starting services (dockerd, the registry) during the install.
+# Keep package scripts from starting services (dockerd, the registry, MariaDB...) during the install.
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
 chmod +x /usr/sbin/policy-rc.d
 trap 'rm -f /usr/sbin/policy-rc.d' EXIT

@@ -18,6 +18,7 @@ from tests.infra.dockerd import (
     start_registry,
 )
 from tests.infra.moto import MotoServer, moto_available, start_moto
+from tests.infra.slurm import SlurmCluster, slurm_available
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -109,3 +110,33 @@ def docker_env(dockerd: DockerDaemon, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Point DOCKER_HOST (this process and subprocesses, kernels included) at our daemon."""
     monkeypatch.setenv("DOCKER_HOST", dockerd.base_url)
     return dockerd
+
+
+def _start_slurm(root: Any, accounting: bool) -> SlurmCluster:
+    reason = slurm_available()
+    if reason:
+        missing(reason)
+    return SlurmCluster(root, accounting=accounting).start()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A private Slurm cluster (controller, two nodes, slurmdbd with MariaDB) on 127.0.0.1."""
+    cluster = _start_slurm(tmp_path_factory.mktemp("slurm"), accounting=True)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster_noacct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A second cluster with accounting off (no slurmdbd: sacct has no data)."""
+    cluster = _start_slurm(tmp_path_factory.mktemp("slurm-noacct"), accounting=False)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
+    """SLURM_CONF for this process and its children (the CLI, kernels) names our cluster."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    return slurm_cluster

@@ -16,6 +16,7 @@ DEFAULT_SCHEDULER_MODULES: dict[str, str] = {
     "local_docker": "torchx_nb.schedulers.local_docker",
     "aws_batch": "torchx_nb.schedulers.aws_batch",
     "aws_sagemaker": "torchx_nb.schedulers.aws_sagemaker",
+    "slurm": "torchx_nb.schedulers.slurm",
 }
 
 

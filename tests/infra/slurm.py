@@ -1,0 +1,218 @@
+"""A private Slurm cluster on 127.0.0.1 for the tests: MariaDB and slurmdbd (so ``sacct`` works),
+one slurmctld and two slurmd nodes, all from Debian's packages, with their own config, ports,
+state and logs under a temporary folder, so two test runs on one machine do not meet.
+
+Where it differs from a real cluster: both nodes are this machine (two ``slurmd -N`` on one host),
+their names are loopback addresses (``127.0.0.1``, ``127.0.0.2``) so the rank-0 host a job reads
+from ``SLURM_JOB_NODELIST_HET_GROUP_0`` resolves without /etc/hosts, authentication is
+``auth/none`` (no munge), and jobs run as the test's user (root here)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.infra.dockerd import _stop, _wait, free_port
+
+NODES = ("127.0.0.1", "127.0.0.2")
+PACKAGES = ("slurmctld", "slurmd", "sbatch", "slurmdbd", "mariadbd", "mariadb-install-db")
+
+
+def slurm_available() -> str | None:
+    """None when the daemons are installed and we may run them, else why not."""
+    for exe in PACKAGES:
+        if shutil.which(exe) is None and not Path(f"/usr/sbin/{exe}").exists():
+            return f"{exe} is not installed: run scripts/infra/install-debian-packages.sh"
+    if os.geteuid() != 0:
+        return "slurmd needs root here"
+    return None
+
+
+def _exe(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+@dataclass
+class SlurmCluster:
+    root: Path
+    accounting: bool = True
+    # CPUs per node; more than the machine has (benchmarks: many running jobs) is allowed
+    cpus: int = 2
+    conf: Path = field(init=False)
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def _spawn(self, argv: list[str], log: str) -> subprocess.Popen[bytes]:
+        out = open(self.root / log, "ab")  # noqa: SIM115 - the daemon owns it
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
+        out.close()
+        self.procs.append(proc)
+        return proc
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(argv), env=self.env, capture_output=True, text=True, timeout=60, check=check
+        )
+
+    def start(self) -> SlurmCluster:
+        r = self.root
+        for d in ("state", "spool", "db", "log"):
+            (r / d).mkdir(parents=True, exist_ok=True)
+        self.conf = r / "slurm.conf"
+        ctld, dbd, db = free_port(), free_port(), free_port()
+        lines = [
+            f"ClusterName=c{os.getpid() % 100000}",
+            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldPort={ctld}",
+            "AuthType=auth/none",
+            "CredType=cred/none",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"StateSaveLocation={r}/state",
+            f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmctldPidFile={r}/slurmctld.pid",
+            f"SlurmdPidFile={r}/slurmd-%n.pid",
+            f"SlurmctldLogFile={r}/log/slurmctld.log",
+            f"SlurmdLogFile={r}/log/slurmd-%n.log",
+            "ProctrackType=proctrack/pgid",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "MinJobAge=30",
+            "SchedulerParameters=bf_interval=1,sched_interval=1",
+            "DefMemPerCPU=100",
+            "KillWait=5",
+            "JobRequeue=1",
+            "SlurmdParameters=config_overrides",
+        ]
+        if self.accounting:
+            lines += [
+                "AccountingStorageType=accounting_storage/slurmdbd",
+                "AccountingStorageHost=localhost",
+                f"AccountingStoragePort={dbd}",
+            ]
+        else:
+            lines.append("AccountingStorageType=accounting_storage/none")
+        for node in NODES:
+            lines.append(
+                f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1"
+                f" Port={free_port()} CPUs={self.cpus} RealMemory=2000"
+            )
+        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        self.conf.write_text("\n".join(lines) + "\n")
+        if self.accounting:
+            self._start_accounting(dbd, db)
+        self._spawn([_exe("slurmctld"), "-D", "-i", "-f", str(self.conf)], "slurmctld.out")
+        _wait(
+            lambda: self.run("scontrol", "ping", check=False).returncode == 0,
+            60,
+            "slurmctld",
+            r / "log" / "slurmctld.log",
+        )
+        for node in NODES:
+            self._spawn(
+                [_exe("slurmd"), "-D", "-N", node, "-f", str(self.conf)], f"slurmd-{node}.out"
+            )
+        _wait(self._nodes_idle, 60, "slurmd", r / "log" / f"slurmd-{NODES[0]}.log")
+        return self
+
+    def _nodes_idle(self) -> bool:
+        out = self.run("sinfo", "-h", "-N", "-o", "%N %t", check=False).stdout.split("\n")
+        states = [line.split()[1] for line in out if line.strip()]
+        return len(states) == len(NODES) and all(s.startswith("idle") for s in states)
+
+    def _start_accounting(self, dbd: int, db: int) -> None:
+        r = self.root
+        datadir = r / "db"
+        subprocess.run(
+            [
+                "mariadb-install-db",
+                "--user=root",
+                f"--datadir={datadir}",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        self._spawn(
+            [
+                _exe("mariadbd"),
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={datadir}",
+                f"--socket={r}/mysql.sock",
+                f"--pid-file={r}/mysql.pid",
+                f"--port={db}",
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--innodb-buffer-pool-size=32M",
+            ],
+            "mariadb.out",
+        )
+        dbconf = r / "slurmdbd.conf"
+        dbconf.write_text(
+            "\n".join(
+                [
+                    "AuthType=auth/none",
+                    "DbdHost=localhost",
+                    "DbdAddr=127.0.0.1",
+                    f"DbdPort={dbd}",
+                    "SlurmUser=root",
+                    f"LogFile={r}/log/slurmdbd.log",
+                    f"PidFile={r}/slurmdbd.pid",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=127.0.0.1",
+                    f"StoragePort={db}",
+                    "StorageUser=root",
+                    "StorageLoc=slurm_acct_db",
+                ]
+            )
+            + "\n"
+        )
+        dbconf.chmod(0o600)
+        _wait(lambda: (r / "mysql.sock").exists(), 60, "mariadb", r / "mariadb.out")
+        # slurmdbd reads slurmdbd.conf from the folder of $SLURM_CONF
+        self._spawn([_exe("slurmdbd"), "-D", "-s"], "slurmdbd.out")
+        _wait(
+            lambda: self.run("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0,
+            60,
+            "slurmdbd",
+            r / "log" / "slurmdbd.log",
+        )
+        cluster = f"c{os.getpid() % 100000}"
+        self.run("sacctmgr", "-i", "add", "cluster", cluster)
+        self.run("sacctmgr", "-i", "add", "account", "research", f"cluster={cluster}")
+        self.run("sacctmgr", "-i", "add", "user", "root", "account=research", f"cluster={cluster}")
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            _stop(proc, grace=10)
+        self.procs.clear()
+
+
+def wait_state(cluster: SlurmCluster, job_id: str, states: set[str], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        out = cluster.run("scontrol", "show", "job", job_id, check=False).stdout
+        for word in out.split():
+            if word.startswith("JobState="):
+                state = word.split("=", 1)[1]
+        if state in states:
+            return state
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} stayed {state}")

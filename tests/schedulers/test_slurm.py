@@ -1,0 +1,409 @@
+"""The slurm backend against a real private cluster (slurmctld, two slurmd, slurmdbd with
+MariaDB; tests/infra/slurm.py), plus the request's shape and both generations' JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, cli, wait_for
+from tests.infra.slurm import SlurmCluster
+from torchx_nb import specs
+from torchx_nb.runner import get_runner
+from torchx_nb.schedulers.api import ListAppResponse, Stream
+from torchx_nb.schedulers.slurm import SlurmScheduler, _memory_allowed
+from torchx_nb.schedulers.slurm_json import combined_state, parse_jobs
+from torchx_nb.specs.api import AppState, AppStatus
+
+FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
+
+
+def _role(name: str, *args: str, replicas: int = 1, **kw: object) -> specs.Role:
+    return specs.Role(
+        name=name,
+        image="",
+        entrypoint="bash",
+        args=["-c", *args],
+        num_replicas=replicas,
+        resource=specs.Resource(cpu=1, gpu=0, memMB=200),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _script(app: specs.AppDef, **cfg: object) -> str:
+    info = SlurmScheduler("torchx").submit_dryrun(app, cfg)  # type: ignore[arg-type]
+    return info.request.materialize()
+
+
+# ---- the request ------------------------------------------------------------------------
+
+
+def test_script_has_torchx_shape_and_our_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no sinfo: memory is requested, as in TorchX
+    app = specs.AppDef(
+        "two",
+        roles=[
+            _role("a", "echo a", replicas=2, env={"X": "1,2", "Y": "it's"}, max_retries=3),
+            _role("b", "echo $$${rank0_env} ${replica_id} ${app_id} $${app_id}", max_retries=1),
+        ],
+    )
+    app.roles[1].resource = specs.Resource(cpu=2, gpu=1, memMB=300)
+    text = _script(
+        app,
+        partition="debug",
+        time="10",
+        qos="high",
+        account="lab",
+        exclusive=True,
+        nodelist="n1,n2,n3",
+        exclude="n9",
+        comment="c",
+    )
+    head, _, body = text.partition("\nset -evx\n")
+    sbatch = [ln for ln in head.splitlines() if ln.startswith("#SBATCH")]
+    assert sbatch == [
+        "#SBATCH --job-name=a-0 --requeue --partition=debug --time=10 --qos=high --account=lab"
+        " --ntasks-per-node=1 --cpus-per-task=1 --mem=200 --exclusive --nodelist=n1 --exclude=n9",
+        "#SBATCH hetjob",
+        "#SBATCH --job-name=a-1 --requeue --partition=debug --time=10 --qos=high --account=lab"
+        " --ntasks-per-node=1 --cpus-per-task=1 --mem=200 --exclusive --nodelist=n2 --exclude=n9",
+        "#SBATCH hetjob",
+        "#SBATCH --job-name=b-0 --requeue --partition=debug --time=10 --qos=high --account=lab"
+        " --ntasks-per-node=1 --cpus-per-task=2 --mem=300 --gpus-per-task=1 --exclusive"
+        " --nodelist=n3 --exclude=n9",
+    ]
+    assert "# Run with: sbatch --parsable --comment=c\n" in head
+    assert "export TORCHX_MAX_RETRIES=1\n" in body
+    srun = body.split("srun ", 1)[1].split("\nexitcode=$?")[0]
+    groups = srun.split(" : \\\n    ")
+    assert len(groups) == 3
+    assert groups[0].startswith(
+        '--output=slurm-"$SLURM_JOB_ID"-a-0.out --error=slurm-"$SLURM_JOB_ID"-a-0.err'
+        " --wait=60 --kill-on-bad-exit=1 '--export=ALL,Y=it'\"'\"'s' env X=1,2 bash -c 'echo a'"
+    )
+    # the macros: rank0 host for the shell, the replica index, the job id; a literal
+    # "${app_id}" the user escaped stays text
+    assert groups[2].endswith(
+        "bash -c 'echo $SLURM_JOB_NODELIST_HET_GROUP_0 0 '\"$SLURM_JOB_ID\"' ${app_id}'"
+    )
+    assert 'scontrol requeue "$SLURM_JOB_ID"' in body
+
+
+def test_gpus_per_node_and_one_node_per_replica() -> None:
+    app = specs.AppDef("g", roles=[_role("a", "true")])
+    app.roles[0].resource = specs.Resource(cpu=1, gpu=2, memMB=0)
+    assert "--gpus-per-node=2" in _script(app, gpus_per_node=True)
+    with pytest.raises(ValueError, match="nodelist names 2 nodes for 1 replicas"):
+        get_runner().dryrun(app, "slurm", {"nodelist": "n1,n2"})
+
+
+def test_dryrun_masks_secrets_and_submits_nothing(isolated: Path) -> None:
+    app = specs.AppDef("s", roles=[_role("a", "true", env={"HF_TOKEN": "hf_abc123"})])
+    info = get_runner().dryrun(app, "slurm", {})
+    shown = str(info)
+    assert "hf_abc123" not in shown and "HF_TOKEN=****" in shown
+    assert "HF_TOKEN=hf_abc123" in info.request.materialize()
+
+
+def test_memory_probe_reads_sinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "sinfo"
+    fake.write_text("#!/bin/sh\nprintf 'PARTITION,MEMORY\\nsmall*,1000\\nbig,64000+\\n'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert _memory_allowed(None) is False
+    assert _memory_allowed("big") is True
+    app = specs.AppDef("m", roles=[_role("a", "true")])
+    assert "--mem" not in _script(app)
+    assert "--mem=200" in _script(app, partition="big")
+
+
+# ---- both JSON generations --------------------------------------------------------------
+
+
+def test_squeue_json_of_22_05_and_24_11() -> None:
+    old = parse_jobs(json.loads((FIXTURES / "squeue-22.05.json").read_text()))
+    (job,) = old.values()
+    assert [c.name for c in job.components] == ["trainer-0", "trainer-1"]
+    assert [c.state for c in job.components] == [AppState.RUNNING] * 2
+    assert job.components[1].node == "127.0.0.2"
+    new = parse_jobs(json.loads((FIXTURES / "squeue-24.11.json").read_text()))
+    assert sorted(new) == [41, 43]
+    assert [c.job_id for c in new[41].components] == [41, 42]
+    assert combined_state(c.state for c in new[41].components) == AppState.RUNNING
+    assert new[43].components[0].state == AppState.PENDING
+    assert new[43].components[0].reason == "BeginTime"
+    assert new[41].components[0].start == 1795400000
+
+
+def test_sacct_json_of_22_05_and_24_11() -> None:
+    old = parse_jobs(json.loads((FIXTURES / "sacct-22.05.json").read_text()), accounting=True)
+    failed = old[1].components
+    assert [c.state for c in failed] == [AppState.FAILED, AppState.FAILED]
+    # the per-replica truth is the srun step's: a-0 finished, b-0 failed
+    assert [c.step_state for c in failed] == [AppState.SUCCEEDED, AppState.FAILED]
+    assert [c.state for c in old[6].components] == [AppState.CANCELLED] * 2
+    new = parse_jobs(json.loads((FIXTURES / "sacct-24.11.json").read_text()), accounting=True)
+    assert [c.exit_code for c in new[50].components] == [3, 3]
+    assert [c.step_state for c in new[50].components] == [AppState.SUCCEEDED, AppState.FAILED]
+    assert new[60].components[0].state == AppState.CANCELLED
+    assert new[50].components[0].workdir == "/home/alice/work/jobs/train-x1"
+
+
+# ---- the real cluster -------------------------------------------------------------------
+
+
+def test_two_role_heterogeneous_job_runs_with_logs(slurm_env: SlurmCluster) -> None:
+    app = specs.AppDef(
+        "het",
+        roles=[
+            _role("a", 'echo "a on $SLURMD_NODENAME rank0=$$${rank0_env}"; echo err-a >&2'),
+            _role("b", 'echo "b ${replica_id} job=${app_id}"'),
+        ],
+    )
+    with get_runner() as runner:
+        handle = runner.run(app, "slurm", {})
+        status = runner.wait(handle, wait_interval=0.5, timeout=90)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        job_id = handle.rsplit("/", 1)[1]
+        assert [r.role for r in status.roles] == ["a", "b"]
+        a = list(runner.log_lines(handle, "a", 0, streams=Stream.STDOUT))
+        assert a == ["a on 127.0.0.1 rank0=127.0.0.1\n"]
+        assert list(runner.log_lines(handle, "a", 0, streams=Stream.STDERR)) == ["err-a\n"]
+        assert sorted(runner.log_lines(handle, "a", 0)) == sorted([*a, "err-a\n"])
+        assert list(runner.log_lines(handle, "b", 0)) == [f"b 0 job={job_id}\n"]
+        assert list(runner.log_lines(handle, "a", 0, regex="err")) == ["err-a\n"]
+        assert runner.jobstore.get(handle) is not None
+
+
+def test_cell_on_two_nodes_under_torchrun_in_a_job_dir(
+    slurm_env: SlurmCluster, tmp_path: Path
+) -> None:
+    ws = tmp_path / "home"
+    ws.mkdir()
+    (ws / "helper.py").write_text("GREETING = 'from the workspace'\n")
+    (ws / ".env").write_text("API_TOKEN=s3cr3t\n")
+    (ws / ".aws").mkdir()
+    (ws / ".aws" / "credentials").write_text("[default]\naws_secret_access_key=x\n")
+    (ws / "slurm-1-old-0.out").write_text("an old log\n")
+    source = (
+        "import os, torch, torch.distributed as dist\n"
+        "from helper import GREETING\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.tensor([dist.get_rank() + 1.0])\n"
+        "dist.all_reduce(t)\n"
+        "print(f'rank {dist.get_rank()} of {dist.get_world_size()} on"
+        ' {os.environ["SLURMD_NODENAME"]}: sum {t.item()} {GREETING}\')\n'
+        "dist.destroy_process_group()\n"
+    )
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    with get_runner() as runner:
+        app = runner.component_app(
+            "cell", {"source": source, "j": "2x1", "name": "ddp", "memMB": 500}
+        )
+        handle = runner.run(app, "slurm", {"job_dir": str(jobs)}, workspace=str(ws))
+        status = runner.wait(handle, wait_interval=0.5, timeout=180)
+        role = app.roles[0].name
+        logs = ["".join(runner.log_lines(handle, role, k, streams=Stream.STDOUT)) for k in (0, 1)]
+        assert status is not None and status.state == AppState.SUCCEEDED, (status, logs)
+    # c10d hands out ranks in arrival order, so either node may be rank 0
+    import re
+
+    seen = sorted(
+        re.findall(r"rank (\d) of 2 on (\S+): sum 3\.0 from the workspace", log)[0] for log in logs
+    )
+    assert [rank for rank, _ in seen] == ["0", "1"]
+    assert logs[0].count("127.0.0.1") == 1 and logs[1].count("127.0.0.2") == 1
+    (folder,) = jobs.iterdir()
+    assert folder.name.startswith("ddp-")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    names = {p.relative_to(folder).as_posix() for p in folder.rglob("*")}
+    assert "helper.py" in names and "torchx-sbatch.sh" in names
+    assert any(n.startswith(".torchx-cell-") for n in names)
+    assert not names & {".env", ".aws", ".aws/credentials", "slurm-1-old-0.out"}
+
+
+def test_failing_job_reports_the_replica_and_exit_code(slurm_env: SlurmCluster) -> None:
+    app = specs.AppDef("bad", roles=[_role("ok", "true"), _role("boom", "echo no >&2; exit 3")])
+    with get_runner() as runner:
+        handle = runner.run(app, "slurm", {})
+        status = runner.wait(handle, wait_interval=0.5, timeout=90)
+    assert status is not None and status.state == AppState.FAILED
+    assert "boom-0: FAILED (exit code 3)" in status.msg
+    boom = {r.role: r for r in status.roles}["boom"].replicas[0]
+    assert boom.state == AppState.FAILED and boom.hostname == "127.0.0.2"
+
+
+def test_cancel_and_tail_a_running_job(slurm_env: SlurmCluster) -> None:
+    app = specs.AppDef("tail", roles=[_role("r", "for i in 1 2 3; do echo line $i; sleep 1; done")])
+    with get_runner() as runner:
+        handle = runner.run(app, "slurm", {})
+        lines = list(runner.log_lines(handle, "r", 0, should_tail=True))
+        assert lines == ["line 1\n", "line 2\n", "line 3\n"]
+        assert runner.wait(handle, wait_interval=0.5, timeout=30).state == AppState.SUCCEEDED  # type: ignore[union-attr]
+        handle = runner.run(specs.AppDef("long", roles=[_role("r", "sleep 300")]), "slurm", {})
+        wait_for(lambda: runner.status(handle).state == AppState.RUNNING, timeout=60)  # type: ignore[union-attr]
+        runner.cancel(handle)
+        status = runner.wait(handle, wait_interval=0.5, timeout=60)
+    assert status is not None and status.state == AppState.CANCELLED
+
+
+def test_failed_job_is_requeued_up_to_max_retries(slurm_env: SlurmCluster) -> None:
+    app = specs.AppDef(
+        "retry",
+        roles=[
+            _role(
+                "r",
+                'echo "run ${SLURM_RESTART_COUNT:-0}"; [ "${SLURM_RESTART_COUNT:-0}" -ge 1 ]',
+                max_retries=1,
+            )
+        ],
+    )
+    with get_runner() as runner:
+        handle = runner.run(app, "slurm", {})
+        job = handle.rsplit("/", 1)[1]
+
+        def requeued() -> AppStatus | None:
+            s = runner.status(handle)
+            ok = s is not None and s.state == AppState.PENDING and s.num_restarts == 1
+            return s if ok else None
+
+        status = wait_for(requeued, timeout=120)  # type: ignore[assignment]
+        assert status.msg == "pending: BeginTime"
+        # Slurm makes a requeued batch job eligible only ~2 minutes later (as on any cluster);
+        # the test lets it start now instead of waiting
+        slurm_env.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        status = runner.wait(handle, wait_interval=0.5, timeout=240)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        assert status.num_restarts == 1
+        assert list(runner.log_lines(handle, "r", 0)) == ["run 1\n"]
+
+
+def test_finished_jobs_come_from_sacct_and_list(slurm_env: SlurmCluster) -> None:
+    sched = SlurmScheduler("torchx")
+    with get_runner() as runner:
+        handle = runner.run(specs.AppDef("acct", roles=[_role("r", "true")]), "slurm", {})
+        runner.wait(handle, wait_interval=0.5, timeout=60)
+    job = handle.rsplit("/", 1)[1]
+    # what describe does once squeue has forgotten the job: one sacct call
+    finished = sched._sacct([job])
+    assert finished is not None
+    assert combined_state(c.state for c in finished[int(job)].components) == AppState.SUCCEEDED
+    # slurmdbd may list a job a moment after it answers for it by id
+    rows: dict[str, ListAppResponse] = wait_for(  # type: ignore[assignment]
+        lambda: {r.app_id: r for r in sched.list() if r.app_id == job}, timeout=30
+    )
+    assert rows[job].state == AppState.SUCCEEDED and rows[job].name == "acct"
+    code, out, err = cli("list", "-s", "slurm")
+    assert code == 0, err
+    assert f"slurm://torchx/{job}" in out
+
+
+def test_without_accounting_list_falls_back_to_the_queue(
+    slurm_cluster_noacct: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster_noacct.conf))
+    sched = SlurmScheduler("torchx")
+    with get_runner() as runner:
+        handle = runner.run(specs.AppDef("q", roles=[_role("r", "sleep 60")]), "slurm", {})
+        job = handle.rsplit("/", 1)[1]
+        with pytest.warns(UserWarning, match="accounting is off"):
+            rows = sched.list()
+        assert [r.app_id for r in rows] == [job]
+        assert sched._sacct([job]) is None
+        runner.cancel(handle)
+
+
+def test_describe_many_is_one_squeue_call(
+    slurm_env: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = tmp_path / "calls"
+    for tool in ("squeue", "sacct"):
+        real = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        shim = tmp_path / tool
+        shim.write_text(f'#!/bin/sh\necho {tool} >> {calls}\nexec {real} "$@"\n')
+        shim.chmod(0o755)
+    with get_runner() as runner:
+        handles = [
+            runner.run(specs.AppDef(f"m{i}", roles=[_role("r", "sleep 60")]), "slurm", {})
+            for i in range(3)
+        ]
+        monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+        statuses = runner.status_many(handles)
+        assert all(s is not None and not s.is_terminal() for s in statuses.values())
+        assert calls.read_text().split() == ["squeue"]
+        for h in handles:
+            runner.cancel(h)
+
+
+# ---- one clear line for each mistake ----------------------------------------------------
+
+
+def test_no_sbatch_on_path_is_one_line(tmp_path: Path) -> None:
+    code, _, err = cli("run", "-s", "slurm", "utils.echo", env={"PATH": str(tmp_path)})
+    assert code == 1
+    assert err.strip().splitlines()[-1] == (
+        "torchx-nb: error: sbatch is not on PATH: run this on a Slurm login node, or add Slurm's bin"
+        " folder to PATH"
+    )
+
+
+def test_controller_that_does_not_answer_is_one_line(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    from tests.infra.dockerd import free_port
+
+    conf = tmp_path / "slurm.conf"
+    text = slurm_cluster.conf.read_text()
+    port = next(ln for ln in text.splitlines() if ln.startswith("SlurmctldPort="))
+    conf.write_text(text.replace(port, f"SlurmctldPort={free_port()}"))
+    t0 = time.monotonic()
+    code, _, err = cli(
+        "run", "-s", "slurm", "utils.echo", env={"SLURM_CONF": str(conf)}, timeout=120
+    )
+    assert code == 1, err
+    (line,) = err.strip().splitlines()
+    assert "the Slurm controller does not answer" in line and "scontrol ping" in line
+    assert time.monotonic() - t0 < 110
+
+
+def test_unknown_partition_is_one_line_and_nothing_is_stored(slurm_env: SlurmCluster) -> None:
+    code, _, err = cli("run", "-s", "slurm", "-cfg", "partition=nope", "utils.echo")
+    assert code == 1
+    (line,) = err.strip().splitlines()
+    assert line.startswith(
+        "torchx-nb: error: Slurm refused the job: invalid partition specified: nope"
+    )
+    assert "sinfo -s" in line
+    assert get_runner().jobstore.list() == []
+
+
+def test_unwritable_job_dir_is_one_line_before_anything(
+    slurm_env: SlurmCluster, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = cli("run", "-s", "slurm", "-cfg", f"job_dir={blocker}/jobs", "utils.echo")
+    assert code == 1
+    assert err.strip() == f"torchx-nb: error: job_dir '{blocker}/jobs': {blocker} is not a folder"
+    code, _, err = cli("run", "-s", "slurm", "-cfg", "job_dir=/proc/torchx-jobs", "utils.echo")
+    assert code == 1
+    (line,) = err.strip().splitlines()
+    assert "/proc/torchx-jobs" in line and "choose a job_dir you can write" in line
+    out = slurm_env.run("squeue", "-h", "-n", "echo-0").stdout
+    assert out.strip() == ""
+
+
+def test_hostile_handles_are_refused() -> None:
+    sched = SlurmScheduler("torchx")
+    for bad in ("1;rm -rf /", "../1", "", "1 2"):
+        with pytest.raises(ValueError, match="is not a Slurm job id"):
+            sched.describe(bad)
+    with pytest.raises(ValueError, match="is not a role"):
+        list(sched.log_iter("1", "../../etc/passwd"))

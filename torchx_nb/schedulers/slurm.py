@@ -1,0 +1,752 @@
+"""``slurm``: an app as one heterogeneous Slurm batch job, one component per replica, started by
+``sbatch`` and watched with ``squeue``/``sacct --json``. No image: jobs run the submitter's
+Python from a shared filesystem, in the workspace folder itself or, with ``job_dir``, in a new
+job folder the workspace (secrets left out) and the cell are copied into.
+
+The script keeps TorchX 0.7.0's shape (``SlurmBatchRequest.materialize()``), so TorchX users'
+jobs and ``.torchxconfig`` carry over; what we add is listed in ``_run_opts``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    LineSplitter,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+    tail_wait,
+)
+from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.slurm_json import Job, combined_state, errors, parse_jobs
+from torchx_nb.specs.api import (
+    NONE,
+    NULL_RESOURCE,
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    CfgVal,
+    ReplicaStatus,
+    Role,
+    RoleStatus,
+    TorchxNbError,
+    is_terminal,
+    macros,
+    runopts,
+)
+
+RANK0_ENV = "SLURM_JOB_NODELIST_HET_GROUP_0"
+WORKSPACE_KEY = "slurm.workspace"
+CELL_SCRIPT_KEY = "slurm.cell_script"
+SCRIPT_NAME = "torchx-sbatch.sh"
+# stands for the job id inside srun arguments until the script is written; a NUL cannot occur
+# in an argument, so a user's literal "${app_id}" text is never mistaken for it
+_APP_ID = "\0app_id\0"
+# seconds a Slurm command may take before we give up on the controller
+COMMAND_TIMEOUT_S = 60.0
+TAIL_IDLE_S = 0.5
+# earlier jobs' logs and scripts in a workspace are not the job's code
+WORKSPACE_EXCLUDES = ("slurm-*.out", "slurm-*.err", SCRIPT_NAME)
+SBATCH_OPTS = ("partition", "time", "constraint", "qos", "account")
+
+
+class SlurmError(TorchxNbError):
+    """A Slurm command failed; the message is one line with Slurm's own words."""
+
+
+def _slurm_line(tool: str, stderr: str) -> str:
+    """Slurm's error text as one line: ``sbatch: error: X`` prefixes dropped, lines joined."""
+    parts = []
+    for line in stderr.splitlines():
+        line = re.sub(rf"^{re.escape(tool)}:\s*(error:\s*)?", "", line.strip())
+        if line and line not in parts:
+            parts.append(line)
+    text = "; ".join(parts) or f"{tool} failed"
+    if "Unable to contact slurm controller" in text or "Connection refused" in text:
+        return f"the Slurm controller does not answer ({text}); check it with `scontrol ping`"
+    if "partition" in text.lower():
+        return f"Slurm refused the job: {text} (`sinfo -s` lists the partitions)"
+    if tool == "sbatch":
+        return f"Slurm refused the job: {text}"
+    return f"{tool}: {text}"
+
+
+def run_slurm(argv: list[str], env: Mapping[str, str] | None = None) -> str:
+    """Run a Slurm command; its stdout, or a one-line SlurmError."""
+    tool = argv[0]
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=COMMAND_TIMEOUT_S,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError:
+        raise SlurmError(
+            f"{tool} is not on PATH: run this on a Slurm login node, or add Slurm's bin folder"
+            " to PATH"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(
+            f"{tool} did not finish within {COMMAND_TIMEOUT_S:.0f}s: the Slurm controller does"
+            " not answer; check it with `scontrol ping`"
+        ) from None
+    if proc.returncode != 0:
+        raise SlurmError(_slurm_line(tool, proc.stderr or proc.stdout))
+    return proc.stdout
+
+
+def _quote(arg: str) -> str:
+    """``arg`` shell-quoted, with the job-id placeholder becoming ``"$SLURM_JOB_ID"``."""
+    return '"$SLURM_JOB_ID"'.join(shlex.quote(p) for p in arg.split(_APP_ID))
+
+
+@dataclass
+class SlurmReplicaRequest:
+    """One replica: its heterogeneous component's ``#SBATCH`` options and its srun command."""
+
+    name: str
+    entrypoint: str
+    args: list[str]
+    srun_opts: dict[str, str]
+    sbatch_opts: dict[str, str | None]
+    env: dict[str, str]
+
+    def materialize_sbatch(self) -> str:
+        opts = " ".join(
+            f"--{k}" if v is None else f"--{k}={v}" for k, v in self.sbatch_opts.items()
+        )
+        return f"#SBATCH {opts}"
+
+    def materialize_srun(self) -> list[str]:
+        """srun's words for this component, each shell-quoted. Env values holding a comma
+        (which ``--export`` would split) are set through ``env`` instead."""
+        words = [f"--{k}={v}" for k, v in self.srun_opts.items()]
+        export = {k: v for k, v in self.env.items() if "," not in v}
+        rest = {k: v for k, v in self.env.items() if "," in v}
+        if export:
+            words.append("--export=ALL," + ",".join(f"{k}={v}" for k, v in export.items()))
+        if rest:
+            words += ["env", *(f"{k}={v}" for k, v in rest.items())]
+        words += [self.entrypoint, *self.args]
+        return [_quote(w) for w in words]
+
+
+@dataclass
+class SlurmBatchRequest:
+    """slurm's native request (TorchX's attribute names): the sbatch command, the replicas
+    (``"<role>-<i>"`` → request), ``job_dir`` and the fewest retries over the roles; plus where
+    the job runs and what is copied there."""
+
+    cmd: list[str]
+    replicas: dict[str, SlurmReplicaRequest]
+    job_dir: str | None
+    max_retries: int = 0
+    workdir: str = ""
+    workspace: str | None = None
+    cell_files: dict[str, str] = field(default_factory=dict)
+    app_name: str = ""
+    roles: dict[str, int] = field(default_factory=dict)
+
+    def materialize(self) -> str:
+        """The sbatch script."""
+        from torchx_nb.version import __version__
+
+        groups = "\n#SBATCH hetjob\n".join(r.materialize_sbatch() for r in self.replicas.values())
+        srun = " : \\\n    ".join(" ".join(r.materialize_srun()) for r in self.replicas.values())
+        return f"""#!/bin/bash
+#
+# Generated by torchx_nb {__version__}
+# Run with: {" ".join(shlex.quote(w) for w in self.cmd)}
+#
+{groups}
+
+set -evx
+
+export PYTHONUNBUFFERED=1
+export SLURM_UNBUFFEREDIO=1
+export TORCHX_MAX_RETRIES={self.max_retries}
+
+set +e
+srun {srun}
+exitcode=$?
+set -e
+
+echo "job exited with code $exitcode"
+if [ $exitcode -ne 0 ]; then
+    if [ "$TORCHX_MAX_RETRIES" -gt "${{SLURM_RESTART_COUNT:-0}}" ]; then
+        scontrol requeue "$SLURM_JOB_ID"
+    fi
+    exit $exitcode
+fi
+"""
+
+    def __repr__(self) -> str:
+        return _fmt_request(self)
+
+
+def _fmt_request(req: SlurmBatchRequest) -> str:
+    from torchx_nb.redact import redact_text
+
+    cmd = " ".join(shlex.quote(w) for w in [*req.cmd, f"--chdir={req.workdir}"])
+    head = f"{cmd} $SBATCH_SCRIPT\n"
+    if req.job_dir:
+        head += f"# job folder (created at submit, workspace copied in): {req.workdir}\n"
+    return redact_text(f"{head}\n# SBATCH_SCRIPT\n{req.materialize()}")
+
+
+def _memory_allowed(partition: str | None) -> bool:
+    """TorchX's probe: ask sinfo for the partition's memory; leave ``--mem`` out where a
+    partition reports 1000 MB or less (sites that do not track memory)."""
+    try:
+        out = subprocess.run(
+            ["sinfo", "--format", "%P,%m", "--noconvert"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    if out.returncode != 0:
+        return True
+    rows = [ln.split(",", 1) for ln in out.stdout.splitlines()[1:] if "," in ln]
+    for name, mem in rows:
+        default = name.endswith("*")
+        if (partition and name.rstrip("*") == partition) or (not partition and default):
+            digits = re.match(r"\d+", mem.strip())
+            return digits is None or int(digits.group()) > 1000
+    return True
+
+
+def _index_dir(session: str) -> Path:
+    from torchx_nb.paths import data_dir
+
+    return data_dir() / "slurm" / session
+
+
+def check_job_id(app_id: str) -> str:
+    """``app_id`` if it is a Slurm job id (digits), else a one-line error."""
+    if not re.fullmatch(r"[0-9]{1,12}", app_id):
+        raise ValueError(f"{app_id!r} is not a Slurm job id (digits, as sbatch prints)")
+    return app_id
+
+
+def _add_steps(job: Job, acct: Job) -> None:
+    """Each replica's own outcome (its srun step) from sacct onto squeue's view of a finished
+    job. Right after a job ends slurmdbd may still hold a partial record (a placeholder name,
+    components missing), so only components that match by offset and name are used."""
+    by_offset = {c.offset: c for c in acct.components}
+    for comp in job.components:
+        match = by_offset.get(comp.offset)
+        if match is not None and match.name == comp.name:
+            comp.step_state = match.step_state
+
+
+class SlurmScheduler(Scheduler[Mapping[str, CfgVal]]):
+    """Submits with sbatch, describes with one squeue call (sacct once a job left the queue),
+    cancels with scancel and reads logs from the job folder on the shared filesystem."""
+
+    def __init__(self, session_name: str, env: Mapping[str, str] | None = None) -> None:
+        super().__init__("slurm", session_name)
+        self._env = dict(env) if env is not None else None
+        self._accounting: bool | None = None
+
+    # ---- options -------------------------------------------------------------------------
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add("partition", type_=str, help="the partition to run the job in")
+        opts.add(
+            "time",
+            type_=str,
+            help="maximum run time: minutes, minutes:seconds, hours:minutes:seconds,"
+            " days-hours, days-hours:minutes or days-hours:minutes:seconds",
+        )
+        opts.add("comment", type_=str, help="comment to set on the slurm job")
+        opts.add("constraint", type_=str, help="constraint to use for the slurm job")
+        opts.add("mail-user", type_=str, help="user to mail on job end")
+        opts.add("mail-type", type_=str, help="what events to mail users on")
+        opts.add(
+            "job_dir",
+            type_=str,
+            help="folder on the shared filesystem for the job's code and logs: the workspace"
+            " and the cell are copied into it (a new folder JOB_DIR/NAME-ID when it exists)",
+        )
+        opts.add("qos", type_=str, help="quality of service for every component")
+        opts.add("account", type_=str, help="account to charge the job to")
+        opts.add("exclusive", type_=bool, default=False, help="whole nodes for each replica")
+        opts.add(
+            "gpus_per_node",
+            type_=bool,
+            default=False,
+            help="ask for GPUs with --gpus-per-node (for sites that refuse --gpus-per-task)",
+        )
+        opts.add(
+            "nodelist",
+            type_=str,
+            help="nodes to run on, one per replica in order (N1,N2,...)",
+        )
+        opts.add("exclude", type_=str, help="nodes never to run on (N1,N2,...)")
+        return opts
+
+    # ---- workspace -----------------------------------------------------------------------
+    def build_workspace_and_update_role(
+        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    ) -> None:
+        """No image: the job runs in the workspace, or in a copy of it under ``job_dir``,
+        where the cell is written as ``.torchx-cell-<sha>.py``."""
+        from torchx_nb.components.cell import run_as_script
+        from torchx_nb.workspace import _cell_script
+
+        path = Path(workspace).expanduser().resolve()
+        if not path.is_dir():
+            raise FileNotFoundError(f"workspace {workspace!r} is not a folder")
+        role.metadata[WORKSPACE_KEY] = str(path)
+        if cfg.get("job_dir"):
+            script, files = _cell_script(role)
+            if script is not None:
+                role.metadata[CELL_SCRIPT_KEY] = {k: v.decode() for k, v in files.items()}
+                run_as_script(role, script)
+
+    plan_workspace_and_update_role = build_workspace_and_update_role
+
+    def preview_workspace(self, workspace: str) -> str:
+        """What ``job_dir`` would receive (the same rules as images)."""
+        from torchx_nb.workspace import _warn_secrets
+        from torchx_nb.workspace.collect import collect_workspace
+
+        files = collect_workspace(workspace, extra_excludes=WORKSPACE_EXCLUDES)
+        _warn_secrets(files)
+        return files.preview()
+
+    # ---- validation ----------------------------------------------------------------------
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+        job_dir = cfg.get("job_dir")
+        if job_dir:
+            target = Path(str(job_dir)).expanduser().absolute()
+            parent = target
+            while not parent.exists() and parent != parent.parent:
+                parent = parent.parent
+            if not parent.is_dir():
+                raise ValueError(f"job_dir {str(job_dir)!r}: {parent} is not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise PermissionError(
+                    f"job_dir {str(job_dir)!r}: {parent} is not writable; choose a folder on"
+                    " the shared filesystem that you can write"
+                )
+
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> None:
+        count = sum(r.num_replicas for r in app.roles)
+        if count < 1:
+            raise ValueError("the app has no replicas to run")
+        nodes = str((cfg or {}).get("nodelist") or "")
+        if nodes and len(nodes.split(",")) != count:
+            raise ValueError(
+                f"nodelist names {len(nodes.split(','))} nodes for {count} replicas: give one"
+                " node per replica, in order"
+            )
+
+    # ---- request -------------------------------------------------------------------------
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal]
+    ) -> AppDryRunInfo[SlurmBatchRequest]:
+        cmd = ["sbatch", "--parsable"]
+        for key in ("comment", "mail-user", "mail-type"):
+            if cfg.get(key):
+                cmd.append(f"--{key}={cfg[key]}")
+        memory = _memory_allowed(str(cfg["partition"]) if cfg.get("partition") else None)
+        nodes = [n for n in str(cfg.get("nodelist") or "").split(",") if n]
+        replicas: dict[str, SlurmReplicaRequest] = {}
+        workspace = next((r.metadata.get(WORKSPACE_KEY) for r in app.roles), None)
+        cell_files: dict[str, str] = {}
+        for role in app.roles:
+            cell_files.update(role.metadata.get(CELL_SCRIPT_KEY) or {})
+            for i in range(role.num_replicas):
+                name = f"{role.name}-{i}"
+                r = macros.Values(
+                    img_root=role.image, app_id=_APP_ID, replica_id=str(i), rank0_env=RANK0_ENV
+                ).apply(role)
+                sbatch: dict[str, str | None] = {"job-name": name, "requeue": None}
+                for key in SBATCH_OPTS:
+                    if cfg.get(key):
+                        sbatch[key] = str(cfg[key])
+                sbatch["ntasks-per-node"] = "1"
+                res = role.resource
+                if res != NULL_RESOURCE:
+                    if res.cpu > 0:
+                        sbatch["cpus-per-task"] = str(res.cpu)
+                    if memory and res.memMB > 0:
+                        sbatch["mem"] = str(res.memMB)
+                    if res.gpu > 0:
+                        gpu_key = "gpus-per-node" if cfg.get("gpus_per_node") else "gpus-per-task"
+                        sbatch[gpu_key] = str(res.gpu)
+                if cfg.get("exclusive"):
+                    sbatch["exclusive"] = None
+                if nodes:
+                    sbatch["nodelist"] = nodes[len(replicas)]
+                if cfg.get("exclude"):
+                    sbatch["exclude"] = str(cfg["exclude"])
+                replicas[name] = SlurmReplicaRequest(
+                    name=name,
+                    entrypoint=r.entrypoint,
+                    args=list(r.args),
+                    srun_opts={
+                        "output": f"slurm-{_APP_ID}-{name}.out",
+                        "error": f"slurm-{_APP_ID}-{name}.err",
+                        "wait": "60",
+                        "kill-on-bad-exit": "1",
+                    },
+                    sbatch_opts=sbatch,
+                    env=dict(r.env),
+                )
+        job_dir = str(cfg["job_dir"]) if cfg.get("job_dir") else None
+        if job_dir:
+            target = Path(job_dir).expanduser().absolute()
+            workdir = str(target / make_unique(app.name) if target.exists() else target)
+        else:
+            workdir = workspace or os.getcwd()
+        req = SlurmBatchRequest(
+            cmd=cmd,
+            replicas=replicas,
+            job_dir=job_dir,
+            max_retries=min((r.max_retries for r in app.roles), default=0),
+            workdir=workdir,
+            workspace=workspace,
+            cell_files=cell_files,
+            app_name=app.name,
+            roles={r.name: r.num_replicas for r in app.roles},
+        )
+        return AppDryRunInfo(req, _fmt_request)
+
+    # ---- submit --------------------------------------------------------------------------
+    def _command_env(self) -> dict[str, str]:
+        """The environment sbatch (and so every srun, through ``--export=ALL``) sees: ours,
+        with this Python's bin folder first on PATH, so ``python`` and ``torchrun`` in the job
+        are the kernel's."""
+        env = dict(self._env if self._env is not None else os.environ)
+        bindir = os.path.dirname(sys.executable)
+        parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bindir]
+        env["PATH"] = os.pathsep.join([bindir, *parts])
+        return env
+
+    def _make_job_dir(self, req: SlurmBatchRequest) -> Path:
+        """Create the job folder and copy the workspace and the cell into it."""
+        target = Path(req.workdir)
+        try:
+            target.mkdir(mode=0o700, parents=True, exist_ok=False)
+        except FileExistsError:
+            raise FileExistsError(
+                f"job folder {target} already exists: job_dir must name a new folder or a parent"
+                " folder for job folders"
+            ) from None
+        except OSError as e:
+            raise PermissionError(
+                f"cannot create job folder {target}: {e.strerror}; choose a job_dir you can write"
+            ) from None
+        if req.workspace:
+            from torchx_nb.workspace.collect import collect_workspace
+
+            files = collect_workspace(req.workspace, extra_excludes=WORKSPACE_EXCLUDES)
+            for f in files.files:
+                dst = target / f.path
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                if f.link is not None:
+                    os.symlink(f.link, dst)
+                else:
+                    shutil.copy2(files.root / f.path, dst)
+        for name, text in req.cell_files.items():
+            (target / name).write_text(text)
+        return target
+
+    def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:
+        req = dryrun_info.request
+        env = self._command_env()
+        if shutil.which("sbatch", path=env.get("PATH")) is None:
+            raise SlurmError(
+                "sbatch is not on PATH: run this on a Slurm login node, or add Slurm's bin folder"
+                " to PATH"
+            )
+        script_text = req.materialize()
+        if req.job_dir:
+            workdir = self._make_job_dir(req)
+            script = workdir / SCRIPT_NAME
+            script.write_text(script_text)
+        else:
+            workdir = Path(req.workdir)
+            from torchx_nb.paths import private_dir
+
+            folder = private_dir(_index_dir(self.session_name) / "scripts")
+            script = folder / f"{make_unique(req.app_name or 'app')}.sh"
+            script.write_text(script_text)
+        out = run_slurm([*req.cmd, f"--chdir={workdir}", str(script)], env)
+        job_id = out.strip().split(";", 1)[0]
+        check_job_id(job_id)
+        self._remember(job_id, req, str(workdir))
+        return job_id
+
+    def _remember(self, job_id: str, req: SlurmBatchRequest, workdir: str) -> None:
+        """Where the job runs and what its replicas are called, so logs and describe work
+        from any folder (TorchX found a job_dir job's logs only from the submitting folder)."""
+        from torchx_nb.paths import private_dir
+        from torchx_nb.schedulers.local_supervisor import write_private
+
+        with contextlib.suppress(OSError):
+            folder = private_dir(_index_dir(self.session_name))
+            write_private(
+                folder / f"{job_id}.json",
+                json.dumps({"workdir": workdir, "name": req.app_name, "roles": req.roles}),
+            )
+
+    def _recall(self, job_id: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads((_index_dir(self.session_name) / f"{job_id}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    # ---- describe ------------------------------------------------------------------------
+    def _squeue(self) -> dict[int, Job]:
+        """Every job of the user still in the queue, from one squeue call (22.05 ignores
+        ``-j``; we filter ourselves, which also keeps the call count at one)."""
+        out = run_slurm(["squeue", "--json", "--me"], self._command_env())
+        doc = json.loads(out or "{}")
+        return parse_jobs(doc)
+
+    def _sacct(self, ids: Iterable[str], extra: list[str] | None = None) -> dict[int, Job] | None:
+        """Jobs from accounting; None when accounting is off."""
+        argv = ["sacct", "--json", *(extra or [])]
+        wanted = list(ids)
+        if wanted:
+            argv += ["-j", ",".join(wanted)]
+        try:
+            out = run_slurm(argv, self._command_env())
+        except SlurmError as e:
+            if "accounting storage is disabled" in str(e).lower():
+                self._accounting = False
+                return None
+            raise
+        self._accounting = True
+        doc = json.loads(out or "{}")
+        for err in errors(doc):
+            if "disabled" in err.lower():
+                self._accounting = False
+                return None
+        return parse_jobs(doc, accounting=True)
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        return self.describe_many([app_id]).get(app_id)
+
+    def describe_many(self, app_ids: list[str]) -> dict[str, DescribeAppResponse | None]:
+        """Many jobs with one squeue call, and one sacct call for those that left the queue."""
+        ids = [check_job_id(a) for a in app_ids]
+        out: dict[str, DescribeAppResponse | None] = dict.fromkeys(ids)
+        if not ids:
+            return out
+        queued = self._squeue()
+        # sacct for jobs that left the queue, and for finished ones still in it: only sacct
+        # has each replica's own outcome (its srun step), squeue has the job's
+        ask = [
+            a
+            for a in ids
+            if int(a) not in queued
+            or is_terminal(combined_state(c.state for c in queued[int(a)].components))
+        ]
+        finished: dict[int, Job] = {}
+        accounting_off = self._accounting is False
+        if ask and not accounting_off:
+            got = self._sacct(ask)
+            accounting_off = got is None
+            finished = got or {}
+        for a in ids:
+            job = queued.get(int(a))
+            done = finished.get(int(a))
+            if job is None:
+                job = done
+            elif done is not None:
+                _add_steps(job, done)
+            if job is not None:
+                out[a] = self._response(a, job)
+            elif accounting_off and self._recall(a) is not None:
+                out[a] = DescribeAppResponse(
+                    app_id=a,
+                    state=AppState.UNKNOWN,
+                    msg="the job left the queue and Slurm accounting is off (no sacct), so"
+                    " its end state is unknown; its logs are in its folder",
+                )
+        return out
+
+    def _response(self, app_id: str, job: Job) -> DescribeAppResponse:
+        known = self._recall(app_id) or {}
+        roles: dict[str, list[ReplicaStatus]] = {}
+        for comp in job.components:
+            role, _, idx = comp.name.rpartition("-")
+            if not role or not idx.isdigit():
+                role, idx = comp.name or "job", str(comp.offset)
+            state = comp.step_state or comp.state
+            msg = NONE
+            if state == AppState.FAILED:
+                code = f" (exit code {comp.exit_code})" if comp.exit_code else ""
+                msg = f"{comp.state_text}{code}" + (f": {comp.reason}" if comp.reason else "")
+            roles.setdefault(role, []).append(
+                ReplicaStatus(
+                    id=int(idx),
+                    state=state,
+                    role=role,
+                    hostname=comp.node,
+                    structured_error_msg=msg,
+                    exit_code=comp.exit_code if is_terminal(state) else None,
+                    num_restarts=comp.restarts,
+                )
+            )
+        state = combined_state(c.state for c in job.components)
+        lead = job.components[0]
+        msg = NONE
+        if state == AppState.FAILED:
+            failed = [
+                f"{c.name}: {c.state_text}" + (f" (exit code {c.exit_code})" if c.exit_code else "")
+                for c in job.components
+                if (c.step_state or c.state) == AppState.FAILED
+            ]
+            msg = "; ".join(failed) or lead.state_text
+        elif state == AppState.PENDING and lead.reason:
+            msg = f"pending: {lead.reason}"
+        ends = [c.end for c in job.components if c.end]
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=max(c.restarts for c in job.components),
+            msg=msg,
+            roles_statuses=[RoleStatus(r, sorted(v, key=lambda x: x.id)) for r, v in roles.items()],
+            roles=[Role(name=r, image="", num_replicas=len(v)) for r, v in roles.items()],
+            metadata={"workdir": known.get("workdir") or lead.workdir},
+            started=float(lead.start) if lead.start and state != AppState.PENDING else None,
+            ended=float(max(ends)) if ends and is_terminal(state) else None,
+        )
+
+    # ---- list / cancel -------------------------------------------------------------------
+    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+        """The user's jobs of the last 7 days from sacct; without accounting, the ones still in
+        the queue (a warning says so)."""
+        jobs = self._sacct([], ["--starttime", "now-7days"])
+        if jobs is None:
+            warnings.warn(
+                "Slurm accounting is off (sacct has no data): listing only the jobs still in"
+                " the queue",
+                stacklevel=2,
+            )
+            jobs = self._squeue()
+        out = []
+        for job_id, job in sorted(jobs.items()):
+            known = self._recall(str(job_id)) or {}
+            out.append(
+                ListAppResponse(
+                    app_id=str(job_id),
+                    state=combined_state(c.state for c in job.components),
+                    name=str(known.get("name") or job.components[0].name),
+                )
+            )
+        return out
+
+    def _cancel_existing(self, app_id: str) -> None:
+        run_slurm(["scancel", check_job_id(app_id)], self._command_env())
+
+    # ---- logs ----------------------------------------------------------------------------
+    def _workdir(self, app_id: str) -> str:
+        known = self._recall(app_id)
+        if known and known.get("workdir"):
+            return str(known["workdir"])
+        desc = self.describe(app_id)
+        if desc is None or not desc.metadata.get("workdir"):
+            raise FileNotFoundError(f"Slurm knows no job {app_id} (nor where its logs are)")
+        return desc.metadata["workdir"]
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Lines of ``slurm-<id>-<role>-<k>.out`` / ``.err``; both (as they are read) when no
+        stream is named. Slurm's files carry no timestamps, so since/until do not apply."""
+        check_job_id(app_id)
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", role_name) or ".." in role_name:
+            raise ValueError(f"{role_name!r} is not a role of this job")
+        workdir = Path(self._workdir(app_id))
+        exts = {Stream.STDOUT: ["out"], Stream.STDERR: ["err"]}.get(
+            streams or Stream.COMBINED, ["out", "err"]
+        )
+        paths = [workdir / f"slurm-{app_id}-{role_name}-{k}.{ext}" for ext in exts]
+        lines = self._follow(app_id, paths, should_tail)
+        return filter_regex(regex, lines) if regex else lines
+
+    def _follow(self, app_id: str, paths: Sequence[Path], should_tail: bool) -> Iterator[str]:
+        offsets = [0] * len(paths)
+        splitters = [LineSplitter() for _ in paths]
+        next_check = 0.0
+        done = not should_tail
+        while True:
+            got = False
+            for i, path in enumerate(paths):
+                try:
+                    with open(path, "rb") as f:
+                        f.seek(offsets[i])
+                        chunk = f.read(1 << 20)
+                except FileNotFoundError:
+                    continue
+                if chunk:
+                    got = True
+                    offsets[i] += len(chunk)
+                    yield from splitters[i].feed(chunk)
+            if got:
+                continue
+            if done:
+                break
+            if time.monotonic() >= next_check:
+                desc = self.describe(app_id)
+                done = desc is None or is_terminal(desc.state)
+                next_check = time.monotonic() + 2.0
+                if done:
+                    continue
+            if tail_wait(TAIL_IDLE_S):
+                break
+        if not any(p.exists() for p in paths) and not should_tail:
+            desc = self.describe(app_id)
+            if desc is not None and desc.state not in (AppState.PENDING, AppState.SUBMITTED):
+                raise FileNotFoundError(
+                    f"no log file {paths[0].name} in {paths[0].parent}: is the job's folder on a"
+                    " filesystem this machine sees?"
+                )
+        for s in splitters:
+            yield from s.flush()
+
+
+def create_scheduler(
+    session_name: str, env: Mapping[str, str] | None = None, **_: Any
+) -> SlurmScheduler:
+    return SlurmScheduler(session_name, env=env)
