@@ -57,9 +57,7 @@ def main() -> int:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 states = runner.status_many(handles)
-                running = sum(
-                    1 for s in states.values() if s and s.state == specs.AppState.RUNNING
-                )
+                running = sum(1 for s in states.values() if s and s.state == specs.AppState.RUNNING)
                 if running == args.jobs:
                     break
                 time.sleep(1)
@@ -87,9 +85,7 @@ def main() -> int:
                 log.write_text("")
                 t0 = time.perf_counter()
                 for job in ids:
-                    subprocess.run(
-                        ["squeue", "--json", "-j", job], capture_output=True, check=True
-                    )
+                    subprocess.run(["squeue", "--json", "-j", job], capture_output=True, check=True)
                 naive.append(time.perf_counter() - t0)
                 naive_calls.append(len(log.read_text().split()))
             for h in handles:
