@@ -400,6 +400,26 @@ def test_unwritable_job_dir_is_one_line_before_anything(
     assert out.strip() == ""
 
 
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        ({"partition": "debug\nrm -rf ~"}, "partition='debug\\nrm -rf ~' holds a space or line"),
+        ({"account": "lab --wrap=x"}, "account='lab --wrap=x' holds a space or line break"),
+        ({"comment": "two words\nid"}, "comment='two words\\nid' holds a space or line"),
+    ],
+)
+def test_hostile_options_cannot_add_script_lines(cfg: dict[str, str], message: str) -> None:
+    app = specs.AppDef("h", roles=[_role("a", "true")])
+    with pytest.raises(ValueError) as info:
+        get_runner().dryrun(app, "slurm", cfg)
+    assert message in str(info.value)
+    fine = get_runner().dryrun(app, "slurm", {"comment": "two words"})
+    assert "# Run with: sbatch --parsable '--comment=two words'\n" in fine.request.materialize()
+    app.roles[0].name = "a;b"  # role names reach job names and file names: the Runner checks
+    with pytest.raises(specs.TorchxNbError, match="role name 'a;b' is not allowed"):
+        get_runner().dryrun(app, "slurm", {})
+
+
 def test_hostile_handles_are_refused() -> None:
     sched = SlurmScheduler("torchx")
     for bad in ("1;rm -rf /", "../1", "", "1 2"):

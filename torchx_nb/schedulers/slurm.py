@@ -63,6 +63,8 @@ COMMAND_TIMEOUT_S = 60.0
 TAIL_IDLE_S = 0.5
 # earlier jobs' logs and scripts in a workspace are not the job's code
 WORKSPACE_EXCLUDES = ("slurm-*.out", "slurm-*.err", SCRIPT_NAME)
+# options on sbatch's command line (argv, so a space is fine); the rest go into #SBATCH lines
+CMD_OPTS = ("comment", "mail-user", "mail-type")
 SBATCH_OPTS = ("partition", "time", "constraint", "qos", "account")
 
 
@@ -357,6 +359,16 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]]):
     def _validate(
         self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
     ) -> None:
+        # values land in #SBATCH lines and a script comment: a space would add an option, a
+        # newline a shell command
+        for key, value in (cfg or {}).items():
+            if isinstance(value, str) and (
+                "\n" in value or "\r" in value or (key not in CMD_OPTS and value.split() != [value])
+            ):
+                raise ValueError(
+                    f"slurm option {key}={value!r} holds a space or line break; Slurm takes one"
+                    " word here"
+                )
         count = sum(r.num_replicas for r in app.roles)
         if count < 1:
             raise ValueError("the app has no replicas to run")
@@ -372,7 +384,7 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]]):
         self, app: AppDef, cfg: Mapping[str, CfgVal]
     ) -> AppDryRunInfo[SlurmBatchRequest]:
         cmd = ["sbatch", "--parsable"]
-        for key in ("comment", "mail-user", "mail-type"):
+        for key in CMD_OPTS:
             if cfg.get(key):
                 cmd.append(f"--{key}={cfg[key]}")
         memory = _memory_allowed(str(cfg["partition"]) if cfg.get("partition") else None)
