@@ -199,6 +199,16 @@ class SlurmCluster:
         self.run("sacctmgr", "-i", "add", "user", "root", "account=research", f"cluster={cluster}")
 
     def stop(self) -> None:
+        """Cancel what still runs (so no slurmstepd outlives its slurmd), then stop the
+        daemons."""
+        if self.procs:
+            self.run("scancel", f"--user={os.getuid()}", check=False)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                out = self.run("squeue", "-h", "-t", "R,CG", check=False)
+                if out.returncode != 0 or not out.stdout.strip():
+                    break
+                time.sleep(0.5)
         for proc in reversed(self.procs):
             _stop(proc, grace=10)
         self.procs.clear()
