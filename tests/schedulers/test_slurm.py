@@ -270,9 +270,11 @@ def test_failed_job_is_requeued_up_to_max_retries(slurm_env: SlurmCluster) -> No
         job = handle.rsplit("/", 1)[1]
 
         def requeued() -> AppStatus | None:
+            # Slurm records the pending reason on its next scheduling pass, a moment after the
+            # requeue: wait until there is one
             s = runner.status(handle)
             ok = s is not None and s.state == AppState.PENDING and s.num_restarts == 1
-            return s if ok else None
+            return s if ok and s.msg != specs.NONE else None  # type: ignore[union-attr]
 
         status = wait_for(requeued, timeout=120)  # type: ignore[assignment]
         assert status.msg == "pending: BeginTime"

@@ -89,6 +89,12 @@ def _slurm_line(tool: str, stderr: str) -> str:
     return f"{tool}: {text}"
 
 
+def _not_on_path(tool: str) -> SlurmError:
+    return SlurmError(
+        f"{tool} is not on PATH: run this on a Slurm login node, or add Slurm's bin folder to PATH"
+    )
+
+
 def run_slurm(argv: list[str], env: Mapping[str, str] | None = None) -> str:
     """Run a Slurm command; its stdout, or a one-line SlurmError."""
     tool = argv[0]
@@ -103,10 +109,7 @@ def run_slurm(argv: list[str], env: Mapping[str, str] | None = None) -> str:
             stdin=subprocess.DEVNULL,
         )
     except FileNotFoundError:
-        raise SlurmError(
-            f"{tool} is not on PATH: run this on a Slurm login node, or add Slurm's bin folder"
-            " to PATH"
-        ) from None
+        raise _not_on_path(tool) from None
     except subprocess.TimeoutExpired:
         raise SlurmError(
             f"{tool} did not finish within {COMMAND_TIMEOUT_S:.0f}s: the Slurm controller does"
@@ -495,10 +498,7 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]]):
         req = dryrun_info.request
         env = self._command_env()
         if shutil.which("sbatch", path=env.get("PATH")) is None:
-            raise SlurmError(
-                "sbatch is not on PATH: run this on a Slurm login node, or add Slurm's bin folder"
-                " to PATH"
-            )
+            raise _not_on_path("sbatch")  # before a job folder is made for nothing
         script_text = req.materialize()
         if req.job_dir:
             workdir = self._make_job_dir(req)
