@@ -17,8 +17,10 @@ from tests.infra.dockerd import (
     start_dockerd,
     start_registry,
 )
+from tests.infra.gcp import GcpFake
 from tests.infra.moto import MotoServer, moto_available, start_moto
 from tests.infra.slurm import SlurmCluster, slurm_available
+from tests.infra.token_proxy import TokenProxy
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -140,3 +142,44 @@ def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> S
     """SLURM_CONF for this process and its children (the CLI, kernels) names our cluster."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     return slurm_cluster
+
+
+@pytest.fixture(scope="session")
+def gcp_fake(tmp_path_factory: pytest.TempPathFactory, dockerd: DockerDaemon) -> Iterator[GcpFake]:
+    """The loopback GCP Batch + Cloud Logging (tests/infra/gcp.py), running tasks in our
+    dockerd."""
+    fake = GcpFake(tmp_path_factory.mktemp("gcp"), dockerd.client()).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="session")
+def gar_registry(gcp_fake: GcpFake, registry: Registry) -> Iterator[TokenProxy]:
+    """An Artifact-Registry-like front of the local registry: it takes the user
+    ``oauth2accesstoken`` with an access token the GCP fake issued, as Artifact Registry does."""
+    proxy = TokenProxy(
+        registry.url,
+        "",
+        "",
+        check=lambda user, password: user == "oauth2accesstoken" and gcp_fake.valid_token(password),
+    )
+    gcp_fake.registry_auth = {"username": "oauth2accesstoken", "password": gcp_fake.issue_token()}
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def gcp_env(
+    gcp_fake: GcpFake,
+    gar_registry: TokenProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> GcpFake:
+    """Credentials (a service-account key), endpoints and project naming the GCP fake, for this
+    process and its children; gcloud's own config and the docker config are empty."""
+    for key, value in gcp_fake.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TORCHX_NB_GAR_HOSTS", gar_registry.host)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path_factory.mktemp("gcloud")))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path_factory.mktemp("docker-config")))
+    return gcp_fake

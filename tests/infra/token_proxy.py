@@ -11,14 +11,25 @@ import secrets
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
 class TokenProxy:
-    def __init__(self, upstream: str, user: str, password: str) -> None:
+    """``check(user, password)``, when given, decides which basic credentials get a token
+    (e.g. a GCP access token under the user ``oauth2accesstoken``)."""
+
+    def __init__(
+        self,
+        upstream: str,
+        user: str,
+        password: str,
+        check: Callable[[str, str], bool] | None = None,
+    ) -> None:
         self.upstream = upstream.rstrip("/")
         self.user, self.password = user, password
+        self.check = check
         self.tokens: set[str] = set()
         self.token_requests: list[dict[str, str]] = []
         proxy = self
@@ -41,8 +52,13 @@ class TokenProxy:
 
                 query = {k: v[0] for k, v in parse_qs(urlparse(self.path).query).items()}
                 proxy.token_requests.append(query)
-                expected = base64.b64encode(f"{proxy.user}:{proxy.password}".encode()).decode()
-                if self.headers.get("Authorization") != f"Basic {expected}":
+                auth = self.headers.get("Authorization", "")
+                try:
+                    user, _, password = base64.b64decode(auth[6:]).decode().partition(":")
+                except ValueError:
+                    user = password = ""
+                check = proxy.check or (lambda u, p: (u, p) == (proxy.user, proxy.password))
+                if not auth.startswith("Basic ") or not check(user, password):
                     self._send(401, {})
                     return
                 token = secrets.token_hex(16)

@@ -17,6 +17,7 @@ DEFAULT_SCHEDULER_MODULES: dict[str, str] = {
     "aws_batch": "torchx_nb.schedulers.aws_batch",
     "aws_sagemaker": "torchx_nb.schedulers.aws_sagemaker",
     "slurm": "torchx_nb.schedulers.slurm",
+    "gcp_batch": "torchx_nb.schedulers.gcp_batch",
 }
 
 

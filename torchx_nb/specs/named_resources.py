@@ -23,7 +23,11 @@ class _NamedResourcesLibrary:
 
     def _load(self) -> dict[str, Callable[[], Resource]]:
         if self._factories is None:
-            from torchx_nb.specs import named_resources_aws, named_resources_generic
+            from torchx_nb.specs import (
+                named_resources_aws,
+                named_resources_gcp,
+                named_resources_generic,
+            )
 
             factories: dict[str, Callable[[], Resource]] = {
                 "NULL": lambda: NULL_RESOURCE,
@@ -31,6 +35,7 @@ class _NamedResourcesLibrary:
             }
             factories.update(named_resources_generic.NAMED_RESOURCES)
             factories.update(named_resources_aws.NAMED_RESOURCES)
+            factories.update(named_resources_gcp.NAMED_RESOURCES)
             factories.update(_entry_point_resources())
             self._factories = factories
         return self._factories

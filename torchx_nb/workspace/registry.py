@@ -164,6 +164,51 @@ def ecr_credentials(host: str, notes: list[str] | None = None) -> Credentials | 
     return None
 
 
+GAR_HOSTS_ENV = "TORCHX_NB_GAR_HOSTS"
+GOOGLE_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+
+
+def is_google_registry(host: str) -> bool:
+    """Artifact Registry (``LOCATION-docker.pkg.dev``), Container Registry (``gcr.io``), or a
+    host listed in ``TORCHX_NB_GAR_HOSTS`` (private endpoints and other aliases)."""
+    name = host.split(":", 1)[0]
+    aliases = {h.strip() for h in os.environ.get(GAR_HOSTS_ENV, "").split(",") if h.strip()}
+    return (
+        name.endswith("-docker.pkg.dev")
+        or name == "gcr.io"
+        or name.endswith(".gcr.io")
+        or host in aliases
+    )
+
+
+def google_credentials(host: str, notes: list[str] | None = None) -> Credentials | None:
+    """An Artifact Registry login: google-auth's Application Default Credentials give an access
+    token, sent as the password of ``oauth2accesstoken``. None when ``host`` is not Google's or
+    no token could be had; why is appended to ``notes``."""
+    if not is_google_registry(host):
+        return None
+    try:
+        import google.auth
+        import google.auth.transport.requests
+    except ImportError:
+        if notes is not None:
+            notes.append(
+                "Artifact Registry login needs google-auth: pip install 'torchx_nb[gcp_batch]'"
+            )
+        return None
+    try:
+        creds, _ = google.auth.default(scopes=GOOGLE_SCOPES)
+        creds.refresh(google.auth.transport.requests.Request())
+    except Exception as e:
+        if notes is not None:
+            notes.append(
+                f"Artifact Registry login failed: {' '.join(str(e).split())[:300]}; run"
+                " `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
+            )
+        return None
+    return Credentials("oauth2accesstoken", str(creds.token), "google-auth access token")
+
+
 def _is_local(host: str) -> bool:
     name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
     return name in ("localhost", "127.0.0.1", "[::1]") or name.startswith("127.")
@@ -204,8 +249,10 @@ class RegistryClient:
     @property
     def credentials(self) -> Credentials | None:
         if not self._creds_loaded:
-            self._creds = docker_credentials(self.host) or ecr_credentials(
-                self.host, self.auth_notes
+            self._creds = (
+                docker_credentials(self.host)
+                or ecr_credentials(self.host, self.auth_notes)
+                or google_credentials(self.host, self.auth_notes)
             )
             self._creds_loaded = True
         return self._creds

@@ -1,0 +1,511 @@
+"""gcp_batch: the request it builds, and the real google-cloud-batch / google-cloud-logging
+clients against the loopback GCP Batch + Logging (tests/infra/gcp.py), which runs each task's
+container in our dockerd."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.infra.dockerd import free_port
+from tests.infra.gcp import GcpFake
+from tests.infra.token_proxy import TokenProxy
+from torchx_nb import specs
+from torchx_nb.components.cell import cell
+from torchx_nb.runner import get_runner
+from torchx_nb.schedulers.api import Stream
+from torchx_nb.schedulers.gcp_batch import GcpBatchScheduler, GcpError, parse_app_id
+from torchx_nb.specs import AppState
+
+PROJECT = "torchx-test"
+
+
+def app(n: int = 2, **kw: Any) -> specs.AppDef:
+    return specs.AppDef(
+        "My_Train.job",
+        metadata={"Team": "ML Infra"},
+        roles=[
+            specs.Role(
+                "trainer",
+                "img:1",
+                entrypoint="bash",
+                args=["-c", f"echo rank {specs.macros.replica_id} of $BATCH_TASK_COUNT"],
+                num_replicas=n,
+                resource=kw.get("resource", specs.Resource(cpu=2, gpu=0, memMB=2048)),
+                env={
+                    "RANK0": specs.macros.rank0_env,
+                    "IDX": specs.macros.replica_id,
+                    "API_TOKEN": "s3cr3t-value",
+                },
+                max_retries=kw.get("max_retries", 2),
+                mounts=kw.get("mounts", []),
+            )
+        ],
+    )
+
+
+def dryrun(a: specs.AppDef, **cfg: Any) -> Any:
+    return GcpBatchScheduler("torchx").submit_dryrun(a, {"project": PROJECT, **cfg})
+
+
+def test_request_keeps_torchx_shape_with_real_replica_ids() -> None:
+    from google.cloud import batch_v1
+
+    info = dryrun(app(n=2))
+    req = info.request
+    assert req.project == PROJECT and req.location == "us-central1"
+    assert req.name.startswith("my-train-job-") and len(req.name) <= 63
+    job = req.job_def
+    assert isinstance(job, batch_v1.Job)
+    (group,) = job.task_groups
+    assert group.task_count == 2 and group.task_count_per_node == 1 and group.require_hosts_file
+    assert [dict(e.variables) for e in group.task_environments] == [
+        {"TORCHX_REPLICA_IDX": "0", "IDX": "0"},
+        {"TORCHX_REPLICA_IDX": "1", "IDX": "1"},
+    ]
+    spec = group.task_spec
+    assert spec.runnables[0].script.text == "/sbin/iptables -A INPUT -j ACCEPT"
+    c = spec.runnables[1].container
+    assert c.image_uri == "img:1" and c.entrypoint == ""
+    assert list(c.commands) == ["bash", "-c", "echo rank $BATCH_TASK_INDEX of $BATCH_TASK_COUNT"]
+    assert c.options == "--net host --shm-size=2048m"
+    env = dict(spec.environment.variables)
+    assert env["RANK0"] == "BATCH_MAIN_NODE_HOSTNAME"
+    assert env["TORCHX_ROLE_IDX"] == "0" and env["TORCHX_ROLE_NAME"] == "trainer"
+    assert spec.compute_resource.cpu_milli == 2000 and spec.compute_resource.memory_mib == 2048
+    assert spec.max_retry_count == 2
+    assert job.labels["torchx_version"] and job.labels["torchx_app_name"] == req.name
+    assert job.labels["team"] == "ml_infra"
+    assert job.logs_policy.destination == batch_v1.LogsPolicy.Destination.CLOUD_LOGGING
+    assert not job.allocation_policy.instances
+    shown = str(info)
+    assert "s3cr3t-value" not in shown and '"API_TOKEN": "****"' in shown
+    assert json.loads(shown)["parent"] == f"projects/{PROJECT}/locations/us-central1"
+    # what is shown is what is sent: the proto survives a round trip through its JSON
+    assert batch_v1.Job.from_json(batch_v1.Job.to_json(job), ignore_unknown_fields=False) == job
+
+
+def test_machine_types_options_and_mounts() -> None:
+    from google.cloud import batch_v1
+
+    Policy = batch_v1.AllocationPolicy
+    a3 = dryrun(app(resource=specs.named_resources["gcp_a3-highgpu-8g"])).request.job_def
+    (inst,) = a3.allocation_policy.instances
+    assert inst.policy.machine_type == "a3-highgpu-8g" and inst.install_gpu_drivers
+    torchx_default = dryrun(app(resource=specs.Resource(cpu=8, gpu=4, memMB=1000)))
+    assert torchx_default.request.job_def.allocation_policy.instances[0].policy.machine_type == (
+        "a2-highgpu-4g"
+    )
+    l4 = dryrun(app(resource=specs.Resource(cpu=20, gpu=2, memMB=1000)), machine_type="g2-standard")
+    assert l4.request.job_def.allocation_policy.instances[0].policy.machine_type == "g2-standard-24"
+    with pytest.raises(
+        specs.InvalidRunConfigException, match="a3-highgpu machines have 1, 2, 4 or 8 GPUs, not 3"
+    ):
+        dryrun(app(resource=specs.Resource(cpu=8, gpu=3, memMB=1000)), machine_type="a3-highgpu")
+    with pytest.raises(specs.InvalidRunConfigException, match="1, 2, 4, 8 or 16 GPUs, not 5"):
+        dryrun(app(resource=specs.Resource(cpu=8, gpu=5, memMB=1000)))
+    job = dryrun(
+        app(
+            mounts=specs.parse_mounts(
+                [
+                    "type=bind",
+                    "src=/data",
+                    "dst=/data",
+                    "readonly",
+                    "type=volume",
+                    "src=gs://bucket/ds",
+                    "dst=/gcs",
+                    "type=volume",
+                    "src=nfs://10.0.0.2/export",
+                    "dst=/nfs",
+                    "type=device",
+                    "src=/dev/fuse",
+                ]
+            )
+        ),
+        provisioning_model="spot",
+        service_account="sa@p.iam.gserviceaccount.com",
+        network="projects/p/global/networks/n",
+        subnetwork="projects/p/regions/r/subnetworks/s",
+        labels={"Cost-Center": "R&D"},
+        max_run_duration="1h30m",
+        machine_type="n2-standard-8",
+    ).request.job_def
+    policy = job.allocation_policy
+    assert policy.instances[0].policy.provisioning_model == Policy.ProvisioningModel.SPOT
+    assert policy.instances[0].policy.machine_type == "n2-standard-8"
+    assert policy.service_account.email == "sa@p.iam.gserviceaccount.com"
+    assert policy.network.network_interfaces[0].subnetwork.endswith("subnetworks/s")
+    assert job.labels["cost-center"] == "r_d"
+    spec = job.task_groups[0].task_spec
+    assert spec.max_run_duration.seconds == 5400
+    assert [v.gcs.remote_path or v.nfs.server for v in spec.volumes] == ["bucket/ds", "10.0.0.2"]
+    assert list(spec.runnables[1].container.volumes) == [
+        "/data:/data:ro",
+        "/mnt/disks/torchx-1:/gcs",
+        "/mnt/disks/torchx-2:/nfs",
+    ]
+    assert "--device=/dev/fuse:/dev/fuse:rwm" in spec.runnables[1].container.options
+
+
+@pytest.mark.parametrize(
+    ("kw", "cfg", "message"),
+    [
+        ({}, {"max_run_duration": "soon"}, "max_run_duration 'soon' is not a duration"),
+        ({}, {"provisioning_model": "cheap"}, "use standard or spot"),
+        ({}, {"location": "US Central"}, "is not a GCP location"),
+        ({}, {"project": "Bad Project"}, "is not a GCP project id"),
+        (
+            {"mounts": [specs.BindMount("/a --privileged", "/b")]},
+            {},
+            "is not an absolute path",
+        ),
+        (
+            {"mounts": [specs.VolumeMount("efs-123", "/b")]},
+            {},
+            "mounts gs://BUCKET[/PATH] and nfs://SERVER/PATH volumes",
+        ),
+    ],
+)
+def test_bad_options_are_refused_before_anything_is_sent(
+    kw: dict[str, Any], cfg: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(specs.InvalidRunConfigException, match=message.replace("[", r"\[")):
+        dryrun(app(**kw), **cfg)
+
+
+def test_several_roles_fail_with_one_line_naming_the_limit() -> None:
+    two = app()
+    two.roles.append(specs.Role("ps", "img", entrypoint="true", resource=specs.Resource(1, 0, 64)))
+    with pytest.raises(specs.InvalidRunConfigException, match="one task group per job.*2 roles"):
+        GcpBatchScheduler("torchx")._validate(two, "gcp_batch", {})
+
+
+def test_app_ids_are_checked() -> None:
+    assert parse_app_id("p-1:us-central1:job-x") == ("p-1", "us-central1", "job-x")
+    assert parse_app_id("example.com:p-1:europe-west4:j") == (
+        "example.com:p-1",
+        "europe-west4",
+        "j",
+    )
+    for bad in ("p:us-central1", "p-1:us-central1:../../x", "p-1:us central1:j", "P:us-central1:j"):
+        with pytest.raises(ValueError, match="not a gcp_batch app id"):
+            parse_app_id(bad)
+
+
+def test_dryrun_without_project_names_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "none.json"))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchx_nb.cli",
+            "run",
+            "-s",
+            "gcp_batch",
+            "--dryrun",
+            "utils.echo",
+            "--msg",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines() == [
+        "torchx-nb: error: no GCP project: pass -cfg project=ID, or set GOOGLE_CLOUD_PROJECT"
+        " (or run `gcloud config set project ID`)"
+    ]
+    (tmp_path / "configurations").mkdir()
+    (tmp_path / "configurations" / "config_default").write_text("[core]\nproject = from-gcloud\n")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchx_nb.cli",
+            "run",
+            "-s",
+            "gcp_batch",
+            "--dryrun",
+            "utils.echo",
+            "--msg",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert '"parent": "projects/from-gcloud/locations/us-central1"' in out.stdout
+
+
+# --- against the loopback GCP Batch -------------------------------------------------------
+
+DDP_CELL = """import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {t.item()} replica",
+      os.environ["TORCHX_REPLICA_IDX"], open("data.csv").read().strip())
+dist.destroy_process_group()
+"""
+
+
+def test_two_task_ddp_cell_runs_from_artifact_registry(
+    gcp_env: GcpFake,
+    gar_registry: TokenProxy,
+    python_in_registry: str,
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "data.csv").write_text("from-the-workspace")
+    (ws / ".env").write_text("SECRET=never-shipped\n")
+    repo = f"{gar_registry.host}/{PROJECT}/jobs"
+    cfg = {"image_repo": repo, "builder": "registry", "quiet": True}
+    with get_runner() as runner:
+        # the image has no torch: this machine's Python is lent through bind mounts (container
+        # volumes, as a GCP Batch job would mount a disk)
+        prefixes = sorted({sys.prefix, sys.base_prefix})
+        mounts = [f for p in prefixes for f in ("type=bind", f"src={p}", f"dst={p}", "readonly")]
+        path = ":".join([*(f"{p}/bin" for p in prefixes), "/usr/local/bin", "/usr/bin", "/bin"])
+        a = cell(
+            source=DDP_CELL,
+            image=python_in_registry,
+            memMB=512,
+            j="2x1",
+            rdzv_port=free_port(),  # host networking: another test run may use the default
+            mounts=mounts,
+            env={"PATH": path, "GLOO_SOCKET_IFNAME": "lo", "LOGLEVEL": "WARNING"},
+        )
+        handle = runner.run(a, "gcp_batch", cfg, workspace=str(ws))
+        assert runner.jobstore.get(handle) is not None
+        status = runner.wait(handle, wait_interval=0.5, timeout=240)
+        logs = ["".join(runner.log_lines(handle, "cell", k)) for k in (0, 1)]
+        assert status is not None and status.state == AppState.SUCCEEDED, (status, logs)
+        assert [r.state for r in status.roles[0].replicas] == [AppState.SUCCEEDED] * 2
+        assert status.ui_url and status.ui_url.startswith(
+            "https://console.cloud.google.com/batch/jobsDetail/regions/us-central1/jobs/cell-"
+        )
+        assert "rank 0 of 2 sum 3.0 replica 0 from-the-workspace" in logs[0] + logs[1]
+        assert "rank 1 of 2 sum 3.0 replica 1 from-the-workspace" in logs[0] + logs[1]
+    # the push authenticated with a google-auth access token (user oauth2accesstoken)
+    assert gar_registry.token_requests
+
+
+def test_failure_retries_cancel_list_and_logs(
+    gcp_env: GcpFake, base_images: dict[str, str]
+) -> None:
+    sched = GcpBatchScheduler("torchx")
+    bb = base_images["busybox"]
+
+    def sh(script: str, n: int = 1, retries: int = 0) -> specs.AppDef:
+        return specs.AppDef(
+            "sh",
+            roles=[
+                specs.Role(
+                    "r",
+                    bb,
+                    entrypoint="sh",
+                    args=["-c", script],
+                    num_replicas=n,
+                    max_retries=retries,
+                    resource=specs.Resource(1, 0, 64),
+                )
+            ],
+        )
+
+    failing = sched.submit(sh("echo out; echo err >&2; exit 3"), {"location": "europe-west4"})
+    wait_for(lambda: sched.describe(failing).state == AppState.FAILED, 60)  # type: ignore[union-attr]
+    desc = sched.describe(failing)
+    assert desc is not None
+    assert desc.msg.startswith(
+        "r-0: FAILED (exit code 3): Task state is updated from RUNNING to FAILED"
+    )
+    assert desc.roles_statuses[0].replicas[0].exit_code == 3
+    # stdout and stderr are two streams: their relative order is the order they were logged
+    assert sorted(sched.log_iter(failing, "r")) == ["err\n", "out\n"]
+    assert list(sched.log_iter(failing, "r", streams=Stream.STDOUT)) == ["out\n"]
+    assert list(sched.log_iter(failing, "r", streams=Stream.STDERR)) == ["err\n"]
+    assert list(sched.log_iter(failing, "r", regex="^e")) == ["err\n"]
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    earlier = datetime.now(timezone.utc) - timedelta(hours=1)
+    assert list(sched.log_iter(failing, "r", since=later)) == []
+    assert list(sched.log_iter(failing, "r", until=earlier)) == []
+    assert sorted(sched.log_iter(failing, "r", since=earlier, until=later)) == ["err\n", "out\n"]
+    with pytest.raises(ValueError, match="has no replica 1"):
+        sched.log_iter(failing, "r", k=1)
+
+    flaky = sched.submit(
+        sh('test "$BATCH_TASK_RETRY_ATTEMPT" = 1 || exit 7; echo second try', retries=1), {}
+    )
+    wait_for(lambda: sched.describe(flaky).state == AppState.SUCCEEDED, 60)  # type: ignore[union-attr]
+    assert sched.describe(flaky).num_restarts == 1  # type: ignore[union-attr]
+
+    sleeper = sched.submit(sh("echo started; sleep 120", n=2), {})
+    wait_for(lambda: sched.describe(sleeper).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
+    tail = sched.log_iter(sleeper, "r", k=1, should_tail=True)
+    assert next(iter(tail)) == "started\n"
+    sched.cancel(sleeper)
+    wait_for(lambda: sched.describe(sleeper).state == AppState.CANCELLED, 60)  # type: ignore[union-attr]
+    assert list(tail) == []  # the tail ends once the job has
+    labels = {"torchx-nb-gcp-fake": str(gcp_env.port)}
+    running = gcp_env.docker.containers.list(
+        filters={"label": [f"{k}={v}" for k, v in labels.items()]}
+    )
+    assert not [c for c in running if sleeper.rsplit(":", 1)[-1] in str(c.attrs["Config"]["Env"])]
+
+    from google.cloud import batch_v1
+
+    foreign = batch_v1.Job(
+        task_groups=[batch_v1.TaskGroup(task_count=1, task_spec=batch_v1.TaskSpec())]
+    )
+    sched.gcp.batch.create_job(
+        parent=f"projects/{PROJECT}/locations/us-central1", job=foreign, job_id="not-ours"
+    )
+    everywhere = {a.app_id: a.state for a in sched.list()}
+    assert {failing, flaky, sleeper} <= set(everywhere)
+    assert not [a for a in everywhere if a.endswith(":not-ours")]
+    assert everywhere[failing] == AppState.FAILED and everywhere[sleeper] == AppState.CANCELLED
+    in_europe = {a.app_id for a in sched.list({"location": "europe-west4"})}
+    assert failing in in_europe and flaky not in in_europe
+    assert sched.describe(f"{PROJECT}:us-central1:no-such-job") is None
+
+
+def test_describe_many_is_one_list_per_location(
+    gcp_env: GcpFake, base_images: dict[str, str]
+) -> None:
+    gcp_env.idle_projects.add("idle-project")
+    try:
+        sched = GcpBatchScheduler("torchx")
+        a = specs.AppDef(
+            "idle",
+            roles=[
+                specs.Role(
+                    "r",
+                    base_images["busybox"],
+                    entrypoint="true",
+                    resource=specs.Resource(1, 0, 64),
+                )
+            ],
+        )
+        ids = [sched.submit(a, {"project": "idle-project"}) for _ in range(5)]
+        wait_for(
+            lambda: all(
+                d and d.state == AppState.RUNNING for d in sched.describe_many(ids).values()
+            ),
+            30,
+        )
+        before = dict(gcp_env.requests)
+        got = sched.describe_many(ids)
+        calls = {
+            k: v - before.get(k, 0) for k, v in gcp_env.requests.items() if v != before.get(k, 0)
+        }
+        assert calls == {"GET jobs": 1}
+        assert all(d is not None and d.state == AppState.RUNNING for d in got.values())
+        # an API that refuses our filter: the same answer, from the unfiltered list
+        gcp_env.strict_filters = True
+        assert {k: v.state for k, v in sched.describe_many(ids).items() if v} == {
+            i: AppState.RUNNING for i in ids
+        }
+        for i in ids:
+            sched.cancel(i)
+    finally:
+        gcp_env.strict_filters = False
+        gcp_env.idle_projects.discard("idle-project")
+
+
+def test_transient_errors_are_retried_and_a_lost_reply_loses_no_job(
+    gcp_env: GcpFake, base_images: dict[str, str]
+) -> None:
+    a = specs.AppDef(
+        "flaky",
+        roles=[
+            specs.Role(
+                "r", base_images["busybox"], entrypoint="true", resource=specs.Resource(1, 0, 64)
+            )
+        ],
+    )
+    with get_runner() as runner:
+        gcp_env.fail_next(2, 503)
+        h1 = runner.run(a, "gcp_batch", {})
+        gcp_env.fail_next(1, 503, after=True)  # created, but the reply is lost
+        h2 = runner.run(a, "gcp_batch", {})
+        for h in (h1, h2):
+            assert runner.jobstore.get(h) is not None
+            st = runner.wait(h, wait_interval=0.5, timeout=60)
+            assert st is not None and st.state == AppState.SUCCEEDED
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchx_nb.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_clear_errors_through_the_cli(
+    gcp_env: GcpFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def error_line(*cfg: str) -> str:
+        # no workspace: nothing to build, so the error comes from GCP Batch itself
+        out = _cli(
+            "run", "-s", "gcp_batch", "--workspace", "", *cfg, "utils.echo", "--image", "img"
+        )
+        assert out.returncode != 0
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr
+        return lines[0]
+
+    # with a workspace (this folder), an unknown location is found before any image is built
+    out = _cli("run", "-s", "gcp_batch", "-cfg", "location=mars-north1", "utils.echo")
+    assert out.stderr.strip() == (
+        "torchx-nb: error: GCP Batch has no location 'mars-north1' in project torchx-test: use one"
+        " of asia-southeast1, europe-west4, us-central1, us-east1 (-cfg location=...)"
+    )
+    gcp_env.denied_projects.add("locked-down")
+    line = error_line("-cfg", "project=locked-down")
+    assert line.startswith("torchx-nb: error: cannot create the GCP Batch job echo-")
+    assert line.endswith(
+        ": permission denied: Permission 'batch.jobs.create' denied on 'projects/locked-down';"
+        " ask for the Batch Job Editor role (roles/batch.jobsEditor) on the project"
+    )
+    stranger = tmp_path / "stranger.json"
+    from tests.infra.gcp import service_account_key
+
+    stranger.write_text(json.dumps(service_account_key(f"{gcp_env.url}/token", PROJECT)[0]))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(stranger))
+    assert "GCP refused the credentials (Request had invalid authentication credentials." in (
+        error_line()
+    )
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in error_line()
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert error_line() == (
+        "torchx-nb: error: cannot find GCP credentials: no GCP credentials; run `gcloud auth"
+        " application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account"
+        " key file"
+    )
+
+
+def test_an_unreachable_api_is_one_line(gcp_env: GcpFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHX_NB_GCP_BATCH_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    sched = GcpBatchScheduler("torchx", retry_timeout=1.0)
+    with pytest.raises(GcpError) as err:
+        sched.describe(f"{PROJECT}:us-central1:some-job")
+    text = str(err.value)
+    assert text.startswith(
+        f"cannot describe {PROJECT}:us-central1:some-job: cannot reach http://127.0.0.1:"
+    )
+    assert "\n" not in text

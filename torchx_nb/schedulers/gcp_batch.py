@@ -1,0 +1,1038 @@
+"""``gcp_batch``: an app becomes one GCP Batch job (one task group, a task per replica), its image
+patched with the workspace and pushed to Artifact Registry; logs come from Cloud Logging's
+``batch_task_logs``.
+
+TorchX's names carry over: the request is a ``GCPBatchJob`` whose ``job_def`` is the
+``batch_v1.Job`` sent, the handle is ``gcp_batch://SESSION/PROJECT:LOCATION:JOB`` and the options
+``project`` and ``location`` mean what they meant there. Unlike TorchX, ``${replica_id}`` is each
+task's real index (``BATCH_TASK_INDEX`` in commands, the number itself in env values).
+
+The Google libraries are imported when a client is first needed. Clients (or credentials) can be
+injected; otherwise credentials come from ``google.auth.default()`` (Application Default
+Credentials) and the API endpoints from ``TORCHX_NB_GCP_BATCH_ENDPOINT`` and
+``TORCHX_NB_GCP_LOGGING_ENDPOINT`` when set (private or regional endpoints). Both clients use the
+REST transport: one code path, whether the endpoint is Google's or a loopback test server."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+    tail_wait,
+)
+from torchx_nb.schedulers.ids import random_id
+from torchx_nb.specs.api import (
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    BindMount,
+    CfgVal,
+    DeviceMount,
+    InvalidRunConfigException,
+    ReplicaStatus,
+    Resource,
+    Role,
+    RoleStatus,
+    TorchxNbError,
+    VolumeMount,
+    is_terminal,
+    macros,
+    runopts,
+)
+from torchx_nb.specs.named_resources_gcp import machine_type_for
+from torchx_nb.version import __version__
+from torchx_nb.workspace import WorkspaceMixin
+
+LABEL_VERSION = "torchx_version"
+LABEL_APP_NAME = "torchx_app_name"
+LABEL_USER = "torchx_user"
+RANK0_ENV = "BATCH_MAIN_NODE_HOSTNAME"
+TASK_INDEX = "$BATCH_TASK_INDEX"
+TASK_GROUP = "group0"
+LOG_NAME = "batch_task_logs"
+BATCH_ENDPOINT_ENV = "TORCHX_NB_GCP_BATCH_ENDPOINT"
+LOGGING_ENDPOINT_ENV = "TORCHX_NB_GCP_LOGGING_ENDPOINT"
+SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+DEFAULT_LOCATION = "us-central1"
+FIREWALL_SCRIPT = "/sbin/iptables -A INPUT -j ACCEPT"
+LOG_POLL_SECONDS = 3.0  # Cloud Logging allows 60 entries.list calls a minute per project
+
+JOB_STATES = {
+    "STATE_UNSPECIFIED": AppState.UNKNOWN,
+    "QUEUED": AppState.SUBMITTED,
+    "SCHEDULED": AppState.PENDING,
+    "RUNNING": AppState.RUNNING,
+    "SUCCEEDED": AppState.SUCCEEDED,
+    "FAILED": AppState.FAILED,
+    "CANCELLATION_IN_PROGRESS": AppState.RUNNING,
+    "CANCELLED": AppState.CANCELLED,
+    # torchx_nb deletes a job only to cancel it (where the API has no cancel)
+    "DELETION_IN_PROGRESS": AppState.CANCELLED,
+}
+# how a 400 reads: InvalidArgument over gRPC, BadRequest over REST
+BAD_REQUEST = ("InvalidArgument", "BadRequest")
+ACTIVE_JOB_STATES = ("QUEUED", "SCHEDULED", "RUNNING", "CANCELLATION_IN_PROGRESS")
+TASK_STATES = {
+    "STATE_UNSPECIFIED": AppState.UNKNOWN,
+    "PENDING": AppState.PENDING,
+    "ASSIGNED": AppState.PENDING,
+    "RUNNING": AppState.RUNNING,
+    "SUCCEEDED": AppState.SUCCEEDED,
+    "FAILED": AppState.FAILED,
+    "UNEXECUTED": AppState.CANCELLED,
+}
+
+_JOB_ID_RE = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_PROJECT_RE = re.compile(r"^[a-z][a-z0-9.:-]{2,62}$")
+_LOCATION_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]*$")
+_DURATION_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
+
+
+class GcpError(TorchxNbError):
+    """A GCP call failed in a way the user can fix; ``reason`` is the API error's class name
+    (``NotFound``, ``PermissionDenied``...) when there was one."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class GCPBatchJob:
+    """gcp_batch's native request (TorchX's name and attributes): the ``batch_v1.Job`` to
+    create as ``projects/PROJECT/locations/LOCATION/jobs/NAME``."""
+
+    name: str
+    project: str
+    location: str
+    job_def: Any
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.location}"
+
+    def __str__(self) -> str:
+        return _fmt(self)
+
+
+def _fmt(job: GCPBatchJob) -> str:
+    import json
+
+    from google.cloud import batch_v1
+    from google.protobuf import json_format
+
+    from torchx_nb.redact import redact
+
+    # as the REST API receives it: camelCase, enum names, default values left out
+    body = json_format.MessageToDict(batch_v1.Job.pb(job.job_def))
+    return json.dumps(
+        redact({"parent": job.parent, "job_id": job.name, "job": body}), indent=2, sort_keys=True
+    )
+
+
+def job_name(app_name: str) -> str:
+    """A GCP Batch job id (lowercase letters, digits and ``-``, starting with a letter, at most 63
+    characters) made unique with a random suffix."""
+    base = re.sub(r"[^a-z0-9-]+", "-", app_name.lower()).strip("-")
+    base = re.sub(r"^[^a-z]+", "", base)[:46].rstrip("-") or "app"
+    return f"{base}-{random_id()}"
+
+
+def label_value(value: str) -> str:
+    """A label value GCP accepts: lowercase letters, digits, ``_`` and ``-``, 63 at most."""
+    return re.sub(r"[^a-z0-9_-]", "_", value.lower())[:63]
+
+
+def _label_key(key: str) -> str:
+    cleaned = label_value(key)
+    return cleaned if cleaned[:1].isalpha() else f"k{cleaned}"[:63]
+
+
+def parse_app_id(app_id: str) -> tuple[str, str, str]:
+    """``PROJECT:LOCATION:JOB`` → its three parts, each checked (the id may come from anywhere)."""
+    parts = app_id.split(":")
+    # a domain-scoped project id has a colon of its own (example.com:proj)
+    if len(parts) == 4:
+        parts = [f"{parts[0]}:{parts[1]}", parts[2], parts[3]]
+    if len(parts) != 3:
+        raise ValueError(f"not a gcp_batch app id {app_id!r}: expected PROJECT:LOCATION:JOB")
+    project, location, name = parts
+    if not _PROJECT_RE.match(project) or not _LOCATION_RE.match(location):
+        raise ValueError(f"not a gcp_batch app id {app_id!r}: bad project or location")
+    if not _JOB_ID_RE.match(name):
+        raise ValueError(f"not a gcp_batch app id {app_id!r}: bad job name")
+    return project, location, name
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in ``3600``, ``3600s``, ``90m``, ``2h``, ``1h30m`` or ``1d``."""
+    m = _DURATION_RE.match(text.strip())
+    if not text.strip() or m is None:
+        raise InvalidRunConfigException(
+            f"max_run_duration {text!r} is not a duration: write e.g. 2h, 90m, 1h30m or 3600s",
+            "max_run_duration",
+        )
+    d, h, mins, s = (int(g or 0) for g in m.groups())
+    return ((d * 24 + h) * 60 + mins) * 60 + s
+
+
+def default_project() -> str | None:
+    """The project from the environment, without any network call: ``GOOGLE_CLOUD_PROJECT`` (or
+    ``GCLOUD_PROJECT``, ``CLOUDSDK_CORE_PROJECT``), the credentials file's ``project_id``, then
+    gcloud's active configuration."""
+    import configparser
+    import json
+    from pathlib import Path
+
+    for var in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
+        if os.environ.get(var):
+            return os.environ[var]
+    gcloud = Path(os.environ.get("CLOUDSDK_CONFIG") or Path.home() / ".config" / "gcloud")
+    for creds in (
+        os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"),
+        str(gcloud / "application_default_credentials.json"),
+    ):
+        if not creds:
+            continue
+        try:
+            info = json.loads(Path(creds).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(info, dict):
+            project = info.get("project_id") or info.get("quota_project_id")
+            if project:
+                return str(project)
+    try:
+        active = (gcloud / "active_config").read_text().strip() or "default"
+    except OSError:
+        active = "default"
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(gcloud / "configurations" / f"config_{active}")
+    except configparser.Error:
+        return None
+    return parser.get("core", "project", fallback=None) or None
+
+
+def _api_message(e: BaseException) -> str:
+    """The API's own words: over REST google.api_core prefixes them with the method and URL."""
+    message = str(getattr(e, "message", None) or e)
+    message = re.sub(r"^(GET|POST|PUT|PATCH|DELETE) \S+: ", "", message)
+    return " ".join(message.split())
+
+
+def gcp_error(e: BaseException, what: str, endpoint: str = "") -> TorchxNbError:
+    """One line for the usual GCP failures: no or refused credentials, denied, unreachable."""
+    if isinstance(e, TorchxNbError):
+        return e
+    name = type(e).__name__
+    if name == "DefaultCredentialsError":
+        return GcpError(
+            f"{what}: no GCP credentials; run `gcloud auth application-default login`, or set"
+            " GOOGLE_APPLICATION_CREDENTIALS to a service account key file"
+        )
+    if name == "RefreshError":
+        return GcpError(
+            f"{what}: GCP refused the credentials ({_api_message(e)}); run `gcloud auth"
+            " application-default login` again or check GOOGLE_APPLICATION_CREDENTIALS"
+        )
+    if name in ("TransportError", "ConnectionError", "ConnectTimeout", "ReadTimeout"):
+        where = endpoint or "Google's API"
+        return GcpError(
+            f"{what}: cannot reach {where} ({_api_message(e)[:200]}); check the network"
+            f" (and {BATCH_ENDPOINT_ENV} / {LOGGING_ENDPOINT_ENV} if set)"
+        )
+    # gRPC names, then what the same HTTP status is called over REST
+    if name in ("Unauthenticated", "Unauthorized"):
+        return GcpError(
+            f"{what}: GCP refused the credentials ({_api_message(e)}); run `gcloud auth"
+            " application-default login` again or check GOOGLE_APPLICATION_CREDENTIALS",
+            name,
+        )
+    if name in ("PermissionDenied", "Forbidden"):
+        return GcpError(
+            f"{what}: permission denied: {_api_message(e)}; ask for the Batch Job Editor role"
+            " (roles/batch.jobsEditor) on the project",
+            name,
+        )
+    if name in ("TooManyRequests", "ResourceExhausted"):
+        return GcpError(f"{what}: GCP quota exceeded even after retries; try again later", name)
+    return GcpError(f"{what}: {name}: {_api_message(e)}", name)
+
+
+def is_transient(e: BaseException) -> bool:
+    """Worth retrying: throttled, unavailable, internal or timed out, or the connection broke."""
+    return type(e).__name__ in (
+        "ServiceUnavailable",
+        "TooManyRequests",
+        "ResourceExhausted",
+        "InternalServerError",
+        "GatewayTimeout",
+        "DeadlineExceeded",
+        "BadGateway",
+        "ConnectionError",
+        "TransportError",
+    )
+
+
+class GcpClients:
+    """The Batch and Logging clients, created on first use unless injected; every call goes
+    through ``call``: retried with exponential backoff on transient errors (google.api_core's
+    Retry), anything else turned into one line."""
+
+    def __init__(
+        self,
+        batch_client: Any = None,
+        logging_client: Any = None,
+        credentials: Any = None,
+        retry_timeout: float = 30.0,
+        timeout: float = 60.0,
+    ) -> None:
+        self._batch = batch_client
+        self._logging = logging_client
+        self._credentials = credentials
+        self.retry_timeout = retry_timeout
+        self.timeout = timeout
+
+    def credentials(self) -> Any:
+        if self._credentials is None:
+            try:
+                import google.auth
+
+                self._credentials, _ = google.auth.default(scopes=SCOPES)
+            except Exception as e:
+                raise gcp_error(e, "cannot find GCP credentials") from None
+        return self._credentials
+
+    @staticmethod
+    def _options(env: str) -> dict[str, str] | None:
+        endpoint = os.environ.get(env, "").strip()
+        return {"api_endpoint": endpoint} if endpoint else None
+
+    @property
+    def batch(self) -> Any:
+        if self._batch is None:
+            from google.cloud import batch_v1
+
+            self._batch = batch_v1.BatchServiceClient(
+                transport="rest",
+                credentials=self.credentials(),
+                client_options=self._options(BATCH_ENDPOINT_ENV),
+            )
+        return self._batch
+
+    @property
+    def logging(self) -> Any:
+        """google-cloud-logging's client over JSON/HTTP (its GAPIC layer has no REST
+        transport)."""
+        if self._logging is None:
+            from google.cloud import logging as cloud_logging
+
+            self._logging = cloud_logging.Client(
+                project=default_project() or "-",
+                credentials=self.credentials(),
+                _use_grpc=False,
+                client_options=self._options(LOGGING_ENDPOINT_ENV),
+            )
+        return self._logging
+
+    @staticmethod
+    def endpoint(api: str) -> str:
+        """Where calls to ``api`` (batch or logging) go."""
+        env = LOGGING_ENDPOINT_ENV if api == "logging" else BATCH_ENDPOINT_ENV
+        return os.environ.get(env, "").strip() or f"{api}.googleapis.com"
+
+    def call(
+        self, what: str, fn: Callable[..., Any], *args: Any, api: str = "batch", **kwargs: Any
+    ) -> Any:
+        """``fn(*args, **kwargs)`` with our backoff around it; a pager is read to the end inside
+        the retry."""
+        from google.api_core.retry import Retry
+
+        owner = getattr(fn, "__self__", None)
+        # a GAPIC method: no retry of its own (ours is around it) and our timeout
+        extra = {"retry": None, "timeout": self.timeout} if hasattr(owner, "_transport") else {}
+
+        def once() -> Any:
+            result = fn(*args, **extra, **kwargs)
+            return list(result) if hasattr(result, "pages") else result
+
+        retry = Retry(
+            predicate=is_transient,
+            initial=0.25,
+            multiplier=2.0,
+            maximum=4.0,
+            timeout=self.retry_timeout,
+        )
+        try:
+            return retry(once)()
+        except Exception as e:
+            cause = e.__cause__ if type(e).__name__ == "RetryError" and e.__cause__ else e
+            raise gcp_error(cause, what, self.endpoint(api)) from None
+
+
+class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+    """One GCP Batch job per app; describes many jobs with one list call per location."""
+
+    def __init__(
+        self,
+        session_name: str,
+        batch_client: Any = None,
+        logging_client: Any = None,
+        credentials: Any = None,
+        retry_timeout: float = 30.0,
+    ) -> None:
+        super().__init__("gcp_batch", session_name)
+        self.gcp = GcpClients(batch_client, logging_client, credentials, retry_timeout)
+        self._list_filter_ok = True
+        self._locations: dict[str, set[str]] = {}
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add(
+            "project",
+            type_=str,
+            help="Name of the GCP project. Defaults to the configured GCP project in the"
+            " environment",
+        )
+        opts.add(
+            "location",
+            type_=str,
+            default=DEFAULT_LOCATION,
+            help="Name of the location to schedule the job in. Defaults to us-central1",
+        )
+        opts.add(
+            "machine_type",
+            type_=str,
+            help="machine type (a2-highgpu-8g, n2-standard-8) or GPU family (a2-highgpu,"
+            " a2-ultragpu, a3-highgpu, g2-standard: the member with the role's GPU count)",
+        )
+        opts.add(
+            "provisioning_model",
+            type_=str,
+            default="standard",
+            help="standard, or spot (cheaper VMs that can be preempted)",
+        )
+        opts.add("service_account", type_=str, help="email of the service account the VMs run as")
+        opts.add("network", type_=str, help="VPC network (projects/P/global/networks/N)")
+        opts.add("subnetwork", type_=str, help="subnetwork (projects/P/regions/R/subnetworks/S)")
+        opts.add(
+            "labels", type_=dict[str, str], help="labels added to the job (key:value,key:value)"
+        )
+        opts.add(
+            "max_run_duration",
+            type_=str,
+            help="longest a task may run before it is failed (2h, 90m, 3600s)",
+        )
+        opts.add("user", type_=str, default=getpass.getuser(), help="user labelled on the job")
+        return opts
+
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> None:
+        super()._validate(app, scheduler, cfg)
+        if len(app.roles) > 1:
+            names = ", ".join(r.name for r in app.roles)
+            raise InvalidRunConfigException(
+                f"GCP Batch runs one task group per job, and this app has {len(app.roles)} roles"
+                f" ({names}): merge them into one role or submit one job per role",
+                "roles",
+            )
+
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+        """Every check the request makes, before an image is built: building it is pure."""
+        self._validate(app, scheduler, cfg)
+        self._submit_dryrun(app, cfg)
+
+    def build_workspace_and_update_role(
+        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    ) -> None:
+        """An unknown location is found before the image is built and pushed."""
+        self._check_location(self._project(cfg), str(cfg.get("location") or DEFAULT_LOCATION))
+        super().build_workspace_and_update_role(role, workspace, cfg)
+
+    def _project(self, cfg: Mapping[str, CfgVal]) -> str:
+        project = str(cfg.get("project") or "") or default_project()
+        if not project:
+            raise InvalidRunConfigException(
+                "no GCP project: pass -cfg project=ID, or set GOOGLE_CLOUD_PROJECT (or run"
+                " `gcloud config set project ID`)",
+                "project",
+            )
+        if not _PROJECT_RE.match(project):
+            raise InvalidRunConfigException(
+                f"{project!r} is not a GCP project id (lowercase letters, digits and -)",
+                "project",
+            )
+        return project
+
+    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[GCPBatchJob]:
+        from google.cloud import batch_v1
+        from google.protobuf import duration_pb2
+
+        project = self._project(cfg)
+        location = str(cfg.get("location") or DEFAULT_LOCATION)
+        if not _LOCATION_RE.match(location):
+            raise InvalidRunConfigException(
+                f"{location!r} is not a GCP location (e.g. us-central1, europe-west4)", "location"
+            )
+        if len(app.roles) != 1:
+            self._validate(app, "gcp_batch", cfg)
+        role = app.roles[0]
+        name = job_name(app.name)
+        values = macros.Values(img_root="", app_id=name, replica_id=TASK_INDEX, rank0_env=RANK0_ENV)
+        r = values.apply(role)
+        res = r.resource
+        if res.memMB < 0:
+            raise InvalidRunConfigException(
+                "GCP Batch needs memory for the role: give it a resource (-h NAME, e.g."
+                " gcp_a2-highgpu-1g, or --memMB)",
+                "memMB",
+            )
+        env = {**r.env, "TORCHX_ROLE_IDX": "0", "TORCHX_ROLE_NAME": r.name}
+        task_envs = []
+        for i in range(role.num_replicas):
+            per = macros.Values(
+                img_root="", app_id=name, replica_id=str(i), rank0_env=RANK0_ENV
+            ).apply(role)
+            own = {k: v for k, v in per.env.items() if v != env.get(k)}
+            task_envs.append(batch_v1.Environment(variables={"TORCHX_REPLICA_IDX": str(i), **own}))
+        volumes, binds, options = _mounts(r)
+        if res.memMB > 0:
+            options.append(f"--shm-size={res.memMB}m")
+        container = batch_v1.Runnable.Container(
+            image_uri=r.image,
+            commands=[r.entrypoint, *r.args],
+            entrypoint="",
+            options=" ".join(["--net host", *options]),
+            volumes=binds,
+        )
+        task_spec = batch_v1.TaskSpec(
+            runnables=[
+                batch_v1.Runnable(script=batch_v1.Runnable.Script(text=FIREWALL_SCRIPT)),
+                batch_v1.Runnable(container=container),
+            ],
+            environment=batch_v1.Environment(variables=env),
+            compute_resource=batch_v1.ComputeResource(
+                cpu_milli=max(res.cpu, 1) * 1000, memory_mib=max(res.memMB, 0)
+            ),
+            max_retry_count=max(role.max_retries, 0),
+            volumes=volumes,
+        )
+        if cfg.get("max_run_duration"):
+            task_spec.max_run_duration = duration_pb2.Duration(
+                seconds=parse_duration(str(cfg["max_run_duration"]))
+            )
+        group = batch_v1.TaskGroup(
+            task_count=role.num_replicas,
+            task_count_per_node=1,
+            parallelism=role.num_replicas,
+            require_hosts_file=True,
+            task_environments=task_envs,
+            task_spec=task_spec,
+        )
+        labels = {
+            LABEL_VERSION: label_value(__version__.replace(".", "-")),
+            LABEL_APP_NAME: label_value(name),
+            LABEL_USER: label_value(str(cfg.get("user") or getpass.getuser())),
+        }
+        for key, value in {**app.metadata, **dict(cfg.get("labels") or {})}.items():  # type: ignore[arg-type]
+            labels[_label_key(str(key))] = label_value(str(value))
+        job = batch_v1.Job(
+            task_groups=[group],
+            labels=labels,
+            logs_policy=batch_v1.LogsPolicy(
+                destination=batch_v1.LogsPolicy.Destination.CLOUD_LOGGING
+            ),
+        )
+        policy = self._allocation_policy(res, cfg)
+        if policy is not None:
+            job.allocation_policy = policy
+        return AppDryRunInfo(GCPBatchJob(name, project, location, job), _fmt)
+
+    def _allocation_policy(self, res: Resource, cfg: Mapping[str, CfgVal]) -> Any:
+        from google.cloud import batch_v1
+
+        Policy = batch_v1.AllocationPolicy
+        machine = cfg.get("machine_type")
+        mtype = machine_type_for(res, str(machine) if machine else None)
+        model = str(cfg.get("provisioning_model") or "standard").upper()
+        if model not in ("STANDARD", "SPOT", "PREEMPTIBLE"):
+            raise InvalidRunConfigException(
+                f"provisioning_model {cfg.get('provisioning_model')!r}: use standard or spot",
+                "provisioning_model",
+            )
+        policy = Policy()
+        used = False
+        instance = Policy.InstancePolicy()
+        if mtype:
+            instance.machine_type = mtype
+        if model != "STANDARD":
+            instance.provisioning_model = getattr(Policy.ProvisioningModel, model)
+        if mtype or model != "STANDARD":
+            policy.instances = [
+                Policy.InstancePolicyOrTemplate(policy=instance, install_gpu_drivers=res.gpu > 0)
+            ]
+            used = True
+        if cfg.get("service_account"):
+            policy.service_account = batch_v1.ServiceAccount(email=str(cfg["service_account"]))
+            used = True
+        if cfg.get("network") or cfg.get("subnetwork"):
+            policy.network = Policy.NetworkPolicy(
+                network_interfaces=[
+                    Policy.NetworkInterface(
+                        network=str(cfg.get("network") or ""),
+                        subnetwork=str(cfg.get("subnetwork") or ""),
+                    )
+                ]
+            )
+            used = True
+        return policy if used else None
+
+    def schedule(self, dryrun_info: AppDryRunInfo[GCPBatchJob]) -> str:
+        from google.api_core import exceptions
+
+        job = dryrun_info.request
+        attempts = 0
+
+        def create(**kwargs: Any) -> Any:
+            # the job id is ours (random): ALREADY_EXISTS on a retry means an earlier attempt
+            # that looked failed (a dropped connection) created it
+            nonlocal attempts
+            attempts += 1
+            try:
+                return self.gcp.batch.create_job(retry=None, timeout=self.gcp.timeout, **kwargs)
+            except exceptions.Conflict:  # ALREADY_EXISTS (409)
+                if attempts > 1:
+                    return None
+                raise
+
+        try:
+            self.gcp.call(
+                f"cannot create the GCP Batch job {job.name}",
+                create,
+                parent=job.parent,
+                job=job.job_def,
+                job_id=job.name,
+            )
+        except GcpError as e:
+            if e.reason in (*BAD_REQUEST, "NotFound"):
+                self._check_location(job.project, job.location)
+            raise
+        return f"{job.project}:{job.location}:{job.name}"
+
+    def _check_location(self, project: str, location: str) -> None:
+        """Refuse a location GCP Batch does not list for the project (once per project); when
+        the locations cannot be listed, the API's own error on create will say why."""
+        if location in self._locations.get(project, ()):
+            return
+        try:
+            resp = self.gcp.call(
+                "cannot list GCP Batch locations",
+                self.gcp.batch.list_locations,
+                request={"name": f"projects/{project}"},
+            )
+            found = [loc.location_id for loc in getattr(resp, "locations", resp)]
+        except GcpError as e:
+            if e.reason in ("PermissionDenied", "Forbidden", "MethodNotImplemented", "NotFound"):
+                return
+            raise
+        self._locations[project] = set(found)
+        if found and location not in found:
+            raise GcpError(
+                f"GCP Batch has no location {location!r} in project {project}: use one of"
+                f" {', '.join(sorted(found))} (-cfg location=...)"
+            )
+
+    def _get(self, project: str, location: str, name: str) -> Any:
+        """The job, or None when GCP Batch does not know it."""
+        from google.api_core import exceptions
+
+        try:
+            return self.gcp.batch.get_job(
+                name=f"projects/{project}/locations/{location}/jobs/{name}",
+                retry=None,
+                timeout=self.gcp.timeout,
+            )
+        except exceptions.NotFound:
+            return None
+
+    def _tasks(self, job: Any) -> list[Any]:
+        return list(
+            self.gcp.call(
+                f"cannot list the tasks of {job.name}",
+                self.gcp.batch.list_tasks,
+                request={"parent": f"{job.name}/taskGroups/{TASK_GROUP}", "page_size": 1000},
+            )
+        )
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        project, location, name = parse_app_id(app_id)
+        job = self.gcp.call(f"cannot describe {app_id}", self._get, project, location, name)
+        if job is None:
+            return None
+        return self._response(app_id, job, self._tasks(job))
+
+    def describe_many(self, app_ids: list[str]) -> dict[str, DescribeAppResponse | None]:
+        """One list of active jobs per project and location (every page), one get for each job
+        that has left that list, and a task list only for jobs whose tasks differ in state."""
+        out: dict[str, DescribeAppResponse | None] = dict.fromkeys(app_ids)
+        groups: dict[tuple[str, str], dict[str, str]] = {}
+        for app_id in app_ids:
+            project, location, name = parse_app_id(app_id)
+            groups.setdefault((project, location), {})[name] = app_id
+        for (project, location), names in groups.items():
+            active = self._active_jobs(project, location) if len(names) > 1 else {}
+            for name, app_id in names.items():
+                job = active.get(name)
+                if job is None:
+                    job = self.gcp.call(
+                        f"cannot describe {app_id}", self._get, project, location, name
+                    )
+                if job is None:
+                    continue
+                counts = _counts(job)
+                tasks = self._tasks(job) if len([c for c in counts.values() if c]) > 1 else None
+                out[app_id] = self._response(app_id, job, tasks)
+        return out
+
+    def _list_jobs(self, parent: str, filter_: str) -> Iterator[Any]:
+        if filter_ and self._list_filter_ok:
+            try:
+                yield from self.gcp.call(
+                    f"cannot list the jobs of {parent}",
+                    self.gcp.batch.list_jobs,
+                    request={"parent": parent, "filter": filter_, "page_size": 1000},
+                )
+                return
+            except GcpError as e:
+                if e.reason not in BAD_REQUEST:
+                    raise
+                # an API that does not take this filter: list everything, select here
+                self._list_filter_ok = False
+        yield from self.gcp.call(
+            f"cannot list the jobs of {parent}",
+            self.gcp.batch.list_jobs,
+            request={"parent": parent, "page_size": 1000},
+        )
+
+    def _active_jobs(self, project: str, location: str) -> dict[str, Any]:
+        states = " OR ".join(f'status.state="{s}"' for s in ACTIVE_JOB_STATES)
+        filter_ = f"labels.{LABEL_VERSION}:* AND ({states})"
+        out: dict[str, Any] = {}
+        for job in self._list_jobs(f"projects/{project}/locations/{location}", filter_):
+            if job.status.state.name in ACTIVE_JOB_STATES:
+                out[job.name.rsplit("/", 1)[-1]] = job
+        return out
+
+    def _response(self, app_id: str, job: Any, tasks: list[Any] | None) -> DescribeAppResponse:
+        state = JOB_STATES.get(job.status.state.name, AppState.UNKNOWN)
+        group = job.task_groups[0] if job.task_groups else None
+        spec = group.task_spec if group else None
+        env = dict(spec.environment.variables) if spec else {}
+        container = (
+            next((r.container for r in spec.runnables if r.container), None) if spec else None
+        )
+        role_name = env.get("TORCHX_ROLE_NAME", "node")
+        count = int(group.task_count) if group else 0
+        commands = list(container.commands) if container else [""]
+        role = Role(
+            name=role_name,
+            image=container.image_uri if container else "",
+            entrypoint=commands[0] if commands else "",
+            args=commands[1:],
+            num_replicas=count,
+            env=env,
+            resource=Resource(
+                cpu=int(spec.compute_resource.cpu_milli // 1000) if spec else 1,
+                gpu=0,
+                memMB=int(spec.compute_resource.memory_mib) if spec else 0,
+            ),
+            max_retries=int(spec.max_retry_count) if spec else 0,
+        )
+        replicas = self._replicas(job, tasks, role_name, count, state)
+        project, location, name = parse_app_id(app_id)
+        resp = DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=max((r.num_restarts for r in replicas), default=0),
+            ui_url=(
+                f"https://console.cloud.google.com/batch/jobsDetail/regions/{location}/jobs/"
+                f"{name}/details?project={project}"
+            ),
+            roles=[role],
+            roles_statuses=[RoleStatus(role_name, replicas)],
+            metadata=dict(job.labels),
+            started=_started(job),
+            ended=_ts(job.update_time) if is_terminal(state) else None,
+        )
+        failed = [r for r in replicas if r.state == AppState.FAILED]
+        if failed:
+            resp.msg = "; ".join(f"{role_name}-{r.id}: {r.structured_error_msg}" for r in failed)
+        elif job.status.status_events:
+            resp.msg = job.status.status_events[-1].description
+        return resp
+
+    def _replicas(
+        self, job: Any, tasks: list[Any] | None, role: str, count: int, state: AppState
+    ) -> list[ReplicaStatus]:
+        if tasks is None:
+            counts = _counts(job)
+            only = next((k for k, v in counts.items() if v), None)
+            rstate = TASK_STATES.get(only, state) if only else _replica_default(state)
+            return [ReplicaStatus(i, rstate, role, f"task-{i}") for i in range(count)]
+        out = [ReplicaStatus(i, _replica_default(state), role, f"task-{i}") for i in range(count)]
+        for task in tasks:
+            idx = int(task.name.rsplit("/", 1)[-1])
+            if idx >= count:
+                continue
+            tstate = TASK_STATES.get(task.status.state.name, AppState.UNKNOWN)
+            events = list(task.status.status_events)
+            exit_code = None
+            for ev in reversed(events):
+                if ev.task_execution and ev.task_execution.exit_code:
+                    exit_code = int(ev.task_execution.exit_code)
+                    break
+            rep = ReplicaStatus(idx, tstate, role, f"task-{idx}", exit_code=exit_code)
+            rep.num_restarts = max(
+                sum(1 for ev in events if ev.task_state.name == "RUNNING") - 1, 0
+            )
+            if tstate == AppState.FAILED:
+                last = events[-1].description if events else ""
+                rep.structured_error_msg = (
+                    f"FAILED (exit code {exit_code})" if exit_code is not None else "FAILED"
+                ) + (f": {last}" if last else "")
+            out[idx] = rep
+        return out
+
+    def _cancel_existing(self, app_id: str) -> None:
+        """``cancel_job`` where the API has it; else (older API versions) delete the job."""
+        project, location, name = parse_app_id(app_id)
+        full = f"projects/{project}/locations/{location}/jobs/{name}"
+        cancel = getattr(self.gcp.batch, "cancel_job", None)
+        if cancel is not None:
+            try:
+                self.gcp.call(f"cannot cancel {app_id}", cancel, name=full)
+                return
+            except GcpError as e:
+                if e.reason != "MethodNotImplemented":
+                    raise
+        self.gcp.call(f"cannot delete {app_id}", self.gcp.batch.delete_job, name=full)
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Replica ``k``'s lines from Cloud Logging (``batch_task_logs``, its task's entries):
+        stdout is logged at INFO severity and stderr at ERROR, so ``streams`` picks by
+        severity."""
+        project, location, name = parse_app_id(app_id)
+        job = self.gcp.call(f"cannot describe {app_id}", self._get, project, location, name)
+        if job is None:
+            raise ValueError(f"unknown app {app_id!r}")
+        group = job.task_groups[0]
+        env = dict(group.task_spec.environment.variables)
+        if role_name != env.get("TORCHX_ROLE_NAME", role_name):
+            raise ValueError(f"{app_id} has no role {role_name!r}")
+        if not 0 <= k < int(group.task_count):
+            raise ValueError(f"{app_id} has no replica {k} (it has {group.task_count})")
+        filt = [
+            f'logName="projects/{project}/logs/{LOG_NAME}"',
+            f'labels.job_uid="{job.uid}"',
+            f'labels.task_id="{job.uid}-{TASK_GROUP}-{k}"',
+        ]
+        if streams == Stream.STDOUT:
+            filt.append("severity<ERROR")
+        elif streams == Stream.STDERR:
+            filt.append("severity>=ERROR")
+        if until:
+            filt.append(f'timestamp<="{_rfc3339(until)}"')
+        # google-cloud-logging reads only the last 24 hours unless the filter names a time
+        start = since or datetime.fromtimestamp(_ts(job.create_time) or 0, timezone.utc)
+        lines = self._log_lines(project, location, name, filt, start, should_tail)
+        return filter_regex(regex, lines) if regex else lines
+
+    def _log_lines(
+        self,
+        project: str,
+        location: str,
+        name: str,
+        filt: list[str],
+        since: datetime,
+        should_tail: bool,
+    ) -> Iterator[str]:
+        cursor = _rfc3339(since)
+        seen: set[str] = set()
+        ended_at: float | None = None
+        while True:
+            where = [*filt, f'timestamp>="{cursor}"']
+            entries = self.gcp.call(
+                "cannot read the job's logs from Cloud Logging",
+                self.gcp.logging.list_entries,
+                api="logging",
+                resource_names=[f"projects/{project}"],
+                filter_=" AND ".join(where),
+                order_by="timestamp asc",
+                page_size=1000,
+            )
+            for entry in entries:
+                if entry.insert_id in seen:
+                    continue
+                stamp = _rfc3339(entry.timestamp)
+                if stamp != cursor:
+                    seen.clear()
+                cursor = stamp
+                seen.add(entry.insert_id)
+                text = entry.payload if isinstance(entry.payload, str) else str(entry.payload)
+                yield text if text.endswith("\n") else text + "\n"
+            if not should_tail:
+                return
+            if ended_at is not None and time.monotonic() - ended_at >= LOG_POLL_SECONDS:
+                return
+            if ended_at is None:
+                job = self.gcp.call("cannot describe the job", self._get, project, location, name)
+                if job is None or is_terminal(
+                    JOB_STATES.get(job.status.state.name, AppState.UNKNOWN)
+                ):
+                    # Cloud Logging may receive the last lines after the job ended: one more look
+                    ended_at = time.monotonic()
+            if tail_wait(LOG_POLL_SECONDS):
+                return
+
+    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+        """Our jobs (labelled ``torchx_version``) in every location, or in ``cfg["location"]``
+        when given, every page."""
+        cfg = cfg or {}
+        project = self._project(cfg)
+        location = str(cfg.get("location") or "-")
+        out: list[ListAppResponse] = []
+        for job in self._list_jobs(
+            f"projects/{project}/locations/{location}", f"labels.{LABEL_VERSION}:*"
+        ):
+            if LABEL_VERSION not in job.labels:
+                continue
+            parts = job.name.split("/")
+            app_id = f"{parts[1]}:{parts[3]}:{parts[5]}"
+            out.append(
+                ListAppResponse(
+                    app_id=app_id,
+                    state=JOB_STATES.get(job.status.state.name, AppState.UNKNOWN),
+                    name=job.labels.get(LABEL_APP_NAME, parts[5]),
+                )
+            )
+        return out
+
+
+def _mounts(role: Role) -> tuple[list[Any], list[str], list[str]]:
+    """Task volumes (GCS buckets, NFS shares), the container's ``src:dst[:ro]`` binds and its
+    extra docker options (devices), each path checked so nothing can add an option."""
+    from google.cloud import batch_v1
+
+    volumes: list[Any] = []
+    binds: list[str] = []
+    options: list[str] = []
+
+    def path(p: str, what: str) -> str:
+        if not _PATH_RE.match(p):
+            raise InvalidRunConfigException(
+                f"{what} {p!r} is not an absolute path of letters, digits and ._/@+-", "mounts"
+            )
+        return p
+
+    for i, m in enumerate(role.mounts):
+        ro = ":ro" if getattr(m, "read_only", False) else ""
+        if isinstance(m, BindMount):
+            binds.append(f"{path(m.src_path, 'bind source')}:{path(m.dst_path, 'mount path')}{ro}")
+        elif isinstance(m, VolumeMount):
+            host = f"/mnt/disks/torchx-{i}"
+            dst = path(m.dst_path, "mount path")
+            if m.src.startswith("gs://"):
+                bucket = m.src[5:].strip("/")
+                if not re.match(r"^[a-z0-9][a-z0-9._-]{1,220}(/[A-Za-z0-9._/-]*)?$", bucket):
+                    raise InvalidRunConfigException(f"bad GCS bucket path {m.src!r}", "mounts")
+                volumes.append(
+                    batch_v1.Volume(gcs=batch_v1.GCS(remote_path=bucket), mount_path=host)
+                )
+            elif m.src.startswith("nfs://"):
+                server, _, remote = m.src[6:].partition("/")
+                if not re.match(r"^[A-Za-z0-9.-]+$", server):
+                    raise InvalidRunConfigException(f"bad NFS server in {m.src!r}", "mounts")
+                volumes.append(
+                    batch_v1.Volume(
+                        nfs=batch_v1.NFS(server=server, remote_path=path("/" + remote, "NFS path")),
+                        mount_path=host,
+                    )
+                )
+            else:
+                raise InvalidRunConfigException(
+                    f"GCP Batch mounts gs://BUCKET[/PATH] and nfs://SERVER/PATH volumes, not"
+                    f" {m.src!r}",
+                    "mounts",
+                )
+            binds.append(f"{host}:{dst}{ro}")
+        elif isinstance(m, DeviceMount):
+            perm = m.permissions if re.match(r"^[rwm]{1,3}$", m.permissions) else "rwm"
+            options.append(
+                f"--device={path(m.src_path, 'device')}:{path(m.dst_path, 'device path')}:{perm}"
+            )
+    for dev, count in role.resource.devices.items():
+        raise InvalidRunConfigException(
+            f"GCP Batch has no device {dev!r} (x{count}): drop it from the resource", "devices"
+        )
+    return volumes, binds, options
+
+
+def _counts(job: Any) -> dict[str, int]:
+    for status in job.status.task_groups.values():
+        return {str(k): int(v) for k, v in status.counts.items()}
+    return {}
+
+
+def _replica_default(state: AppState) -> AppState:
+    return AppState.PENDING if state == AppState.SUBMITTED else state
+
+
+def _ts(value: Any) -> float | None:
+    if not value:
+        return None
+    try:
+        return float(value.timestamp())
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _started(job: Any) -> float | None:
+    for ev in job.status.status_events:
+        if ev.description.rstrip(".").split(" for job")[0].endswith("to RUNNING"):
+            return _ts(ev.event_time)
+    return None
+
+
+def _rfc3339(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.astimezone()
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> GcpBatchScheduler:
+    return GcpBatchScheduler(session_name, **kwargs)
