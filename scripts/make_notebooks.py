@@ -316,6 +316,59 @@ for k in range(2):
 ]
 
 
+NOTEBOOKS["gcp_batch.ipynb"] = [
+    (
+        "md",
+        """# A cell on GCP Batch
+
+The cell and this folder are patched onto the image without a Docker daemon and pushed to
+Artifact Registry (logged in with your Application Default Credentials), then run as a GCP Batch
+job: one task group, a task per replica, each with its real replica index. Logs come from Cloud
+Logging. Credentials and project come from `gcloud auth application-default login` /
+`GOOGLE_APPLICATION_CREDENTIALS` and `GOOGLE_CLOUD_PROJECT` (or `gcloud config set project`).""",
+        [],
+    ),
+    (
+        "code",
+        """import os
+PROJECT = os.environ.get("TORCHX_NB_EXAMPLE_PROJECT", "my-project")
+REPO = os.environ.get("TORCHX_NB_EXAMPLE_REPO", "REGION-docker.pkg.dev/my-project/jobs")
+%load_ext torchx_nb
+%config TorchxMagics.image = os.environ.get("TORCHX_NB_EXAMPLE_IMAGE", "REGION-docker.pkg.dev/my-project/base/python:3.11")
+from pathlib import Path
+Path("params.json").write_text('{"lr": 0.1}')""",
+        [],
+    ),
+    ("code", "%torchx runopts gcp_batch", []),
+    (
+        "md",
+        """## What would be sent
+
+`--dryrun` shows the exact `batch_v1.Job` and touches nothing: two H100 machines
+(`a3-highgpu-8g`), one task each, eight processes per task under torchrun.""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -s gcp_batch --dryrun -cfg project={PROJECT},image_repo={REPO},provisioning_model=spot -h gcp_a3-highgpu-8g -j 2x8
+import torch.distributed as dist
+dist.init_process_group("nccl")""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -s gcp_batch -cfg project={PROJECT},image_repo={REPO},quiet=True -o job
+import json, os
+print("task", os.environ["BATCH_TASK_INDEX"], "of", os.environ["BATCH_TASK_COUNT"],
+      "params", json.load(open("params.json")))""",
+        [],
+    ),
+    ("code", """print(job.wait().state, job.status().ui_url.split("?")[0])
+print(job.logs(), end="")""", []),
+    ("code", "%torchx list -s gcp_batch", []),
+]
+
+
 def build(cells: list[tuple[str, str, list[str]]]) -> nbformat.NotebookNode:
     nb = new_notebook()
     nb.metadata["kernelspec"] = {
