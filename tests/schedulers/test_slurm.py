@@ -230,7 +230,11 @@ def test_cell_on_two_nodes_under_torchrun_in_a_job_dir(
 
 
 def test_failing_job_reports_the_replica_and_exit_code(slurm_env: SlurmCluster) -> None:
-    app = specs.AppDef("bad", roles=[_role("ok", "true"), _role("boom", "echo no >&2; exit 3")])
+    # boom fails after ok has ended: srun's --kill-on-bad-exit would otherwise stop ok (143),
+    # and the exit code Slurm reports is the job's highest
+    app = specs.AppDef(
+        "bad", roles=[_role("ok", "true"), _role("boom", "sleep 1; echo no >&2; exit 3")]
+    )
     with get_runner() as runner:
         handle = runner.run(app, "slurm", {})
         status = runner.wait(handle, wait_interval=0.5, timeout=90)
