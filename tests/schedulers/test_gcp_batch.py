@@ -58,7 +58,9 @@ def dryrun(a: specs.AppDef, **cfg: Any) -> Any:
 def test_request_keeps_torchx_shape_with_real_replica_ids() -> None:
     from google.cloud import batch_v1
 
-    info = dryrun(app(n=2))
+    a = app(n=2)
+    a.metadata["torchx_app_name"] = "spoofed"  # metadata cannot hide a job from our list
+    info = dryrun(a)
     req = info.request
     assert req.project == PROJECT and req.location == "us-central1"
     assert req.name.startswith("my-train-job-") and len(req.name) <= 63

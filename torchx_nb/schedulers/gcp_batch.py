@@ -544,13 +544,13 @@ class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             task_environments=task_envs,
             task_spec=task_spec,
         )
-        labels = {
-            LABEL_VERSION: label_value(__version__.replace(".", "-")),
-            LABEL_APP_NAME: label_value(name),
-            LABEL_USER: label_value(str(cfg.get("user") or getpass.getuser())),
-        }
+        labels: dict[str, str] = {}
         for key, value in {**app.metadata, **dict(cfg.get("labels") or {})}.items():  # type: ignore[arg-type]
             labels[_label_key(str(key))] = label_value(str(value))
+        # ours last: list finds our jobs by them, so no metadata key may replace them
+        labels[LABEL_VERSION] = label_value(__version__.replace(".", "-"))
+        labels[LABEL_APP_NAME] = label_value(name)
+        labels[LABEL_USER] = label_value(str(cfg.get("user") or getpass.getuser()))
         job = batch_v1.Job(
             task_groups=[group],
             labels=labels,
