@@ -18,6 +18,7 @@ from tests.infra.dockerd import (
     start_registry,
 )
 from tests.infra.gcp import GcpFake
+from tests.infra.kube import KubeFake
 from tests.infra.moto import MotoServer, moto_available, start_moto
 from tests.infra.slurm import SlurmCluster, slurm_available
 from tests.infra.token_proxy import TokenProxy
@@ -183,3 +184,21 @@ def gcp_env(
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path_factory.mktemp("gcloud")))
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path_factory.mktemp("docker-config")))
     return gcp_fake
+
+
+@pytest.fixture(scope="session")
+def kube_fake(
+    tmp_path_factory: pytest.TempPathFactory, dockerd: DockerDaemon
+) -> Iterator[KubeFake]:
+    """The loopback Kubernetes API server with Volcano (tests/infra/kube.py), running pods in
+    our dockerd."""
+    fake = KubeFake(tmp_path_factory.mktemp("kube"), dockerd.client()).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def kube_env(kube_fake: KubeFake, monkeypatch: pytest.MonkeyPatch) -> KubeFake:
+    """KUBECONFIG naming the loopback API server, for this process and its children."""
+    monkeypatch.setenv("KUBECONFIG", str(kube_fake.kubeconfig))
+    return kube_fake

@@ -135,7 +135,10 @@ def test_commas_in_env_runopts_for_all_and_readable_list(
         allow_errors=False,
     )
     assert "0,1 INFO a,b\n" in plain(nb.cells[1])
-    assert "'aws_batch', 'aws_sagemaker', 'local_cwd', 'local_docker'" in plain(nb.cells[2])
+    assert plain(nb.cells[2]) == (
+        "['aws_batch', 'aws_sagemaker', 'gcp_batch', 'kubernetes', 'local_cwd', 'local_docker',"
+        " 'slurm']\n"
+    )
     state, duration, tz = plain(nb.cells[3]).split()
     assert state == "SUCCEEDED" and duration.startswith("0:0") and tz == "True"
 

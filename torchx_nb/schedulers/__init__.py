@@ -18,6 +18,7 @@ DEFAULT_SCHEDULER_MODULES: dict[str, str] = {
     "aws_sagemaker": "torchx_nb.schedulers.aws_sagemaker",
     "slurm": "torchx_nb.schedulers.slurm",
     "gcp_batch": "torchx_nb.schedulers.gcp_batch",
+    "kubernetes": "torchx_nb.schedulers.kubernetes",
 }
 
 

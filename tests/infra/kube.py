@@ -1,0 +1,658 @@
+"""A Kubernetes API server of our own on 127.0.0.1 for the real ``kubernetes`` client, with a
+small controller that runs pods in our dockerd. No kube-apiserver can be had offline (see
+test-infrastructure.md §6); this serves the parts torchx_nb uses, with Kubernetes' semantics:
+
+- namespaces (read), Volcano queues (read), Volcano jobs (``batch.volcano.sh/v1alpha1``) and
+  ``batch/v1`` Jobs (create, get, list with label selectors and ``limit``/``continue`` pages,
+  delete with foreground propagation: ``deletionTimestamp`` until the pods are gone), Services
+  (create, delete), pods (list, get, log with ``follow``, ``sinceSeconds`` and ``timestamps``);
+  errors are ``Status`` objects (404, 403 for verbs listed in ``forbidden``, 401 without the
+  kubeconfig's bearer token, the Volcano admission webhook's refusal of an unknown queue).
+- The controller makes a pod per Volcano task (``NAME-TASK-0``, with the ``svc`` plugin's
+  ``VC_<TASK>_HOSTS`` variables) or per completion index of an Indexed Job (hostname
+  ``NAME-I``, the ``job-completion-index`` annotation and label, ``$(VAR)`` expansion and
+  ``fieldRef`` env), runs each pod's container in dockerd and reports phases, exit codes and
+  logs back through the API. Volcano's ``RestartJob`` policy and a Job's ``backoffLimit`` are
+  honoured.
+
+Where it differs from a cluster: every pod shares this machine's network and pid namespace, and
+pod DNS names (``NAME-0.NAME``) resolve to 127.0.0.1 through the container's hosts file; there
+is no scheduler, no node, no image pull secret check, no Volcano gang scheduling (pods start as
+soon as they are made); when a pod fails for good, the others are stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import secrets
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+INSTANCE = "app.kubernetes.io/instance"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+
+
+class Status(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+    def body(self) -> bytes:
+        return json.dumps(
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": self.message,
+                "reason": self.reason,
+                "code": self.code,
+            }
+        ).encode()
+
+
+def selects(selector: str, labels: dict[str, str]) -> bool:
+    """Equality (``k=v``, ``k==v``, ``k!=v``) and existence (``k``, ``!k``) terms, comma-joined."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k) == v:
+                return False
+        elif "=" in term:
+            k, v = re.split(r"==?", term, maxsplit=1)
+            if labels.get(k) != v:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+class Pod:
+    """A pod's object and what runs it."""
+
+    def __init__(self, obj: dict[str, Any], owner: tuple[str, str]) -> None:
+        self.obj = obj
+        self.owner = owner
+        self.container: Any = None
+        self.lines: list[tuple[float, str]] = []
+        self.pump: threading.Thread | None = None
+        self.done = threading.Event()
+
+
+class KubeFake:
+    """The API server and its controller; ``start()`` with a docker client, ``stop()`` after."""
+
+    def __init__(self, root: Path, docker: Any, volcano: bool = True) -> None:
+        self.root = root
+        self.docker = docker
+        self.volcano = volcano
+        self.token = secrets.token_urlsafe(24)
+        self.namespaces = {"default", "kube-system"}
+        self.queues = {"default"}
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], Pod] = {}
+        self.forbidden: set[tuple[str, str]] = set()
+        self.requests: list[str] = []
+        self.lock = threading.RLock()
+        self.stopping = threading.Event()
+
+    # -- lifecycle
+
+    def start(self) -> KubeFake:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"  # every answer closes: a followed log simply ends
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                fake._serve(self)
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.kubeconfig = self.root / "kubeconfig"
+        self.kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "tester", "user": {"token": self.token}}],
+                    "contexts": [
+                        {"name": "fake", "context": {"cluster": "fake", "user": "tester"}}
+                    ],
+                    "current-context": "fake",
+                }
+            )
+        )
+        self.kubeconfig.chmod(0o600)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._control, daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            pods = list(self.pods.values())
+        for pod in pods:
+            self._kill(pod)
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- HTTP
+
+    def _serve(self, h: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(h.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        length = int(h.headers.get("Content-Length") or 0)
+        body = json.loads(h.rfile.read(length) or b"{}") if length else {}
+        try:
+            if h.headers.get("Authorization") != f"Bearer {self.token}":
+                raise Status(401, "Unauthorized", "Unauthorized")
+            self.requests.append(f"{h.command} {url.path}")
+            if url.path.endswith("/log") and h.command == "GET":
+                self._log(h, url.path, query)
+                return
+            code, out = self._route(h.command, url.path, query, body)
+            data = json.dumps(out).encode()
+        except Status as e:
+            code, data = e.code, e.body()
+        except Exception as e:  # a bug here must reach the test as an answer, not a hang
+            import traceback
+
+            traceback.print_exc()
+            code, data = 500, Status(500, "InternalError", repr(e)).body()
+        h.send_response(code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    _ROUTES = [
+        (r"^/api/v1/namespaces/([^/]+)$", "namespace"),
+        (r"^/apis/scheduling\.volcano\.sh/v1beta1/queues/([^/]+)$", "queue"),
+        (r"^/apis/batch\.volcano\.sh/v1alpha1/namespaces/([^/]+)/jobs(?:/([^/]+))?$", "vcjob"),
+        (r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$", "job"),
+        (r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$", "service"),
+        (r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$", "pod"),
+    ]
+    _PLURAL = {
+        "vcjob": "jobs.batch.volcano.sh",
+        "job": "jobs.batch",
+        "service": "services",
+        "pod": "pods",
+    }
+
+    def _route(
+        self, method: str, path: str, query: dict[str, str], body: dict[str, Any]
+    ) -> tuple[int, Any]:
+        found = next(
+            ((m, kind) for pattern, kind in self._ROUTES if (m := re.match(pattern, path))), None
+        )
+        if found is None:
+            raise Status(404, "NotFound", "the server could not find the requested resource")
+        m, kind = found
+        if kind == "namespace":
+            if m.group(1) not in self.namespaces:
+                raise Status(404, "NotFound", f'namespaces "{m.group(1)}" not found')
+            return 200, {"kind": "Namespace", "metadata": {"name": m.group(1)}}
+        if kind == "queue":
+            if not self.volcano:
+                raise Status(404, "NotFound", "the server could not find the requested resource")
+            if m.group(1) not in self.queues:
+                raise Status(
+                    404, "NotFound", f'queues.scheduling.volcano.sh "{m.group(1)}" not found'
+                )
+            return 200, {"kind": "Queue", "metadata": {"name": m.group(1)}}
+        if kind == "vcjob" and not self.volcano:
+            raise Status(404, "NotFound", "the server could not find the requested resource")
+        ns, name = m.group(1), m.group(2)
+        verb = {"POST": "create", "DELETE": "delete"}.get(method, "get" if name else "list")
+        if (verb, kind) in self.forbidden:
+            raise Status(
+                403,
+                "Forbidden",
+                f'{self._PLURAL[kind]} is forbidden: User "tester" cannot {verb} resource'
+                f' "{self._PLURAL[kind].split(".")[0]}" in the namespace "{ns}"',
+            )
+        if ns not in self.namespaces:
+            raise Status(404, "NotFound", f'namespaces "{ns}" not found')
+        if verb == "create":
+            return 201, self._create(kind, ns, body)
+        if verb == "list":
+            return 200, self._list(kind, ns, query)
+        with self.lock:
+            obj = self.objects.get((kind, ns, name))
+        if obj is None:
+            raise Status(404, "NotFound", f'{self._PLURAL[kind]} "{name}" not found')
+        if verb == "delete":
+            self._delete(kind, ns, name, body)
+        return 200, obj
+
+    def _create(self, kind: str, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        name = body.get("metadata", {}).get("name", "")
+        if not re.match(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", name):
+            raise Status(422, "Invalid", f'{kind} "{name}" is invalid: metadata.name')
+        if kind == "vcjob":
+            queue = body.get("spec", {}).get("queue", "")
+            if queue not in self.queues:
+                raise Status(
+                    400,
+                    "BadRequest",
+                    'admission webhook "validatejob.volcano.sh" denied the request: unable to'
+                    f' find job queue: queues.scheduling.volcano.sh "{queue}" not found',
+                )
+        with self.lock:
+            if (kind, ns, name) in self.objects:
+                raise Status(409, "AlreadyExists", f'{self._PLURAL[kind]} "{name}" already exists')
+            body.setdefault("metadata", {}).update(
+                {"namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now()}
+            )
+            body["status"] = {}
+            self.objects[(kind, ns, name)] = body
+        return body
+
+    def _list(self, kind: str, ns: str, query: dict[str, str]) -> dict[str, Any]:
+        selector = query.get("labelSelector", "")
+        with self.lock:
+            items = [
+                o
+                for (k, n, _), o in sorted(self.objects.items())
+                if k == kind and n == ns and selects(selector, o["metadata"].get("labels") or {})
+            ]
+        start = int(query.get("continue") or 0)
+        limit = int(query.get("limit") or 0) or len(items) or 1
+        page = items[start : start + limit]
+        more = start + limit < len(items)
+        return {
+            "kind": "List",
+            "metadata": {"continue": str(start + limit) if more else ""},
+            "items": page,
+        }
+
+    def _delete(self, kind: str, ns: str, name: str, body: dict[str, Any]) -> None:
+        with self.lock:
+            obj = self.objects[(kind, ns, name)]
+            if kind in ("vcjob", "job") and body.get("propagationPolicy") == "Foreground":
+                obj["metadata"]["deletionTimestamp"] = _now()
+            else:
+                self._drop_owned(kind, ns, name)
+                self.objects.pop((kind, ns, name), None)
+
+    def _drop_owned(self, kind: str, ns: str, name: str) -> None:
+        for key, pod in list(self.pods.items()):
+            if pod.owner == (kind, name) and key[0] == ns:
+                self._kill(pod)
+                self.pods.pop(key, None)
+                self.objects.pop(("pod", ns, key[1]), None)
+
+    # -- logs
+
+    def _log(self, h: BaseHTTPRequestHandler, path: str, query: dict[str, str]) -> None:
+        ns, name = path.split("/")[4], path.split("/")[6]
+        with self.lock:
+            pod = self.pods.get((ns, name))
+        if pod is None:
+            raise Status(404, "NotFound", f'pods "{name}" not found')
+        follow = query.get("follow") == "true"
+        stamps = query.get("timestamps") == "true"
+        since = time.time() - int(query["sinceSeconds"]) if query.get("sinceSeconds") else 0.0
+        h.send_response(200)
+        h.send_header("Content-Type", "text/plain")
+        h.end_headers()
+        sent = 0
+        try:
+            while True:
+                lines = pod.lines[sent:]
+                sent += len(lines)
+                for t, line in lines:
+                    if t >= since:
+                        h.wfile.write(
+                            ((_stamp(t) + " ") if stamps else "").encode() + line.encode()
+                        )
+                h.wfile.flush()
+                if not follow or (pod.done.is_set() and sent == len(pod.lines)):
+                    return
+                time.sleep(0.1)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    # -- controller
+
+    def _control(self) -> None:
+        while not self.stopping.wait(0.2):
+            with self.lock:
+                jobs = [(k, o) for k, o in self.objects.items() if k[0] in ("vcjob", "job")]
+            for key, obj in jobs:
+                try:
+                    self._advance(key, obj)
+                except Exception as e:
+                    import traceback
+
+                    traceback.print_exc()
+                    obj["status"]["fakeError"] = repr(e)
+
+    def _owned(self, kind: str, ns: str, name: str) -> list[Pod]:
+        with self.lock:
+            return [p for (pns, _), p in self.pods.items() if pns == ns and p.owner == (kind, name)]
+
+    def _advance(self, key: tuple[str, str, str], obj: dict[str, Any]) -> None:
+        kind, ns, name = key
+        if obj["metadata"].get("deletionTimestamp"):
+            with self.lock:
+                self._drop_owned(kind, ns, name)
+                self.objects.pop(key, None)
+            return
+        if kind == "vcjob":
+            self._advance_volcano(ns, name, obj)
+        else:
+            self._advance_indexed(ns, name, obj)
+
+    def _advance_volcano(self, ns: str, name: str, obj: dict[str, Any]) -> None:
+        status = obj["status"]
+        phase = status.setdefault("state", {}).get("phase")
+        if phase in ("Completed", "Failed", "Aborted", "Terminated"):
+            return
+        tasks = obj["spec"]["tasks"]
+        if phase is None:
+            status["state"] = {"phase": "Pending"}
+            status["retryCount"] = 0
+            return
+        pods = self._owned("vcjob", ns, name)
+        if not pods:
+            hosts = {
+                f"VC_{t['name'].upper().replace('-', '_')}_HOSTS": f"{name}-{t['name']}-0.{name}"
+                for t in tasks
+            }
+            for i, task in enumerate(tasks):
+                extra = {**hosts, "VC_TASK_INDEX": "0", "VK_TASK_INDEX": "0"}
+                self._make_pod(
+                    ("vcjob", name),
+                    ns,
+                    f"{name}-{task['name']}-0",
+                    task["template"],
+                    extra,
+                    hostname=f"{name}-{task['name']}-0",
+                    subdomain=name,
+                    index=i,
+                )
+            status["state"] = {"phase": "Running"}
+            status.setdefault("startTime", _now())
+            return
+        phases = [p.obj["status"].get("phase") for p in pods]
+        if all(p == "Succeeded" for p in phases):
+            status["state"] = {"phase": "Completed"}
+            status["completionTime"] = _now()
+        elif "Failed" in phases:
+            if status.get("retryCount", 0) < int(obj["spec"].get("maxRetry") or 0):
+                status["retryCount"] = status.get("retryCount", 0) + 1
+                status["state"] = {"phase": "Restarting"}
+                with self.lock:
+                    self._drop_owned("vcjob", ns, name)
+            else:
+                for p in pods:
+                    if p.obj["status"].get("phase") in ("Pending", "Running"):
+                        self._kill(p, failed=True)
+                status["state"] = {"phase": "Failed", "message": "a task's pod failed"}
+                status["completionTime"] = _now()
+
+    def _advance_indexed(self, ns: str, name: str, obj: dict[str, Any]) -> None:
+        spec, status = obj["spec"], obj["status"]
+        if any(c.get("status") == "True" for c in status.get("conditions", [])):
+            return
+        status.setdefault("startTime", _now())
+        pods = self._owned("job", ns, name)
+        by_index: dict[int, list[Pod]] = {}
+        for p in pods:
+            by_index.setdefault(int(p.obj["metadata"]["labels"][INDEX_KEY]), []).append(p)
+        n = int(spec.get("completions") or 1)
+        failed = sum(1 for p in pods if p.obj["status"].get("phase") == "Failed")
+        status["failed"] = failed
+        if failed > int(spec.get("backoffLimit") or 0):
+            for p in pods:
+                if p.obj["status"].get("phase") in ("Pending", "Running"):
+                    self._kill(p, failed=True)
+            status["conditions"] = [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "Job has reached the specified backoff limit",
+                }
+            ]
+            status["completionTime"] = _now()
+            return
+        succeeded = 0
+        active = 0
+        for i in range(n):
+            mine = by_index.get(i, [])
+            if any(p.obj["status"].get("phase") == "Succeeded" for p in mine):
+                succeeded += 1
+                continue
+            if any(p.obj["status"].get("phase") in ("Pending", "Running") for p in mine):
+                active += 1
+                continue
+            pod_name = f"{name}-{i}-{secrets.token_hex(3)}"
+            self._make_pod(
+                ("job", name),
+                ns,
+                pod_name,
+                spec["template"],
+                {},
+                hostname=f"{name}-{i}",
+                subdomain=spec["template"]["spec"].get("subdomain", ""),
+                index=i,
+                indexed=True,
+            )
+            active += 1
+        status["active"], status["succeeded"] = active, succeeded
+        if succeeded == n:
+            status["conditions"] = [{"type": "Complete", "status": "True"}]
+            status["completionTime"] = _now()
+
+    def _make_pod(
+        self,
+        owner: tuple[str, str],
+        ns: str,
+        pod_name: str,
+        template: dict[str, Any],
+        extra_env: dict[str, str],
+        hostname: str,
+        subdomain: str,
+        index: int,
+        indexed: bool = False,
+    ) -> None:
+        meta = json.loads(json.dumps(template.get("metadata") or {}))
+        meta.update({"name": pod_name, "namespace": ns, "creationTimestamp": _now()})
+        meta.setdefault("labels", {})
+        meta.setdefault("annotations", {})
+        if indexed:
+            meta["labels"][INDEX_KEY] = str(index)
+            meta["annotations"][INDEX_KEY] = str(index)
+        spec = json.loads(json.dumps(template["spec"]))
+        spec.update({"hostname": hostname, "subdomain": subdomain, "nodeName": "fake-node"})
+        obj = {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
+        pod = Pod(obj, owner)
+        with self.lock:
+            self.pods[(ns, pod_name)] = pod
+            self.objects[("pod", ns, pod_name)] = obj
+        try:
+            self._run(pod, extra_env, subdomain)
+        except Exception as e:
+            obj["status"] = {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {
+                        "state": {
+                            "terminated": {
+                                "exitCode": 128,
+                                "reason": "StartError",
+                                "message": str(e)[:200],
+                            }
+                        }
+                    }
+                ],
+            }
+            pod.done.set()
+
+    def _env(self, pod: Pod, container: dict[str, Any], extra: dict[str, str]) -> dict[str, str]:
+        env: dict[str, str] = dict(extra)
+        for e in container.get("env", []):
+            if "value" in e:
+                env[e["name"]] = re.sub(
+                    r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                    lambda m: env.get(m.group(1), m.group(0)),
+                    e["value"],
+                )
+            elif "valueFrom" in e:
+                path = e["valueFrom"].get("fieldRef", {}).get("fieldPath", "")
+                m = re.match(r"^metadata\.annotations\['(.+)'\]$", path)
+                if m:
+                    env[e["name"]] = pod.obj["metadata"]["annotations"].get(m.group(1), "")
+        return env
+
+    def _run(self, pod: Pod, extra: dict[str, str], subdomain: str) -> None:
+        spec = pod.obj["spec"]
+        c = spec["containers"][0]
+        env = self._env(pod, c, extra)
+        command = [
+            re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), a)
+            for a in c.get("command", [])
+        ]
+        binds: list[str] = []
+        kwargs: dict[str, Any] = {"network_mode": "host", "pid_mode": "host"}
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for m in c.get("volumeMounts", []):
+            v = volumes[m["name"]]
+            mode = ":ro" if m.get("readOnly") else ""
+            if "emptyDir" in v and m["mountPath"] == "/dev/shm":
+                kwargs["shm_size"] = "256m"
+            elif "hostPath" in v:
+                binds.append(f"{v['hostPath']['path']}:{m['mountPath']}{mode}")
+            elif "persistentVolumeClaim" in v:
+                local = self.root / "pvc" / v["persistentVolumeClaim"]["claimName"]
+                local.mkdir(parents=True, exist_ok=True)
+                binds.append(f"{local}:{m['mountPath']}{mode}")
+        if (c.get("securityContext") or {}).get("privileged"):
+            kwargs["privileged"] = True
+        # pod DNS names of this job (NAME-I.SUBDOMAIN) point at this machine
+        # (and the machine's own name, which torchrun resolves: with extra hosts, docker writes
+        # the hosts file itself instead of copying this machine's)
+        hosts = {spec["hostname"]: "127.0.0.1", socket.gethostname(): "127.0.0.1"}
+        with self.lock:
+            for p in self.pods.values():
+                if p.obj["spec"].get("subdomain") == subdomain and subdomain:
+                    hosts[f"{p.obj['spec']['hostname']}.{subdomain}"] = "127.0.0.1"
+        for value in env.values():
+            for host in re.findall(r"[a-z0-9-]+-\d+\.[a-z0-9-]+", value):
+                hosts[host] = "127.0.0.1"
+        image = c["image"]
+        try:
+            self.docker.images.get(image)
+        except Exception:
+            self.docker.images.pull(image)
+        pod.container = self.docker.containers.run(
+            image,
+            entrypoint=command[:1] or None,
+            command=command[1:] or None,
+            environment=env,
+            volumes=binds,
+            extra_hosts=hosts,
+            detach=True,
+            labels={"torchx-nb-kube-fake": str(self.port)},
+            **kwargs,
+        )
+        pod.obj["status"] = {
+            "phase": "Running",
+            "podIP": "127.0.0.1",
+            "startTime": _now(),
+            "containerStatuses": [{"name": c["name"], "state": {"running": {"startedAt": _now()}}}],
+        }
+        pod.pump = threading.Thread(target=self._pump, args=(pod,), daemon=True)
+        pod.pump.start()
+
+    def _pump(self, pod: Pod) -> None:
+        from torchx_nb.schedulers.api import LineSplitter
+
+        lines = LineSplitter()
+        container = pod.container
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                for line in lines.feed(chunk):
+                    pod.lines.append((time.time(), line))
+            for line in lines.flush():
+                pod.lines.append((time.time(), line + "\n"))
+            code = int(container.wait(timeout=600)["StatusCode"])
+        except Exception:
+            code = 137
+        if pod.obj["status"].get("phase") == "Running":
+            pod.obj["status"] = {
+                **pod.obj["status"],
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "containerStatuses": [
+                    {
+                        "name": pod.obj["spec"]["containers"][0]["name"],
+                        "state": {
+                            "terminated": {
+                                "exitCode": code,
+                                "reason": "Completed" if code == 0 else "Error",
+                                "finishedAt": _now(),
+                            }
+                        },
+                    }
+                ],
+            }
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+        pod.done.set()
+
+    def _kill(self, pod: Pod, failed: bool = False) -> None:
+        if failed and pod.obj["status"].get("phase") in ("Pending", "Running"):
+            pod.obj["status"] = {
+                **pod.obj["status"],
+                "phase": "Failed",
+                "containerStatuses": [
+                    {"state": {"terminated": {"exitCode": 137, "reason": "Killed"}}}
+                ],
+            }
+        if pod.container is not None:
+            with contextlib.suppress(Exception):
+                pod.container.kill()
+        pod.done.set()
+
+    def pods_of(self, ns: str, name: str) -> Iterator[dict[str, Any]]:
+        with self.lock:
+            for p in self.pods.values():
+                if (
+                    p.obj["metadata"].get("labels", {}).get(INSTANCE) == name
+                    and p.obj["metadata"]["namespace"] == ns
+                ):
+                    yield p.obj

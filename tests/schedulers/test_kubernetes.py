@@ -1,0 +1,355 @@
+"""kubernetes: TorchX's Volcano request and our Indexed Job, and the real ``kubernetes`` client
+against the loopback API server (tests/infra/kube.py), whose controller runs each pod's
+container in our dockerd."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.infra.dockerd import free_port
+from tests.infra.kube import KubeFake
+from torchx_nb import specs
+from torchx_nb.components.cell import cell
+from torchx_nb.runner import get_runner
+from torchx_nb.schedulers.api import Stream
+from torchx_nb.schedulers.kubernetes import KubernetesError, KubernetesScheduler, parse_app_id
+from torchx_nb.specs import AppState
+
+
+def app(n: int = 2, **kw: Any) -> specs.AppDef:
+    return specs.AppDef(
+        "Train.Job",
+        roles=[
+            specs.Role(
+                "trainer",
+                "img:1",
+                entrypoint="bash",
+                args=["-c", f"echo {specs.macros.replica_id}"],
+                num_replicas=n,
+                resource=kw.get("resource", specs.Resource(cpu=2, gpu=1, memMB=4096)),
+                env={
+                    "RANK0": specs.macros.rank0_env,
+                    "IDX": specs.macros.replica_id,
+                    "API_TOKEN": "s3cr3t",
+                },
+                port_map={"c10d": 29500},
+                max_retries=kw.get("max_retries", 0),
+                mounts=kw.get("mounts", []),
+            )
+        ],
+    )
+
+
+def dryrun(a: specs.AppDef, **cfg: Any) -> Any:
+    return KubernetesScheduler("torchx").submit_dryrun(a, cfg)
+
+
+def test_volcano_request_is_torchx_s() -> None:
+    mounts = specs.parse_mounts(
+        [
+            "type=bind",
+            "src=/data",
+            "dst=/data",
+            "readonly",
+            "type=volume",
+            "src=my-pvc",
+            "dst=/ckpt",
+            "type=device",
+            "src=/dev/fuse",
+        ]
+    )
+    info = dryrun(
+        app(max_retries=2, mounts=mounts, resource=specs.named_resources["aws_p4d.24xlarge"]),
+        queue="research",
+        priority_class="high",
+        service_account="trainer",
+        image_pull_secrets=["regcred"],
+        node_selector={"pool": "a100"},
+        tolerations=["nvidia.com/gpu:NoSchedule", "team=ml"],
+    )
+    res = info.request.resource
+    assert res["apiVersion"] == "batch.volcano.sh/v1alpha1" and res["kind"] == "Job"
+    spec = res["spec"]
+    assert spec["schedulerName"] == "volcano" and spec["queue"] == "research"
+    assert spec["plugins"] == {"svc": ["--publish-not-ready-addresses"], "env": []}
+    assert spec["maxRetry"] == 2 and spec["priorityClassName"] == "high"
+    assert [t["name"] for t in spec["tasks"]] == ["trainer-0", "trainer-1"]
+    t0, t1 = spec["tasks"]
+    assert t0["policies"] == [
+        {"event": "PodEvicted", "action": "RestartJob"},
+        {"event": "PodFailed", "action": "RestartJob"},
+    ]
+    pod = t0["template"]
+    assert pod["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+    labels = pod["metadata"]["labels"]
+    assert labels["torchx.pytorch.org/replica-id"] == "0"
+    assert labels["app.kubernetes.io/managed-by"] == "torchx.pytorch.org"
+    c = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["RANK0"] == "TORCHX_RANK0_HOST" and env["TORCHX_RANK0_HOST"] == "localhost"
+    env1 = {e["name"]: e["value"] for e in t1["template"]["spec"]["containers"][0]["env"]}
+    assert env1["RANK0"] == "VC_TRAINER_0_HOSTS" and env1["IDX"] == "1"
+    assert "TORCHX_RANK0_HOST" not in env1
+    assert c["command"] == ["bash", "-c", "echo 0"]
+    assert c["resources"]["limits"]["cpu"] == "96000m"
+    assert c["resources"]["requests"]["cpu"] == "95900m"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert c["resources"]["limits"]["vpc.amazonaws.com/efa"] == "4"
+    assert c["ports"] == [{"name": "c10d", "containerPort": 29500}]
+    assert c["securityContext"] == {"privileged": True}
+    assert [m["mountPath"] for m in c["volumeMounts"]][:4] == [
+        "/dev/shm",
+        "/data",
+        "/ckpt",
+        "/dev/fuse",
+    ]
+    volumes = pod["spec"]["volumes"]
+    assert volumes[0] == {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+    assert volumes[2]["persistentVolumeClaim"] == {"claimName": "my-pvc", "readOnly": False}
+    ps = pod["spec"]
+    assert ps["nodeSelector"] == {
+        "pool": "a100",
+        "node.kubernetes.io/instance-type": "p4d.24xlarge",
+    }
+    assert ps["serviceAccountName"] == "trainer" and ps["imagePullSecrets"] == [{"name": "regcred"}]
+    assert ps["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "team", "operator": "Equal", "value": "ml"},
+    ]
+    shown = str(info)
+    assert "s3cr3t" not in shown and "apiVersion: batch.volcano.sh/v1alpha1" in shown
+
+
+def test_indexed_request_has_a_stable_rank0_and_real_replica_ids() -> None:
+    req = dryrun(app(max_retries=1), api="indexed").request
+    job, svc = req.resource, req.service
+    assert job["apiVersion"] == "batch/v1" and job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2
+    assert job["spec"]["backoffLimit"] == 2
+    name = job["metadata"]["name"]
+    pod = job["spec"]["template"]
+    assert pod["spec"]["subdomain"] == name and pod["spec"]["restartPolicy"] == "Never"
+    c = pod["spec"]["containers"][0]
+    assert c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["IDX"] == "$(TORCHX_REPLICA_ID)" and env["TORCHX_RANK0_HOST"] == f"{name}-0.{name}"
+    assert c["command"] == ["bash", "-c", "echo $(TORCHX_REPLICA_ID)"]
+    assert svc["spec"] == {
+        "clusterIP": "None",
+        "selector": {"app.kubernetes.io/instance": name},
+        "publishNotReadyAddresses": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        ({}, "Volcano jobs need a queue: pass -cfg queue=NAME"),
+        ({"api": "yarn"}, "api 'yarn': use volcano or indexed"),
+        ({"queue": "q", "namespace": "Bad_NS"}, "is not a namespace name"),
+        ({"queue": "q", "tolerations": ["a b"]}, "toleration 'a b'"),
+    ],
+)
+def test_bad_options_are_one_line(cfg: dict[str, Any], message: str) -> None:
+    sched = KubernetesScheduler("torchx")
+    with pytest.raises(specs.InvalidRunConfigException, match=message):
+        sched._pre_build_validate(app(), "kubernetes", cfg)
+
+
+def test_app_ids_are_checked() -> None:
+    assert parse_app_id("default:job-1") == ("default", "job-1")
+    for bad in ("job", "default:../x", "ns:Job", ":x"):
+        with pytest.raises(ValueError, match="not a kubernetes app id"):
+            parse_app_id(bad)
+
+
+DDP_CELL = """import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {t.item()}")
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("api", ["volcano", "indexed"])
+def test_two_replica_ddp_cell_runs(
+    api: str, kube_env: KubeFake, python_in_registry: str, registry: Any, tmp_path: Path
+) -> None:
+    prefixes = sorted({sys.prefix, sys.base_prefix})
+    mounts = [f for p in prefixes for f in ("type=bind", f"src={p}", f"dst={p}", "readonly")]
+    path = ":".join([*(f"{p}/bin" for p in prefixes), "/usr/local/bin", "/usr/bin", "/bin"])
+    a = cell(
+        source=DDP_CELL,
+        image=python_in_registry,
+        memMB=512,
+        j="2x1",
+        rdzv_port=free_port(),  # host networking: another test run may use the default
+        mounts=mounts,
+        env={"PATH": path, "GLOO_SOCKET_IFNAME": "lo", "LOGLEVEL": "WARNING"},
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cfg = {
+        "api": api,
+        "queue": "default",
+        "image_repo": f"{registry.host}/k8s/jobs",
+        "builder": "registry",
+        "quiet": True,
+    }
+    with get_runner() as runner:
+        handle = runner.run(a, "kubernetes", cfg, workspace=str(ws))
+        assert handle.startswith("kubernetes://torchx/default:cell-")
+        status = runner.wait(handle, wait_interval=0.5, timeout=180)
+        logs = ["".join(runner.log_lines(handle, "cell", k)) for k in (0, 1)]
+        assert status is not None and status.state == AppState.SUCCEEDED, (status, logs)
+        assert [r.state for r in status.roles[0].replicas] == [AppState.SUCCEEDED] * 2
+        joined = "".join(logs)
+        assert "rank 0 of 2 sum 3.0" in joined and "rank 1 of 2 sum 3.0" in joined
+
+
+def test_failure_retry_cancel_list_and_logs(
+    kube_env: KubeFake, base_images: dict[str, str]
+) -> None:
+    sched = KubernetesScheduler("torchx")
+    bb = base_images["busybox"]
+
+    def sh(script: str, retries: int = 0) -> specs.AppDef:
+        return specs.AppDef(
+            "sh",
+            roles=[
+                specs.Role(
+                    "r",
+                    bb,
+                    entrypoint="sh",
+                    args=["-c", script],
+                    max_retries=retries,
+                    resource=specs.Resource(1, 0, 64),
+                )
+            ],
+        )
+
+    failing = sched.submit(sh("echo out; echo err >&2; exit 3"), {"queue": "default"})
+    wait_for(lambda: sched.describe(failing).state == AppState.FAILED, 60)  # type: ignore[union-attr]
+    desc = sched.describe(failing)
+    assert desc is not None and desc.msg == "r-0: FAILED (exit code 3): Error"
+    assert sorted(sched.log_iter(failing, "r")) == ["err\n", "out\n"]
+    assert list(sched.log_iter(failing, "r", regex="^o")) == ["out\n"]
+    with pytest.raises(ValueError, match="one combined log"):
+        sched.log_iter(failing, "r", streams=Stream.STDERR)
+
+    indexed_fail = sched.submit(sh("exit 4", retries=1), {"api": "indexed"})
+    wait_for(lambda: sched.describe(indexed_fail).state == AppState.FAILED, 60)  # type: ignore[union-attr]
+    d = sched.describe(indexed_fail)
+    assert d is not None and d.num_restarts == 2  # the first try and the one retry both failed
+    assert "exit code 4" in d.msg
+
+    sleeper = sched.submit(sh("echo started; sleep 120"), {"api": "indexed"})
+    wait_for(lambda: sched.describe(sleeper).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
+    tail = iter(sched.log_iter(sleeper, "r", should_tail=True))
+    assert next(tail) == "started\n"
+    sched.cancel(sleeper)
+    wait_for(lambda: sched.describe(sleeper) is None, 30)
+    assert list(tail) == []
+    assert not list(kube_env.pods_of("default", parse_app_id(sleeper)[1]))
+
+    listed = {a.app_id: a.state for a in sched.list()}
+    assert listed[failing] == AppState.FAILED and listed[indexed_fail] == AppState.FAILED
+    assert sleeper not in listed
+    assert sched.describe("default:no-such-job") is None
+
+
+def test_describe_many_is_one_list_per_kind_and_namespace(
+    kube_env: KubeFake, base_images: dict[str, str]
+) -> None:
+    sched = KubernetesScheduler("torchx")
+    a = specs.AppDef(
+        "quick",
+        roles=[
+            specs.Role(
+                "r", base_images["busybox"], entrypoint="true", resource=specs.Resource(1, 0, 64)
+            )
+        ],
+    )
+    ids = [sched.submit(a, {"api": "indexed"}) for _ in range(3)]
+    ids += [sched.submit(a, {"queue": "default"}) for _ in range(2)]
+    wait_for(
+        lambda: all(d and d.state == AppState.SUCCEEDED for d in sched.describe_many(ids).values()),
+        60,
+    )
+    before = len(kube_env.requests)
+    sched.describe_many(ids)
+    calls = sorted(kube_env.requests[before:])
+    assert calls == [
+        "GET /api/v1/namespaces/default/pods",
+        "GET /apis/batch.volcano.sh/v1alpha1/namespaces/default/jobs",
+        "GET /apis/batch/v1/namespaces/default/jobs",
+    ]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torchx_nb.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_clear_errors_through_the_cli(
+    kube_env: KubeFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def error_line(*cfg: str) -> str:
+        out = _cli(
+            "run", "-s", "kubernetes", "--workspace", "", *cfg, "utils.echo", "--image", "img"
+        )
+        assert out.returncode != 0
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr
+        return lines[0]
+
+    assert error_line("-cfg", "queue=nope") == (
+        "torchx-nb: error: no Volcano queue 'nope' (or no Volcano on this cluster): pick one from"
+        " `kubectl get queues`, or pass -cfg api=indexed"
+    )
+    assert error_line("-cfg", "api=indexed,namespace=ghost") == (
+        "torchx-nb: error: namespace 'ghost' does not exist: create it (kubectl create namespace"
+        " ghost) or pass -cfg namespace=..."
+    )
+    kube_env.forbidden.add(("create", "job"))
+    try:
+        line = error_line("-cfg", "api=indexed")
+    finally:
+        kube_env.forbidden.discard(("create", "job"))
+    assert line.startswith("torchx-nb: error: cannot create default/echo-")
+    assert line.endswith(
+        ': forbidden: jobs.batch is forbidden: User "tester" cannot create resource "jobs" in the'
+        ' namespace "default"'
+    )
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert error_line("-cfg", "api=indexed").startswith(
+        "torchx-nb: error: no Kubernetes credentials: no kubeconfig ("
+    )
+    dead = tmp_path / "dead-kubeconfig"
+    dead.write_text(
+        kube_env.kubeconfig.read_text().replace(kube_env.url, f"http://127.0.0.1:{free_port()}")
+    )
+    monkeypatch.setenv("KUBECONFIG", str(dead))
+    assert "cannot reach the Kubernetes API server" in error_line("-cfg", "api=indexed")
+
+
+def test_an_unknown_app_and_a_refused_token(
+    kube_env: KubeFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = tmp_path / "bad-kubeconfig"
+    bad.write_text(kube_env.kubeconfig.read_text().replace(kube_env.token, "wrong"))
+    monkeypatch.setenv("KUBECONFIG", str(bad))
+    with pytest.raises(KubernetesError, match="the API server refused the credentials"):
+        KubernetesScheduler("torchx").describe("default:x")

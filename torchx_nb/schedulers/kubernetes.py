@@ -1,0 +1,956 @@
+"""``kubernetes``: an app becomes a Volcano job (TorchX's ``vcjob``: a task per replica) or, on
+the many clusters without Volcano, a plain ``batch/v1`` Indexed Job with a headless Service for
+rendezvous (``-cfg api=indexed``); images are patched with the workspace and pushed to
+``image_repo``; logs come from the pod log API.
+
+TorchX's names carry over: the request is a ``KubernetesJob`` (``resource``, ``images_to_push``),
+the handle is ``kubernetes://SESSION/NAMESPACE:NAME``, and the options, labels, resources and
+volumes are TorchX's. The ``kubernetes`` client is imported when first needed; credentials come
+from the standard kubeconfig (``KUBECONFIG``, ``~/.kube/config``) or the in-cluster service
+account, and an ``ApiClient`` can be injected."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    Stream,
+    filter_regex,
+    on_tail_stop,
+)
+from torchx_nb.schedulers.devices import get_device_mounts
+from torchx_nb.schedulers.ids import random_id
+from torchx_nb.specs.api import (
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    BindMount,
+    CfgVal,
+    DeviceMount,
+    InvalidRunConfigException,
+    ReplicaStatus,
+    Resource,
+    Role,
+    RoleStatus,
+    TorchxNbError,
+    VolumeMount,
+    is_terminal,
+    macros,
+    runopts,
+)
+from torchx_nb.version import __version__
+from torchx_nb.workspace import WorkspaceMixin
+
+LABEL_VERSION = "torchx.pytorch.org/version"
+LABEL_APP_NAME = "torchx.pytorch.org/app-name"
+LABEL_ROLE_INDEX = "torchx.pytorch.org/role-index"
+LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
+LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
+LABEL_KUBE_APP_NAME = "app.kubernetes.io/name"
+LABEL_ORGANIZATION = "app.kubernetes.io/managed-by"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+ORGANIZATION = "torchx.pytorch.org"
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+ITYPE = "node.kubernetes.io/instance-type"
+RANK0_ENV = "TORCHX_RANK0_HOST"
+VOLCANO = ("batch.volcano.sh", "v1alpha1", "jobs")
+VOLCANO_QUEUES = ("scheduling.volcano.sh", "v1beta1", "queues")
+RESERVED_MILLICPU = 100
+RESERVED_MEMMB = 1024
+
+VOLCANO_STATES = {
+    "Pending": AppState.PENDING,
+    "Running": AppState.RUNNING,
+    "Restarting": AppState.RUNNING,
+    "Completing": AppState.RUNNING,
+    "Aborting": AppState.RUNNING,
+    "Terminating": AppState.RUNNING,
+    "Completed": AppState.SUCCEEDED,
+    "Failed": AppState.FAILED,
+    "Terminated": AppState.FAILED,
+    "Aborted": AppState.CANCELLED,
+}
+POD_STATES = {
+    "Pending": AppState.PENDING,
+    "Running": AppState.RUNNING,
+    "Succeeded": AppState.SUCCEEDED,
+    "Failed": AppState.FAILED,
+    "Unknown": AppState.UNKNOWN,
+}
+
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+class KubernetesError(TorchxNbError):
+    """A Kubernetes call failed in a way the user can fix."""
+
+
+@dataclass
+class KubernetesJob:
+    """kubernetes' native request (TorchX's name and attributes): the ``resource`` to create
+    and the images to push, plus what TorchX kept aside (the namespace, the API, and the
+    headless Service an Indexed Job needs)."""
+
+    images_to_push: dict[str, tuple[str, str]]
+    resource: dict[str, Any]
+    namespace: str = "default"
+    api: str = "volcano"
+    service: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.resource["metadata"]["name"])
+
+    def __str__(self) -> str:
+        return _fmt(self)
+
+
+def _fmt(job: KubernetesJob) -> str:
+    import yaml
+
+    from torchx_nb.redact import redact
+
+    docs = [job.resource] + ([job.service] if job.service else [])
+    return yaml.safe_dump_all(redact(docs), sort_keys=False)
+
+
+def normalize(name: str) -> str:
+    """A DNS-1123 label from ``name``: lowercase letters, digits and ``-``."""
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    return cleaned[:63].rstrip("-") or "app"
+
+
+def parse_app_id(app_id: str) -> tuple[str, str]:
+    """``NAMESPACE:NAME`` → both parts, each checked (the id may come from anywhere)."""
+    namespace, sep, name = app_id.partition(":")
+    if not sep or not _NAME_RE.match(namespace) or not _NAME_RE.match(name):
+        raise ValueError(f"not a kubernetes app id {app_id!r}: expected NAMESPACE:NAME")
+    return namespace, name
+
+
+def _role_label(text: str) -> str:
+    """A label value: at most 63 of ``[A-Za-z0-9_.-]``, starting and ending alphanumeric."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63].strip("-_.")
+    return cleaned or "x"
+
+
+def resources(res: Resource) -> dict[str, Any]:
+    """TorchX's requests and limits: the limit is what was asked, the request a little less so
+    the pod fits beside the node's own daemons."""
+    limits: dict[str, str] = {}
+    requests: dict[str, str] = {}
+    if res.cpu > 0:
+        mcpu = int(res.cpu * 1000)
+        limits["cpu"] = f"{mcpu}m"
+        requests["cpu"] = f"{max(mcpu - RESERVED_MILLICPU, 0)}m"
+    if res.memMB > 0:
+        limits["memory"] = f"{int(res.memMB)}M"
+        requests["memory"] = f"{max(int(res.memMB) - RESERVED_MEMMB, 0)}M"
+    if res.gpu > 0:
+        limits["nvidia.com/gpu"] = requests["nvidia.com/gpu"] = str(res.gpu)
+    for name, count in res.devices.items():
+        limits[name] = str(count)
+    return {"limits": limits, "requests": requests}
+
+
+def _volumes(role: Role) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    privileged = False
+    for i, m in enumerate([*role.mounts, *get_device_mounts(role.resource.devices)]):
+        name = f"mount-{i}"
+        if isinstance(m, BindMount):
+            volumes.append({"name": name, "hostPath": {"path": m.src_path}})
+            mounts.append({"name": name, "mountPath": m.dst_path, "readOnly": m.read_only})
+        elif isinstance(m, VolumeMount):
+            volumes.append(
+                {
+                    "name": name,
+                    "persistentVolumeClaim": {"claimName": m.src, "readOnly": m.read_only},
+                }
+            )
+            mounts.append({"name": name, "mountPath": m.dst_path, "readOnly": m.read_only})
+        elif isinstance(m, DeviceMount):
+            volumes.append({"name": name, "hostPath": {"path": m.src_path}})
+            read_only = "w" not in m.permissions and "m" not in m.permissions
+            mounts.append({"name": name, "mountPath": m.dst_path, "readOnly": read_only})
+            privileged = True
+    return volumes, mounts, privileged
+
+
+def _tolerations(specs_: list[str]) -> list[dict[str, str]]:
+    """``key=value:Effect``, ``key:Effect`` (exists) or ``key=value`` (any effect)."""
+    out = []
+    for spec in specs_:
+        m = re.match(r"^([A-Za-z0-9./_-]+)(?:=([A-Za-z0-9._-]*))?(?::([A-Za-z]+))?$", spec)
+        if m is None:
+            raise InvalidRunConfigException(
+                f"toleration {spec!r}: write KEY=VALUE:EFFECT, KEY:EFFECT or KEY=VALUE",
+                "tolerations",
+            )
+        key, value, effect = m.groups()
+        tol: dict[str, str] = {"key": key, "operator": "Equal" if value is not None else "Exists"}
+        if value is not None:
+            tol["value"] = value
+        if effect:
+            if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                raise InvalidRunConfigException(
+                    f"toleration {spec!r}: the effect is NoSchedule, PreferNoSchedule or NoExecute",
+                    "tolerations",
+                )
+            tol["effect"] = effect
+        out.append(tol)
+    return out
+
+
+def pod_template(
+    role: Role,
+    name: str,
+    labels: dict[str, str],
+    cfg: Mapping[str, CfgVal],
+    env_first: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A pod template for one role (and one replica under Volcano), as TorchX builds it."""
+    volumes, mounts, privileged = _volumes(role)
+    container: dict[str, Any] = {
+        "name": name,
+        "image": role.image,
+        "command": [role.entrypoint, *role.args],
+        "env": [*(env_first or []), *({"name": k, "value": v} for k, v in role.env.items())],
+        "ports": [{"name": n, "containerPort": p} for n, p in role.port_map.items()],
+        "resources": resources(role.resource),
+        "volumeMounts": mounts,
+    }
+    if privileged:
+        container["securityContext"] = {"privileged": True}
+    node_selector: dict[str, str] = dict(cfg.get("node_selector") or {})  # type: ignore[arg-type]
+    itype = role.resource.capabilities.get(ITYPE)
+    if itype:
+        node_selector[ITYPE] = str(itype)
+    spec: dict[str, Any] = {
+        "containers": [container],
+        "restartPolicy": "Never",
+        "volumes": volumes,
+        "nodeSelector": node_selector,
+    }
+    if cfg.get("service_account"):
+        spec["serviceAccountName"] = str(cfg["service_account"])
+    secrets = list(cfg.get("image_pull_secrets") or [])  # type: ignore[arg-type]
+    if secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in secrets]
+    tolerations = _tolerations(list(cfg.get("tolerations") or []))  # type: ignore[arg-type]
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {
+        "metadata": {"annotations": {"sidecar.istio.io/inject": "false"}, "labels": labels},
+        "spec": spec,
+    }
+
+
+def _labels(app: AppDef, name: str, role_idx: int, role: Role, replica: str) -> dict[str, str]:
+    return {
+        LABEL_VERSION: __version__,
+        LABEL_APP_NAME: _role_label(app.name),
+        LABEL_ROLE_INDEX: str(role_idx),
+        LABEL_ROLE_NAME: _role_label(role.name),
+        LABEL_REPLICA_ID: replica,
+        LABEL_KUBE_APP_NAME: _role_label(app.name),
+        LABEL_ORGANIZATION: ORGANIZATION,
+        LABEL_INSTANCE: name,
+    }
+
+
+def volcano_resource(app: AppDef, name: str, cfg: Mapping[str, CfgVal]) -> dict[str, Any]:
+    """TorchX's vcjob: a task per replica, ``svc``/``env`` plugins, retry policies."""
+    first = normalize(app.roles[0].name).upper().replace("-", "_")
+    tasks = []
+    for role_idx, role in enumerate(app.roles):
+        for i in range(role.num_replicas):
+            rank0 = role_idx == 0 and i == 0
+            values = macros.Values(
+                img_root="",
+                app_id=name,
+                replica_id=str(i),
+                rank0_env=RANK0_ENV if rank0 else f"VC_{first}_0_HOSTS",
+            )
+            r = values.apply(role)
+            if rank0:
+                r.env = {**r.env, RANK0_ENV: "localhost"}
+            task_name = normalize(f"{role.name}-{i}")
+            labels = _labels(app, name, role_idx, role, str(i))
+            task: dict[str, Any] = {
+                "replicas": 1,
+                "name": task_name,
+                "template": pod_template(r, task_name, labels, cfg),
+            }
+            if role.max_retries > 0:
+                task["maxRetry"] = role.max_retries
+                task["policies"] = [
+                    {"event": "PodEvicted", "action": "RestartJob"},
+                    {"event": "PodFailed", "action": "RestartJob"},
+                ]
+            if role.min_replicas is not None:
+                task["minAvailable"] = 1 if i < role.min_replicas else 0
+            tasks.append(task)
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano",
+        "queue": str(cfg.get("queue") or ""),
+        "tasks": tasks,
+        "maxRetry": min(r.max_retries for r in app.roles),
+        "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
+    }
+    if cfg.get("priority_class"):
+        spec["priorityClassName"] = str(cfg["priority_class"])
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": _job_labels(app, name)},
+        "spec": spec,
+    }
+
+
+def _job_labels(app: AppDef, name: str) -> dict[str, str]:
+    return {
+        LABEL_VERSION: __version__,
+        LABEL_APP_NAME: _role_label(app.name),
+        LABEL_ORGANIZATION: ORGANIZATION,
+        LABEL_INSTANCE: name,
+    }
+
+
+def indexed_resources(
+    app: AppDef, name: str, cfg: Mapping[str, CfgVal]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ``batch/v1`` Indexed Job (a pod per replica, ``replica_id`` from the completion index)
+    and the headless Service that gives pod 0 the stable name ``NAME-0.NAME``."""
+    role = app.roles[0]
+    rank0 = f"{name}-0.{name}"
+    values = macros.Values(
+        img_root="", app_id=name, replica_id="$(TORCHX_REPLICA_ID)", rank0_env=RANK0_ENV
+    )
+    r = values.apply(role)
+    r.env = {**r.env, RANK0_ENV: rank0}
+    index = {
+        "name": "TORCHX_REPLICA_ID",
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}},
+    }
+    labels = _labels(app, name, 0, role, "")
+    del labels[LABEL_REPLICA_ID]  # the completion index labels each pod
+    template = pod_template(r, normalize(role.name), labels, cfg, env_first=[index])
+    template["spec"]["subdomain"] = name
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": _job_labels(app, name)},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": role.num_replicas,
+            "parallelism": role.num_replicas,
+            "backoffLimit": max(role.max_retries, 0) * role.num_replicas,
+            "template": template,
+        },
+    }
+    if cfg.get("priority_class"):
+        template["spec"]["priorityClassName"] = str(cfg["priority_class"])
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": _job_labels(app, name)},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {LABEL_INSTANCE: name},
+            "publishNotReadyAddresses": True,
+        },
+    }
+    return job, service
+
+
+def _kube_error(e: BaseException, what: str) -> TorchxNbError:
+    """One line: the API server's own message for a refused call, or why it was not reached."""
+    if isinstance(e, TorchxNbError):
+        return e
+    status = getattr(e, "status", None)
+    body = getattr(e, "body", None)
+    if status is not None and status != 0:
+        message = ""
+        try:
+            import json
+
+            message = str(json.loads(body or "{}").get("message", ""))
+        except (ValueError, TypeError, AttributeError):
+            message = ""
+        message = " ".join((message or str(getattr(e, "reason", "")) or str(e)).split())
+        if status == 403:
+            return KubernetesError(f"{what}: forbidden: {message}")
+        if status == 401:
+            return KubernetesError(
+                f"{what}: the API server refused the credentials ({message}); check your"
+                " kubeconfig (kubectl config view)"
+            )
+        return KubernetesError(f"{what}: {message} (HTTP {status})")
+    text = " ".join(str(e).split())
+    if "MaxRetryError" in type(e).__name__ or "Connection" in text or "connect" in text:
+        return KubernetesError(
+            f"{what}: cannot reach the Kubernetes API server ({text[:200]}); check the cluster"
+            " and your kubeconfig's server"
+        )
+    return KubernetesError(f"{what}: {type(e).__name__}: {text}")
+
+
+@dataclass
+class _Kube:
+    """The ApiClient and the typed APIs over it, created on first use unless injected."""
+
+    api_client: Any = None
+    apis: dict[str, Any] = field(default_factory=dict)
+
+    def client(self) -> Any:
+        if self.api_client is None:
+            import os
+
+            from kubernetes import client, config
+
+            # a Configuration of our own, and KUBECONFIG read now: the client reads it once, at
+            # import, into its global default
+            conf = client.Configuration()
+            path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+            try:
+                config.load_kube_config(config_file=path, client_configuration=conf)
+            except Exception as kube_error:
+                try:
+                    config.load_incluster_config(client_configuration=conf)
+                except Exception:
+                    raise KubernetesError(
+                        "no Kubernetes credentials: no kubeconfig"
+                        f" ({' '.join(str(kube_error).split())[:160]}) and not running in a"
+                        " cluster; set KUBECONFIG or create ~/.kube/config"
+                    ) from None
+            self.api_client = client.ApiClient(configuration=conf)
+        return self.api_client
+
+    def api(self, name: str) -> Any:
+        if name not in self.apis:
+            from kubernetes import client
+
+            self.apis[name] = getattr(client, name)(self.client())
+        return self.apis[name]
+
+    @property
+    def core(self) -> Any:
+        return self.api("CoreV1Api")
+
+    @property
+    def batch(self) -> Any:
+        return self.api("BatchV1Api")
+
+    @property
+    def custom(self) -> Any:
+        return self.api("CustomObjectsApi")
+
+
+def call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:
+        raise _kube_error(e, what) from None
+
+
+class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+    """Volcano jobs or Indexed Jobs; describes many apps with one list per namespace."""
+
+    def __init__(self, session_name: str, client: Any = None) -> None:
+        super().__init__("kubernetes", session_name)
+        self.kube = _Kube(client)
+        self._no_volcano: set[str] = set()
+
+    def _run_opts(self) -> runopts:
+        opts = runopts()
+        opts.add(
+            "namespace",
+            type_=str,
+            default="default",
+            help="Kubernetes namespace to schedule job in",
+        )
+        opts.add("queue", type_=str, help="Volcano queue to schedule job in (api=volcano)")
+        opts.add(
+            "service_account", type_=str, help="the service account name to set on the pod specs"
+        )
+        opts.add(
+            "priority_class",
+            type_=str,
+            help="the name of the PriorityClass to set on the job specs",
+        )
+        opts.add(
+            "api",
+            type_=str,
+            default="volcano",
+            help="volcano (a vcjob, TorchX's) or indexed (a batch/v1 Indexed Job and a headless"
+            " Service: clusters without Volcano)",
+        )
+        opts.add("image_pull_secrets", type_=list[str], help="secrets for pulling the image")
+        opts.add("node_selector", type_=dict[str, str], help="node labels the pods must match")
+        opts.add(
+            "tolerations", type_=list[str], help="taints tolerated: KEY=VALUE:EFFECT or KEY:EFFECT"
+        )
+        return opts
+
+    def _validate(
+        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> None:
+        super()._validate(app, scheduler, cfg)
+        cfg = cfg or {}
+        api = str(cfg.get("api") or "volcano")
+        if api not in ("volcano", "indexed"):
+            raise InvalidRunConfigException(f"api {api!r}: use volcano or indexed", "api")
+        if api == "volcano" and not cfg.get("queue"):
+            raise InvalidRunConfigException(
+                "Volcano jobs need a queue: pass -cfg queue=NAME (see `kubectl get queues`), or"
+                " -cfg api=indexed on a cluster without Volcano",
+                "queue",
+            )
+        if api == "indexed" and len(app.roles) > 1:
+            raise InvalidRunConfigException(
+                f"an Indexed Job has one pod template, and this app has {len(app.roles)} roles:"
+                " use -cfg api=volcano or merge the roles",
+                "roles",
+            )
+        namespace = str(cfg.get("namespace") or "default")
+        if not _NAME_RE.match(namespace):
+            raise InvalidRunConfigException(f"{namespace!r} is not a namespace name", "namespace")
+
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+        self._validate(app, scheduler, cfg)
+        self._submit_dryrun(app, cfg)
+
+    def _submit_dryrun(
+        self, app: AppDef, cfg: Mapping[str, CfgVal]
+    ) -> AppDryRunInfo[KubernetesJob]:
+        name = normalize(f"{normalize(app.name)[:40]}-{random_id()}")
+        api = str(cfg.get("api") or "volcano")
+        namespace = str(cfg.get("namespace") or "default")
+        if api == "indexed":
+            job, service = indexed_resources(app, name, cfg)
+            req = KubernetesJob({}, job, namespace, api, service)
+        else:
+            req = KubernetesJob({}, volcano_resource(app, name, cfg), namespace, api)
+        return AppDryRunInfo(req, _fmt)
+
+    def build_workspace_and_update_role(
+        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    ) -> None:
+        """The namespace (and queue) are checked before an image is built and pushed."""
+        self._check_target(cfg)
+        super().build_workspace_and_update_role(role, workspace, cfg)
+
+    def _check_target(self, cfg: Mapping[str, CfgVal]) -> None:
+        namespace = str(cfg.get("namespace") or "default")
+        try:
+            self.kube.core.read_namespace(namespace)
+        except Exception as e:
+            status = getattr(e, "status", None)
+            if status == 404:
+                raise KubernetesError(
+                    f"namespace {namespace!r} does not exist: create it (kubectl create namespace"
+                    f" {namespace}) or pass -cfg namespace=..."
+                ) from None
+            if status != 403:  # may not read namespaces but may create jobs in one
+                raise _kube_error(e, f"cannot read namespace {namespace!r}") from None
+        if str(cfg.get("api") or "volcano") == "volcano":
+            queue = str(cfg.get("queue") or "")
+            try:
+                self.kube.custom.get_cluster_custom_object(
+                    *VOLCANO_QUEUES[:2], VOLCANO_QUEUES[2], queue
+                )
+            except Exception as e:
+                status = getattr(e, "status", None)
+                if status == 404:
+                    raise KubernetesError(
+                        f"no Volcano queue {queue!r} (or no Volcano on this cluster): pick one from"
+                        " `kubectl get queues`, or pass -cfg api=indexed"
+                    ) from None
+                if status != 403:
+                    raise _kube_error(e, f"cannot read Volcano queue {queue!r}") from None
+
+    def schedule(self, dryrun_info: AppDryRunInfo[KubernetesJob]) -> str:
+        req = dryrun_info.request
+        self._check_target(
+            {"namespace": req.namespace, "api": req.api, "queue": req.resource["spec"].get("queue")}
+        )
+        what = f"cannot create {req.namespace}/{req.name}"
+        if req.api == "indexed":
+            if req.service:
+                call(what, self.kube.core.create_namespaced_service, req.namespace, req.service)
+            call(what, self.kube.batch.create_namespaced_job, req.namespace, req.resource)
+        else:
+            call(
+                what,
+                self.kube.custom.create_namespaced_custom_object,
+                *VOLCANO[:2],
+                req.namespace,
+                VOLCANO[2],
+                req.resource,
+            )
+        return f"{req.namespace}:{req.name}"
+
+    # -- reading
+
+    def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self._list(
+            f"cannot list the pods of {namespace}",
+            self.kube.core.list_namespaced_pod,
+            namespace,
+            selector,
+        )
+
+    def _list(self, what: str, fn: Any, *args: Any) -> list[dict[str, Any]]:
+        """Every page of a list call (``limit``/``continue``), as plain dicts."""
+        items: list[dict[str, Any]] = []
+        token = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "label_selector": args[-1],
+                "limit": 500,
+                "_preload_content": False,
+            }
+            if token:
+                kwargs["_continue"] = token
+            resp = call(what, fn, *args[:-1], **kwargs)
+            import json
+
+            body = json.loads(resp.data)
+            items.extend(body.get("items", []))
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    def _vcjobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        if namespace in self._no_volcano:
+            return []
+        try:
+            return self._list(
+                f"cannot list the Volcano jobs of {namespace}",
+                self.kube.custom.list_namespaced_custom_object,
+                *VOLCANO[:2],
+                namespace,
+                VOLCANO[2],
+                selector,
+            )
+        except KubernetesError as e:
+            if "(HTTP 404)" in str(e):  # no Volcano CRD on this cluster
+                self._no_volcano.add(namespace)
+                return []
+            raise
+
+    def _jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self._list(
+            f"cannot list the jobs of {namespace}",
+            self.kube.batch.list_namespaced_job,
+            namespace,
+            selector,
+        )
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        return self.describe_many([app_id]).get(app_id)
+
+    def describe_many(self, app_ids: list[str]) -> dict[str, DescribeAppResponse | None]:
+        """One list each of Volcano jobs, Jobs and pods per namespace (ours, by label)."""
+        out: dict[str, DescribeAppResponse | None] = dict.fromkeys(app_ids)
+        by_ns: dict[str, dict[str, str]] = {}
+        for app_id in app_ids:
+            namespace, name = parse_app_id(app_id)
+            by_ns.setdefault(namespace, {})[name] = app_id
+        for namespace, names in by_ns.items():
+            selector = (
+                f"{LABEL_ORGANIZATION}={ORGANIZATION},{LABEL_INSTANCE}={next(iter(names))}"
+                if len(names) == 1
+                else f"{LABEL_ORGANIZATION}={ORGANIZATION}"
+            )
+            jobs = {j["metadata"]["name"]: j for j in self._vcjobs(namespace, selector)}
+            jobs.update({j["metadata"]["name"]: j for j in self._jobs(namespace, selector)})
+            pods: dict[str, list[dict[str, Any]]] = {}
+            if any(n in jobs for n in names):
+                for pod in self._pods(namespace, selector):
+                    owner = (pod["metadata"].get("labels") or {}).get(LABEL_INSTANCE, "")
+                    pods.setdefault(owner, []).append(pod)
+            for name, app_id in names.items():
+                if name in jobs:
+                    out[app_id] = self._response(app_id, jobs[name], pods.get(name, []))
+        return out
+
+    def _response(
+        self, app_id: str, job: dict[str, Any], pods: list[dict[str, Any]]
+    ) -> DescribeAppResponse:
+        volcano = job.get("apiVersion", "").startswith("batch.volcano.sh")
+        state, msg, restarts = (
+            self._volcano_state(job) if volcano else self._indexed_state(job, pods)
+        )
+        if job["metadata"].get("deletionTimestamp"):
+            state, msg = AppState.CANCELLED, "deleted"
+        roles, statuses = self._roles(job, pods, volcano, state)
+        failed = [
+            f"{r.role}-{r.id}: {r.structured_error_msg}"
+            for s in statuses
+            for r in s.replicas
+            if r.state == AppState.FAILED and r.structured_error_msg
+        ]
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=restarts,
+            msg="; ".join(failed) if failed and state == AppState.FAILED else msg,
+            roles=roles,
+            roles_statuses=statuses,
+            metadata=dict(job["metadata"].get("labels") or {}),
+            started=_epoch((job.get("status") or {}).get("startTime")),
+            ended=_epoch((job.get("status") or {}).get("completionTime"))
+            if is_terminal(state)
+            else None,
+        )
+
+    @staticmethod
+    def _volcano_state(job: dict[str, Any]) -> tuple[AppState, str, int]:
+        status = job.get("status") or {}
+        phase = (status.get("state") or {}).get("phase", "Pending")
+        msg = (status.get("state") or {}).get("message", "") or ""
+        return VOLCANO_STATES.get(phase, AppState.UNKNOWN), msg, int(status.get("retryCount", 0))
+
+    @staticmethod
+    def _indexed_state(
+        job: dict[str, Any], pods: list[dict[str, Any]]
+    ) -> tuple[AppState, str, int]:
+        status = job.get("status") or {}
+        for cond in status.get("conditions") or []:
+            if cond.get("status") != "True":
+                continue
+            if cond.get("type") == "Complete":
+                return AppState.SUCCEEDED, cond.get("message", ""), int(status.get("failed", 0))
+            if cond.get("type") == "Failed":
+                text = f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+                return AppState.FAILED, text, int(status.get("failed", 0))
+        running = any((p.get("status") or {}).get("phase") == "Running" for p in pods)
+        return (AppState.RUNNING if running else AppState.PENDING), "", int(status.get("failed", 0))
+
+    def _roles(
+        self, job: dict[str, Any], pods: list[dict[str, Any]], volcano: bool, state: AppState
+    ) -> tuple[list[Role], list[RoleStatus]]:
+        templates: list[tuple[str, int, dict[str, Any]]] = []
+        if volcano:
+            for task in job["spec"].get("tasks", []):
+                labels = task["template"]["metadata"].get("labels") or {}
+                templates.append(
+                    (
+                        labels.get(LABEL_ROLE_NAME, task["name"]),
+                        int(labels.get(LABEL_REPLICA_ID, 0)),
+                        task["template"],
+                    )
+                )
+        else:
+            template = job["spec"]["template"]
+            labels = template["metadata"].get("labels") or {}
+            for i in range(int(job["spec"].get("completions") or 1)):
+                templates.append((labels.get(LABEL_ROLE_NAME, "node"), i, template))
+        roles: dict[str, Role] = {}
+        statuses: dict[str, list[ReplicaStatus]] = {}
+        latest: dict[tuple[str, int], dict[str, Any]] = {}
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            key = (
+                labels.get(LABEL_ROLE_NAME, ""),
+                int(labels.get(LABEL_REPLICA_ID) or labels.get(INDEX_LABEL) or 0),
+            )
+            have = latest.get(key)
+            if have is None or pod["metadata"].get("creationTimestamp", "") >= have["metadata"].get(
+                "creationTimestamp", ""
+            ):
+                latest[key] = pod
+        default = AppState.PENDING if not is_terminal(state) else state
+        for role_name, idx, template in templates:
+            c = template["spec"]["containers"][0]
+            if role_name not in roles:
+                env = {e["name"]: e.get("value", "") for e in c.get("env", []) if "value" in e}
+                roles[role_name] = Role(
+                    name=role_name,
+                    image=c.get("image", ""),
+                    entrypoint=(c.get("command") or [""])[0],
+                    args=list(c.get("command") or [])[1:],
+                    num_replicas=0,
+                    env=env,
+                )
+            roles[role_name].num_replicas += 1
+            current = latest.get((role_name, idx))
+            rstate, host, exit_code, why = default, "", None, ""
+            if current is not None:
+                pstatus = current.get("status") or {}
+                rstate = POD_STATES.get(pstatus.get("phase", "Pending"), AppState.UNKNOWN)
+                host = pstatus.get("podIP") or current["spec"].get("nodeName") or ""
+                for cs in pstatus.get("containerStatuses") or []:
+                    term = (cs.get("state") or {}).get("terminated")
+                    if term:
+                        exit_code = term.get("exitCode")
+                        why = term.get("reason", "") or term.get("message", "")
+            rep = ReplicaStatus(idx, rstate, role_name, host, exit_code=exit_code)
+            if rstate == AppState.FAILED:
+                rep.structured_error_msg = f"FAILED (exit code {exit_code})" + (
+                    f": {why}" if why else ""
+                )
+            statuses.setdefault(role_name, []).append(rep)
+        return list(roles.values()), [RoleStatus(n, reps) for n, reps in statuses.items()]
+
+    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+        """Our jobs (by label) in ``cfg["namespace"]`` (default ``default``), every page."""
+        namespace = str((cfg or {}).get("namespace") or "default")
+        selector = f"{LABEL_ORGANIZATION}={ORGANIZATION}"
+        out = []
+        for job in [*self._vcjobs(namespace, selector), *self._jobs(namespace, selector)]:
+            name = job["metadata"]["name"]
+            app_id = f"{namespace}:{name}"
+            resp = self._response(app_id, job, [])
+            out.append(
+                ListAppResponse(
+                    app_id=app_id,
+                    state=resp.state,
+                    name=(job["metadata"].get("labels") or {}).get(LABEL_APP_NAME, name),
+                )
+            )
+        return out
+
+    def _cancel_existing(self, app_id: str) -> None:
+        """Delete the job with its pods (foreground propagation), and an Indexed Job's Service."""
+        namespace, name = parse_app_id(app_id)
+        body = {"propagationPolicy": "Foreground"}
+        what = f"cannot delete {app_id}"
+        if self._vcjobs(namespace, f"{LABEL_INSTANCE}={name}"):
+            call(
+                what,
+                self.kube.custom.delete_namespaced_custom_object,
+                *VOLCANO[:2],
+                namespace,
+                VOLCANO[2],
+                name,
+                body=body,
+            )
+            return
+        call(what, self.kube.batch.delete_namespaced_job, name, namespace, body=body)
+        try:
+            self.kube.core.delete_namespaced_service(name, namespace)
+        except Exception as e:
+            if getattr(e, "status", None) != 404:
+                raise _kube_error(e, what) from None
+
+    def log_iter(
+        self,
+        app_id: str,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        should_tail: bool = False,
+        streams: Stream | None = None,
+    ) -> Iterable[str]:
+        """Replica ``k``'s pod log (its latest pod), followed while it runs with
+        ``should_tail``."""
+        if streams not in (None, Stream.COMBINED):
+            raise ValueError("the pod log API gives one combined log: drop --streams")
+        namespace, name = parse_app_id(app_id)
+        desc = self.describe(app_id)
+        if desc is None:
+            raise ValueError(f"unknown app {app_id!r}")
+        pods = self._pods(namespace, f"{LABEL_INSTANCE}={name}")
+        label = _role_label(role_name)
+        mine = [
+            p
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get(LABEL_ROLE_NAME) == label
+            and int(
+                (p["metadata"].get("labels") or {}).get(LABEL_REPLICA_ID)
+                or (p["metadata"].get("labels") or {}).get(INDEX_LABEL)
+                or 0
+            )
+            == k
+        ]
+        if not mine:
+            return iter(())
+        pod = max(mine, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        lines = self._pod_lines(namespace, pod["metadata"]["name"], since, until, should_tail)
+        return filter_regex(regex, lines) if regex else lines
+
+    def _pod_lines(
+        self,
+        namespace: str,
+        pod: str,
+        since: datetime | None,
+        until: datetime | None,
+        follow: bool,
+    ) -> Iterator[str]:
+        from torchx_nb.schedulers.api import LineSplitter
+
+        kwargs: dict[str, Any] = {"follow": follow, "_preload_content": False, "timestamps": True}
+        if since:
+            age = (datetime.now(timezone.utc) - since.astimezone(timezone.utc)).total_seconds()
+            kwargs["since_seconds"] = max(int(age), 1)
+        resp = call(
+            f"cannot read the log of pod {pod}",
+            self.kube.core.read_namespaced_pod_log,
+            pod,
+            namespace,
+            **kwargs,
+        )
+        on_tail_stop(resp.close)
+        lines = LineSplitter()
+        try:
+            for chunk in resp.stream(4096):
+                for line in lines.feed(chunk):
+                    out = _after_timestamp(line, since, until)
+                    if out is not None:
+                        yield out
+            for line in lines.flush():
+                out = _after_timestamp(line, since, until)
+                if out is not None:
+                    yield out if out.endswith("\n") else out + "\n"
+        except Exception:
+            if follow:
+                return
+            raise
+        finally:
+            resp.release_conn()
+
+
+def _parse_time(text: str) -> datetime | None:
+    """An RFC 3339 time as the API writes it (up to nanoseconds, ``Z``), in UTC."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text)
+    if m is None:
+        return None
+    base, frac, zone = m.groups()
+    zone = "+00:00" if zone == "Z" else zone
+    return datetime.fromisoformat(f"{base}.{(frac or '0')[:6].ljust(6, '0')}{zone}")
+
+
+def _after_timestamp(line: str, since: datetime | None, until: datetime | None) -> str | None:
+    """The line without the time stamp the API put in front, or None outside the window."""
+    stamp, sep, rest = line.partition(" ")
+    when = _parse_time(stamp) if sep else None
+    if when is None:
+        return line
+    if since and when < since.astimezone(timezone.utc):
+        return None
+    if until and when > until.astimezone(timezone.utc):
+        return None
+    return rest
+
+
+def _epoch(text: Any) -> float | None:
+    when = _parse_time(str(text)) if text else None
+    return when.timestamp() if when else None
+
+
+def create_scheduler(session_name: str, client: Any = None, **kwargs: Any) -> KubernetesScheduler:
+    return KubernetesScheduler(session_name, client=client)
