@@ -369,6 +369,61 @@ print(job.logs(), end="")""", []),
 ]
 
 
+NOTEBOOKS["kubernetes.ipynb"] = [
+    (
+        "md",
+        """# Cells on Kubernetes
+
+Each `%%torchx run -s kubernetes` cell becomes a Volcano job (TorchX's `vcjob`, a pod per
+replica) or, with `api=indexed`, a plain `batch/v1` Indexed Job with a headless Service, for
+clusters without Volcano. The notebook's folder and the cell are patched onto the image and pushed
+to `image_repo` without a Docker daemon. Credentials come from your kubeconfig (`KUBECONFIG`,
+`~/.kube/config`) or, inside a cluster, the pod's service account.""",
+        [],
+    ),
+    (
+        "code",
+        """import os
+REPO = os.environ.get("TORCHX_NB_EXAMPLE_REPO", "REGISTRY/jobs")
+%load_ext torchx_nb
+%config TorchxMagics.image = os.environ.get("TORCHX_NB_EXAMPLE_IMAGE", "REGISTRY/base/python:3.11")
+%config TorchxMagics.cfg = {"kubernetes": {"image_repo": REPO, "builder": "registry", "quiet": True}}
+from pathlib import Path
+Path("params.json").write_text('{"lr": 0.1}')""",
+        [],
+    ),
+    ("code", "%torchx runopts kubernetes", []),
+    (
+        "code",
+        """%%torchx run -s kubernetes --dryrun -cfg api=indexed -j 2x1
+print("the Indexed Job and its headless Service, as they would be created")""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -s kubernetes -cfg queue=default -o job
+import json, os
+print("Volcano task index", os.environ["VC_TASK_INDEX"], "params", json.load(open("params.json")))""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -s kubernetes -cfg api=indexed -o indexed
+import os
+print("completion index", os.environ["TORCHX_REPLICA_ID"], "rank 0 at", os.environ["TORCHX_RANK0_HOST"])""",
+        [],
+    ),
+    (
+        "code",
+        """for h in (job, indexed):
+    print(h.wait().state)
+    print(h.logs(), end="")""",
+        [],
+    ),
+    ("code", "%torchx list -s kubernetes", []),
+]
+
+
 def build(cells: list[tuple[str, str, list[str]]]) -> nbformat.NotebookNode:
     nb = new_notebook()
     nb.metadata["kernelspec"] = {
