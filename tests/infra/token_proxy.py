@@ -67,6 +67,20 @@ class TokenProxy:
                     200, {"Content-Type": "application/json"}, json.dumps({"token": token}).encode()
                 )
 
+            def _body(self) -> bytes | None:
+                """The request body, whether sized or chunked (dockerd uploads in chunks)."""
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                    parts = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            self.rfile.readline()
+                            return b"".join(parts)
+                        parts.append(self.rfile.read(size))
+                        self.rfile.readline()
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else None
+
             def _proxy(self) -> None:
                 if self.path.startswith("/token"):
                     self._token()
@@ -83,13 +97,16 @@ class TokenProxy:
                         },
                     )
                     return
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
+                body = self._body()
                 headers = {
                     k: v
                     for k, v in self.headers.items()
-                    if k.lower() not in ("authorization", "host", "content-length")
+                    if k.lower()
+                    not in ("authorization", "host", "content-length", "transfer-encoding")
                 }
+                if body is not None and not any(k.lower() == "content-type" for k in headers):
+                    # urllib would otherwise call the body a form
+                    headers["Content-Type"] = "application/octet-stream"
                 req = urllib.request.Request(
                     proxy.upstream + self.path, data=body, headers=headers, method=self.command
                 )

@@ -511,3 +511,48 @@ def test_an_unreachable_api_is_one_line(gcp_env: GcpFake, monkeypatch: pytest.Mo
         f"cannot describe {PROJECT}:us-central1:some-job: cannot reach http://127.0.0.1:"
     )
     assert "\n" not in text
+
+
+def test_docker_builder_pushes_to_artifact_registry_with_a_google_token(
+    gcp_env: GcpFake,
+    gar_registry: TokenProxy,
+    python_in_registry: str,
+    docker_env: Any,
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "note.txt").write_text("built by dockerd")
+    before = len(gar_registry.token_requests)
+    cfg = {
+        "image_repo": f"{gar_registry.host}/{PROJECT}/docker",
+        "builder": "docker",
+        "quiet": True,
+    }
+    with get_runner() as runner:
+        a = cell(source="print(open('note.txt').read())", image=python_in_registry, memMB=256)
+        handle = runner.run(a, "gcp_batch", cfg, workspace=str(ws))
+        status = runner.wait(handle, wait_interval=0.5, timeout=120)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        assert "".join(runner.log_lines(handle, "cell", 0)) == "built by dockerd\n"
+    # dockerd logged in to the registry with the access token we passed along
+    assert len(gar_registry.token_requests) > before
+
+
+def test_list_reads_every_page(gcp_env: GcpFake) -> None:
+    gcp_env.idle_projects.add("many-project")
+    try:
+        sched = GcpBatchScheduler("torchx")
+        a = specs.AppDef(
+            "many",
+            roles=[specs.Role("r", "img", entrypoint="true", resource=specs.Resource(1, 0, 64))],
+        )
+        ids = {sched.submit(a, {"project": "many-project"}) for _ in range(130)}
+        before = gcp_env.requests["GET jobs"]
+        listed = {x.app_id for x in sched.list({"project": "many-project"})}
+        assert listed == ids
+        assert gcp_env.requests["GET jobs"] - before == 2  # pages of 100
+        for i in ids:
+            sched.cancel(i)
+    finally:
+        gcp_env.idle_projects.discard("many-project")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,11 @@ def test_failure_retry_cancel_list_and_logs(
     assert desc is not None and desc.msg == "r-0: FAILED (exit code 3): Error"
     assert sorted(sched.log_iter(failing, "r")) == ["err\n", "out\n"]
     assert list(sched.log_iter(failing, "r", regex="^o")) == ["out\n"]
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    earlier = datetime.now(timezone.utc) - timedelta(hours=1)
+    assert list(sched.log_iter(failing, "r", since=later)) == []
+    assert list(sched.log_iter(failing, "r", until=earlier)) == []
+    assert sorted(sched.log_iter(failing, "r", since=earlier, until=later)) == ["err\n", "out\n"]
     with pytest.raises(ValueError, match="one combined log"):
         sched.log_iter(failing, "r", streams=Stream.STDERR)
 

@@ -239,7 +239,10 @@ class DockerBuilder:
         tag = image_id.split(":")[-1][:16]
         self.client.images.get(image_id).tag(image_repo, tag)
         progress = None if quiet else new_progress()
-        for event in self.client.images.push(image_repo, tag, stream=True, decode=True):
+        pushed = self.client.images.push(
+            image_repo, tag, stream=True, decode=True, auth_config=_token_login(image_repo)
+        )
+        for event in pushed:
             if "error" in event:
                 raise TorchxNbError(f"push to {image_repo} failed: {event['error'].strip()}")
             detail = event.get("progressDetail") or {}
@@ -248,6 +251,16 @@ class DockerBuilder:
         if progress:
             progress.close()
         return BuiltImage(f"{image_repo}:{tag}", work, 0, tuple(layers))
+
+
+def _token_login(image_repo: str) -> dict[str, str] | None:
+    """A registry login docker-py cannot find in the docker config: an ECR token or a Google
+    access token (Artifact Registry), passed with the push. None leaves it to the config."""
+    from torchx_nb.workspace.registry import ecr_credentials, google_credentials
+
+    host = image_repo.split("/", 1)[0]
+    creds = ecr_credentials(host) or google_credentials(host)
+    return {"username": creds.username, "password": creds.password} if creds else None
 
 
 def daemon_reachable() -> bool:
