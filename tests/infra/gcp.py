@@ -455,9 +455,8 @@ class GcpFake:
         with self.lock:
             if name in self.jobs:
                 raise ApiError(409, "ALREADY_EXISTS", f"Job {name} already exists.")
-            fake = FakeJob(job, name)
+            fake = FakeJob(job, name)  # QUEUED, with no event yet (as GCP Batch)
             self.jobs[name] = fake
-            self._job_event(fake, "QUEUED")
         return self._job_json(fake)
 
     def _list_jobs(self, parent: str, query: dict[str, str]) -> bytes:

@@ -121,7 +121,7 @@ class KubeFake:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"  # every answer closes: a followed log simply ends
+            protocol_version = "HTTP/1.1"  # logs are streamed in chunks, as kube-apiserver does
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -327,19 +327,23 @@ class KubeFake:
         since = time.time() - int(query["sinceSeconds"]) if query.get("sinceSeconds") else 0.0
         h.send_response(200)
         h.send_header("Content-Type", "text/plain")
+        h.send_header("Transfer-Encoding", "chunked")
         h.end_headers()
         sent = 0
         try:
             while True:
                 lines = pod.lines[sent:]
                 sent += len(lines)
-                for t, line in lines:
-                    if t >= since:
-                        h.wfile.write(
-                            ((_stamp(t) + " ") if stamps else "").encode() + line.encode()
-                        )
-                h.wfile.flush()
+                data = b"".join(
+                    ((_stamp(t) + " ") if stamps else "").encode() + line.encode()
+                    for t, line in lines
+                    if t >= since
+                )
+                if data:
+                    h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    h.wfile.flush()
                 if not follow or (pod.done.is_set() and sent == len(pod.lines)):
+                    h.wfile.write(b"0\r\n\r\n")
                     return
                 time.sleep(0.1)
         except (BrokenPipeError, ConnectionResetError):

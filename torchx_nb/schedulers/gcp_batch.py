@@ -782,7 +782,7 @@ class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         failed = [r for r in replicas if r.state == AppState.FAILED]
         if failed:
             resp.msg = "; ".join(f"{role_name}-{r.id}: {r.structured_error_msg}" for r in failed)
-        elif job.status.status_events:
+        elif job.status.status_events and state != AppState.SUCCEEDED:
             resp.msg = job.status.status_events[-1].description
         return resp
 

@@ -786,17 +786,18 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
                 )
             roles[role_name].num_replicas += 1
             current = latest.get((role_name, idx))
-            rstate, host, exit_code, why = default, "", None, ""
+            rstate, host, addr, exit_code, why = default, "(no pod yet)", None, None, ""
             if current is not None:
                 pstatus = current.get("status") or {}
                 rstate = POD_STATES.get(pstatus.get("phase", "Pending"), AppState.UNKNOWN)
-                host = pstatus.get("podIP") or current["spec"].get("nodeName") or ""
+                host = current["metadata"]["name"]  # what kubectl logs/describe take
+                addr = pstatus.get("podIP")
                 for cs in pstatus.get("containerStatuses") or []:
                     term = (cs.get("state") or {}).get("terminated")
                     if term:
                         exit_code = term.get("exitCode")
                         why = term.get("reason", "") or term.get("message", "")
-            rep = ReplicaStatus(idx, rstate, role_name, host, exit_code=exit_code)
+            rep = ReplicaStatus(idx, rstate, role_name, host, hostaddr=addr, exit_code=exit_code)
             if rstate == AppState.FAILED:
                 rep.structured_error_msg = f"FAILED (exit code {exit_code})" + (
                     f": {why}" if why else ""
