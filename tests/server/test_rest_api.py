@@ -1,0 +1,272 @@
+"""The REST API against a real jupyter_server (started as JupyterLab, with the extension enabled
+by the config file the package installs): authentication, cross-site refusal, XSRF, filters
+and pages, one job, logs as text, cancel, the event stream, and every response checked against
+the shipped OpenAPI document."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.infra.lab import Lab, jupyter_lab, lab_missing
+from torchx_nb import specs
+from torchx_nb.runner import get_runner
+
+API = "/torchx-nb/api"
+DOC = json.loads((ROOT / "torchx_nb" / "server" / "openapi.json").read_text())
+
+pytestmark = pytest.mark.slow
+
+
+def conforms(body: Any, path: str, method: str = "get", status: str = "200") -> None:
+    """``body`` matches the OpenAPI document's response schema for that operation."""
+    import jsonschema
+
+    content = DOC["paths"][path][method]["responses"][status]["content"]["application/json"]
+    schema = {**content["schema"], "components": DOC["components"]}
+    jsonschema.Draft202012Validator(schema).validate(body)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    reason = lab_missing()
+    if reason:
+        from tests.infra.fixtures import missing
+
+        missing(reason)
+    root = tmp_path_factory.mktemp("rest") / "root"
+    config = root.parent / f"{root.name}-jupyter" / "config" / "jupyter_server_config.d"
+    config.mkdir(parents=True)
+    # where `pip install` puts it (etc/jupyter/jupyter_server_config.d): the extension is on
+    shutil.copy(ROOT / "jupyter-config" / "jupyter_server_config.d" / "torchx_nb.json", config)
+    data = root.parent / "data"
+    with jupyter_lab(root, env={"TORCHX_NB_DATA_DIR": str(data)}) as server:
+        server.data_dir = data  # type: ignore[attr-defined]
+        yield server
+
+
+@pytest.fixture
+def store(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's runner writes to the server's job store."""
+    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(lab.data_dir))  # type: ignore[attr-defined]
+    return lab.data_dir  # type: ignore[attr-defined,no-any-return]
+
+
+def request(
+    lab: Lab, method: str, path: str, headers: dict[str, str] | None = None, token: bool = True
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection(urllib.parse.urlsplit(lab.url).netloc, timeout=30)
+    hdrs = {"Authorization": f"token {lab.token}"} if token else {}
+    hdrs.update(headers or {})
+    conn.request(method, path, headers=hdrs, body=b"" if method == "POST" else None)
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    return resp.status, dict(resp.getheaders()), body
+
+
+def get(lab: Lab, path: str) -> Any:
+    status, _, body = request(lab, "GET", path)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def enc(handle: str) -> str:
+    return urllib.parse.quote(handle, safe="")
+
+
+def sh(name: str, script: str) -> specs.AppDef:
+    return specs.AppDef(
+        name,
+        roles=[
+            specs.Role(
+                "main", "", entrypoint="sh", args=["-c", script], resource=specs.Resource(1, 0, 64)
+            )
+        ],
+    )
+
+
+def test_every_endpoint_needs_jupyter_auth(lab: Lab) -> None:
+    for path in ("/jobs", "/jobs/x", "/events?once=1", "/openapi.json"):
+        status, _, _ = request(lab, "GET", API + path, token=False)
+        assert status == 403, path
+        status, _, _ = request(
+            lab, "GET", API + path, token=False, headers={"Authorization": "token wrong"}
+        )
+        assert status == 403, path
+    status, _, _ = request(
+        lab, "POST", f"{API}/jobs/{enc('local_cwd://torchx/x')}/cancel", token=False
+    )
+    assert status == 403
+
+
+def test_cross_site_and_cookie_without_xsrf_are_refused(lab: Lab, store: Path) -> None:
+    """A browser session (the login cookie) must send the _xsrf token and come from the
+    server's own origin; only then does a cancel go through."""
+    import http.cookiejar
+
+    with get_runner() as runner:
+        handle = runner.run(sh("victim", "sleep 30"), "local_cwd", {})
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(f"{lab.url}/lab?token={lab.token}", timeout=30).read()
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+    url = f"{lab.url}{API}/jobs/{enc(handle)}/cancel"
+
+    def post(headers: dict[str, str]) -> int:
+        req = urllib.request.Request(url, data=b"", method="POST", headers=headers)
+        try:
+            return int(opener.open(req, timeout=30).status)
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    try:
+        assert post({}) == 403  # no _xsrf
+        # jupyter_server blocks a cross-origin API request with 404 ("Blocking Cross Origin")
+        assert post({"X-XSRFToken": xsrf, "Origin": "http://evil.example"}) == 404
+        assert "Blocking Cross Origin API request" in lab.log_text()
+        with get_runner() as runner:
+            assert not runner.status(handle).is_terminal()  # type: ignore[union-attr]
+        assert post({"X-XSRFToken": xsrf, "Origin": lab.url}) == 202
+    finally:
+        with get_runner() as runner:
+            runner.cancel(handle)
+
+
+def test_jobs_filters_pages_detail_logs_and_cancel(lab: Lab, store: Path) -> None:
+    with get_runner() as runner:
+        done = [
+            runner.run(
+                sh(f"echo{i}", f"echo line {i}; echo '<script>alert(1)</script>'"), "local_cwd", {}
+            )
+            for i in range(3)
+        ]
+        for h in done:
+            runner.wait(h, wait_interval=0.1, timeout=30)
+        failed = runner.run(sh("broken", "echo nope >&2; exit 3"), "local_cwd", {})
+        runner.wait(failed, wait_interval=0.1, timeout=30)
+        sleeper = runner.run(sh("sleeper", "echo up; sleep 60"), "local_cwd", {})
+
+    page = get(lab, f"{API}/jobs?per_page=2")
+    conforms(page, "/torchx-nb/api/jobs")
+    assert page["total"] >= 5 and len(page["jobs"]) == 2
+    assert page["jobs"][0]["handle"] == sleeper  # newest first
+    second = get(lab, f"{API}/jobs?per_page=2&page=2")
+    assert {j["handle"] for j in second["jobs"]}.isdisjoint({j["handle"] for j in page["jobs"]})
+    assert [j["handle"] for j in get(lab, f"{API}/jobs?state=FAILED")["jobs"]] == [failed]
+    assert [j["handle"] for j in get(lab, f"{API}/jobs?q=echo1")["jobs"]] == [done[1]]
+    assert get(lab, f"{API}/jobs?scheduler=aws_batch")["total"] == 0
+    status, _, _ = request(lab, "GET", f"{API}/jobs?per_page=0")
+    assert status == 400
+
+    detail = get(lab, f"{API}/jobs/{enc(failed)}")
+    conforms(detail, "/torchx-nb/api/jobs/{handle}")
+    assert detail["state"] == "FAILED" and detail["roles"][0]["replicas"][0]["exit_code"] == 3
+    assert request(lab, "GET", f"{API}/jobs/{enc('local_cwd://torchx/nope')}")[0] == 404
+    assert request(lab, "GET", f"{API}/jobs/not-a-handle")[0] == 400
+
+    logs = get(lab, f"{API}/jobs/{enc(done[0])}/logs")
+    conforms(logs, "/torchx-nb/api/jobs/{handle}/logs")
+    # log text is data in JSON, never markup
+    assert logs["lines"] == ["line 0", "<script>alert(1)</script>"]
+    assert get(lab, f"{API}/jobs/{enc(done[0])}/logs?tail=1")["lines"] == [
+        "<script>alert(1)</script>"
+    ]
+    assert get(lab, f"{API}/jobs/{enc(done[0])}/logs?regex=line")["lines"] == ["line 0"]
+    assert get(lab, f"{API}/jobs/{enc(failed)}/logs?stream=stderr")["lines"] == ["nope"]
+    assert request(lab, "GET", f"{API}/jobs/{enc(failed)}/logs?regex=(")[0] == 400
+
+    status, _, body = request(lab, "POST", f"{API}/jobs/{enc(sleeper)}/cancel")
+    assert status == 202, body
+    conforms(json.loads(body), "/torchx-nb/api/jobs/{handle}/cancel", "post", "202")
+    deadline = time.monotonic() + 20
+    while get(lab, f"{API}/jobs/{enc(sleeper)}")["state"] != "CANCELLED":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_event_stream_pushes_state_changes(lab: Lab, store: Path) -> None:
+    status, headers, body = request(lab, "GET", f"{API}/events?once=1")
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    first = [
+        json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: ")
+    ]
+    for event in first:
+        conforms_job = {**DOC["components"]["schemas"]["Job"], "components": DOC["components"]}
+        import jsonschema
+
+        jsonschema.Draft202012Validator(conforms_job).validate(event)
+
+    conn = http.client.HTTPConnection(urllib.parse.urlsplit(lab.url).netloc, timeout=30)
+    conn.request("GET", f"{API}/events", headers={"Authorization": f"token {lab.token}"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    with get_runner() as runner:
+        handle = runner.run(sh("evented", "sleep 1"), "local_cwd", {})
+    seen: dict[str, float] = {}
+    start = time.monotonic()
+    buffer = b""
+    while "SUCCEEDED" not in seen and time.monotonic() - start < 30:
+        buffer += resp.read1(65536)
+        while b"\n\n" in buffer:
+            chunk, buffer = buffer.split(b"\n\n", 1)
+            for line in chunk.decode().splitlines():
+                if line.startswith("data: "):
+                    event = json.loads(line[6:])
+                    if event["handle"] == handle:
+                        seen.setdefault(event["state"], time.monotonic() - start)
+    conn.close()
+    assert "SUCCEEDED" in seen, seen
+    assert "RUNNING" in seen or "SUBMITTED" in seen
+
+
+def test_openapi_document_is_served_and_is_openapi_3(lab: Lab) -> None:
+    served = get(lab, f"{API}/openapi.json")
+    assert served == DOC
+    assert DOC["openapi"].startswith("3.")
+    assert set(DOC["paths"]) == {
+        "/torchx-nb/api/jobs",
+        "/torchx-nb/api/jobs/{handle}",
+        "/torchx-nb/api/jobs/{handle}/logs",
+        "/torchx-nb/api/jobs/{handle}/cancel",
+        "/torchx-nb/api/events",
+        "/torchx-nb/api/openapi.json",
+    }
+
+
+def test_the_wheel_enables_the_extension(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("torchx_nb-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "torchx_nb-0.1.0.data/data/etc/jupyter/jupyter_server_config.d/torchx_nb.json" in names
+    assert "torchx_nb/server/openapi.json" in names
