@@ -263,13 +263,17 @@ def test_failure_retry_cancel_list_and_logs(
     tail = iter(sched.log_iter(sleeper, "r", should_tail=True))
     assert next(tail) == "started\n"
     sched.cancel(sleeper)
-    wait_for(lambda: sched.describe(sleeper) is None, 30)
+    # the job and its pods are deleted; describe (here or in another process) says CANCELLED
+    wait_for(lambda: not list(kube_env.pods_of("default", parse_app_id(sleeper)[1])), 30)
+    wait_for(lambda: ("job", "default", parse_app_id(sleeper)[1]) not in kube_env.objects, 30)
+    assert sched.describe(sleeper).state == AppState.CANCELLED  # type: ignore[union-attr]
+    assert KubernetesScheduler("torchx").describe(sleeper).state == AppState.CANCELLED  # type: ignore[union-attr]
     assert list(tail) == []
     assert not list(kube_env.pods_of("default", parse_app_id(sleeper)[1]))
 
     listed = {a.app_id: a.state for a in sched.list()}
     assert listed[failing] == AppState.FAILED and listed[indexed_fail] == AppState.FAILED
-    assert sleeper not in listed
+    assert sleeper not in listed  # list shows what the API has
     assert sched.describe("default:no-such-job") is None
 
 

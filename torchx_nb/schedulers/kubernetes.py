@@ -683,7 +683,21 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             for name, app_id in names.items():
                 if name in jobs:
                     out[app_id] = self._response(app_id, jobs[name], pods.get(name, []))
+                elif self._cancelled_marker(app_id).exists():
+                    out[app_id] = DescribeAppResponse(
+                        app_id=app_id,
+                        state=AppState.CANCELLED,
+                        msg="cancelled: the job and its pods were deleted",
+                    )
         return out
+
+    def _cancelled_marker(self, app_id: str) -> Any:
+        """A private file saying we deleted ``app_id``: a deleted job is gone from the API, and
+        without it a later describe (another process, the notebook's poller) could not tell a
+        cancelled job from an unknown one."""
+        from torchx_nb.paths import data_dir
+
+        return data_dir() / "kubernetes" / "cancelled" / app_id.replace(":", "_")
 
     def _response(
         self, app_id: str, job: dict[str, Any], pods: list[dict[str, Any]]
@@ -825,9 +839,14 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
 
     def _cancel_existing(self, app_id: str) -> None:
         """Delete the job with its pods (foreground propagation), and an Indexed Job's Service."""
+        from torchx_nb.paths import private_dir
+
         namespace, name = parse_app_id(app_id)
         body = {"propagationPolicy": "Foreground"}
         what = f"cannot delete {app_id}"
+        marker = self._cancelled_marker(app_id)
+        private_dir(marker.parent)
+        marker.touch()
         if self._vcjobs(namespace, f"{LABEL_INSTANCE}={name}"):
             call(
                 what,
