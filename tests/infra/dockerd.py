@@ -56,6 +56,23 @@ def docker_available() -> str | None:
     return None
 
 
+def host_python() -> tuple[list[str], str]:
+    """This machine's Python prefixes (with torch) and the PATH that finds them first, for
+    containers that borrow them through read-only binds: no torch image can be pulled offline."""
+    import sys
+
+    prefixes = sorted({sys.prefix, sys.base_prefix})
+    path = ":".join([*(f"{p}/bin" for p in prefixes), "/usr/local/bin", "/usr/bin", "/bin"])
+    return prefixes, path
+
+
+def host_python_mounts() -> tuple[list[str], str]:
+    """``host_python`` as ``cell(mounts=...)`` arguments (bind mounts at the same paths)."""
+    prefixes, path = host_python()
+    mounts = [f for p in prefixes for f in ("type=bind", f"src={p}", f"dst={p}", "readonly")]
+    return mounts, path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

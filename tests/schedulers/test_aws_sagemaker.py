@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.infra.dockerd import DockerDaemon, Registry, free_port
+from tests.infra.dockerd import DockerDaemon, Registry, free_port, host_python
 from tests.infra.moto import MotoServer
 from torchx_nb import specs
 from torchx_nb.components.cell import cell
@@ -288,14 +288,9 @@ EXIT = "import sys\nsys.stdout.flush()\nos._exit({code})\n"
 
 
 def _python_mounts() -> tuple[dict[str, dict[str, str]], str]:
-    """This machine's Python (with torch) lent to the containers at the same paths, and the
-    PATH that finds it first."""
-    import sys
-
-    prefixes = sorted({sys.prefix, sys.base_prefix})
-    mounts = {p: {"bind": p, "mode": "ro"} for p in prefixes}
-    path = ":".join([*(f"{p}/bin" for p in prefixes), "/usr/local/bin", "/usr/bin", "/bin"])
-    return mounts, path
+    """``host_python`` as docker volumes for the SageMaker runner."""
+    prefixes, path = host_python()
+    return {p: {"bind": p, "mode": "ro"} for p in prefixes}, path
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["all_reduce", "failure"])

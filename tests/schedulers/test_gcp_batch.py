@@ -5,16 +5,14 @@ container in our dockerd."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
-from tests.infra.dockerd import free_port
+from tests.conftest import cli, wait_for
+from tests.infra.dockerd import free_port, host_python_mounts
 from tests.infra.gcp import GcpFake
 from tests.infra.token_proxy import TokenProxy
 from torchx_nb import specs
@@ -209,47 +207,17 @@ def test_dryrun_without_project_names_the_fix(
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "none.json"))
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torchx_nb.cli",
-            "run",
-            "-s",
-            "gcp_batch",
-            "--dryrun",
-            "utils.echo",
-            "--msg",
-            "hi",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode != 0
-    assert out.stderr.strip().splitlines() == [
+    code, stdout, stderr = cli("run", "-s", "gcp_batch", "--dryrun", "utils.echo", "--msg", "hi")
+    assert code != 0
+    assert stderr.strip().splitlines() == [
         "torchx-nb: error: no GCP project: pass -cfg project=ID, or set GOOGLE_CLOUD_PROJECT"
         " (or run `gcloud config set project ID`)"
     ]
     (tmp_path / "configurations").mkdir()
     (tmp_path / "configurations" / "config_default").write_text("[core]\nproject = from-gcloud\n")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torchx_nb.cli",
-            "run",
-            "-s",
-            "gcp_batch",
-            "--dryrun",
-            "utils.echo",
-            "--msg",
-            "hi",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 0, out.stderr
-    assert '"parent": "projects/from-gcloud/locations/us-central1"' in out.stdout
+    code, stdout, stderr = cli("run", "-s", "gcp_batch", "--dryrun", "utils.echo", "--msg", "hi")
+    assert code == 0, stderr
+    assert '"parent": "projects/from-gcloud/locations/us-central1"' in stdout
 
 
 # --- against the loopback GCP Batch -------------------------------------------------------
@@ -279,9 +247,7 @@ def test_two_task_ddp_cell_runs_from_artifact_registry(
     with get_runner() as runner:
         # the image has no torch: this machine's Python is lent through bind mounts (container
         # volumes, as a GCP Batch job would mount a disk)
-        prefixes = sorted({sys.prefix, sys.base_prefix})
-        mounts = [f for p in prefixes for f in ("type=bind", f"src={p}", f"dst={p}", "readonly")]
-        path = ":".join([*(f"{p}/bin" for p in prefixes), "/usr/local/bin", "/usr/bin", "/bin"])
+        mounts, path = host_python_mounts()
         a = cell(
             source=DDP_CELL,
             image=python_in_registry,
@@ -450,28 +416,33 @@ def test_transient_errors_are_retried_and_a_lost_reply_loses_no_job(
             assert st is not None and st.state == AppState.SUCCEEDED
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torchx_nb.cli", *args], capture_output=True, text=True, timeout=120
-    )
-
-
 def test_clear_errors_through_the_cli(
     gcp_env: GcpFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def error_line(*cfg: str) -> str:
         # no workspace: nothing to build, so the error comes from GCP Batch itself
-        out = _cli(
-            "run", "-s", "gcp_batch", "--workspace", "", *cfg, "utils.echo", "--image", "img"
+        code, _, stderr = cli(
+            "run",
+            "-s",
+            "gcp_batch",
+            "--workspace",
+            "",
+            *cfg,
+            "utils.echo",
+            "--image",
+            "img",
+            timeout=120,
         )
-        assert out.returncode != 0
-        lines = out.stderr.strip().splitlines()
-        assert len(lines) == 1, out.stderr
+        assert code != 0
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1, stderr
         return lines[0]
 
     # with a workspace (this folder), an unknown location is found before any image is built
-    out = _cli("run", "-s", "gcp_batch", "-cfg", "location=mars-north1", "utils.echo")
-    assert out.stderr.strip() == (
+    _, _, stderr = cli(
+        "run", "-s", "gcp_batch", "-cfg", "location=mars-north1", "utils.echo", timeout=120
+    )
+    assert stderr.strip() == (
         "torchx-nb: error: GCP Batch has no location 'mars-north1' in project torchx-test: use one"
         " of asia-southeast1, europe-west4, us-central1, us-east1 (-cfg location=...)"
     )

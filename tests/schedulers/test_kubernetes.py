@@ -4,16 +4,14 @@ container in our dockerd."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
-from tests.infra.dockerd import free_port
+from tests.conftest import cli, wait_for
+from tests.infra.dockerd import free_port, host_python_mounts
 from tests.infra.kube import KubeFake
 from torchx_nb import specs
 from torchx_nb.components.cell import cell
@@ -185,9 +183,7 @@ dist.destroy_process_group()
 def test_two_replica_ddp_cell_runs(
     api: str, kube_env: KubeFake, python_in_registry: str, registry: Any, tmp_path: Path
 ) -> None:
-    prefixes = sorted({sys.prefix, sys.base_prefix})
-    mounts = [f for p in prefixes for f in ("type=bind", f"src={p}", f"dst={p}", "readonly")]
-    path = ":".join([*(f"{p}/bin" for p in prefixes), "/usr/local/bin", "/usr/bin", "/bin"])
+    mounts, path = host_python_mounts()
     a = cell(
         source=DDP_CELL,
         image=python_in_registry,
@@ -305,22 +301,25 @@ def test_describe_many_is_one_list_per_kind_and_namespace(
     ]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torchx_nb.cli", *args], capture_output=True, text=True, timeout=120
-    )
-
-
 def test_clear_errors_through_the_cli(
     kube_env: KubeFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def error_line(*cfg: str) -> str:
-        out = _cli(
-            "run", "-s", "kubernetes", "--workspace", "", *cfg, "utils.echo", "--image", "img"
+        code, _, stderr = cli(
+            "run",
+            "-s",
+            "kubernetes",
+            "--workspace",
+            "",
+            *cfg,
+            "utils.echo",
+            "--image",
+            "img",
+            timeout=120,
         )
-        assert out.returncode != 0
-        lines = out.stderr.strip().splitlines()
-        assert len(lines) == 1, out.stderr
+        assert code != 0
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1, stderr
         return lines[0]
 
     assert error_line("-cfg", "queue=nope") == (
