@@ -11,6 +11,7 @@ account, and an ``ApiClient`` can be injected."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -382,8 +383,6 @@ def _kube_error(e: BaseException, what: str) -> TorchxNbError:
     if status is not None and status != 0:
         message = ""
         try:
-            import json
-
             message = str(json.loads(body or "{}").get("message", ""))
         except (ValueError, TypeError, AttributeError):
             message = ""
@@ -456,6 +455,19 @@ class _Kube:
         return self.api("CustomObjectsApi")
 
 
+def _must_exist(read: Any, missing: str, what: str) -> None:
+    """``read()``; a 404 becomes the one line ``missing``. A 403 passes: a user may be allowed
+    to create jobs without being allowed to read namespaces or queues."""
+    try:
+        read()
+    except Exception as e:
+        status = getattr(e, "status", None)
+        if status == 404:
+            raise KubernetesError(missing) from None
+        if status != 403:
+            raise _kube_error(e, what) from None
+
+
 def call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
@@ -470,6 +482,7 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         super().__init__("kubernetes", session_name)
         self.kube = _Kube(client)
         self._no_volcano: set[str] = set()
+        self._checked: set[tuple[str, str]] = set()
 
     def _run_opts(self) -> runopts:
         opts = runopts()
@@ -551,33 +564,26 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         super().build_workspace_and_update_role(role, workspace, cfg)
 
     def _check_target(self, cfg: Mapping[str, CfgVal]) -> None:
+        """The namespace (and the Volcano queue) exist; checked once per scheduler, so a
+        submission that built an image does not ask again when it is sent."""
         namespace = str(cfg.get("namespace") or "default")
-        try:
-            self.kube.core.read_namespace(namespace)
-        except Exception as e:
-            status = getattr(e, "status", None)
-            if status == 404:
-                raise KubernetesError(
-                    f"namespace {namespace!r} does not exist: create it (kubectl create namespace"
-                    f" {namespace}) or pass -cfg namespace=..."
-                ) from None
-            if status != 403:  # may not read namespaces but may create jobs in one
-                raise _kube_error(e, f"cannot read namespace {namespace!r}") from None
-        if str(cfg.get("api") or "volcano") == "volcano":
-            queue = str(cfg.get("queue") or "")
-            try:
-                self.kube.custom.get_cluster_custom_object(
-                    *VOLCANO_QUEUES[:2], VOLCANO_QUEUES[2], queue
-                )
-            except Exception as e:
-                status = getattr(e, "status", None)
-                if status == 404:
-                    raise KubernetesError(
-                        f"no Volcano queue {queue!r} (or no Volcano on this cluster): pick one from"
-                        " `kubectl get queues`, or pass -cfg api=indexed"
-                    ) from None
-                if status != 403:
-                    raise _kube_error(e, f"cannot read Volcano queue {queue!r}") from None
+        queue = str(cfg.get("queue") or "") if str(cfg.get("api") or "volcano") == "volcano" else ""
+        if (namespace, queue) in self._checked:
+            return
+        _must_exist(
+            lambda: self.kube.core.read_namespace(namespace),
+            f"namespace {namespace!r} does not exist: create it (kubectl create namespace"
+            f" {namespace}) or pass -cfg namespace=...",
+            f"cannot read namespace {namespace!r}",
+        )
+        if queue:
+            _must_exist(
+                lambda: self.kube.custom.get_cluster_custom_object(*VOLCANO_QUEUES, queue),
+                f"no Volcano queue {queue!r} (or no Volcano on this cluster): pick one from"
+                " `kubectl get queues`, or pass -cfg api=indexed",
+                f"cannot read Volcano queue {queue!r}",
+            )
+        self._checked.add((namespace, queue))
 
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesJob]) -> str:
         req = dryrun_info.request
@@ -623,8 +629,6 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             if token:
                 kwargs["_continue"] = token
             resp = call(what, fn, *args[:-1], **kwargs)
-            import json
-
             body = json.loads(resp.data)
             items.extend(body.get("items", []))
             token = (body.get("metadata") or {}).get("continue")
