@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from torchx_nb.server.jobs import JOBS_PAGE_MAX, JobService
+from torchx_nb.server.jobs import JOBS_PAGE_MAX, JobService, NoSuchReplica, one_line
+from torchx_nb.specs.api import UnknownAppException
 
 PREFIX = "/torchx-nb/api"
 OPENAPI = Path(__file__).with_name("openapi.json")
@@ -28,7 +29,7 @@ def setup_handlers(web_app: Any) -> None:
 
     APIHandler = _handler_base()
     base_url = web_app.settings.get("base_url", "/")
-    service = JobService()
+    service = JobService(root_dir=web_app.settings.get("server_root_dir"))
     web_app.settings["torchx_nb_jobs"] = service
 
     class Base(APIHandler):  # type: ignore[misc,valid-type]
@@ -104,9 +105,16 @@ def setup_handlers(web_app: Any) -> None:
                 "start": self.int_arg("start", 0, 0, 10_000_000),
                 "end": self.int_arg("end", 0, 0, 10_000_000),
             }
-            body = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: self.jobs().logs(handle, **args)
-            )
+            try:
+                body = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: self.jobs().logs(handle, **args)
+                )
+            except (UnknownAppException, NoSuchReplica) as e:
+                raise tornado.web.HTTPError(404, reason=one_line(e)) from None
+            except Exception as e:
+                raise tornado.web.HTTPError(
+                    502, reason=f"logs unavailable: {one_line(e)}"
+                ) from None
             if body is None:
                 raise tornado.web.HTTPError(404, reason="no such job")
             self.write_json(body)
@@ -123,19 +131,30 @@ def setup_handlers(web_app: Any) -> None:
             self.write_json({"handle": handle, "cancel": "requested"}, status=202)
 
     class EventsHandler(Base):
-        """Server-sent events: ``job`` events with a job's row whenever its state changes."""
+        """Server-sent events: a ``job`` event with a job's row whenever its state changes and a
+        ``counts`` event with the jobs per state, each batch with an id to resume from
+        (``Last-Event-ID`` or ``?last_event_id=``); without one, every job comes first."""
 
         @tornado.web.authenticated
         async def get(self) -> None:
             self.set_header("Content-Type", "text/event-stream")
             self.set_header("Cache-Control", "no-cache")
-            version = -1
+            self.set_header("X-Accel-Buffering", "no")
+            service = self.jobs()
+            version = service.resume_from(
+                self.request.headers.get("Last-Event-ID")
+                or self.get_argument("last_event_id", None)
+            )
             once = self.get_argument("once", "0") == "1"
+            loop = asyncio.get_running_loop()
             while True:
-                version, rows = await self.jobs().changes(version)
+                version, rows = await service.changes(version)
                 for row in rows:
                     self.write(f"event: job\ndata: {json.dumps(row)}\n\n")
-                self.write(f": version {version}\n\n")
+                if rows or once:
+                    counts = await loop.run_in_executor(None, service.counts)
+                    self.write(f"event: counts\ndata: {json.dumps(counts)}\n\n")
+                self.write(f"id: {service.event_id(version)}\n: version {version}\n\n")
                 try:
                     await self.flush()
                 except Exception:

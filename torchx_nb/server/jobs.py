@@ -8,9 +8,13 @@ are not finished (local ones every time, remote ones every ``remote_interval``),
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import secrets
 import threading
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from torchx_nb.redact import redact, redact_text
@@ -20,7 +24,22 @@ JOBS_PAGE_MAX = 500
 LOG_LINES_MAX = 5000
 
 
-def row(rec: Any) -> dict[str, Any]:
+def notebook_path(notebook: str | None, root_dir: str | None) -> str | None:
+    """The submitting notebook as a path under the server's root (what the page opens), or None
+    when it lies outside it or is not a notebook file."""
+    if not notebook or not root_dir or not notebook.endswith(".ipynb"):
+        return None
+    path = Path(os.path.expanduser(notebook))
+    root = Path(os.path.expanduser(root_dir)).resolve()
+    if not path.is_absolute():
+        path = root / path
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except (ValueError, OSError):
+        return None
+
+
+def row(rec: Any, root_dir: str | None = None) -> dict[str, Any]:
     """A job store record as the API shows it."""
     end = rec.ended if rec.ended else (rec.updated if rec.is_terminal else time.time())
     return {
@@ -32,15 +51,38 @@ def row(rec: Any) -> dict[str, Any]:
         "ended": rec.ended,
         "duration": max(0.0, end - rec.submitted),
         "notebook": rec.notebook,
+        "notebook_path": notebook_path(rec.notebook, root_dir),
         "image": rec.image,
         "msg": redact_text(rec.msg or ""),
     }
 
 
+class NoSuchReplica(LookupError):
+    """The job has no such role or replica (the request's fault: 404)."""
+
+
+def one_line(error: BaseException) -> str:
+    """An error as one redacted line, fit for an HTTP reason or a page."""
+    return redact_text(" ".join(str(error).split()))[:300]
+
+
+def _message(msg: Any) -> str:
+    """A scheduler's message, without TorchX's ``<NONE>`` placeholder."""
+    text = str(msg or "")
+    return "" if text == "<NONE>" else text
+
+
 class JobService:
     """The job store and a Runner, shared by every request of one server."""
 
-    def __init__(self, local_interval: float = 1.0, remote_interval: float = 5.0) -> None:
+    def __init__(
+        self,
+        local_interval: float = 1.0,
+        remote_interval: float = 5.0,
+        root_dir: str | None = None,
+    ) -> None:
+        self.root_dir = root_dir
+        self.epoch = secrets.token_hex(4)
         self.local_interval = local_interval
         self.remote_interval = remote_interval
         self._runner: Any = None
@@ -78,33 +120,57 @@ class JobService:
         for rec in records:
             if wanted_state and rec.state != wanted_state:
                 continue
-            if notebook and (rec.notebook or "") != notebook:
+            if notebook and notebook not in (
+                rec.notebook or "",
+                notebook_path(rec.notebook, self.root_dir),
+            ):
                 continue
             if needle and needle not in f"{rec.handle} {rec.name} {rec.notebook or ''}".lower():
                 continue
             rows.append(rec)
         start = (page - 1) * per_page
         return {
-            "jobs": [row(r) for r in rows[start : start + per_page]],
+            "jobs": [self.row(r) for r in rows[start : start + per_page]],
             "total": len(rows),
             "page": page,
             "per_page": per_page,
+            "counts": dict(Counter(r.state for r in records)),
+            "event_id": self.event_id(self._version),
         }
+
+    def row(self, rec: Any) -> dict[str, Any]:
+        return row(rec, self.root_dir)
+
+    def event_id(self, version: int) -> str:
+        """An event stream position: this server's epoch and a version, so a client resuming
+        with ``Last-Event-ID`` from another server (or before a restart) gets everything."""
+        return f"{self.epoch}.{version}"
+
+    def resume_from(self, event_id: str | None) -> int:
+        """The version to resume after, or -1 (send every job) for an unknown id."""
+        epoch, _, number = (event_id or "").partition(".")
+        if epoch != self.epoch or not number.isdigit() or int(number) > self._version:
+            return -1
+        return int(number)
+
+    def counts(self) -> dict[str, int]:
+        """How many jobs are in each state (the status bar's running count)."""
+        return dict(Counter(r.state for r in self.runner.jobstore.list()))
 
     def detail(self, handle: str) -> dict[str, Any] | None:
         """The record with the scheduler's description: roles, replicas, states, messages."""
         rec = self.runner.jobstore.get(handle)
         if rec is None:
             return None
-        out = row(rec)
+        out = self.row(rec)
         try:
             status = self.runner.status(handle)
         except Exception as e:
-            out["error"] = redact_text(" ".join(str(e).split()))
+            out["error"] = one_line(e)
             status = None
         if status is not None:
             out["state"] = status.state.name
-            out["msg"] = redact_text(status.msg or "")
+            out["msg"] = redact_text(_message(status.msg))
             out["ui_url"] = status.ui_url
             out["roles"] = [
                 {
@@ -115,9 +181,7 @@ class JobService:
                             "state": rep.state.name,
                             "hostname": rep.hostname,
                             "exit_code": rep.exit_code,
-                            "msg": redact_text(str(rep.structured_error_msg))
-                            if rep.structured_error_msg and rep.structured_error_msg != "<NONE>"
-                            else "",
+                            "msg": redact_text(_message(rep.structured_error_msg)),
                         }
                         for rep in r.replicas
                     ],
@@ -146,9 +210,15 @@ class JobService:
         rec = self.runner.jobstore.get(handle)
         if rec is None:
             return None
+        roles = {
+            r["role"]: len(r["replicas"]) for r in (self.detail(handle) or {}).get("roles") or []
+        }
         if role is None:
-            roles = (self.detail(handle) or {}).get("roles") or []
-            role = roles[0]["role"] if roles else rec.name
+            role = next(iter(roles), rec.name)
+        if roles and role not in roles:
+            raise NoSuchReplica(f"no role {role!r} (roles: {', '.join(roles)})")
+        if roles and replica >= roles[role]:
+            raise NoSuchReplica(f"role {role!r} has replicas 0..{roles[role] - 1}, not {replica}")
         lines: list[str] = []
         streams = None if stream == "combined" else Stream(stream)
         pattern = re.compile(regex) if regex else None
@@ -200,7 +270,7 @@ class JobService:
             key = (rec.state, rec.msg or "")
             if self._seen.get(rec.handle) != key:
                 self._seen[rec.handle] = key
-                changed.append(row(rec))
+                changed.append(self.row(rec))
         return changed
 
     async def _poll(self) -> None:
@@ -227,7 +297,7 @@ class JobService:
             self._poller = asyncio.get_running_loop().create_task(self._poll())
         if since < 0:
             rows = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: [row(r) for r in self.runner.jobstore.list()]
+                None, lambda: [self.row(r) for r in self.runner.jobstore.list()]
             )
             return self._version, rows
         if self._version <= since and self._wakeup is not None:
@@ -240,7 +310,7 @@ class JobService:
         for h in handles:
             rec = self.runner.jobstore.get(h)
             if rec is not None:
-                rows.append(row(rec))
+                rows.append(self.row(rec))
         return self._version, rows
 
 
