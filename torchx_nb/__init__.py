@@ -26,4 +26,13 @@ def unload_ipython_extension(ipython: Any) -> None:
     _unload(ipython)
 
 
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """Where the built JupyterLab extension lies (for ``jupyter labextension develop``)."""
+    return [{"src": "labextension", "dest": "torchx-nb"}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "torchx_nb.server"}]
+
+
 __all__ = ["IMAGE", "__version__", "load_ipython_extension", "unload_ipython_extension"]

@@ -7,8 +7,11 @@
 # privately, on 127.0.0.1.
 set -euo pipefail
 need=()
-for pkg in docker.io docker-registry busybox-static debootstrap chromium \
-  slurmctld slurmd slurm-client slurmdbd mariadb-server; do
+pkgs=(docker.io docker-registry busybox-static debootstrap chromium
+  slurmctld slurmd slurm-client slurmdbd mariadb-server)
+# Node.js and npm build the JupyterLab extension; a machine with its own Node keeps it.
+command -v npm >/dev/null || pkgs+=(nodejs npm)
+for pkg in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -eq 0 ]; then

@@ -43,10 +43,17 @@ def screenshot_dir() -> Path:
     return path
 
 
-def lab_missing() -> str | None:
-    """Why the browser tests cannot run here, or None."""
+LABEXTENSION = ROOT / "torchx_nb" / "labextension"
+SERVER_CONFIG = ROOT / "jupyter-config" / "jupyter_server_config.d" / "torchx_nb.json"
+
+
+def lab_missing(panel: bool = False) -> str | None:
+    """Why the browser tests cannot run here, or None; ``panel``: the JupyterLab extension must
+    be built too."""
     if not os.access(CHROMIUM, os.X_OK):
         return f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    if panel and not (LABEXTENSION / "package.json").is_file():
+        return "the JupyterLab extension is not built (bash scripts/build-labextension)"
     for module in ("jupyterlab", "playwright"):
         try:
             __import__(module)
@@ -89,13 +96,34 @@ class Lab:
         return self.log.read_text(errors="replace")
 
 
+def _install_extensions(home: Path) -> dict[str, str]:
+    """What ``pip install torchx_nb`` puts under sys.prefix, for this server only: the server
+    extension's config file and the built labextension (an editable install has neither)."""
+    config = home / "config" / "jupyter_server_config.d"
+    config.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SERVER_CONFIG, config)
+    share = home / "share"
+    (share / "labextensions").mkdir(parents=True, exist_ok=True)
+    link = share / "labextensions" / "torchx-nb"
+    if LABEXTENSION.is_dir() and not link.exists():
+        link.symlink_to(LABEXTENSION, target_is_directory=True)
+    return {"JUPYTER_PATH": str(share)}
+
+
 @contextmanager
-def jupyter_lab(root: Path, env: dict[str, str] | None = None) -> Iterator[Lab]:
-    """Start ``jupyter lab`` serving ``root`` on a free loopback port; stop it at the end."""
+def jupyter_lab(
+    root: Path,
+    env: dict[str, str] | None = None,
+    app: str = "jupyterlab",
+    extensions: bool = True,
+) -> Iterator[Lab]:
+    """Start ``jupyter lab`` (or ``app="notebook"``: Notebook 7) serving ``root`` on a free
+    loopback port, with torchx_nb's server and lab extensions on; stop it at the end."""
     root.mkdir(parents=True, exist_ok=True)
     home = root.parent / f"{root.name}-jupyter"
     for sub in ("config", "data", "runtime", "settings", "workspaces"):
         (home / sub).mkdir(parents=True, exist_ok=True)
+    installed = _install_extensions(home) if extensions else {}
     # JupyterLab must not restore a previous layout nor show news/announcements.
     overrides = home / "data" / "lab-settings"
     overrides.mkdir(exist_ok=True)
@@ -109,6 +137,7 @@ def jupyter_lab(root: Path, env: dict[str, str] | None = None) -> Iterator[Lab]:
         "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
         "JUPYTER_PLATFORM_DIRS": "1",
+        **installed,
         **(env or {}),
     }
     (home / "settings" / "@jupyterlab").mkdir(parents=True, exist_ok=True)
@@ -122,7 +151,7 @@ def jupyter_lab(root: Path, env: dict[str, str] | None = None) -> Iterator[Lab]:
             [
                 sys.executable,
                 "-m",
-                "jupyterlab",
+                app,
                 "--no-browser",
                 "--ServerApp.ip=127.0.0.1",
                 f"--ServerApp.port={port}",
@@ -132,6 +161,7 @@ def jupyter_lab(root: Path, env: dict[str, str] | None = None) -> Iterator[Lab]:
                 "--ServerApp.open_browser=False",
                 "--LabApp.news_url=",
                 "--LabApp.expose_app_in_browser=True",
+                "--JupyterNotebookApp.expose_app_in_browser=True",
                 "--allow-root",
             ],
             cwd=root,

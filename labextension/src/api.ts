@@ -1,0 +1,218 @@
+/**
+ * The REST API of the torchx_nb server extension (`/torchx-nb/api/`), as typed calls. Every
+ * request goes through JupyterLab's ServerConnection, so Jupyter's token or cookie and the XSRF
+ * header are added exactly as for JupyterLab's own calls.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+export type JobState =
+  | 'UNSUBMITTED'
+  | 'SUBMITTED'
+  | 'PENDING'
+  | 'RUNNING'
+  | 'SUCCEEDED'
+  | 'FAILED'
+  | 'CANCELLED'
+  | 'UNKNOWN';
+
+export const TERMINAL: ReadonlySet<string> = new Set([
+  'SUCCEEDED',
+  'FAILED',
+  'CANCELLED'
+]);
+
+export interface IJob {
+  handle: string;
+  scheduler: string;
+  name: string;
+  state: JobState;
+  submitted: number;
+  ended?: number | null;
+  duration: number;
+  notebook?: string | null;
+  notebook_path?: string | null;
+  image?: string;
+  msg?: string;
+}
+
+export interface IReplica {
+  id: number;
+  state: string;
+  hostname?: string;
+  exit_code?: number | null;
+  msg?: string;
+}
+
+export interface IJobDetail extends IJob {
+  ui_url?: string | null;
+  error?: string;
+  roles: { role: string; replicas: IReplica[] }[];
+}
+
+export interface IJobsPage {
+  jobs: IJob[];
+  total: number;
+  page: number;
+  per_page: number;
+  counts: Record<string, number>;
+  event_id: string;
+}
+
+export interface ILogs {
+  handle: string;
+  role: string;
+  replica: number;
+  lines: string[];
+}
+
+export interface IFilters {
+  scheduler?: string;
+  state?: string;
+  q?: string;
+}
+
+const PREFIX = 'torchx-nb/api';
+
+function settings(): ServerConnection.ISettings {
+  return ServerConnection.makeSettings();
+}
+
+function url(path: string, query: Record<string, string | number | undefined> = {}): string {
+  const s = settings();
+  const params = Object.entries(query)
+    .filter(([, v]) => v !== undefined && v !== '')
+    .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`)
+    .join('&');
+  return URLExt.join(s.baseUrl, PREFIX, path) + (params ? `?${params}` : '');
+}
+
+function jobPath(handle: string, suffix = ''): string {
+  return `jobs/${encodeURIComponent(handle)}${suffix}`;
+}
+
+async function call<T>(path: string, init: RequestInit = {}, query = {}): Promise<T> {
+  const response = await ServerConnection.makeRequest(url(path, query), init, settings());
+  const text = await response.text();
+  let body: any = null;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    body = null;
+  }
+  if (!response.ok) {
+    if (response.status === 404 && body === null) {
+      throw new Error(
+        'the torchx_nb server extension is not enabled ' +
+          '(run: jupyter server extension enable torchx_nb.server, then restart Jupyter)'
+      );
+    }
+    const reason = body?.reason || body?.message;
+    throw new Error(reason || `${response.status} ${response.statusText}`);
+  }
+  return body as T;
+}
+
+export function listJobs(filters: IFilters, page = 1, perPage = 100): Promise<IJobsPage> {
+  return call<IJobsPage>('jobs', {}, { ...filters, page, per_page: perPage });
+}
+
+export function getJob(handle: string): Promise<IJobDetail> {
+  return call<IJobDetail>(jobPath(handle));
+}
+
+export function getLogs(
+  handle: string,
+  role: string,
+  replica: number,
+  stream: string,
+  tail: number,
+  regex?: string
+): Promise<ILogs> {
+  return call<ILogs>(jobPath(handle, '/logs'), {}, { role, replica, stream, tail, regex });
+}
+
+export function cancelJob(handle: string): Promise<unknown> {
+  return call(jobPath(handle, '/cancel'), { method: 'POST' });
+}
+
+export interface IEventHandlers {
+  job(row: IJob): void;
+  counts(counts: Record<string, number>): void;
+  connected(on: boolean): void;
+}
+
+/**
+ * Follows `/events` (server-sent events read through fetch, so Jupyter's auth header is sent),
+ * resuming after the last event id on reconnection. Returns a function that stops it.
+ */
+export function followEvents(lastEventId: string, on: IEventHandlers): () => void {
+  const abort = new AbortController();
+  let eventId = lastEventId;
+  let stopped = false;
+  const run = async (): Promise<void> => {
+    let delay = 500;
+    while (!stopped) {
+      try {
+        const headers: Record<string, string> = eventId ? { 'Last-Event-ID': eventId } : {};
+        const response = await ServerConnection.makeRequest(
+          url('events'),
+          { headers, signal: abort.signal, cache: 'no-store' },
+          settings()
+        );
+        if (!response.ok || !response.body) {
+          throw new Error(`events: ${response.status}`);
+        }
+        on.connected(true);
+        delay = 500;
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = '';
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) {
+            break;
+          }
+          buffer += decoder.decode(value, { stream: true });
+          let cut: number;
+          while ((cut = buffer.indexOf('\n\n')) >= 0) {
+            const block = buffer.slice(0, cut);
+            buffer = buffer.slice(cut + 2);
+            let event = 'message';
+            const data: string[] = [];
+            for (const line of block.split('\n')) {
+              if (line.startsWith('event:')) {
+                event = line.slice(6).trim();
+              } else if (line.startsWith('data:')) {
+                data.push(line.slice(5).trimStart());
+              } else if (line.startsWith('id:')) {
+                eventId = line.slice(3).trim();
+              }
+            }
+            if (!data.length) {
+              continue;
+            }
+            const payload = JSON.parse(data.join('\n'));
+            if (event === 'job') {
+              on.job(payload as IJob);
+            } else if (event === 'counts') {
+              on.counts(payload as Record<string, number>);
+            }
+          }
+        }
+      } catch (e) {
+        if (stopped) {
+          return;
+        }
+      }
+      on.connected(false);
+      await new Promise(resolve => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 10_000);
+    }
+  };
+  void run();
+  return () => {
+    stopped = true;
+    abort.abort();
+  };
+}

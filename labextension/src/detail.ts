@@ -1,0 +1,232 @@
+/** One job in the main area: its state, replicas and a log view that follows the tail. */
+import { Widget } from '@lumino/widgets';
+
+import { getJob, getLogs, IJob, IJobDetail, TERMINAL } from './api';
+import { badge, duration, el, submitted } from './format';
+import { JobsModel } from './model';
+
+const TAIL = 1000;
+const FOLLOW_MS = 2000;
+
+export interface IDetailActions {
+  openNotebook(path: string): void;
+  cancel(job: IJob): Promise<void>;
+}
+
+export class JobView extends Widget {
+  constructor(
+    readonly handle: string,
+    model: JobsModel,
+    private actions: IDetailActions
+  ) {
+    super();
+    this.addClass('tnb-detail');
+    this.id = `torchx-nb-job-${handle.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+    this.title.label = handle.split('/').pop() ?? handle;
+    this.title.caption = handle;
+    this.title.closable = true;
+
+    this._head = el('div', 'tnb-detail-head');
+    this._replicas = el('table', 'tnb-replicas');
+    const controls = el('div', 'tnb-log-controls');
+    this._replica = el('select', 'tnb-log-replica jp-mod-styled');
+    this._replica.setAttribute('aria-label', 'Replica');
+    this._stream = el('select', 'tnb-log-stream jp-mod-styled');
+    this._stream.setAttribute('aria-label', 'Stream');
+    for (const s of ['combined', 'stdout', 'stderr']) {
+      this._stream.append(new Option(s, s));
+    }
+    this._regex = el('input', 'tnb-log-regex jp-mod-styled');
+    this._regex.placeholder = 'Filter (regex)';
+    this._regex.setAttribute('aria-label', 'Filter logs');
+    this._followState = el('span', 'tnb-follow');
+    controls.append(el('span', 'tnb-label', 'Logs'), this._replica, this._stream, this._regex);
+    controls.append(this._followState);
+    this._log = el('pre', 'tnb-log');
+    this._log.tabIndex = 0;
+    this.node.append(this._head, this._replicas, controls, this._log);
+
+    this._replica.onchange = () => this._restartLogs();
+    this._stream.onchange = () => this._restartLogs();
+    let timer = 0;
+    this._regex.oninput = () => {
+      window.clearTimeout(timer);
+      timer = window.setTimeout(() => this._restartLogs(), 300);
+    };
+    model.jobChanged.connect((_, job) => {
+      if (job.handle === this.handle && job.state !== this._job?.state) {
+        void this.refresh();
+      }
+    }, this);
+    void this.refresh();
+  }
+
+  dispose(): void {
+    window.clearTimeout(this._timer);
+    this._disposedFlag = true;
+    super.dispose();
+  }
+
+  get job(): IJobDetail | null {
+    return this._job;
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      this._job = await getJob(this.handle);
+    } catch (e) {
+      this._head.replaceChildren(el('div', 'tnb-error', (e as Error).message));
+      return;
+    }
+    this._renderHead(this._job);
+    this._renderReplicas(this._job);
+    if (!this._logsStarted) {
+      this._logsStarted = true;
+      void this._followLogs();
+    }
+  }
+
+  private _renderHead(job: IJobDetail): void {
+    const title = el('div', 'tnb-detail-title');
+    title.append(badge(job.state), el('span', 'tnb-detail-name', job.name));
+    const actions = el('div', 'tnb-detail-actions');
+    if (job.notebook_path) {
+      const open = el('button', 'tnb-open-notebook jp-mod-styled', 'Open notebook');
+      open.onclick = () => this.actions.openNotebook(job.notebook_path!);
+      actions.append(open);
+    }
+    if (job.ui_url && /^https?:\/\//.test(job.ui_url)) {
+      const link = el('a', 'tnb-ui-url jp-mod-styled', `Open in ${job.scheduler} console`);
+      link.href = job.ui_url;
+      link.target = '_blank';
+      link.rel = 'noopener noreferrer';
+      actions.append(link);
+    }
+    const cancel = el('button', 'tnb-cancel jp-mod-styled jp-mod-warn', 'Cancel job');
+    cancel.disabled = TERMINAL.has(job.state);
+    cancel.onclick = async () => {
+      await this.actions.cancel(job);
+      await this.refresh();
+    };
+    actions.append(cancel);
+    title.append(actions);
+
+    const facts = el('dl', 'tnb-facts');
+    const add = (k: string, v: string | null | undefined): void => {
+      if (v) {
+        facts.append(el('dt', '', k), el('dd', `tnb-fact-${k.toLowerCase()}`, v));
+      }
+    };
+    add('Handle', job.handle);
+    add('Scheduler', job.scheduler);
+    add('Submitted', `${submitted(job.submitted)} (${new Date(job.submitted * 1000).toISOString()})`);
+    add('Duration', duration(job.duration));
+    add('Notebook', job.notebook_path ?? job.notebook);
+    add('Image', job.image);
+    if (job.ui_url && !/^https?:\/\//.test(job.ui_url)) {
+      add('Log folder', job.ui_url.replace(/^file:\/\//, ''));
+    }
+    add('Message', job.msg);
+    add('Error', job.error);
+    this._head.replaceChildren(title, facts);
+  }
+
+  private _renderReplicas(job: IJobDetail): void {
+    const head = el('tr');
+    for (const h of ['Role', 'Replica', 'State', 'Host', 'Exit', 'Message']) {
+      head.append(el('th', '', h));
+    }
+    const rows = [head];
+    const options: [string, string][] = [];
+    for (const role of job.roles) {
+      for (const r of role.replicas) {
+        const tr = el('tr');
+        const state = el('td');
+        state.append(badge(r.state));
+        tr.append(
+          el('td', '', role.role),
+          el('td', '', String(r.id)),
+          state,
+          el('td', '', r.hostname ?? ''),
+          el('td', '', r.exit_code === null || r.exit_code === undefined ? '' : String(r.exit_code)),
+          el('td', 'tnb-replica-msg', r.msg ?? '')
+        );
+        rows.push(tr);
+        options.push([`${role.role}/${r.id}`, `${role.role} ${r.id}`]);
+      }
+    }
+    this._replicas.replaceChildren(...rows);
+    const current = this._replica.value;
+    if (options.map(o => o[0]).join() !== [...this._replica.options].map(o => o.value).join()) {
+      this._replica.replaceChildren(...options.map(([v, label]) => new Option(label, v)));
+      if (options.some(o => o[0] === current)) {
+        this._replica.value = current;
+      }
+    }
+  }
+
+  private _restartLogs(): void {
+    window.clearTimeout(this._timer);
+    this._log.textContent = '';
+    this._generation += 1;
+    void this._followLogs();
+  }
+
+  /** Polls the tail while the job is live, then reads it once more after it ends. */
+  private async _followLogs(): Promise<void> {
+    const generation = this._generation;
+    const job = this._job;
+    if (!job || this._disposedFlag) {
+      return;
+    }
+    const [role, replica] = (this._replica.value || `${job.roles[0]?.role ?? job.name}/0`).split(
+      /\/(?=\d+$)/
+    );
+    let regex: string | undefined = this._regex.value || undefined;
+    if (regex) {
+      try {
+        new RegExp(regex);
+      } catch {
+        regex = undefined;
+      }
+    }
+    const live = !TERMINAL.has(job.state);
+    try {
+      const logs = await getLogs(this.handle, role, Number(replica), this._stream.value, TAIL, regex);
+      if (generation !== this._generation) {
+        return;
+      }
+      const atBottom =
+        this._log.scrollTop + this._log.clientHeight >= this._log.scrollHeight - 8;
+      const text = logs.lines.join('\n');
+      if (this._log.textContent !== text) {
+        this._log.textContent = text;
+        if (atBottom) {
+          this._log.scrollTop = this._log.scrollHeight;
+        }
+      }
+      this._log.classList.remove('tnb-error');
+    } catch (e) {
+      this._log.textContent = (e as Error).message;
+      this._log.classList.add('tnb-error');
+    }
+    this._followState.textContent = live ? 'following' : 'ended';
+    this._followState.classList.toggle('tnb-following', live);
+    if (live && generation === this._generation) {
+      this._timer = window.setTimeout(() => void this._followLogs(), FOLLOW_MS);
+    }
+  }
+
+  private _job: IJobDetail | null = null;
+  private _head: HTMLElement;
+  private _replicas: HTMLTableElement;
+  private _replica: HTMLSelectElement;
+  private _stream: HTMLSelectElement;
+  private _regex: HTMLInputElement;
+  private _followState: HTMLElement;
+  private _log: HTMLPreElement;
+  private _timer = 0;
+  private _generation = 0;
+  private _logsStarted = false;
+  private _disposedFlag = false;
+}

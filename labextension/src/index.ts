@@ -1,0 +1,142 @@
+/**
+ * torchx_nb's JupyterLab extension: a left-sidebar panel listing every job (from any notebook,
+ * the CLI or the Python API) live, a job view with replicas and followed logs, Cancel with
+ * confirmation, and a status-bar item with the running count. It talks only to the REST API of
+ * the `torchx_nb.server` Jupyter server extension. Works in JupyterLab 4 and Notebook 7.
+ */
+import {
+  ILabShell,
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  Dialog,
+  ICommandPalette,
+  MainAreaWidget,
+  showDialog,
+  WidgetTracker
+} from '@jupyterlab/apputils';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+import { cancelJob, IJob } from './api';
+import { JobView } from './detail';
+import { JobsModel } from './model';
+import { JobsPanel } from './panel';
+import { RunningItem } from './status';
+
+const ICON = new LabIcon({
+  name: 'torchx-nb:jobs',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><g class="jp-icon3" fill="#616161">' +
+    '<path d="M4 4h16v3H4zM4 10.5h16v3H4zM4 17h16v3H4z" opacity=".35"/>' +
+    '<path d="M6 5.5a1 1 0 1 0 0 .01zM6 12a1 1 0 1 0 0 .01zM6 18.5a1 1 0 1 0 0 .01z"/>' +
+    '<path d="M9 5h9v1H9zM9 11.5h9v1H9zM9 18h9v1H9z"/></g></svg>'
+});
+
+export const COMMANDS = {
+  open: 'torchx-nb:open-panel',
+  openJob: 'torchx-nb:open-job',
+  refresh: 'torchx-nb:refresh'
+};
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'torchx-nb:plugin',
+  description: 'The TorchX jobs panel, job view and status-bar item.',
+  autoStart: true,
+  optional: [ILayoutRestorer, IStatusBar, ICommandPalette, ILabShell],
+  activate: (
+    app: JupyterFrontEnd,
+    restorer: ILayoutRestorer | null,
+    statusBar: IStatusBar | null,
+    palette: ICommandPalette | null,
+    labShell: ILabShell | null
+  ) => {
+    const model = new JobsModel();
+    const views = new Map<string, MainAreaWidget<JobView>>();
+    const tracker = new WidgetTracker<MainAreaWidget<JobView>>({ namespace: 'torchx-nb-job' });
+
+    const openNotebook = (path: string): void => {
+      void app.commands.execute('docmanager:open', { path });
+    };
+    const cancel = async (job: IJob): Promise<void> => {
+      const result = await showDialog({
+        title: 'Cancel job?',
+        body: `Cancel ${job.name} (${job.handle}) on ${job.scheduler}? Its replicas are stopped.`,
+        buttons: [
+          Dialog.cancelButton({ label: 'Keep running' }),
+          Dialog.warnButton({ label: 'Cancel job' })
+        ],
+        defaultButton: 0
+      });
+      if (!result.button.accept) {
+        return;
+      }
+      try {
+        await cancelJob(job.handle);
+      } catch (e) {
+        void showDialog({
+          title: 'Cancel failed',
+          body: (e as Error).message,
+          buttons: [Dialog.okButton()]
+        });
+      }
+    };
+    const openJob = (handle: string): void => {
+      let view = views.get(handle);
+      if (!view || view.isDisposed) {
+        const content = new JobView(handle, model, { openNotebook, cancel });
+        view = new MainAreaWidget({ content });
+        view.id = content.id;
+        view.title.label = content.title.label;
+        view.title.caption = handle;
+        view.title.icon = ICON;
+        view.title.closable = true;
+        views.set(handle, view);
+        view.disposed.connect(() => views.delete(handle));
+        // Notebook 7's main area holds only its document: the job opens beside it there.
+        app.shell.add(view, labShell ? 'main' : 'right', { rank: 900 });
+        void tracker.add(view);
+      }
+      app.shell.activateById(view.id);
+    };
+
+    const panel = new JobsPanel(model, { openJob, openNotebook, cancel });
+    panel.title.icon = ICON;
+    app.shell.add(panel, 'left', { rank: 850 });
+    restorer?.add(panel, 'torchx-nb-jobs');
+    void model.refresh();
+
+    app.commands.addCommand(COMMANDS.open, {
+      label: 'Show TorchX Jobs',
+      caption: 'The jobs panel',
+      execute: () => app.shell.activateById(panel.id)
+    });
+    app.commands.addCommand(COMMANDS.openJob, {
+      label: 'Open TorchX Job',
+      execute: args => openJob(String(args.handle))
+    });
+    void restorer?.restore(tracker, {
+      command: COMMANDS.openJob,
+      args: view => ({ handle: view.content.handle }),
+      name: view => view.content.handle
+    });
+    app.commands.addCommand(COMMANDS.refresh, {
+      label: 'Refresh TorchX Jobs',
+      execute: () => model.refresh()
+    });
+    palette?.addItem({ command: COMMANDS.open, category: 'TorchX' });
+    palette?.addItem({ command: COMMANDS.refresh, category: 'TorchX' });
+
+    if (statusBar) {
+      statusBar.registerStatusItem('torchx-nb:running', {
+        item: new RunningItem(model, () => app.shell.activateById(panel.id)),
+        align: 'left',
+        rank: 5
+      });
+    }
+  }
+};
+
+export default plugin;

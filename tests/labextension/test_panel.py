@@ -1,0 +1,296 @@
+"""The JupyterLab panel as a user sees it: real JupyterLab 4 (and Notebook 7) with torchx_nb's
+server and lab extensions, in Debian's headless Chromium driven by Playwright.
+
+A notebook runs a short job and a long one; the panel shows both appear and change state by
+themselves, the status bar counts the running one, the job view follows its log as text (markup
+in a log stays text), Cancel asks first and then cancels, the notebook link opens the notebook,
+``%torchx list`` and the panel agree, and after a reload everything is still there. Screenshots
+go to ``test-screenshots/`` (``$TORCHX_NB_SCREENSHOTS``); the README shows some of them."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.infra.fixtures import missing
+from tests.infra.lab import (
+    NotebookPage,
+    chromium_page,
+    jupyter_lab,
+    lab_missing,
+    screenshot_dir,
+    write_notebook,
+)
+from torchx_nb.jobstore import JobRecord
+from torchx_nb.runner import get_runner
+
+pytestmark = pytest.mark.slow
+
+SHORT_JOB = (
+    "%%torchx run -o short --name short-job\n"
+    "import time\n"
+    "for i in range(3):\n"
+    "    print(f'short step {i}', flush=True)\n"
+    "    time.sleep(1)\n"
+)
+LONG_JOB = (
+    "%%torchx run -o long --name long-job\n"
+    "import time\n"
+    "print('<b>bold?</b><img src=x onerror=\"window.__pwned=1\">', flush=True)\n"
+    "for i in range(600):\n"
+    "    print(f'long step {i}', flush=True)\n"
+    "    time.sleep(0.5)\n"
+)
+LIST_CELL = "%torchx list"
+
+# When each job's row first showed each state (ms), seen by a MutationObserver in the page.
+OBSERVER = """() => {
+    window.__rows = {};
+    const seen = () => document.querySelectorAll('.tnb-job').forEach(li => {
+        const key = li.querySelector('.tnb-name').textContent + ':' + li.dataset.state;
+        if (!(key in window.__rows)) window.__rows[key] = Date.now();
+    });
+    new MutationObserver(seen).observe(document.body,
+        {subtree: true, childList: true, attributes: true, attributeFilter: ['data-state']});
+    seen();
+}"""
+
+
+@pytest.fixture
+def panel_parts() -> Iterator[None]:
+    reason = lab_missing(panel=True)
+    if reason:
+        missing(reason)
+    yield
+    runner = get_runner()
+    for rec in runner.jobstore.list():
+        if not rec.is_terminal:
+            runner.cancel(rec.handle)
+
+
+def open_panel(page: Any) -> Any:
+    page.evaluate(
+        "async () => { await window.jupyterapp.commands.execute('torchx-nb:open-panel'); }"
+    )
+    page.wait_for_selector(".tnb-panel .tnb-summary", timeout=30_000)
+    return page.locator(".tnb-panel")
+
+
+def row(page: Any, name: str) -> Any:
+    return page.locator(".tnb-job", has=page.locator(".tnb-name", has_text=re.compile(f"^{name}$")))
+
+
+def wait_state(page: Any, name: str, state: str, timeout: float = 60) -> None:
+    page.wait_for_function(
+        "([name, state]) => window.__rows && ((name + ':' + state) in window.__rows)",
+        arg=[name, state],
+        timeout=timeout * 1000,
+    )
+
+
+def stored(handle: str, scheduler: str, name: str, state: str, age: float) -> JobRecord:
+    """A finished job in the store, as another tool would have left it."""
+    now = time.time()
+    return JobRecord(
+        handle=handle,
+        scheduler=scheduler,
+        session="torchx",
+        app_id=handle.rsplit("/", 1)[-1],
+        name=name,
+        image="",
+        submitted=now - age,
+        state=state,
+        updated=now,
+        ended=now,
+    )
+
+
+def panel_rows(page: Any) -> dict[str, str]:
+    rows = page.evaluate(
+        "() => [...document.querySelectorAll('.tnb-job')].map(li => [li.dataset.handle, "
+        "li.dataset.state])"
+    )
+    return dict(rows)
+
+
+def test_panel_live_logs_cancel_notebook_link_and_reload(
+    panel_parts: None, tmp_path: Path, isolated: Path
+) -> None:
+    root = tmp_path / "lab"
+    root.mkdir()
+    write_notebook(root / "train.ipynb", ["%load_ext torchx_nb", SHORT_JOB, LONG_JOB, LIST_CELL])
+    with jupyter_lab(root, env={"TORCHX_NB_WIDGETS": "auto"}) as lab, chromium_page() as page:
+        nb = NotebookPage(page, lab, "train.ipynb").open()
+        panel = open_panel(page)
+        page.evaluate(OBSERVER)
+        assert panel.locator(".tnb-empty").inner_text().startswith("No jobs yet")
+        nb.run_all()
+
+        # Both jobs appear by themselves, and the short one goes on to SUCCEEDED: no reload.
+        wait_state(page, "long-job", "RUNNING")
+        wait_state(page, "short-job", "SUCCEEDED")
+        first = page.evaluate("() => Object.keys(window.__rows)")
+        assert any(k.startswith("short-job:") and not k.endswith("SUCCEEDED") for k in first), first
+        assert page.locator(".tnb-status").inner_text() == "TorchX: 1 running"
+        long_row = row(page, "long-job")
+        assert long_row.locator(".tnb-badge").inner_text() == "RUNNING"
+        assert long_row.locator(".tnb-scheduler").inner_text() == "local_cwd"
+        assert long_row.locator(".tnb-notebook").inner_text() == "train.ipynb"
+        panel.screenshot(path=str(screenshot_dir() / "panel-running.png"))
+        page.screenshot(path=str(screenshot_dir() / "panel-with-notebook.png"))
+
+        # The job view: replicas, and a log that follows the tail, markup kept as text.
+        long_row.locator(".tnb-name").click()
+        view = page.locator(".tnb-detail")
+        view.locator(".tnb-replicas tr").nth(1).wait_for(timeout=30_000)
+        replica = view.locator(".tnb-replicas tr").nth(1).locator("td").all_inner_texts()
+        assert replica[1:4] == ["0", "RUNNING", "localhost"], replica
+        log = view.locator(".tnb-log")
+        page.wait_for_function(
+            "() => /long step [3-9]/.test(document.querySelector('.tnb-log').textContent)",
+            timeout=30_000,
+        )
+        first_text = log.inner_text()
+        page.wait_for_function(
+            "(n) => document.querySelector('.tnb-log').textContent.length > n",
+            arg=len(first_text),
+            timeout=15_000,
+        )
+        assert '<b>bold?</b><img src=x onerror="window.__pwned=1">' in log.inner_text()
+        assert log.locator("b, img").count() == 0
+        assert page.evaluate("() => window.__pwned") is None
+        assert view.locator(".tnb-follow").inner_text() == "following"
+        page.screenshot(path=str(screenshot_dir() / "panel-job-logs.png"))
+
+        # Cancel asks first; "Keep running" keeps it running.
+        cancel = long_row.locator(".tnb-cancel")
+        cancel.click()
+        dialog = page.locator(".jp-Dialog")
+        dialog.wait_for(timeout=10_000)
+        assert "long-job" in dialog.locator(".jp-Dialog-body").inner_text()
+        page.screenshot(path=str(screenshot_dir() / "panel-cancel-confirm.png"))
+        page.keyboard.press("Enter")  # the default button is the safe one
+        dialog.wait_for(state="detached", timeout=10_000)
+        time.sleep(2)
+        assert long_row.get_attribute("data-state") == "RUNNING"
+        cancel.click()
+        dialog.get_by_role("button", name="Keep running").click()
+        time.sleep(2)
+        assert long_row.get_attribute("data-state") == "RUNNING"
+        cancel.click()
+        page.locator(".jp-Dialog").get_by_role("button", name="Cancel job").click()
+        wait_state(page, "long-job", "CANCELLED", timeout=30)
+        page.wait_for_function(
+            "() => document.querySelector('.tnb-follow').textContent === 'ended'", timeout=15_000
+        )
+        assert view.locator(".tnb-detail-title .tnb-badge").inner_text() == "CANCELLED"
+        assert view.locator(".tnb-cancel").is_disabled()
+        assert page.locator(".tnb-status").inner_text() == "TorchX: 0 running"
+
+        # The store agrees: the job the panel cancelled is CANCELLED for every client.
+        handles = panel_rows(page)
+        assert sorted(handles.values()) == ["CANCELLED", "SUCCEEDED"]
+        store = {r.handle: r.state for r in get_runner().jobstore.list()}
+        assert store == handles
+
+        # The notebook link opens the submitting notebook.
+        row(page, "short-job").locator(".tnb-notebook").click()
+        page.wait_for_function(
+            "() => window.jupyterapp.shell.currentWidget.context"
+            " && window.jupyterapp.shell.currentWidget.context.path === 'train.ipynb'",
+            timeout=15_000,
+        )
+
+        # %torchx list, run in the notebook, shows the same jobs in the same states.
+        nb.run_cell(3)
+        listing = nb.outputs(3)
+        listing.locator("table").first.wait_for(timeout=60_000)
+        table = listing.locator("table").first.inner_text()
+        for handle, state in handles.items():
+            line = next(ln for ln in table.splitlines() if handle in ln)
+            assert state in line, (handle, state, line)
+
+        # A reload finds everything still there: the rows, their states, the open job view.
+        row(page, "long-job").locator(".tnb-name").click()
+        time.sleep(1)
+        page.reload()
+        page.wait_for_selector(".tnb-job", timeout=60_000)
+        page.evaluate(OBSERVER)
+        assert panel_rows(page) == handles
+        page.wait_for_selector(".tnb-detail .tnb-detail-name", timeout=30_000)
+        assert page.locator(".tnb-detail .tnb-detail-name").first.inner_text() == "long-job"
+        page.screenshot(path=str(screenshot_dir() / "panel-after-reload.png"))
+
+
+def test_filters_search_and_empty_match(panel_parts: None, tmp_path: Path, isolated: Path) -> None:
+    """Filters and search run on the server; the scheduler menu offers what the store holds."""
+    store = get_runner().jobstore
+    jobs = [
+        ("local_cwd://torchx/prep-a1", "local_cwd", "prep", "SUCCEEDED"),
+        ("slurm://torchx/4242", "slurm", "train-big", "FAILED"),
+        ("kubernetes://torchx/default:eval-x9", "kubernetes", "eval", "SUCCEEDED"),
+        ("aws_batch://torchx/q:<script>alert(1)</script>", "aws_batch", "xss<b>", "CANCELLED"),
+    ]
+    for i, (handle, sched, name, state) in enumerate(jobs):
+        store.add(stored(handle, sched, name, state, age=60.0 * (len(jobs) - i)))
+    root = tmp_path / "lab"
+    with jupyter_lab(root) as lab, chromium_page() as page:
+        page.goto(f"{lab.url}/lab?token={lab.token}&reset")
+        page.wait_for_selector(".jp-LabShell", timeout=60_000)
+        panel = open_panel(page)
+        page.wait_for_selector(".tnb-job", timeout=30_000)
+        names = lambda: [n.inner_text() for n in panel.locator(".tnb-job .tnb-name").all()]  # noqa: E731
+        assert names() == ["xss<b>", "eval", "train-big", "prep"]
+        assert panel.locator(".tnb-summary").inner_text() == "4 jobs · 0 running"
+        options = panel.locator(".tnb-filter-scheduler option").all_inner_texts()
+        assert options == ["any scheduler", "aws_batch", "kubernetes", "local_cwd", "slurm"]
+
+        panel.locator(".tnb-filter-scheduler").select_option("slurm")
+        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 1")
+        assert names() == ["train-big"]
+        panel.locator(".tnb-filter-scheduler").select_option("")
+        panel.locator(".tnb-filter-state").select_option("SUCCEEDED")
+        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 2")
+        assert names() == ["eval", "prep"]
+        panel.locator(".tnb-search").fill("PREP")
+        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 1")
+        assert names() == ["prep"]
+        panel.locator(".tnb-search").fill("nothing-like-this")
+        panel.locator(".tnb-empty").wait_for(timeout=10_000)
+        assert panel.locator(".tnb-empty").inner_text() == "No job matches."
+        panel.locator(".tnb-search").fill("")
+        panel.locator(".tnb-filter-state").select_option("")
+        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 4")
+        assert panel.locator(".tnb-job b, .tnb-job script").count() == 0
+        panel.screenshot(path=str(screenshot_dir() / "panel-filters.png"))
+
+
+def test_panel_works_in_notebook_7(panel_parts: None, tmp_path: Path, isolated: Path) -> None:
+    """Notebook 7 loads the same extension: the panel opens beside a notebook and lists jobs."""
+    store = get_runner().jobstore
+    store.add(stored("local_cwd://torchx/nb7-job", "local_cwd", "nb7-job", "SUCCEEDED", age=5))
+    root = tmp_path / "nb7"
+    root.mkdir()
+    write_notebook(root / "seven.ipynb", ["print(1)"])
+    with jupyter_lab(root, app="notebook") as lab, chromium_page() as page:
+        page.goto(f"{lab.url}/notebooks/seven.ipynb?token={lab.token}")
+        page.wait_for_selector(".jp-Notebook", timeout=60_000)
+        page.wait_for_function(
+            "() => window.jupyterapp && window.jupyterapp.commands.hasCommand('torchx-nb:open-panel')",
+            timeout=30_000,
+        )
+        open_panel(page)
+        page.wait_for_selector(".tnb-job", timeout=30_000)
+        assert page.locator(".tnb-job .tnb-name").inner_text() == "nb7-job"
+        page.screenshot(path=str(screenshot_dir() / "panel-notebook7.png"))
+        page.locator(".tnb-job .tnb-name").click()
+        page.wait_for_selector(".tnb-detail .tnb-detail-name", timeout=30_000)
+        assert page.locator(".tnb-detail .tnb-fact-handle").inner_text() == (
+            "local_cwd://torchx/nb7-job"
+        )
+        page.screenshot(path=str(screenshot_dir() / "panel-notebook7-job.png"))
