@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import time
 import urllib.error
 import urllib.parse
@@ -45,11 +44,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         from tests.infra.fixtures import missing
 
         missing(reason)
+    # jupyter_lab() installs the server extension's config file as `pip install` does
     root = tmp_path_factory.mktemp("rest") / "root"
-    config = root.parent / f"{root.name}-jupyter" / "config" / "jupyter_server_config.d"
-    config.mkdir(parents=True)
-    # where `pip install` puts it (etc/jupyter/jupyter_server_config.d): the extension is on
-    shutil.copy(ROOT / "jupyter-config" / "jupyter_server_config.d" / "torchx_nb.json", config)
     data = root.parent / "data"
     with jupyter_lab(root, env={"TORCHX_NB_DATA_DIR": str(data)}) as server:
         server.data_dir = data  # type: ignore[attr-defined]
