@@ -88,7 +88,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       if (!view || view.isDisposed) {
         const content = new JobView(handle, model, { openNotebook, cancel });
         view = new MainAreaWidget({ content });
-        view.id = content.id;
+        view.id = `${content.id}-tab`;
         view.title.label = content.title.label;
         view.title.caption = handle;
         view.title.icon = ICON;
