@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from torchx_nb import specs
+
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = ROOT / "tests" / "fixtures" / "plugin"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -74,3 +76,39 @@ def cli(
         input=input,
     )
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def shell_app(
+    script: str,
+    image: str = "",
+    *,
+    name: str = "sh",
+    role: str = "r",
+    replicas: int = 1,
+    retries: int = 0,
+    mem_mb: int = 64,
+) -> specs.AppDef:
+    """An AppDef of one role running ``sh -c script`` (1 CPU, ``mem_mb`` MB)."""
+    return specs.AppDef(
+        name,
+        roles=[
+            specs.Role(
+                role,
+                image,
+                entrypoint="sh",
+                args=["-c", script],
+                num_replicas=replicas,
+                max_retries=retries,
+                resource=specs.Resource(1, 0, mem_mb),
+            )
+        ],
+    )
+
+
+def cli_error(*args: str, timeout: float = 60) -> str:
+    """Run ``torchx-nb`` expecting it to fail with exactly one line on stderr; that line."""
+    code, _, stderr = cli(*args, timeout=timeout)
+    assert code != 0
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import shell_app, wait_for
 from tests.infra.dockerd import DockerDaemon, Registry
 from tests.infra.moto import MotoServer, make_queue
 from torchx_nb import specs
@@ -178,23 +178,9 @@ def test_failure_cancel_and_list(
     sched = AwsBatchScheduler("torchx")
     bb = base_images["busybox"]
 
-    def sh(script: str) -> specs.AppDef:
-        return specs.AppDef(
-            "sh",
-            roles=[
-                specs.Role(
-                    "r",
-                    bb,
-                    entrypoint="sh",
-                    args=["-c", script],
-                    resource=specs.Resource(1, 0, 128),
-                )
-            ],
-        )
-
-    failing = sched.submit(sh("echo bad; exit 3"), {"queue": queue})
+    failing = sched.submit(shell_app("echo bad; exit 3", bb, mem_mb=128), {"queue": queue})
     wait_for(lambda: sched.describe(failing).state == AppState.FAILED, 60)  # type: ignore[union-attr]
-    sleeper = sched.submit(sh("sleep 60"), {"queue": queue})
+    sleeper = sched.submit(shell_app("sleep 60", bb, mem_mb=128), {"queue": queue})
     wait_for(lambda: sched.describe(sleeper).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
     sched.cancel(sleeper)
     wait_for(lambda: sched.describe(sleeper).state == AppState.CANCELLED, 60)  # type: ignore[union-attr]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import cli, wait_for
+from tests.conftest import cli, cli_error, shell_app, wait_for
 from tests.infra.dockerd import free_port, host_python_mounts
 from tests.infra.gcp import GcpFake
 from tests.infra.token_proxy import TokenProxy
@@ -278,23 +278,9 @@ def test_failure_retries_cancel_list_and_logs(
     sched = GcpBatchScheduler("torchx")
     bb = base_images["busybox"]
 
-    def sh(script: str, n: int = 1, retries: int = 0) -> specs.AppDef:
-        return specs.AppDef(
-            "sh",
-            roles=[
-                specs.Role(
-                    "r",
-                    bb,
-                    entrypoint="sh",
-                    args=["-c", script],
-                    num_replicas=n,
-                    max_retries=retries,
-                    resource=specs.Resource(1, 0, 64),
-                )
-            ],
-        )
-
-    failing = sched.submit(sh("echo out; echo err >&2; exit 3"), {"location": "europe-west4"})
+    failing = sched.submit(
+        shell_app("echo out; echo err >&2; exit 3", bb), {"location": "europe-west4"}
+    )
     wait_for(lambda: sched.describe(failing).state == AppState.FAILED, 60)  # type: ignore[union-attr]
     desc = sched.describe(failing)
     assert desc is not None
@@ -316,12 +302,13 @@ def test_failure_retries_cancel_list_and_logs(
         sched.log_iter(failing, "r", k=1)
 
     flaky = sched.submit(
-        sh('test "$BATCH_TASK_RETRY_ATTEMPT" = 1 || exit 7; echo second try', retries=1), {}
+        shell_app('test "$BATCH_TASK_RETRY_ATTEMPT" = 1 || exit 7; echo second try', bb, retries=1),
+        {},
     )
     wait_for(lambda: sched.describe(flaky).state == AppState.SUCCEEDED, 60)  # type: ignore[union-attr]
     assert sched.describe(flaky).num_restarts == 1  # type: ignore[union-attr]
 
-    sleeper = sched.submit(sh("echo started; sleep 120", n=2), {})
+    sleeper = sched.submit(shell_app("echo started; sleep 120", bb, replicas=2), {})
     wait_for(lambda: sched.describe(sleeper).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
     tail = sched.log_iter(sleeper, "r", k=1, should_tail=True)
     assert next(iter(tail)) == "started\n"
@@ -421,7 +408,7 @@ def test_clear_errors_through_the_cli(
 ) -> None:
     def error_line(*cfg: str) -> str:
         # no workspace: nothing to build, so the error comes from GCP Batch itself
-        code, _, stderr = cli(
+        return cli_error(
             "run",
             "-s",
             "gcp_batch",
@@ -433,10 +420,6 @@ def test_clear_errors_through_the_cli(
             "img",
             timeout=120,
         )
-        assert code != 0
-        lines = stderr.strip().splitlines()
-        assert len(lines) == 1, stderr
-        return lines[0]
 
     # with a workspace (this folder), an unknown location is found before any image is built
     _, _, stderr = cli(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import cli, wait_for
+from tests.conftest import cli_error, shell_app, wait_for
 from tests.infra.dockerd import free_port, host_python_mounts
 from tests.infra.kube import KubeFake
 from torchx_nb import specs
@@ -219,22 +219,7 @@ def test_failure_retry_cancel_list_and_logs(
     sched = KubernetesScheduler("torchx")
     bb = base_images["busybox"]
 
-    def sh(script: str, retries: int = 0) -> specs.AppDef:
-        return specs.AppDef(
-            "sh",
-            roles=[
-                specs.Role(
-                    "r",
-                    bb,
-                    entrypoint="sh",
-                    args=["-c", script],
-                    max_retries=retries,
-                    resource=specs.Resource(1, 0, 64),
-                )
-            ],
-        )
-
-    failing = sched.submit(sh("echo out; echo err >&2; exit 3"), {"queue": "default"})
+    failing = sched.submit(shell_app("echo out; echo err >&2; exit 3", bb), {"queue": "default"})
     wait_for(lambda: sched.describe(failing).state == AppState.FAILED, 60)  # type: ignore[union-attr]
     desc = sched.describe(failing)
     assert desc is not None and desc.msg == "r-0: FAILED (exit code 3): Error"
@@ -248,13 +233,13 @@ def test_failure_retry_cancel_list_and_logs(
     with pytest.raises(ValueError, match="one combined log"):
         sched.log_iter(failing, "r", streams=Stream.STDERR)
 
-    indexed_fail = sched.submit(sh("exit 4", retries=1), {"api": "indexed"})
+    indexed_fail = sched.submit(shell_app("exit 4", bb, retries=1), {"api": "indexed"})
     wait_for(lambda: sched.describe(indexed_fail).state == AppState.FAILED, 60)  # type: ignore[union-attr]
     d = sched.describe(indexed_fail)
     assert d is not None and d.num_restarts == 2  # the first try and the one retry both failed
     assert "exit code 4" in d.msg
 
-    sleeper = sched.submit(sh("echo started; sleep 120"), {"api": "indexed"})
+    sleeper = sched.submit(shell_app("echo started; sleep 120", bb), {"api": "indexed"})
     wait_for(lambda: sched.describe(sleeper).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
     tail = iter(sched.log_iter(sleeper, "r", should_tail=True))
     assert next(tail) == "started\n"
@@ -305,7 +290,7 @@ def test_clear_errors_through_the_cli(
     kube_env: KubeFake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def error_line(*cfg: str) -> str:
-        code, _, stderr = cli(
+        return cli_error(
             "run",
             "-s",
             "kubernetes",
@@ -317,10 +302,6 @@ def test_clear_errors_through_the_cli(
             "img",
             timeout=120,
         )
-        assert code != 0
-        lines = stderr.strip().splitlines()
-        assert len(lines) == 1, stderr
-        return lines[0]
 
     assert error_line("-cfg", "queue=nope") == (
         "torchx-nb: error: no Volcano queue 'nope' (or no Volcano on this cluster): pick one from"

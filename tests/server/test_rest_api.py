@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, shell_app
 from tests.infra.lab import Lab, jupyter_lab, lab_missing
 from torchx_nb import specs
 from torchx_nb.runner import get_runner
@@ -83,14 +83,7 @@ def enc(handle: str) -> str:
 
 
 def sh(name: str, script: str) -> specs.AppDef:
-    return specs.AppDef(
-        name,
-        roles=[
-            specs.Role(
-                "main", "", entrypoint="sh", args=["-c", script], resource=specs.Resource(1, 0, 64)
-            )
-        ],
-    )
+    return shell_app(script, name=name, role="main")
 
 
 def test_every_endpoint_needs_jupyter_auth(lab: Lab) -> None:
