@@ -115,7 +115,6 @@ def jupyter_lab(
     root: Path,
     env: dict[str, str] | None = None,
     app: str = "jupyterlab",
-    extensions: bool = True,
 ) -> Iterator[Lab]:
     """Start ``jupyter lab`` (or ``app="notebook"``: Notebook 7) serving ``root`` on a free
     loopback port, with torchx_nb's server and lab extensions on; stop it at the end."""
@@ -123,7 +122,7 @@ def jupyter_lab(
     home = root.parent / f"{root.name}-jupyter"
     for sub in ("config", "data", "runtime", "settings", "workspaces"):
         (home / sub).mkdir(parents=True, exist_ok=True)
-    installed = _install_extensions(home) if extensions else {}
+    installed = _install_extensions(home)
     # JupyterLab must not restore a previous layout nor show news/announcements.
     overrides = home / "data" / "lab-settings"
     overrides.mkdir(exist_ok=True)

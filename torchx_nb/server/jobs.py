@@ -39,24 +39,6 @@ def notebook_path(notebook: str | None, root_dir: str | None) -> str | None:
         return None
 
 
-def row(rec: Any, root_dir: str | None = None) -> dict[str, Any]:
-    """A job store record as the API shows it."""
-    end = rec.ended if rec.ended else (rec.updated if rec.is_terminal else time.time())
-    return {
-        "handle": rec.handle,
-        "scheduler": rec.scheduler,
-        "name": rec.name,
-        "state": rec.state,
-        "submitted": rec.submitted,
-        "ended": rec.ended,
-        "duration": max(0.0, end - rec.submitted),
-        "notebook": rec.notebook,
-        "notebook_path": notebook_path(rec.notebook, root_dir),
-        "image": rec.image,
-        "msg": redact_text(rec.msg or ""),
-    }
-
-
 class NoSuchReplica(LookupError):
     """The job has no such role or replica (the request's fault: 404)."""
 
@@ -134,12 +116,26 @@ class JobService:
             "total": len(rows),
             "page": page,
             "per_page": per_page,
-            "counts": dict(Counter(r.state for r in records)),
+            "counts": self.counts(records),
             "event_id": self.event_id(self._version),
         }
 
     def row(self, rec: Any) -> dict[str, Any]:
-        return row(rec, self.root_dir)
+        """A job store record as the API shows it."""
+        end = rec.ended if rec.ended else (rec.updated if rec.is_terminal else time.time())
+        return {
+            "handle": rec.handle,
+            "scheduler": rec.scheduler,
+            "name": rec.name,
+            "state": rec.state,
+            "submitted": rec.submitted,
+            "ended": rec.ended,
+            "duration": max(0.0, end - rec.submitted),
+            "notebook": rec.notebook,
+            "notebook_path": notebook_path(rec.notebook, self.root_dir),
+            "image": rec.image,
+            "msg": redact_text(rec.msg or ""),
+        }
 
     def event_id(self, version: int) -> str:
         """An event stream position: this server's epoch and a version, so a client resuming
@@ -153,9 +149,12 @@ class JobService:
             return -1
         return int(number)
 
-    def counts(self) -> dict[str, int]:
-        """How many jobs are in each state (the status bar's running count)."""
-        return dict(Counter(r.state for r in self.runner.jobstore.list()))
+    def counts(self, records: list[Any] | None = None) -> dict[str, int]:
+        """How many jobs (all of the store's, or ``records``) are in each state: the status
+        bar's running count."""
+        if records is None:
+            records = self.runner.jobstore.list()
+        return dict(Counter(r.state for r in records))
 
     def detail(self, handle: str) -> dict[str, Any] | None:
         """The record with the scheduler's description: roles, replicas, states, messages."""
