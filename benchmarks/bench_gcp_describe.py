@@ -18,6 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import start_sleepers  # noqa: E402
 
 from tests.infra.gcp import GcpFake  # noqa: E402
 
@@ -36,31 +39,9 @@ def main() -> int:
         fake.idle_projects.add("bench-project")
         try:
             os.environ.update(fake.env)
-            from torchx_nb import specs
-            from torchx_nb.runner import get_runner
             from torchx_nb.schedulers.gcp_batch import parse_app_id
 
-            role = specs.Role(
-                name="r",
-                image="img",
-                entrypoint="sleep",
-                args=["600"],
-                resource=specs.Resource(cpu=1, gpu=0, memMB=64),
-            )
-            runner = get_runner()
-            handles = [
-                runner.run(specs.AppDef(f"b{i}", roles=[role]), "gcp_batch", {})
-                for i in range(args.jobs)
-            ]
-            deadline = time.monotonic() + 60
-            running = 0
-            while time.monotonic() < deadline:
-                states = runner.status_many(handles)
-                running = sum(1 for s in states.values() if s and s.state == specs.AppState.RUNNING)
-                if running == args.jobs:
-                    break
-                time.sleep(0.5)
-            print(f"{running} of {args.jobs} jobs running", file=sys.stderr)
+            runner, handles = start_sleepers("gcp_batch", args.jobs, "img", 64, 60, 0.5)
 
             client = runner.get_scheduler("gcp_batch").gcp.batch  # type: ignore[attr-defined]
             names = []

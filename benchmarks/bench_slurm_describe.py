@@ -19,6 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import start_sleepers  # noqa: E402
 
 from tests.infra.slurm import SlurmCluster  # noqa: E402
 
@@ -39,29 +42,7 @@ def main() -> int:
         cluster = SlurmCluster(tmp / "slurm", accounting=False, cpus=64).start()
         try:
             os.environ["SLURM_CONF"] = str(cluster.conf)
-            from torchx_nb import specs
-            from torchx_nb.runner import get_runner
-
-            role = specs.Role(
-                name="r",
-                image="",
-                entrypoint="sleep",
-                args=["600"],
-                resource=specs.Resource(cpu=1, gpu=0, memMB=10),
-            )
-            runner = get_runner()
-            handles = [
-                runner.run(specs.AppDef(f"b{i}", roles=[role]), "slurm", {})
-                for i in range(args.jobs)
-            ]
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                states = runner.status_many(handles)
-                running = sum(1 for s in states.values() if s and s.state == specs.AppState.RUNNING)
-                if running == args.jobs:
-                    break
-                time.sleep(1)
-            print(f"{running} of {args.jobs} jobs running", file=sys.stderr)
+            runner, handles = start_sleepers("slurm", args.jobs, "", 10, 120, 1)
 
             shims = tmp / "shims"
             shims.mkdir()

@@ -31,8 +31,4 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "torchx-nb"}]
 
 
-def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "torchx_nb.server"}]
-
-
 __all__ = ["IMAGE", "__version__", "load_ipython_extension", "unload_ipython_extension"]
