@@ -155,7 +155,7 @@ def test_a_finished_job_leaves_a_snapshot_with_its_metric_chart(
             "for i in range(6):\n"
             "    print(f'loss: {1 / (i + 1):.3f}', flush=True)\n"
             "    time.sleep(0.2)\n",
-            "print(job.wait(interval=0.2).state)\nimport time\ntime.sleep(3)",
+            "print(job.wait(interval=0.2).state)",
             "print(job.metrics()[['name', 'step', 'value']].to_string(index=False))",
         ],
         isolated,
@@ -173,3 +173,29 @@ def test_a_finished_job_leaves_a_snapshot_with_its_metric_chart(
     table = plain(nb.cells[3]).split()
     assert table[:3] == ["name", "step", "value"] and table.count("loss") == 6
     assert table[-3:] == ["loss", "5", "0.167"]
+
+
+def test_wait_returns_after_the_cell_shows_the_end_even_with_a_slow_poller(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``job.wait()`` as the notebook's last cell: the kernel shuts down right after it, so
+    the run cell's snapshot must already be in place (the poller here is 60 s behind)."""
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "1")
+    nb = run(
+        [
+            "%load_ext torchx_nb\n"
+            "from torchx_nb.notebook.poller import get_poller\n"
+            "get_poller(get_ipython().magics_manager.registry['TorchxMagics'].runner)"
+            ".local_interval = 60",
+            "%%torchx run -o job\nimport time\ntime.sleep(1)\nprint('done', flush=True)",
+            "print(job.wait(interval=0.2).state)",
+        ],
+        isolated,
+        allow_errors=False,
+    )
+    assert plain(nb.cells[2]) == "SUCCEEDED\n"
+    status, logs = (o["data"] for o in nb.cells[1].outputs)
+    assert "application/vnd.jupyter.widget-view+json" not in status
+    assert 'data-state="SUCCEEDED"' in status["text/html"]
+    assert status["text/plain"].startswith("local_cwd://torchx/")
+    assert "done" in logs["text/plain"]

@@ -10,11 +10,18 @@ from typing import TYPE_CHECKING
 from torchx_nb.metrics import MetricLog, MetricSpec
 from torchx_nb.notebook.render import elapsed, status_html
 from torchx_nb.schedulers.api import Stream
-from torchx_nb.specs.api import AppDef, AppStatus, UnknownAppException, parse_app_handle
+from torchx_nb.specs.api import (
+    AppDef,
+    AppStatus,
+    UnknownAppException,
+    is_terminal,
+    parse_app_handle,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from torchx_nb.notebook.widgets import JobView
     from torchx_nb.runner import Runner
 
 
@@ -30,6 +37,7 @@ class JobHandle:
         self.app_id = parsed.app_id
         self.metric_specs = list(metric_specs)
         self.live_metrics: MetricLog | None = None
+        self.view: JobView | None = None
         self._runner = runner
 
     def __str__(self) -> str:
@@ -46,8 +54,12 @@ class JobHandle:
         return self._runner.status(self.handle)
 
     def wait(self, timeout: float | None = None, interval: float = 2.0) -> AppStatus | None:
-        """Block until the job ends (or ``timeout`` seconds pass); returns the last status."""
-        return self._runner.wait(self.handle, wait_interval=interval, timeout=timeout)
+        """Block until the job ends (or ``timeout`` seconds pass); returns the last status.
+        When the job ended, its cell's widgets show the end before this returns."""
+        status = self._runner.wait(self.handle, wait_interval=interval, timeout=timeout)
+        if self.view is not None and status is not None and is_terminal(status.state):
+            self.view.settle(status)
+        return status
 
     def cancel(self) -> None:
         """Ask the scheduler to stop the job; returns at once."""

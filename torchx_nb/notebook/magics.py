@@ -472,6 +472,7 @@ class TorchxMagics(Magics):
                 show_logs=not wait,
             )
             job.live_metrics = view.metrics
+            job.view = view
             view.show()
         else:
             from torchx_nb.notebook.render import status_text

@@ -126,6 +126,7 @@ class StatusWidget:
         self._error: str | None = None
         self._seen_end: float | None = None
         self._metrics_version = -1
+        self._lock = threading.RLock()
         record = runner.jobstore.get(handle)
         self.submitted = record.submitted if record else time.time()
         self._header = w.HTML(value=self._header_html())
@@ -184,7 +185,17 @@ class StatusWidget:
             self._metrics_version = self.metrics.version
             self._chart.value = render.metrics_svg(self.metrics.series())
 
+    def settle(self, status: AppStatus) -> None:
+        """Show ``status``, a final status the caller already has, without waiting for the
+        poller's next round."""
+        self._on_status(status, None)
+
     def _on_status(self, status: AppStatus | None, error: BaseException | None) -> None:
+        with self._lock:
+            if self._seen_end is None:
+                self._show_status(status, error)
+
+    def _show_status(self, status: AppStatus | None, error: BaseException | None) -> None:
         if error is not None:
             self._error = f"{type(error).__name__}: {error}"[:200]
             self._header.value = self._header_html()
@@ -506,6 +517,7 @@ class JobView:
         self.runner = runner
         self.metrics = metrics if metrics else None
         self.ended = threading.Event()
+        self.snapshotted = threading.Event()
         self._display: Any = None
         self._log_display: Any = None
         self._metrics_reader: _Reader | None = None
@@ -563,8 +575,22 @@ class JobView:
         if self._display is not None:
             threading.Thread(target=self._snapshot, daemon=True, name="torchx-nb-snapshot").start()
 
+    def settle(self, status: AppStatus, timeout: float = 10.0) -> None:
+        """Bring the widgets to ``status`` (a final status from ``wait()``) and wait until the
+        snapshot replaced them, so the cell's output is final once ``wait()`` returns."""
+        if self._display is None:
+            return
+        self.status.settle(status)
+        self.snapshotted.wait(timeout)
+
     def _snapshot(self) -> None:
         """Replace the widgets with static HTML once the readers have read the job's end."""
+        try:
+            self._replace_with_snapshot()
+        finally:
+            self.snapshotted.set()
+
+    def _replace_with_snapshot(self) -> None:
         if self._metrics_reader is not None:
             self._metrics_reader.thread.join(5)
             self._metrics_reader.stop()
