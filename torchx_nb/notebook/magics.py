@@ -497,7 +497,7 @@ class TorchxMagics(Magics):
             for role, k, line in follow(runner, job.handle, targets, tail=True):
                 sys.stdout.write(f"{role}/{k} {line}" if prefixed else line)
             sys.stdout.flush()
-            status = runner.wait(job.handle, wait_interval=1)
+            status = job.wait(interval=1)
         except KeyboardInterrupt:
             print(
                 f"\nstopped waiting; {job.handle} keeps running (`%torchx cancel "
