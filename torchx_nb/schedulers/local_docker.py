@@ -44,6 +44,7 @@ from torchx_nb.specs.api import (
 )
 from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin
+from torchx_nb.workspace.daemon import docker_client
 
 LABEL_VERSION = "torchx.pytorch.org/version"
 LABEL_APP_ID = "torchx.pytorch.org/app-id"
@@ -61,10 +62,6 @@ _STATES = {
     "removing": AppState.PENDING,
     "dead": AppState.FAILED,
 }
-
-
-class DockerUnavailableError(TorchxNbError):
-    """No Docker daemon answers."""
 
 
 @dataclass
@@ -181,19 +178,7 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
     @property
     def client(self) -> Any:
         if self._client is None:
-            import docker
-
-            try:
-                self._client = docker.from_env()
-                self._client.ping()
-            except Exception as e:
-                self._client = None
-                host = os.environ.get("DOCKER_HOST", "the default socket")
-                raise DockerUnavailableError(
-                    f"no Docker daemon answers at {host} ({type(e).__name__}); start Docker or"
-                    " set DOCKER_HOST — without a daemon, run on a remote scheduler with"
-                    " -cfg builder=registry"
-                ) from None
+            self._client = docker_client()
         return self._client
 
     def _run_opts(self) -> runopts:

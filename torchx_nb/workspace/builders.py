@@ -138,9 +138,9 @@ class DockerBuilder:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from torchx_nb.schedulers.local_docker import LocalDockerScheduler
+            from torchx_nb.workspace.daemon import docker_client
 
-            self._client = LocalDockerScheduler("torchx").client
+            self._client = docker_client()
         return self._client
 
     def _ensure_base(self, base: str) -> Any:

@@ -1,0 +1,87 @@
+"""Imports point down the layers of DESIGN.md, lazy imports included: no cycle between the
+package's modules and folders, and no lower layer reaching up to the notebook, server or CLI."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "torchx_nb"
+TOP = {"notebook", "server", "cli"}
+
+
+def unit(module: str) -> str:
+    """The folder or top-level module under torchx_nb that ``module`` belongs to."""
+    parts = [p for p in module.split(".") if p != "__init__"]
+    return parts[1] if len(parts) > 1 else "torchx_nb"
+
+
+def imports_of(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "torchx_nb":
+                found.update(f"torchx_nb.{a.name}" for a in node.names)
+            elif node.module.startswith("torchx_nb."):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("torchx_nb."))
+    return found
+
+
+def layer_graph() -> dict[str, set[str]]:
+    """unit -> the units it imports; the package's own ``__init__`` (IMAGE and the extension
+    hooks, as in TorchX) is the entry point above everything and left out."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        source = unit(".".join(parts))
+        if source == "torchx_nb":
+            continue
+        for module in imports_of(path):
+            target = unit(module)
+            if target not in (source, "torchx_nb"):
+                graph[source].add(target)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycle_between_layers() -> None:
+    graph = layer_graph()
+    assert {"schedulers", "workspace", "runner", "notebook"} <= set(graph)
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_lower_layers_do_not_import_the_notebook_server_or_cli() -> None:
+    graph = layer_graph()
+    for source, targets in graph.items():
+        if source not in TOP:
+            assert not targets & TOP, f"{source} imports {sorted(targets & TOP)}"
+    assert graph["specs"] == set(), "specs/ is pure data and imports no other layer"
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
