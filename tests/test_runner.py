@@ -7,7 +7,7 @@ import pytest
 
 from torchx_nb import specs
 from torchx_nb.components.utils import echo, sh
-from torchx_nb.runner import AppValidationError, Runner, get_runner
+from torchx_nb.runner import AppValidationError, NoSuchReplica, Runner, get_runner
 from torchx_nb.specs import AppState
 
 
@@ -40,6 +40,24 @@ def test_run_records_in_job_store_and_tracks_state() -> None:
     with get_runner() as fresh:
         app = fresh.describe(handle)
         assert app is not None and app.roles[0].entrypoint == "echo"
+
+
+def test_log_lines_refuses_a_role_or_replica_the_job_lacks_from_one_describe() -> None:
+    with get_runner() as runner:
+        handle = runner.run(echo(msg="hi", num_replicas=2), "local_cwd")
+        runner.wait(handle, wait_interval=0.2)
+        sched = runner.get_scheduler("local_cwd")
+        calls = []
+        describe = sched.describe
+        sched.describe = lambda app_id: calls.append(app_id) or describe(app_id)  # type: ignore[method-assign]
+        assert "".join(runner.log_lines(handle, "echo", 1)) == "hi\n"
+        assert len(calls) == 1
+        with pytest.raises(NoSuchReplica, match=r"no role 'nosuch' \(roles: echo\)"):
+            runner.log_lines(handle, "nosuch")
+        with pytest.raises(NoSuchReplica, match=r"role 'echo' has replicas 0..1, not 2"):
+            runner.log_lines(handle, "echo", 2)
+        with pytest.raises(NoSuchReplica, match="not -1"):
+            runner.log_lines(handle, "echo", -1)
 
 
 def test_cancel_and_wait() -> None:

@@ -66,6 +66,23 @@ class AppValidationError(TorchxNbError, ValueError):
     """The AppDef cannot run anywhere (no entrypoint, no replicas, no roles)."""
 
 
+class NoSuchReplica(TorchxNbError, LookupError):
+    """The job has no such role, or no such replica of it."""
+
+
+def _check_replica(desc: DescribeAppResponse, role_name: str, k: int) -> None:
+    """Refuse a role or replica the scheduler's describe says the job does not have (a role
+    whose replicas are not known yet passes)."""
+    replicas = {rs.role: len(rs.replicas) for rs in desc.roles_statuses}
+    if not replicas:
+        return
+    if role_name not in replicas:
+        raise NoSuchReplica(f"no role {role_name!r} (roles: {', '.join(replicas)})")
+    count = replicas[role_name]
+    if count and not 0 <= k < count:
+        raise NoSuchReplica(f"role {role_name!r} has replicas 0..{count - 1}, not {k}")
+
+
 _ROLE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
@@ -475,10 +492,13 @@ class Runner:
         streams: Stream | None = None,
     ) -> Iterable[str]:
         """Log lines of replica ``k`` of ``role_name``; raises UnknownAppException for an app the
-        scheduler does not know."""
+        scheduler does not know and NoSuchReplica for a role or replica the job does not have,
+        from one describe."""
         sched, _, app_id = self._scheduler_and_id(app_handle)
-        if sched.describe(app_id) is None:
+        desc = sched.describe(app_id)
+        if desc is None:
             raise UnknownAppException(app_handle)
+        _check_replica(desc, role_name, k)
         return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
 
     def list(

@@ -175,6 +175,10 @@ def test_jobs_filters_pages_detail_logs_and_cancel(lab: Lab, store: Path) -> Non
     assert get(lab, f"{API}/jobs/{enc(done[0])}/logs?regex=line")["lines"] == ["line 0"]
     assert get(lab, f"{API}/jobs/{enc(failed)}/logs?stream=stderr")["lines"] == ["nope"]
     assert request(lab, "GET", f"{API}/jobs/{enc(failed)}/logs?regex=(")[0] == 400
+    status, _, body = request(lab, "GET", f"{API}/jobs/{enc(failed)}/logs?role=nosuch")
+    assert status == 404 and "no role 'nosuch' (roles: main)" in body.decode(), body
+    status, _, body = request(lab, "GET", f"{API}/jobs/{enc(failed)}/logs?role=main&replica=3")
+    assert status == 404 and "role 'main' has replicas 0..0, not 3" in body.decode(), body
 
     status, _, body = request(lab, "POST", f"{API}/jobs/{enc(sleeper)}/cancel")
     assert status == 202, body

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from torchx_nb.server.jobs import JOBS_PAGE_MAX, JobService, NoSuchReplica, one_line
+from torchx_nb.runner import NoSuchReplica
+from torchx_nb.server.jobs import JOBS_PAGE_MAX, JobService, one_line
 from torchx_nb.specs.api import UnknownAppException
 
 PREFIX = "/torchx-nb/api"

@@ -39,10 +39,6 @@ def notebook_path(notebook: str | None, root_dir: str | None) -> str | None:
         return None
 
 
-class NoSuchReplica(LookupError):
-    """The job has no such role or replica (the request's fault: 404)."""
-
-
 def one_line(error: BaseException) -> str:
     """An error as one redacted line, fit for an HTTP reason or a page."""
     return redact_text(" ".join(str(error).split()))[:300]
@@ -209,15 +205,9 @@ class JobService:
         rec = self.runner.jobstore.get(handle)
         if rec is None:
             return None
-        roles = {
-            r["role"]: len(r["replicas"]) for r in (self.detail(handle) or {}).get("roles") or []
-        }
         if role is None:
-            role = next(iter(roles), rec.name)
-        if roles and role not in roles:
-            raise NoSuchReplica(f"no role {role!r} (roles: {', '.join(roles)})")
-        if roles and replica >= roles[role]:
-            raise NoSuchReplica(f"role {role!r} has replicas 0..{roles[role] - 1}, not {replica}")
+            roles = (self.detail(handle) or {}).get("roles") or []
+            role = roles[0]["role"] if roles else rec.name
         lines: list[str] = []
         streams = None if stream == "combined" else Stream(stream)
         pattern = re.compile(regex) if regex else None
