@@ -43,6 +43,14 @@ def setup_handlers(web_app: Any) -> None:
                 raise tornado.web.HTTPError(400, reason="not a job handle")
             return handle
 
+        def exact_arg(self, name: str) -> str | None:
+            """A query parameter exactly as sent: tornado's ``get_argument`` strips it and turns
+            control characters into spaces, which would change a regex."""
+            values = self.request.query_arguments.get(name)
+            if not values:
+                return None
+            return str(self.decode_argument(values[-1], name=name))
+
         def int_arg(self, name: str, default: int, low: int, high: int) -> int:
             text = self.get_argument(name, str(default))
             try:
@@ -91,7 +99,7 @@ def setup_handlers(web_app: Any) -> None:
             stream = self.get_argument("stream", "combined")
             if stream not in ("combined", "stdout", "stderr"):
                 raise tornado.web.HTTPError(400, reason="stream is combined, stdout or stderr")
-            regex = self.get_argument("regex", None)
+            regex = self.exact_arg("regex")
             if regex is not None:
                 try:
                     re.compile(regex)
