@@ -163,7 +163,7 @@ def _replicas(
 
 def cmd_run(args: argparse.Namespace) -> int:
     from torchx_nb import config
-    from torchx_nb.specs.api import AppState, is_terminal
+    from torchx_nb.specs.api import AppState, is_terminal, message_text
 
     defaults = config.cli_defaults("run")
     scheduler = args.scheduler or defaults.get("scheduler") or "local_cwd"
@@ -210,7 +210,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"{handle} disappeared from {scheduler} while waiting")
         print(f"{PROG}: {handle} {status.state}", file=sys.stderr)
         if is_terminal(status.state) and status.state != AppState.SUCCEEDED:
-            if status.msg and status.msg != "<NONE>":
+            if message_text(status.msg):
                 print(f"{PROG}: {status.msg}", file=sys.stderr)
             return 1
         return 0

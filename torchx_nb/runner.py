@@ -45,6 +45,7 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
     make_app_handle,
+    message_text,
     parse_app_handle,
     runopts,
 )
@@ -434,7 +435,7 @@ class Runner:
             return
         self._last_state[app_handle] = state
         try:
-            msg = status.msg if status.msg and status.msg != "<NONE>" else None
+            msg = message_text(status.msg) or None
             ended = status.ended if status.is_terminal() else None
             self.jobstore.update_state(app_handle, state, msg, ended=ended)
         except Exception as e:  # the store is a convenience; never fail a status call on it

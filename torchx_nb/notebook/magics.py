@@ -488,7 +488,7 @@ class TorchxMagics(Magics):
 
     def _wait_and_stream(self, job: Any) -> None:
         from torchx_nb.logtail import follow, replica_targets
-        from torchx_nb.specs.api import AppState
+        from torchx_nb.specs.api import AppState, message_text
 
         runner = self.runner
         try:
@@ -506,7 +506,7 @@ class TorchxMagics(Magics):
             return
         state = status.state.name if status else "UNKNOWN"
         line = f"{job.handle} {state}"
-        if status and status.state != AppState.SUCCEEDED and status.msg not in ("", "<NONE>"):
+        if status and status.state != AppState.SUCCEEDED and message_text(status.msg):
             line += f": {status.msg}"
         print(line)
 

@@ -8,7 +8,7 @@ import html
 import time
 from collections.abc import Sequence
 
-from torchx_nb.specs.api import NONE, AppStatus
+from torchx_nb.specs.api import AppStatus, message_text
 
 STATE_COLOURS = {
     "SUCCEEDED": "#1a7f37",
@@ -72,10 +72,6 @@ def link_html(url: str | None) -> str:
     return f'<small><a href="{safe}" target="_blank" rel="noopener noreferrer">{safe}</a></small>'
 
 
-def _msg(text: str | None) -> str:
-    return "" if not text or text == NONE else text
-
-
 def replica_rows(status: AppStatus | None) -> list[tuple[str, int, str, str, str, int]]:
     """(role, replica, state, exit code or message, host, restarts) per replica."""
     if status is None:
@@ -83,7 +79,7 @@ def replica_rows(status: AppStatus | None) -> list[tuple[str, int, str, str, str
     rows = []
     for rs in status.roles:
         for r in rs.replicas:
-            detail = _msg(r.structured_error_msg)
+            detail = message_text(r.structured_error_msg)
             if r.exit_code is not None:
                 detail = f"exit {r.exit_code}" + (f": {detail}" if detail else "")
             rows.append((rs.role, r.id, r.state.name, detail, r.hostname, r.num_restarts))
@@ -140,7 +136,7 @@ def status_details_html(status: AppStatus | None) -> str:
     if status is None:
         return ""
     parts = []
-    msg = _msg(status.msg)
+    msg = message_text(status.msg)
     if msg:
         parts.append(f"<small>{html.escape(msg[:1000])}</small>")
     link = link_html(status.ui_url)
@@ -160,8 +156,8 @@ def status_text(handle: str, status: AppStatus | None, seconds: float | None = N
         extra += f" restarts={restarts}" if restarts else ""
         lines.append(f"  {role}/{k}: {state}{extra} on {host}")
     if status is not None:
-        if _msg(status.msg):
-            lines.append(f"  {_msg(status.msg)}")
+        if message_text(status.msg):
+            lines.append(f"  {message_text(status.msg)}")
         if status.ui_url:
             url = status.ui_url
             lines.append(f"  logs: {url[7:]}" if url.startswith("file://") else f"  {url}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from torchx_nb.redact import redact, redact_text
-from torchx_nb.specs.api import AppState, is_terminal, parse_app_handle
+from torchx_nb.specs.api import AppState, is_terminal, message_text, parse_app_handle
 
 JOBS_PAGE_MAX = 500
 LOG_LINES_MAX = 5000
@@ -42,12 +42,6 @@ def notebook_path(notebook: str | None, root_dir: str | None) -> str | None:
 def one_line(error: BaseException) -> str:
     """An error as one redacted line, fit for an HTTP reason or a page."""
     return redact_text(" ".join(str(error).split()))[:300]
-
-
-def _message(msg: Any) -> str:
-    """A scheduler's message, without TorchX's ``<NONE>`` placeholder."""
-    text = str(msg or "")
-    return "" if text == "<NONE>" else text
 
 
 class JobService:
@@ -165,7 +159,7 @@ class JobService:
             status = None
         if status is not None:
             out["state"] = status.state.name
-            out["msg"] = redact_text(_message(status.msg))
+            out["msg"] = redact_text(message_text(status.msg))
             out["ui_url"] = status.ui_url
             out["roles"] = [
                 {
@@ -176,7 +170,7 @@ class JobService:
                             "state": rep.state.name,
                             "hostname": rep.hostname,
                             "exit_code": rep.exit_code,
-                            "msg": redact_text(_message(rep.structured_error_msg)),
+                            "msg": redact_text(message_text(rep.structured_error_msg)),
                         }
                         for rep in r.replicas
                     ],

@@ -380,6 +380,12 @@ class AppStatus:
     __str__ = __repr__
 
 
+def message_text(msg: str | None) -> str:
+    """A scheduler's message for people: empty for none and for TorchX's ``<NONE>``
+    placeholder."""
+    return "" if not msg or msg == NONE else msg
+
+
 def _parse_error_json(text: str) -> Any:
     if text == NONE:
         return NONE
