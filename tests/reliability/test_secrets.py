@@ -13,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.infra.dockerd import DockerDaemon, Registry
+from tests.workspace import secret_corpus
 from torchx_nb.redact import MASK, redact, redact_text
-from torchx_nb.workspace.collect import SecretShippedWarning, collect_workspace
+from torchx_nb.workspace.collect import (
+    SecretLeftOutWarning,
+    SecretShippedWarning,
+    collect_workspace,
+)
 from torchx_nb.workspace.layers import build_layer
 
 SECRET = "tok-3f9a8b7c6d5e4f30"
@@ -199,3 +205,196 @@ def test_masking_a_huge_token_is_linear() -> None:
     text = "x" * 200_000
     assert redact_text(text) == text
     assert redact_text("K=" + text) == "K=" + text
+
+
+# ---- the planted-credential corpus: secrets kept out by design, not by name -----------------
+
+
+def leaks_in(blobs: list[bytes]) -> list[str]:
+    """LEAK markers (and private key bodies) found in layer blobs, gzip'd or not."""
+    found = []
+    for blob in blobs:
+        data = gzip.decompress(blob) if blob[:2] == b"\x1f\x8b" else blob
+        for marker in (secret_corpus.LEAK.encode(), b"PRIVATE KEY", b"hunter2"):
+            at = data.find(marker)
+            if at >= 0:
+                found.append(data[max(0, at - 80) : at + 40].decode(errors="replace"))
+    return found
+
+
+def registry_blobs(registry: Registry) -> list[bytes]:
+    return [p.read_bytes() for p in registry.root.rglob("blobs/sha256/*/*/data")]
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    root = tmp_path / "home"
+    root.mkdir()
+    return root, secret_corpus.plant(root)
+
+
+def test_the_planted_corpus_ships_nothing_at_any_depth(
+    corpus: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    root, planted = corpus
+    ws = collect_workspace(root)
+    assert {f.path for f in ws.files} == secret_corpus.shipped_expected()
+    links = {f.path: f.link for f in ws.files if f.link}
+    assert links == {f"{d}key-link": ".ssh/id_rsa" for d in secret_corpus.DEPTHS}
+    left_out = dict(ws.secrets_left_out)
+    visible = [p for p, group in planted.items() if group in ("visible", "hardlink")]
+    # what no name rule catches is caught by its content, and said in one line each
+    for path in visible:
+        assert path in dict(ws.excluded), path
+    for path in ("deploy_key", "proj/notes/backup.txt", "a/b/c/server_settings.py"):
+        assert left_out[path].startswith("Private Key") or path.endswith(".py"), left_out
+    assert left_out["a/b/c/server_settings.py"] == "credential assignment on line 1"
+    assert left_out["notes/backup.txt"] == "Private Key on line 1"
+    lines = ws.left_out_lines()
+    assert (
+        "deploy_key was left out of the workspace: it holds a Private Key on line 1; to ship it"
+        " anyway, add the line '!deploy_key' to .torchxignore (or mark the line"
+        " 'pragma: allowlist secret')"
+    ) in lines
+    assert all(len(line.splitlines()) == 1 for line in lines)
+    layer = build_layer(ws, "workspace", cache=tmp_path / "layers")
+    assert leaks_in([layer.path.read_bytes()]) == []
+
+
+def test_the_scan_warns_once_per_file_in_one_line(corpus: tuple[Path, dict[str, str]]) -> None:
+    from torchx_nb.schedulers.local_docker import create_scheduler
+
+    root, _ = corpus
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        create_scheduler("torchx").preview_workspace(str(root))
+    left = [str(w.message) for w in caught if w.category is SecretLeftOutWarning]
+    assert left == collect_workspace(root).left_out_lines()
+    assert "deploy_key was left out" in left[0] or any("deploy_key" in w for w in left)
+
+
+def test_a_line_marked_allowlisted_or_reincluded_ships(tmp_path: Path) -> None:
+    (tmp_path / "fixture.py").write_text(
+        "TEST_KEY = '-----BEGIN RSA PRIVATE KEY-----'  # pragma: allowlist secret\n"
+    )
+    (tmp_path / "deploy_key").write_text(secret_corpus.PRIVATE_KEY)
+    (tmp_path / "other_key").write_text(secret_corpus.PRIVATE_KEY)
+    (tmp_path / ".torchxignore").write_text("!deploy_key\n")
+    ws = collect_workspace(tmp_path)
+    assert [f.path for f in ws.files] == ["deploy_key", "fixture.py"]
+    assert ws.secret_warnings() == [
+        "deploy_key holds a Private Key on line 1 and ships because .torchxignore re-includes"
+        " it; remove the '!' line unless the job needs it"
+    ]
+    assert dict(ws.excluded)["other_key"] == "secret: Private Key on line 1"
+
+
+def test_the_scan_is_cached_by_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchx_nb.workspace import scan
+
+    for i in range(5):
+        (tmp_path / f"m{i}.py").write_text(f"x = {i}  # the api key is read from the env\n")
+    scanned: list[str] = []
+    real = scan.scan_stream
+
+    def spy(f: object, filename: str) -> object:
+        scanned.append(filename)
+        return real(f, filename)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan, "scan_stream", spy)
+    collect_workspace(tmp_path)
+    assert sorted(scanned) == [f"m{i}.py" for i in range(5)]
+    scanned.clear()
+    collect_workspace(tmp_path)
+    assert scanned == [], "an unchanged workspace is not read again"
+    (tmp_path / "m3.py").write_text("x = 33  # edited\n")
+    (tmp_path / "m4.py").touch()  # new times, same content: hashed, not scanned
+    os.utime(tmp_path / "m4.py", ns=(1, 1))
+    collect_workspace(tmp_path)
+    assert scanned == ["m3.py"]
+
+
+def test_log_folders_of_ours_never_ship(tmp_path: Path) -> None:
+    from tests.conftest import shell_app
+    from torchx_nb.runner import get_runner
+
+    ws_root = tmp_path / "ws"
+    ws_root.mkdir()
+    (ws_root / "main.py").write_text("print(1)\n")
+    with get_runner() as runner:
+        handle = runner.run(
+            shell_app("echo HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456"),
+            "local_cwd",
+            {"log_dir": str(ws_root / "logs")},
+            workspace=str(ws_root),
+        )
+        runner.wait(handle, wait_interval=0.1, timeout=30)
+    ws = collect_workspace(ws_root)
+    assert [f.path for f in ws.files] == ["main.py"]
+    assert dict(ws.excluded)["logs/torchx/"] == "torchx_nb logs"
+
+
+def test_registry_builder_pushes_no_planted_secret(
+    docker_env: DockerDaemon,
+    python_in_registry: str,
+    registry: Registry,
+    corpus: tuple[Path, dict[str, str]],
+) -> None:
+    from torchx_nb.workspace.builders import RegistryBuilder
+
+    root, _ = corpus
+    before = set(registry_blobs(registry))
+    built = RegistryBuilder().build(
+        python_in_registry,
+        collect_workspace(root),
+        {".torchx-cell-x.py": b"print(1)\n"},
+        f"{registry.host}/corpus/registry",
+        quiet=True,
+    )
+    pushed = [b for b in registry_blobs(registry) if b not in before]
+    assert built.uploaded_bytes > 0 and len(pushed) >= 3  # workspace, cell, config, manifest
+    assert leaks_in(pushed) == []
+
+
+def test_docker_builder_pushes_no_planted_secret(
+    docker_env: DockerDaemon,
+    base_images: dict[str, str],
+    registry: Registry,
+    corpus: tuple[Path, dict[str, str]],
+) -> None:
+    """With a Dockerfile.torchx that copies the whole context: the context is the checked list."""
+    from torchx_nb.workspace.builders import DockerBuilder
+
+    root, _ = corpus
+    (root / "Dockerfile.torchx").write_text("ARG IMAGE\nFROM $IMAGE\nWORKDIR /ws\nCOPY . .\n")
+    before = set(registry_blobs(registry))
+    built = DockerBuilder().build(
+        base_images["python"],
+        collect_workspace(root),
+        {".torchx-cell-x.py": b"print(1)\n"},
+        f"{registry.host}/corpus/docker",
+        quiet=True,
+    )
+    pushed = [b for b in registry_blobs(registry) if b not in before]
+    assert built.image.startswith(f"{registry.host}/corpus/docker:") and pushed
+    assert leaks_in(pushed) == []
+    listing = docker_env.client().containers.run(
+        built.image, ["sh", "-c", "cd /ws && find . | sort"], network_mode="host", remove=True
+    )
+    assert b"./train.py" in listing and b"deploy_key" not in listing and b".ssh" not in listing
+
+
+def test_docker_builder_context_refuses_a_file_swapped_for_a_symlink(tmp_path: Path) -> None:
+    from torchx_nb.workspace.layers import build_context
+
+    ws_root = tmp_path / "ws"
+    ws_root.mkdir()
+    (ws_root / "Dockerfile.torchx").write_text("FROM x\n")
+    (ws_root / "notes.txt").write_text("harmless")
+    secret = tmp_path / "id_rsa"
+    secret.write_text(SECRET)
+    files = collect_workspace(ws_root)
+    (ws_root / "notes.txt").unlink()
+    (ws_root / "notes.txt").symlink_to(secret)
+    with pytest.raises(Exception, match="changed while the workspace was packed"):
+        build_context(files, {})

@@ -42,10 +42,12 @@ def test_secrets_and_clutter_never_ship(tmp_path: Path) -> None:
     assert [f.path for f in ws.files] == ["data/a.csv", "pkg/m.py", "train.py"]
     reasons = dict(ws.excluded)
     assert reasons[".aws/"] == "secret" and reasons[".env"] == "secret"
+    assert reasons["conf/.env"] == "secret" and reasons[".git/"] == "secret"
+    assert reasons[".ipynb_checkpoints/"] == "hidden" and reasons[".venv/"] == "hidden"
     assert reasons["keys/id_rsa"] == "secret" and reasons["tls/server.pem"] == "secret"
-    assert reasons[".git/"] == "clutter" and reasons["node_modules/"] == "clutter"
+    assert reasons["node_modules/"] == "clutter"
     text = ws.preview()
-    assert "3 files" in text and "[secret]" in text and "train.py" in text
+    assert "3 files" in text and "[secret]" in text and "[hidden]" in text and "train.py" in text
 
 
 def test_ignore_file_rules_and_explicit_reinclusion(tmp_path: Path) -> None:
@@ -54,16 +56,9 @@ def test_ignore_file_rules_and_explicit_reinclusion(tmp_path: Path) -> None:
     (tmp_path / ".dockerignore").write_text("train.py\n")
     ws = collect_workspace(tmp_path)
     assert ws.ignore_file == ".torchxignore"
-    assert [f.path for f in ws.files] == [
-        ".env",
-        ".torchxignore",
-        ".dockerignore",
-        "big/readme.txt",
-        "train.py",
-    ] or sorted(f.path for f in ws.files) == sorted(
-        [".dockerignore", ".env", ".torchxignore", "big/readme.txt", "train.py"]
-    )
+    assert [f.path for f in ws.files] == [".env", "big/readme.txt", "train.py"]
     assert dict(ws.excluded)["big/model.bin"] == ".torchxignore: big"
+    assert dict(ws.excluded)[".torchxignore"] == "hidden"
 
 
 def test_dockerfile_is_never_ignored_and_symlinks_stay_links(tmp_path: Path) -> None:

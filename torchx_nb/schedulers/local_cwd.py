@@ -22,22 +22,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from torchx_nb.paths import write_private
 from torchx_nb.schedulers.api import (
     DescribeAppResponse,
     LineSplitter,
     ListAppResponse,
+    LogFiles,
     Scheduler,
     Stream,
     filter_regex,
     tail_wait,
 )
 from torchx_nb.schedulers.ids import make_unique
-from torchx_nb.schedulers.local_supervisor import (
-    is_same_process,
-    kill_orphans,
-    start_ticks,
-    write_private,
-)
+from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans, start_ticks
 from torchx_nb.specs.api import (
     NONE,
     AppDef,
@@ -143,7 +140,7 @@ def _role_from_json(d: dict[str, Any]) -> Role:
     )
 
 
-class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
+class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
     """Runs each replica as a subprocess of a per-app supervisor."""
 
     is_local = True
@@ -164,11 +161,13 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
         self._described: dict[
             str, tuple[tuple[Any, ...], DescribeAppResponse, tuple[int, int | None] | None]
         ] = {}
+        self._default_root = state_root is None
         if state_root is None:
             from torchx_nb.paths import data_dir
 
             state_root = data_dir() / "local_cwd"
         self.state_root = Path(state_root)
+        self._root_checked = False
         self.extra_paths = list(extra_paths or [])
 
     def _run_opts(self) -> runopts:
@@ -209,12 +208,24 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
     ) -> None:
         """Resources are advisory on local_cwd; nothing to check."""
 
+    def _session_dir(self) -> Path:
+        """The folder of this session's apps, checked once to be the user's own and written by
+        nobody else (a planted ``state.json`` would name processes for us to signal)."""
+        path = self.state_root / self.session_name
+        if not self._root_checked:
+            from torchx_nb.paths import private_dir, state_dir
+
+            root = state_dir("local_cwd") if self._default_root else private_dir(self.state_root)
+            private_dir(root / self.session_name)
+            self._root_checked = True
+        return path
+
     def _app_dir(self, app_id: str) -> Path:
-        return self.state_root / self.session_name / check_app_id(app_id)
+        return self._session_dir() / check_app_id(app_id)
 
     def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
         app_id = make_unique(app.name)
-        state_dir = self._app_dir(app_id)
+        state_dir = self.state_root / self.session_name / check_app_id(app_id)
         log_root = (
             Path(str(cfg["log_dir"])).expanduser().absolute() / self.session_name / app_id
             if cfg.get("log_dir")
@@ -298,11 +309,12 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
     def schedule(self, dryrun_info: AppDryRunInfo[PopenRequest]) -> str:
         req = dryrun_info.request
         state_dir = Path(req.state_dir)
-        from torchx_nb.paths import private_dir
-
-        private_dir(self.state_root)
-        private_dir(state_dir.parent)
+        self._session_dir()
         state_dir.mkdir(mode=0o700, exist_ok=False)
+        if Path(req.log_dir) != state_dir:
+            from torchx_nb.paths import mark_log_folder
+
+            mark_log_folder(Path(req.log_dir).parent)
         write_private(state_dir / "request.json", json.dumps(asdict(req)))
         fd = os.open(state_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as log:
@@ -509,9 +521,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
         return NONE
 
     def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
-        root = self.state_root / self.session_name
-        if not root.is_dir():
-            return []
+        root = self._session_dir()
         out: list[ListAppResponse] = []
         for d in sorted(root.iterdir(), key=lambda p: p.stat().st_mtime):
             desc = self.describe(d.name)
@@ -540,6 +550,11 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]]):
                 os.kill(pid, signal.SIGTERM)  # type: ignore[arg-type]
         elif not state.get("final_state"):
             kill_orphans(state)
+
+    def log_file(
+        self, app_id: str, role_name: str, k: int = 0, streams: Stream | None = None
+    ) -> Path | None:
+        return self._log_file(app_id, role_name, k, streams)
 
     def _log_file(self, app_id: str, role_name: str, k: int, streams: Stream | None) -> Path:
         found = self._read(app_id)

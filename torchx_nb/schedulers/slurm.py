@@ -28,6 +28,7 @@ from torchx_nb.schedulers.api import (
     DescribeAppResponse,
     LineSplitter,
     ListAppResponse,
+    LogFiles,
     Scheduler,
     Stream,
     filter_regex,
@@ -267,7 +268,7 @@ def _add_steps(job: Job, acct: Job) -> None:
             comp.step_state = match.step_state
 
 
-class SlurmScheduler(Scheduler[Mapping[str, CfgVal]]):
+class SlurmScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
     """Submits with sbatch, describes with one squeue call (sacct once a job left the queue),
     cancels with scancel and reads logs from the job folder on the shared filesystem."""
 
@@ -336,11 +337,13 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]]):
 
     def preview_workspace(self, workspace: str) -> str:
         """What ``job_dir`` would receive (the same rules as images)."""
-        from torchx_nb.workspace import _warn_secrets
         from torchx_nb.workspace.collect import collect_workspace
+        from torchx_nb.workspace.scan import default_cache
 
-        files = collect_workspace(workspace, extra_excludes=WORKSPACE_EXCLUDES)
-        _warn_secrets(files)
+        files = collect_workspace(
+            workspace, extra_excludes=WORKSPACE_EXCLUDES, scan=default_cache().readonly()
+        )
+        files.warn()
         return files.preview()
 
     # ---- validation ----------------------------------------------------------------------
@@ -479,17 +482,14 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]]):
             raise PermissionError(
                 f"cannot create job folder {target}: {e.strerror}; choose a job_dir you can write"
             ) from None
-        if req.workspace:
-            from torchx_nb.workspace.collect import collect_workspace
+        from torchx_nb.paths import mark_log_folder
+        from torchx_nb.workspace.collect import collect_workspace
 
+        if req.workspace:
             files = collect_workspace(req.workspace, extra_excludes=WORKSPACE_EXCLUDES)
-            for f in files.files:
-                dst = target / f.path
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                if f.link is not None:
-                    os.symlink(f.link, dst)
-                else:
-                    shutil.copy2(files.root / f.path, dst)
+            files.warn()
+            files.copy_to(target)
+        mark_log_folder(target)
         for name, text in req.cell_files.items():
             (target / name).write_text(text)
         return target
@@ -520,8 +520,7 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]]):
     def _remember(self, job_id: str, req: SlurmBatchRequest, workdir: str) -> None:
         """Where the job runs and what its replicas are called, so logs and describe work
         from any folder (TorchX found a job_dir job's logs only from the submitting folder)."""
-        from torchx_nb.paths import private_dir
-        from torchx_nb.schedulers.local_supervisor import write_private
+        from torchx_nb.paths import private_dir, write_private
 
         with contextlib.suppress(OSError):
             folder = private_dir(_index_dir(self.session_name))
@@ -693,6 +692,26 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]]):
             raise FileNotFoundError(f"Slurm knows no job {app_id} (nor where its logs are)")
         return desc.metadata["workdir"]
 
+    def _log_paths(
+        self, app_id: str, role_name: str, k: int, streams: Stream | None
+    ) -> Sequence[Path]:
+        """``slurm-<id>-<role>-<k>.out`` and/or ``.err`` in the job's folder."""
+        check_job_id(app_id)
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", role_name) or ".." in role_name:
+            raise ValueError(f"{role_name!r} is not a role of this job")
+        workdir = Path(self._workdir(app_id))
+        exts = {Stream.STDOUT: ["out"], Stream.STDERR: ["err"]}.get(
+            streams or Stream.COMBINED, ["out", "err"]
+        )
+        return [workdir / f"slurm-{app_id}-{role_name}-{k}.{ext}" for ext in exts]
+
+    def log_file(
+        self, app_id: str, role_name: str, k: int = 0, streams: Stream | None = None
+    ) -> Path | None:
+        """One stream's file (the combined log is two files read together: None)."""
+        paths = self._log_paths(app_id, role_name, k, streams)
+        return paths[0] if len(paths) == 1 else None
+
     def log_iter(
         self,
         app_id: str,
@@ -706,14 +725,7 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]]):
     ) -> Iterable[str]:
         """Lines of ``slurm-<id>-<role>-<k>.out`` / ``.err``; both (as they are read) when no
         stream is named. Slurm's files carry no timestamps, so since/until do not apply."""
-        check_job_id(app_id)
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", role_name) or ".." in role_name:
-            raise ValueError(f"{role_name!r} is not a role of this job")
-        workdir = Path(self._workdir(app_id))
-        exts = {Stream.STDOUT: ["out"], Stream.STDERR: ["err"]}.get(
-            streams or Stream.COMBINED, ["out", "err"]
-        )
-        paths = [workdir / f"slurm-{app_id}-{role_name}-{k}.{ext}" for ext in exts]
+        paths = self._log_paths(app_id, role_name, k, streams)
         lines = self._follow(app_id, paths, should_tail)
         return filter_regex(regex, lines) if regex else lines
 

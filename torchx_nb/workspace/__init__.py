@@ -40,11 +40,13 @@ class WorkspaceMixin:
         return True
 
     def preview_workspace(self, workspace: str) -> str:
-        """What would ship, without building anything (for dry runs)."""
+        """What would ship, without building anything (for dry runs: the secret scan reads
+        the files and its cache, and writes nothing)."""
         from torchx_nb.workspace.collect import collect_workspace
+        from torchx_nb.workspace.scan import default_cache
 
-        files = collect_workspace(workspace)
-        _warn_secrets(files)
+        files = collect_workspace(workspace, scan=default_cache().readonly())
+        files.warn()
         return files.preview()
 
     def plan_workspace_and_update_role(
@@ -74,7 +76,7 @@ class WorkspaceMixin:
         from torchx_nb.workspace.collect import collect_workspace
 
         files = collect_workspace(workspace)
-        _warn_secrets(files)
+        files.warn()
         script, extra = _cell_script(role)
         cache: dict[Any, Any] = self.__dict__.setdefault("_workspace_builds", {})
         key = (
@@ -115,12 +117,3 @@ def _cell_script(role: Role) -> tuple[str | None, dict[str, bytes]]:
     # the kernel (Python puts the script's own folder first on sys.path)
     script = f"{CELL_PREFIX}{sha}.py"
     return script, {script: source.encode()}
-
-
-def _warn_secrets(files: Any) -> None:
-    import warnings
-
-    from torchx_nb.workspace.collect import SecretShippedWarning
-
-    for line in files.secret_warnings():
-        warnings.warn(line, SecretShippedWarning, stacklevel=3)

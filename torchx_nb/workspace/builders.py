@@ -14,11 +14,11 @@ import json
 import sys
 import tarfile
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.collect import DOCKERFILE, WorkspaceFiles
-from torchx_nb.workspace.layers import Layer, build_file_layer, build_layer
+from torchx_nb.workspace.layers import Layer, build_context, build_file_layer, build_layer
 from torchx_nb.workspace.progress import new_progress
 
 LABEL_VERSION = "torchx.pytorch.org/version"
@@ -159,16 +159,18 @@ class DockerBuilder:
 
     def _build(
         self,
-        context: io.BytesIO,
+        context: IO[bytes],
         tag: str | None,
         quiet: bool,
         buildargs: dict[str, str] | None = None,
         dockerfile: str = "Dockerfile",
+        encoding: str | None = None,
     ) -> str:
         image_id = None
         for event in self.client.api.build(
             fileobj=context,
             custom_context=True,
+            encoding=encoding,
             tag=tag,
             dockerfile=dockerfile,
             buildargs=buildargs or {},
@@ -203,17 +205,20 @@ class DockerBuilder:
         prefix = work.strip("/")
         layers: list[Layer] = []
         if any(f.path == DOCKERFILE for f in files.files):
-            ctx: dict[str, bytes | Layer] = {
-                f.path: (files.root / f.path).read_bytes() for f in files.files if not f.link
-            }
-            ctx.update(extra)
-            image_id = self._build(
-                _context(ctx),
-                None,
-                quiet,
-                {"IMAGE": base, "WORKSPACE": str(files.root)},
-                DOCKERFILE,
-            )
+            # the checked file list, opened without following links, as the layer path does
+            context = build_context(files, extra)
+            try:
+                with open(context.path, "rb") as fileobj:
+                    image_id = self._build(
+                        fileobj,
+                        None,
+                        quiet,
+                        {"IMAGE": base, "WORKSPACE": str(files.root)},
+                        DOCKERFILE,
+                        encoding="gzip",
+                    )
+            finally:
+                context.path.unlink(missing_ok=True)
             work = self.client.images.get(image_id).attrs["Config"].get("WorkingDir") or "/"
         else:
             ws = build_layer(files, prefix)

@@ -1,103 +1,98 @@
-"""Which files of a workspace ship with a job: the ignore file's rules, after built-in excludes
-for secrets and clutter that apply unless the ignore file re-includes them with ``!``."""
+"""Which files of a workspace ship with a job, decided by design rather than by a list of names:
+
+1. every hidden file and folder (a name starting with ``.``), at any depth, stays home: that is
+   where credentials, histories and tool state live (``.aws``, ``.kube``, ``.git``, ``.netrc``,
+   ``.config/...``, ``.local/share/...``);
+2. well-known secret names that are not hidden (``*.pem``, ``id_rsa``, ``*.tfstate``...) and our
+   own state (the data dir, the job store, log folders marked with ``LOG_MARKER``) stay home;
+3. every other file is read for secret-shaped content (``scan.py``); a hit stays home, with one
+   line naming the file, the kind and how to ship it anyway;
+4. the ignore file's rules apply, and its ``!`` lines can re-include any of the above (with a
+   warning for a secret)."""
 
 from __future__ import annotations
 
 import os
 import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from torchx_nb.paths import LOG_MARKER
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.ignore import Matcher, Pattern, parse_patterns
+
+if TYPE_CHECKING:
+    from torchx_nb.workspace.scan import ScanCache
 
 IGNORE_FILES = (".torchxignore", ".dockerignore")
 DOCKERFILE = "Dockerfile.torchx"
 DEFAULT_MAX_BYTES = 2 * 1024**3
 
+HIDDEN_PATTERNS = ["**/.*"]
 SECRET_PATTERNS = [
-    ".aws",
-    ".azure",
-    ".gcloud",
-    ".config/gcloud",
-    ".kube",
-    ".ssh",
-    ".gnupg",
-    ".docker/config.json",
-    ".netrc",
-    ".pypirc",
-    ".npmrc",
-    ".git-credentials",
-    ".env",
-    ".env.*",
+    # hidden already; named so that re-including one warns in plain words
     "**/.env",
     "**/.env.*",
+    "**/.aws",
+    "**/.ssh",
+    "**/.kube",
+    "**/.gnupg",
+    "**/.docker",
+    "**/.netrc",
+    "**/.git-credentials",
+    "**/.pgpass",
+    "**/.pypirc",
+    "**/.npmrc",
+    "**/.git",
+    # not hidden
     "**/*.pem",
     "**/*.key",
     "**/*.p12",
     "**/*.pfx",
+    "**/*.jks",
+    "**/*.keystore",
+    "**/*.kdbx",
+    "**/*.ovpn",
     "**/id_rsa*",
     "**/id_dsa*",
     "**/id_ecdsa*",
     "**/id_ed25519*",
     "**/credentials.json",
-    "**/*.kdbx",
-    "**/.aws",
-    "**/.ssh",
-    # tool credential stores, as found in a home folder (SageMaker Studio's workspace)
-    "**/.huggingface",
-    "**/.cache/huggingface",
-    "**/.config/gh",
-    "**/.config/hub",
-    "**/.config/gcloud",
-    "**/.config/rclone",
-    "**/.config/wandb",
-    "**/.pgpass",
-    "**/.my.cnf",
-    "**/.s3cfg",
-    "**/.boto",
-    "**/.vault-token",
-    "**/.databrickscfg",
-    "**/.kaggle",
-    "**/.terraform.d",
-    "**/.password-store",
-    "**/.local/share/keyrings",
-    "**/.git-credentials",
-    "**/.dockercfg",
-    "**/.docker",
-    # Jupyter's runtime files (kernel connection files carry signing keys), its config
-    # (tokens, password hashes) and data folder (our own job store, logs and requests)
-    "**/.local/share/jupyter",
-    "**/.jupyter",
+    "**/client_secret*.json",
+    "**/*.tfstate",
+    "**/*.tfstate.backup",
+    "**/*.tfvars",
+    "**/secrets.yaml",
+    "**/secrets.yml",
+    "**/secrets.toml",
+    "**/secrets.json",
+    "**/*_history",
+    "**/history.sqlite*",
+    "**/logins.json",
+    "**/key4.db",
+    "**/Cookies",
+    # Jupyter's runtime files (kernel connection files carry signing keys) and config, when
+    # they lie outside a hidden folder
     "**/jupyter/runtime",
-    "**/.ipython/profile_*/history.sqlite",
-    "**/.torchx_nb",
-    # shell and REPL histories
-    "**/.*_history",
-    "**/.*history",
-    "**/.lesshst",
-    "**/.viminfo",
+    "**/jupyter_server_config.*",
+    "**/jupyter_notebook_config.*",
 ]
 CLUTTER_PATTERNS = [
-    ".git",
-    ".hg",
-    ".svn",
-    "**/.ipynb_checkpoints",
     "**/__pycache__",
     "**/*.pyc",
-    ".venv",
     "venv",
     "**/node_modules",
-    ".mypy_cache",
-    ".pytest_cache",
-    ".ruff_cache",
-    "**/.DS_Store",
-    ".cache",
 ]
 
 
 class SecretShippedWarning(UserWarning):
     """A secret-looking file ships because the ignore file re-included it."""
+
+
+class SecretLeftOutWarning(UserWarning):
+    """A file that would have shipped holds secret-shaped content and was left out."""
 
 
 class WorkspaceError(TorchxNbError):
@@ -127,14 +122,49 @@ class WorkspaceFiles:
     excluded: list[tuple[str, str]] = field(default_factory=list)
     ignore_file: str | None = None
     shipped_secrets: list[tuple[str, str]] = field(default_factory=list)
+    secrets_left_out: list[tuple[str, str]] = field(default_factory=list)
 
     def secret_warnings(self) -> list[str]:
         """One line per secret-looking file that ships because the ignore file re-included it."""
         return [
-            f"{path} looks like a secret ({rule}) and ships because {self.ignore_file}"
-            " re-includes it; remove the '!' line unless the job needs it"
-            for path, rule in self.shipped_secrets
+            f"{path} {why} and ships because {self.ignore_file} re-includes it; remove the '!'"
+            " line unless the job needs it"
+            for path, why in self.shipped_secrets
         ]
+
+    def left_out_lines(self) -> list[str]:
+        """One line per file left out for its content: the file, the kind, how to ship it."""
+        ignore = self.ignore_file or ".torchxignore"
+        return [
+            f"{path} was left out of the workspace: it holds a {what}; to ship it anyway, add"
+            f" the line '!{path}' to {ignore} (or mark the line 'pragma: allowlist secret')"
+            for path, what in self.secrets_left_out
+        ]
+
+    def warn(self) -> None:
+        """Say what was left out for its content and which secrets ship on request."""
+        for line in self.left_out_lines():
+            warnings.warn(line, SecretLeftOutWarning, stacklevel=3)
+        for line in self.secret_warnings():
+            warnings.warn(line, SecretShippedWarning, stacklevel=3)
+
+    def copy_to(self, dest: Path) -> None:
+        """Copy the files into the folder ``dest`` (symlinks as symlinks), each opened without
+        following a link swapped in since the listing."""
+        import shutil
+
+        from torchx_nb.workspace.safe_open import open_regular
+
+        for f in self.files:
+            target = dest / f.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if f.link is not None:
+                os.symlink(f.link, target)
+                continue
+            with open_regular(self.root / f.path) as (src, _):
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, f.mode & 0o777)
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
 
     @property
     def total_bytes(self) -> int:
@@ -180,7 +210,7 @@ def _human(n: float) -> str:
 
 
 def _reason(p: Pattern) -> str:
-    return p.source if p.source in ("secret", "clutter") else f"{p.source}: {p.text}"
+    return p.source if p.source in ("hidden", "secret", "clutter") else f"{p.source}: {p.text}"
 
 
 def _own_state(base: Path) -> list[str]:
@@ -188,13 +218,9 @@ def _own_state(base: Path) -> list[str]:
     folder when they lie inside the workspace wherever they were moved to."""
     import contextlib
 
-    from torchx_nb.paths import data_dir
+    from torchx_nb.paths import data_dir, jobstore_path
 
-    places: list[Path] = [data_dir()]
-    with contextlib.suppress(Exception):
-        from torchx_nb.jobstore import default_path
-
-        places.append(default_path())
+    places: list[Path] = [data_dir(), jobstore_path()]
     with contextlib.suppress(Exception):
         from jupyter_core.paths import jupyter_runtime_dir
 
@@ -213,13 +239,21 @@ def collect_workspace(
     extra_excludes: tuple[str, ...] = (),
     include_secrets: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    scan: ScanCache | bool = True,
 ) -> WorkspaceFiles:
-    """List the files of ``root`` that ship with a job."""
+    """List the files of ``root`` that ship with a job. ``scan`` reads every file for secrets
+    (True: with the cache in the data dir; a ``ScanCache``: with that one; False: not at all);
+    ``include_secrets`` ships hidden and secret-looking files too (the tests' escape hatch)."""
+    from torchx_nb.workspace.scan import ScanCache, default_cache, scan_files
+
     base = Path(root).expanduser().resolve()
     if not base.is_dir():
         raise WorkspaceError(f"workspace {str(root)!r} is not a folder")
+    secrets = Matcher(
+        parse_patterns(HIDDEN_PATTERNS, "hidden")
+        + parse_patterns(SECRET_PATTERNS + _own_state(base), "secret")
+    )
     patterns: list[Pattern] = []
-    secrets = Matcher(parse_patterns(SECRET_PATTERNS + _own_state(base), "secret"))
     if not include_secrets:
         patterns += secrets.patterns
     patterns += parse_patterns(CLUTTER_PATTERNS, "clutter")
@@ -235,6 +269,10 @@ def collect_workspace(
     for dirpath, dirnames, filenames in os.walk(base):
         rel_dir = Path(dirpath).relative_to(base).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir
+        if LOG_MARKER in filenames:
+            result.excluded.append((f"{rel_dir}/" if rel_dir else "./", "torchx_nb logs"))
+            dirnames[:] = []
+            continue
         keep_dirs = []
         for d in sorted(dirnames):
             rel = f"{rel_dir}/{d}" if rel_dir else d
@@ -260,7 +298,8 @@ def collect_workspace(
                 and matcher.has_negations
                 and (secret_rule := secrets.excluded_by(rel)) is not None
             ):
-                result.shipped_secrets.append((rel, secret_rule.text))
+                why = "is hidden" if secret_rule.source == "hidden" else "looks like a secret"
+                result.shipped_secrets.append((rel, f"{why} ({secret_rule.text})"))
             full = Path(dirpath) / fname
             try:
                 st = full.lstat()
@@ -294,4 +333,20 @@ def collect_workspace(
             f" limit; biggest: {biggest}. Exclude them in .torchxignore or pass a smaller"
             " --workspace"
         )
+    if scan is not False and not include_secrets:
+        cache = scan if isinstance(scan, ScanCache) else default_cache()
+        found = scan_files(base, result.files, cache)
+        if found:
+            kept = []
+            for f in result.files:
+                finding = found.get(f.path)
+                if finding is None:
+                    kept.append(f)
+                elif matcher.reincluded(f.path):
+                    kept.append(f)
+                    result.shipped_secrets.append((f.path, f"holds a {finding.describe()}"))
+                else:
+                    result.excluded.append((f.path, f"secret: {finding.describe()}"))
+                    result.secrets_left_out.append((f.path, finding.describe()))
+            result.files = kept
     return result

@@ -115,6 +115,15 @@ class Matcher:
                 verdict = None if p.negate else p
         return verdict
 
+    def reincluded(self, path: str) -> bool:
+        """Whether the last pattern matching ``path`` is a ``!`` line: the user asked for it."""
+        verdict = False
+        candidates = _candidates(path)
+        for p in self.patterns:
+            if any(p.regex.match(c) for c in candidates):
+                verdict = p.negate
+        return verdict
+
     def may_reinclude_under(self, directory: str) -> bool:
         """Whether some ``!`` pattern could match a path inside ``directory`` (so an excluded
         directory must still be walked)."""

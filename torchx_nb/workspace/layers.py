@@ -6,21 +6,20 @@ files (path, size, mtime, mode), so an unchanged workspace is neither re-read no
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import io
 import os
 import shutil
-import stat
 import tarfile
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from torchx_nb.workspace.collect import WorkspaceFiles
+from torchx_nb.workspace.safe_open import open_regular
 
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
@@ -101,7 +100,7 @@ def _write_layer(
                     elif link is not None:
                         tar.addfile(_info(name, tarfile.SYMTYPE, 0o777, link=link))
                     elif isinstance(content, Path):
-                        with _open_regular(content) as (f, size):
+                        with open_regular(content) as (f, size):
                             tar.addfile(_info(name, tarfile.REGTYPE, mode, size), f)
                     else:
                         data = content or b""
@@ -112,42 +111,6 @@ def _write_layer(
         "sha256:" + plain.sha.hexdigest(),
         compressed.size,
     )
-
-
-@contextlib.contextmanager
-def _open_regular(path: Path) -> Iterator[tuple[IO[bytes], int]]:
-    """Open ``path`` for packing only if it is still a regular file: a file swapped for a
-    symlink (or a fifo, a device) after the workspace was listed would otherwise ship the
-    link's target, e.g. ``~/.ssh/id_rsa``."""
-    from torchx_nb.specs.api import TorchxNbError
-
-    nofollow = getattr(os, "O_NOFOLLOW", 0)
-    try:
-        if os.open in os.supports_dir_fd and path.is_absolute():
-            # the workspace root is resolved: no component of a shipped path is a symlink
-            dir_fd = os.open(path.anchor, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                for part in path.parts[1:-1]:
-                    nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=dir_fd)
-                    os.close(dir_fd)
-                    dir_fd = nxt
-                fd = os.open(path.name, os.O_RDONLY | nofollow | os.O_NONBLOCK, dir_fd=dir_fd)
-            finally:
-                os.close(dir_fd)
-        else:
-            fd = os.open(path, os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise TorchxNbError(
-            f"{path} changed while the workspace was packed ({e.strerror}); run again"
-        ) from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise TorchxNbError(
-                f"{path} changed while the workspace was packed (no longer a regular file);"
-                " run again"
-            )
-        yield f, st.st_size
 
 
 def _norm_mode(mode: int) -> int:
@@ -202,6 +165,19 @@ def build_layer(
         json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size})
     )
     return Layer(cached, layer.digest, layer.diff_id, layer.size)
+
+
+def build_context(files: WorkspaceFiles, extra: dict[str, bytes]) -> Layer:
+    """A gzip'd build context of the workspace files plus ``extra`` (the cell), at the root, in
+    a temporary file the caller removes."""
+    paths: dict[str, tuple[bytes | Path | None, int, str | None]] = {
+        f.path: (None if f.link else files.root / f.path, _norm_mode(f.mode), f.link)
+        for f in files.files
+    }
+    paths.update({p: (data, 0o644, None) for p, data in extra.items()})
+    fd, tmp = tempfile.mkstemp(suffix=".context.tar.gz")
+    os.close(fd)
+    return _write_layer(_entries_for(paths, ""), Path(tmp))
 
 
 def build_file_layer(
