@@ -43,17 +43,19 @@ def missing_extra(e: BaseException) -> str | None:
 
 
 def one_line(e: BaseException) -> str:
-    """A single line saying what went wrong; unexpected errors name the debug switch."""
+    """A single line saying what went wrong, secrets masked; unexpected errors name the debug
+    switch."""
+    from torchx_nb.redact import redact_text
     from torchx_nb.specs.api import TorchxNbError
 
     extra = missing_extra(e)
     if extra is not None:
         return extra
     if isinstance(e, re.error):
-        return f"bad regular expression {e.pattern!r}: {e.msg}"
+        return redact_text(f"bad regular expression {e.pattern!r}: {e.msg}")
 
     text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-    text = " ".join(text.split())
+    text = redact_text(" ".join(text.split()))
     if isinstance(e, TorchxNbError):
         return text
     if isinstance(e, _EXPECTED):
@@ -61,12 +63,42 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text} (set {DEBUG_ENV}=1 to see the traceback)"
 
 
+def current_folder() -> str:
+    """The current folder, or one line saying it is gone (deleted or moved while we ran)."""
+    import os
+
+    from torchx_nb.specs.api import TorchxNbError
+
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise TorchxNbError(
+            "the current folder no longer exists (it was deleted or moved): cd to an existing"
+            " folder and run again"
+        ) from None
+
+
+def positive_int(text: str) -> int:
+    """An argparse type for counts: a whole number of at least 1."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
 def regex_arg(text: str) -> str:
     """An argparse type for ``--regex``: ``text`` if it compiles, else a one-line usage error."""
     import argparse
 
+    from torchx_nb.user_regex import BadRegex, compile_regex
+
     try:
-        re.compile(text)
-    except re.error as e:
-        raise argparse.ArgumentTypeError(f"bad regular expression {text!r}: {e.msg}") from None
+        compile_regex(text)
+    except BadRegex as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return text

@@ -48,21 +48,22 @@ def follow(
     tail: bool = False,
     streams: Stream | None = None,
 ) -> Iterator[tuple[str, int, str]]:
-    """(role, replica, line) from every target; with ``tail`` until the job ends."""
+    """(role, replica, line) from every target, masked (``redact``) as every shown line is;
+    with ``tail`` until the job ends."""
+    from torchx_nb.redact import redact_lines
+
     if len(targets) == 1:
         role, k = targets[0]
-        for line in runner.log_lines(
-            handle, role, k, regex=regex, should_tail=tail, streams=streams
-        ):
+        read = runner.log_lines(handle, role, k, regex=regex, should_tail=tail, streams=streams)
+        for line in redact_lines(read):
             yield role, k, line
         return
     lines: queue.Queue[object] = queue.Queue(maxsize=10000)
 
     def pump(role: str, k: int) -> None:
         try:
-            for line in runner.log_lines(
-                handle, role, k, regex=regex, should_tail=tail, streams=streams
-            ):
+            read = runner.log_lines(handle, role, k, regex=regex, should_tail=tail, streams=streams)
+            for line in redact_lines(read):
                 lines.put((role, k, line))
         except Exception as e:
             lines.put((role, k, f"[torchx_nb: cannot read {role}/{k}: {e}]\n"))

@@ -32,7 +32,7 @@ class MetricSpec:
     """One metric: its name and the regex that finds it in a log line."""
 
     name: str
-    pattern: re.Pattern[str]
+    pattern: Any
 
     @property
     def regex(self) -> str:
@@ -52,10 +52,12 @@ def metric_spec(name: str, regex: str) -> MetricSpec:
         raise TorchxNbError(
             f"metric name {name!r} must be 1-64 letters, digits or _.:/- (e.g. loss=loss: ([0-9.]+))"
         )
+    from torchx_nb.user_regex import BadRegex, compile_regex
+
     try:
-        pattern = re.compile(regex)
-    except re.error as e:
-        raise TorchxNbError(f"metric {name!r}: bad regex {regex!r}: {e}") from None
+        pattern = compile_regex(regex)
+    except BadRegex as e:
+        raise TorchxNbError(f"metric {name!r}: {e}") from None
     if "value" not in pattern.groupindex and pattern.groups < 1:
         raise TorchxNbError(
             f"metric {name!r}: the regex needs a group around the number, "

@@ -40,7 +40,7 @@ BAD_LINES = [
     ("%%torchx run -j x\nprint(1)", "-j"),
     ("%%torchx run -h nosuch.size\nprint(1)", "nosuch.size"),
     ("%%torchx run --metric loss\nprint(1)", "--metric expects NAME=REGEX"),
-    ("%%torchx run --metric 'loss=(unclosed'\nprint(1)", "bad regex"),
+    ("%%torchx run --metric 'loss=(unclosed'\nprint(1)", "bad regular expression"),
     ("%%torchx run --metric 'loss=no group'\nprint(1)", "needs a group"),
     ("%%torchx run --workspace /nonexistent/folder\nprint(1)", "is not a folder"),
     ("%%torchx run --wait --dryrun --bogus\nprint(1)", "unrecognized arguments: --bogus"),

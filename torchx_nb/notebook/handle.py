@@ -7,8 +7,10 @@ import html
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from torchx_nb.errors import one_line
 from torchx_nb.metrics import MetricLog, MetricSpec
 from torchx_nb.notebook.render import elapsed, status_html
+from torchx_nb.redact import redact_lines
 from torchx_nb.schedulers.api import Stream
 from torchx_nb.specs.api import (
     AppDef,
@@ -83,15 +85,23 @@ class JobHandle:
         tail: bool = False,
         streams: str | Stream | None = None,
     ) -> str:
-        """The log text of replica ``k`` of ``role`` (default: the first role); ``tail=True``
-        waits for the job to end first."""
+        """The log text of replica ``k`` of ``role`` (default: the first role), masked as
+        every log shown in a notebook is; ``tail=True`` waits for the job to end first."""
+        return "".join(redact_lines(self._raw_lines(role, k, regex, tail, streams)))
+
+    def _raw_lines(
+        self,
+        role: str | None = None,
+        k: int = 0,
+        regex: str | None = None,
+        tail: bool = False,
+        streams: str | Stream | None = None,
+    ) -> Iterable[str]:
         if role is None:
             role = self.roles()[0][0]
         stream = Stream(streams) if isinstance(streams, str) else streams
-        return "".join(
-            self._runner.log_lines(
-                self.handle, role, k, regex=regex, should_tail=tail, streams=stream
-            )
+        return self._runner.log_lines(
+            self.handle, role, k, regex=regex, should_tail=tail, streams=stream
         )
 
     def metrics(self, role: str | None = None, k: int = 0) -> pd.DataFrame:
@@ -101,14 +111,14 @@ class JobHandle:
             return self.live_metrics.frame()
         log = MetricLog(self.metric_specs)
         if log:
-            log.feed_all(self.logs(role, k).splitlines())
+            log.feed_all(line.rstrip("\n") for line in self._raw_lines(role, k))
         return log.frame()
 
     def __repr__(self) -> str:
         try:
             status = self.status()
         except Exception as e:
-            return f"JobHandle({self.handle!r}, status unavailable: {e})"
+            return f"JobHandle({self.handle!r}, status unavailable: {one_line(e)})"
         state = status.state.name if status else "UNKNOWN"
         return f"JobHandle({self.handle!r}, state={state})"
 
@@ -117,7 +127,8 @@ class JobHandle:
             status = self.status()
         except Exception as e:
             return (
-                f"<code>{html.escape(self.handle)}</code> status unavailable: {html.escape(str(e))}"
+                f"<code>{html.escape(self.handle)}</code> status unavailable:"
+                f" {html.escape(one_line(e))}"
             )
         record = self._runner.jobstore.get(self.handle)
         seconds = elapsed(record.submitted, status, record.ended) if record and status else None

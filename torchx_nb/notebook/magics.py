@@ -21,7 +21,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import MagicArgumentParser, argument, magic_arguments
 from traitlets import CaselessStrEnum, Dict, Float, Int, Unicode
 
-from torchx_nb.errors import one_line, regex_arg
+from torchx_nb.errors import current_folder, one_line, regex_arg
 
 COMMANDS = (
     "run",
@@ -368,7 +368,7 @@ class TorchxMagics(Magics):
 
     def _workspace(self, value: str | None) -> str | None:
         if value is None:
-            return os.getcwd()
+            return current_folder()
         if value.lower() in ("none", ""):
             return None
         path = os.path.expanduser(value)
@@ -603,7 +603,7 @@ class TorchxMagics(Magics):
 
         from torchx_nb.workspace.collect import collect_workspace
 
-        files = collect_workspace(args.path or os.getcwd())
+        files = collect_workspace(args.path or current_folder())
         display({"text/plain": files.preview(max_rows=args.rows)}, raw=True)
 
     def _do_schedulers(self, args: argparse.Namespace, cell: str | None) -> Any:

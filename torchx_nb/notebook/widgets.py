@@ -16,7 +16,6 @@ import base64
 import contextlib
 import html
 import os
-import re
 import tempfile
 import threading
 import time
@@ -24,8 +23,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from torchx_nb.errors import one_line
 from torchx_nb.metrics import MetricLog
 from torchx_nb.notebook import render
+from torchx_nb.redact import LineMasker, redact_text
 from torchx_nb.specs.api import AppState, AppStatus, is_terminal
 
 WIDGETS_ENV = "TORCHX_NB_WIDGETS"
@@ -197,7 +198,7 @@ class StatusWidget:
 
     def _show_status(self, status: AppStatus | None, error: BaseException | None) -> None:
         if error is not None:
-            self._error = f"{type(error).__name__}: {error}"[:200]
+            self._error = redact_text(f"{type(error).__name__}: {error}")[:200]
             self._header.value = self._header_html()
             return
         self._error = None
@@ -230,7 +231,7 @@ class StatusWidget:
         try:
             self.runner.cancel(self.handle)
         except Exception as e:
-            self._error = f"cancel failed: {e}"[:200]
+            self._error = f"cancel failed: {one_line(e)}"[:200]
             self._cancel.disabled = False
             self._cancel.description = "Cancel"
             self._header.value = self._header_html()
@@ -256,7 +257,7 @@ class LogWidget:
         self._dirty = False
         self._timer: threading.Timer | None = None
         self._last_render = 0.0
-        self._pattern: re.Pattern[str] | None = None
+        self._pattern: Any = None
         self._closed = False
         self._ended: AppState | None = None
         replicas = self._replicas()
@@ -366,11 +367,13 @@ class LogWidget:
     def _tail(self, reader: _Reader, role: str, k: int, stream: Any, path: str) -> None:
         try:
             with open(path, "a", encoding="utf-8") as spool:
-                for line in self.runner.log_lines(
+                mask = LineMasker()
+                for raw in self.runner.log_lines(
                     self.handle, role, k, should_tail=True, streams=stream
                 ):
                     if reader.stopped:
                         return
+                    line = mask(raw)
                     spool.write(line)
                     with self._lock:
                         self.lines.append(line.rstrip("\n"))
@@ -379,7 +382,7 @@ class LogWidget:
         except Exception as e:
             if not reader.stopped:
                 with self._lock:
-                    self.lines.append(f"[torchx_nb: log unavailable: {e}]")
+                    self.lines.append(f"[torchx_nb: log unavailable: {one_line(e)}]")
         self._request_render()
 
     def job_ended(self, status: AppStatus | None) -> None:
@@ -445,11 +448,13 @@ class LogWidget:
         self.update_count += 1
 
     def _on_filter(self, change: dict[str, Any]) -> None:
+        from torchx_nb.user_regex import BadRegex, compile_regex
+
         value = change["new"]
         try:
-            self._pattern = re.compile(value) if value else None
+            self._pattern = compile_regex(value) if value else None
             self._filter_error.value = ""
-        except re.error as e:
+        except BadRegex as e:
             self._filter_error.value = (
                 f'<small style="color:#cf222e">bad regex: {html.escape(str(e))}</small>'
             )
