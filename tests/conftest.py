@@ -105,9 +105,9 @@ def shell_app(
     )
 
 
-def cli_error(*args: str, timeout: float = 60) -> str:
+def cli_error(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> str:
     """Run ``torchx-nb`` expecting it to fail with exactly one line on stderr; that line."""
-    code, _, stderr = cli(*args, timeout=timeout)
+    code, _, stderr = cli(*args, timeout=timeout, env=env)
     assert code != 0
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr

@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
+from torchx_nb.errors import current_folder
 from torchx_nb.specs.api import TorchxNbError
 
 PROG = "torchx-nb"
@@ -42,7 +43,7 @@ def _builtins_text() -> str:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from torchx_nb.errors import regex_arg
+    from torchx_nb.errors import positive_int, regex_arg
     from torchx_nb.version import __version__
 
     parser = _Parser(prog=PROG, description="Run TorchX-style jobs and watch them.")
@@ -111,7 +112,9 @@ def _build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list jobs (from the job store and the scheduler)")
     lst.add_argument("-s", "--scheduler", default=None, help="only this scheduler's jobs")
     lst.add_argument("--all", action="store_true", help="every job, not just the newest --limit")
-    lst.add_argument("-n", "--limit", type=int, default=50, help="at most this many rows")
+    lst.add_argument(
+        "-n", "--limit", type=positive_int, default=50, help="at most this many rows (≥ 1)"
+    )
 
     ro = sub.add_parser("runopts", help="print the options a scheduler accepts")
     ro.add_argument("scheduler", nargs="?", default=None)
@@ -173,7 +176,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = runner.cfg_with_config_files(scheduler, cfg)
         workspace = args.workspace
         if workspace is None:
-            workspace = defaults.get("workspace", os.getcwd())
+            workspace = defaults.get("workspace") or current_folder()
         sched = runner.get_scheduler(scheduler)
         if not hasattr(sched, "build_workspace_and_update_role"):
             workspace = None
@@ -356,7 +359,7 @@ def cmd_configure(args: argparse.Namespace) -> int:
     if args.print_:
         config.dump_runopts(sys.stdout, opts, required_only=not args.all)
         return 0
-    path = os.path.join(os.getcwd(), config.CONFIG_FILE)
+    path = os.path.join(current_folder(), config.CONFIG_FILE)
     if os.path.exists(path):
         raise CliError(f"{path} exists already; use --print and merge by hand")
     with open(path, "w") as f:
@@ -396,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _one_line_warning
     try:
         args = _build_parser().parse_args(argv)
+        current_folder()
         return COMMANDS[args.cmd](args)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -15,10 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from torchx_nb.paths import private_dir
+from torchx_nb.paths import JOBSTORE_ENV, check_private, jobstore_path, private_dir
 from torchx_nb.specs.api import TorchxNbError
-
-JOBSTORE_ENV = "TORCHX_NB_JOBSTORE"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -38,8 +36,17 @@ CREATE TABLE IF NOT EXISTS jobs (
     msg TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_submitted ON jobs (submitted);
-CREATE INDEX IF NOT EXISTS jobs_scheduler ON jobs (scheduler);
+CREATE INDEX IF NOT EXISTS jobs_scheduler ON jobs (scheduler, submitted);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, submitted);
+CREATE INDEX IF NOT EXISTS jobs_updated ON jobs (updated);
 """
+_ACTIVE = "state NOT IN ('SUCCEEDED','FAILED','CANCELLED')"
+# jobs worth watching: not ended, and still known to their scheduler (a positive list, so the
+# state index serves the query)
+_WATCHED = "state IN ('UNSUBMITTED','SUBMITTED','PENDING','RUNNING')"
+# (aliases: inside JobStore, ``list`` names the method)
+Strings = list[str]
+Values = list[Any]
 
 _TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
@@ -68,14 +75,10 @@ class JobRecord:
         return self.state in _TERMINAL
 
 
-def default_path() -> Path:
-    """``$TORCHX_NB_JOBSTORE``, else ``jobs.sqlite`` in the torchx_nb data dir."""
-    explicit = os.environ.get(JOBSTORE_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    from torchx_nb.paths import data_dir
+default_path = jobstore_path
 
-    return data_dir() / "jobs.sqlite"
+
+Records = list[JobRecord]
 
 
 class JobStoreError(TorchxNbError):
@@ -92,10 +95,14 @@ class JobStore:
     def __init__(self, path: str | os.PathLike[str] | None = None, timeout: float = 30.0) -> None:
         self.path = Path(path) if path else default_path()
         self.timeout = timeout
-        private_dir(self.path.parent)
+        if path or os.environ.get(JOBSTORE_ENV):
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        else:
+            private_dir(self.path.parent)
         if not self.path.exists():
             with contextlib.suppress(FileExistsError):
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        check_private(self.path)
         with self._connect() as db:
             db.executescript(_SCHEMA)
 
@@ -145,7 +152,8 @@ class JobStore:
         self, handle: str, state: str, msg: str | None = None, ended: float | None = None
     ) -> None:
         """Record the latest state seen; the end time (``ended``, else now) is set once, when it
-        turns terminal. A job that has ended keeps its final state: a late write from a slower
+        turns terminal. Only a real change is written (so ``updated`` says when something
+        changed), and a job that has ended keeps its final state: a late write from a slower
         poller never moves it back to RUNNING."""
         now = time.time()
         with self._connect() as db:
@@ -153,8 +161,8 @@ class JobStore:
                 "UPDATE jobs SET state = ?, updated = ?, msg = COALESCE(?, msg),"
                 " ended = CASE WHEN ended IS NULL AND ? IN ('SUCCEEDED','FAILED','CANCELLED')"
                 " THEN ? ELSE ended END"
-                " WHERE handle = ? AND state NOT IN ('SUCCEEDED','FAILED','CANCELLED')",
-                (state, now, msg, state, ended or now, handle),
+                f" WHERE handle = ? AND {_ACTIVE} AND (state != ? OR msg != COALESCE(?, msg))",
+                (state, now, msg, state, ended or now, handle, state, msg),
             )
 
     def get(self, handle: str) -> JobRecord | None:
@@ -169,7 +177,8 @@ class JobStore:
         limit: int | None = None,
         active_only: bool = False,
     ) -> list[JobRecord]:
-        """Submissions, newest first."""
+        """Submissions, newest first; ``active_only``: those still worth watching (not ended
+        and not UNKNOWN)."""
         sql = "SELECT * FROM jobs"
         where: list[str] = []
         args: list[Any] = []
@@ -177,7 +186,7 @@ class JobStore:
             where.append("scheduler = ?")
             args.append(scheduler)
         if active_only:
-            where.append("state NOT IN ('SUCCEEDED','FAILED','CANCELLED')")
+            where.append(_WATCHED)
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY submitted DESC"
@@ -187,6 +196,59 @@ class JobStore:
         with self._connect() as db:
             db.row_factory = sqlite3.Row
             rows = db.execute(sql, args).fetchall()
+        return [JobRecord(**dict(r)) for r in rows]
+
+    def page(
+        self,
+        scheduler: str | None = None,
+        state: str | None = None,
+        notebooks: Strings | None = None,
+        text: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[Records, int]:
+        """One page of matching submissions, newest first, and how many match in all: an
+        indexed, bounded query, whatever the size of the store. ``text`` is a case-insensitive
+        substring of the handle, name or notebook."""
+        where: Strings = []
+        args: Values = []
+        if scheduler:
+            where.append("scheduler = ?")
+            args.append(scheduler)
+        if state:
+            where.append("state = ?")
+            args.append(state)
+        if notebooks:
+            where.append(f"notebook IN ({', '.join('?' * len(notebooks))})")
+            args.extend(notebooks)
+        if text:
+            where.append(
+                "instr(lower(handle || ' ' || name || ' ' || coalesce(notebook, '')), ?) > 0"
+            )
+            args.append(text.lower())
+        cond = (" WHERE " + " AND ".join(where)) if where else ""
+        with self._connect() as db:
+            db.row_factory = sqlite3.Row
+            total = db.execute(f"SELECT COUNT(*) FROM jobs{cond}", args).fetchone()[0]
+            rows = db.execute(
+                f"SELECT * FROM jobs{cond} ORDER BY submitted DESC LIMIT ? OFFSET ?",
+                [*args, limit, offset],
+            ).fetchall()
+        return [JobRecord(**dict(r)) for r in rows], int(total)
+
+    def counts(self) -> dict[str, int]:
+        """How many submissions are in each state."""
+        with self._connect() as db:
+            return {s: n for s, n in db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")}
+
+    def changed_since(self, updated: float, limit: int = 1000) -> Records:
+        """Submissions written (added or updated) at or after ``updated``, oldest change
+        first, at most ``limit``."""
+        with self._connect() as db:
+            db.row_factory = sqlite3.Row
+            rows = db.execute(
+                "SELECT * FROM jobs WHERE updated >= ? ORDER BY updated LIMIT ?", (updated, limit)
+            ).fetchall()
         return [JobRecord(**dict(r)) for r in rows]
 
     def delete(self, handle: str) -> None:

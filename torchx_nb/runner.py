@@ -4,6 +4,7 @@ submission in the job store before ``run`` returns."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import os
@@ -39,6 +40,7 @@ from torchx_nb.specs.api import (
     AppStatus,
     CfgVal,
     InvalidRunConfigException,
+    RoleStatus,
     TorchxNbError,
     UnknownAppException,
     UnknownSchedulerException,
@@ -121,6 +123,7 @@ class Runner:
         self._apps: dict[AppHandle, AppDef] = {}
         self._jobstore = jobstore
         self._last_state: dict[AppHandle, str] = {}
+        self._local: dict[str, bool] = {}
         self._session_id = secrets.token_hex(16)
 
     def __enter__(self) -> Runner:
@@ -429,6 +432,49 @@ class Runner:
             out[handle] = status
         return out
 
+    def refresh(
+        self, app_handles: Iterable[AppHandle], record_unknown: bool = False
+    ) -> dict[AppHandle, AppStatus | Exception | None]:
+        """The one status refresher (the kernel's poller, the server and the job list use it):
+        handles grouped by scheduler, one batched call per scheduler (``status_many``); a
+        scheduler that fails gives its handles the exception instead of failing the others.
+        With ``record_unknown``, a job its scheduler no longer knows is recorded UNKNOWN."""
+        groups: dict[str, list[AppHandle]] = {}
+        for handle in dict.fromkeys(app_handles):
+            groups.setdefault(parse_app_handle(handle).scheduler_backend, []).append(handle)
+        out: dict[AppHandle, AppStatus | Exception | None] = {}
+        for handles in groups.values():
+            try:
+                found = self.status_many(handles)
+            except Exception as e:
+                out.update(dict.fromkeys(handles, e))
+                continue
+            out.update(found)
+            if record_unknown:
+                for handle, status in found.items():
+                    if status is None:
+                        self._record_unknown(handle)
+        return out
+
+    def _record_unknown(self, app_handle: AppHandle) -> None:
+        with contextlib.suppress(Exception):
+            self.jobstore.update_state(app_handle, AppState.UNKNOWN.name)
+
+    def is_local(self, handle_or_scheduler: str) -> bool:
+        """Whether the scheduler (named, or of a handle) runs jobs on this machine, where a
+        status is cheap to ask for: the one definition of "local" the watchers use."""
+        name = handle_or_scheduler
+        if "://" in name:
+            name = parse_app_handle(name).scheduler_backend
+        local = self._local.get(name)
+        if local is None:
+            try:
+                local = bool(self.get_scheduler(name).is_local)
+            except Exception:
+                local = False
+            self._local[name] = local
+        return local
+
     def _record_state(self, app_handle: AppHandle, status: AppStatus) -> None:
         state = status.state.name
         if self._last_state.get(app_handle) == state:
@@ -495,12 +541,72 @@ class Runner:
         """Log lines of replica ``k`` of ``role_name``; raises UnknownAppException for an app the
         scheduler does not know and NoSuchReplica for a role or replica the job does not have,
         from one describe."""
+        sched, app_id = self._known_replica(app_handle, role_name, k)
+        return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
+
+    def log_tail(
+        self,
+        app_handle: AppHandle,
+        role_name: str,
+        k: int = 0,
+        n: int = 100,
+        regex: str | None = None,
+        streams: Stream | None = None,
+    ) -> list[str]:
+        """The last ``n`` lines (that ``regex`` finds, in RE2 syntax) of a replica's log: read
+        from the end of the file where the backend's logs are files (``LogFiles``), else
+        through ``log_lines`` keeping only the last ``n``."""
+        from collections import deque
+
+        from torchx_nb.schedulers.api import LogFiles, tail_lines
+        from torchx_nb.user_regex import compile_regex
+
+        sched, app_id = self._known_replica(app_handle, role_name, k)
+        pattern = compile_regex(regex) if regex else None
+        if isinstance(sched, LogFiles):
+            path = sched.log_file(app_id, role_name, k, streams)
+            if path is not None:
+                return tail_lines(path, n, pattern) if path.exists() else []
+        window: deque[str] = deque(maxlen=n)
+        for line in sched.log_iter(app_id, role_name, k, streams=streams):
+            if pattern is None or pattern.search(line):
+                window.append(line)
+        return list(window)
+
+    def log_window(
+        self,
+        app_handle: AppHandle,
+        role_name: str,
+        k: int = 0,
+        start: int = 0,
+        end: int | None = None,
+        regex: str | None = None,
+        streams: Stream | None = None,
+        keep: int = 5000,
+    ) -> list[str]:
+        """The last ``keep`` of lines ``start`` up to ``end`` (0-based, counted before the
+        filter; None: to the log's end) of a replica's log that ``regex`` finds."""
+        import itertools
+        from collections import deque
+
+        from torchx_nb.user_regex import compile_regex
+
+        sched, app_id = self._known_replica(app_handle, role_name, k)
+        pattern = compile_regex(regex) if regex else None
+        lines = itertools.islice(sched.log_iter(app_id, role_name, k, streams=streams), start, end)
+        return list(
+            deque((line for line in lines if pattern is None or pattern.search(line)), keep)
+        )
+
+    def _known_replica(
+        self, app_handle: AppHandle, role_name: str, k: int
+    ) -> tuple[Scheduler[Any], str]:
         sched, _, app_id = self._scheduler_and_id(app_handle)
         desc = sched.describe(app_id)
         if desc is None:
             raise UnknownAppException(app_handle)
         _check_replica(desc, role_name, k)
-        return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
+        return sched, app_id
 
     def list(
         self, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
@@ -526,13 +632,28 @@ def get_runner(
 
 
 def _status_of(desc: DescribeAppResponse) -> AppStatus:
+    """The status as people see it: every message masked (``redact``) here, once, so the
+    widgets, the snapshot, the job store, the CLI and the REST API show no secret."""
+    from dataclasses import replace
+
+    from torchx_nb.redact import redact_text
+
     return AppStatus(
         state=desc.state,
         num_restarts=desc.num_restarts,
-        msg=desc.msg,
-        structured_error_msg=desc.structured_error_msg,
-        ui_url=desc.ui_url,
-        roles=desc.roles_statuses,
+        msg=redact_text(desc.msg),
+        structured_error_msg=redact_text(desc.structured_error_msg),
+        ui_url=redact_text(desc.ui_url) if desc.ui_url else desc.ui_url,
+        roles=[
+            RoleStatus(
+                rs.role,
+                [
+                    replace(r, structured_error_msg=redact_text(r.structured_error_msg))
+                    for r in rs.replicas
+                ],
+            )
+            for rs in desc.roles_statuses
+        ],
         started=desc.started,
         ended=desc.ended,
     )

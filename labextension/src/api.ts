@@ -140,6 +140,8 @@ export interface IEventHandlers {
   job(row: IJob): void;
   counts(counts: Record<string, number>): void;
   connected(on: boolean): void;
+  /** The server does not know our position (it restarted): reload the list. */
+  reset(): void;
 }
 
 /**
@@ -193,7 +195,9 @@ export function followEvents(lastEventId: string, on: IEventHandlers): () => voi
               continue;
             }
             const payload = JSON.parse(data.join('\n'));
-            if (event === 'job') {
+            if (event === 'reset') {
+              on.reset();
+            } else if (event === 'job') {
               on.job(payload as IJob);
             } else if (event === 'counts') {
               on.counts(payload as Record<string, number>);

@@ -150,6 +150,9 @@ export class JobsModel {
       connected: on => {
         this.connected = on;
         flush();
+      },
+      reset: () => {
+        void this.refresh();
       }
     });
   }

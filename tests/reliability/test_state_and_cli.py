@@ -4,15 +4,19 @@ helper functions given as components, missing extras, log output that is one hug
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import cli
+from tests.conftest import cli, cli_error
 from tests.test_jobstore import record
 from torchx_nb.errors import one_line
 from torchx_nb.jobstore import JobStore, JobStoreError
@@ -109,8 +113,8 @@ def test_bad_regex_is_one_usage_line() -> None:
     code, _, err = cli("log", "local_cwd://torchx/x-1", "--regex", "(")
     assert code == 2
     assert err.strip().splitlines() == [
-        "torchx-nb: error: argument --regex: bad regular expression '(': missing ),"
-        " unterminated subpattern (see `torchx-nb log --help`)"
+        "torchx-nb: error: argument --regex: bad regular expression '(': missing ): ("
+        " [RE2 syntax: no backreferences or lookaround] (see `torchx-nb log --help`)"
     ]
 
 
@@ -212,3 +216,95 @@ def test_fifty_concurrent_submissions_from_cli_and_kernels_are_all_recorded(
     assert len(handles) == 50
     stored = {r.handle for r in JobStore().list()}
     assert handles <= stored
+
+
+def _planted_data_dir(root: Path) -> tuple[Path, subprocess.Popen[bytes]]:
+    """A data dir someone prepared in advance, world-writable, with a local_cwd state.json
+    naming a live process (that ``list`` would otherwise signal as a leftover)."""
+    data = root / "shared-data"
+    app = data / "local_cwd" / "torchx" / "planted-1"
+    app.mkdir(parents=True)
+    victim = subprocess.Popen(["sleep", "60"])
+    (app / "request.json").write_text(
+        json.dumps({"roles": [], "role_params": {}, "log_dir": str(app)})
+    )
+    (app / "state.json").write_text(
+        json.dumps(
+            {
+                "roles": {"r": [{"exitcode": None, "pid": victim.pid}]},
+                "cancelled": False,
+                "supervisor_pid": victim.pid,
+                "supervisor_start_ticks": 1,
+            }
+        )
+    )
+    for folder in (data, data / "local_cwd", data / "local_cwd" / "torchx", app):
+        os.chmod(folder, 0o777)
+    return data, victim
+
+
+def test_a_planted_world_writable_data_dir_is_refused(tmp_path: Path) -> None:
+    data, victim = _planted_data_dir(tmp_path)
+    try:
+        for args in (
+            ("list",),
+            ("run", "utils.echo", "--msg", "hi"),
+            ("status", "local_cwd://torchx/planted-1"),
+        ):
+            line = cli_error(*args, env={"TORCHX_NB_DATA_DIR": str(data)})
+            assert line == (
+                f"torchx-nb: error: {data} is writable by others (mode 777), so its contents"
+                f" cannot be trusted: check them, then chmod 700 {data} (or set"
+                " TORCHX_NB_DATA_DIR to a new folder)"
+            ), line
+        assert victim.poll() is None, "the planted state named a process: it must live"
+        assert not (data / "jobs.sqlite").exists(), "no job landed in the shared store"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_data_dir_or_store_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to give a folder to another user")
+    data = tmp_path / "theirs"
+    data.mkdir(mode=0o700)
+    os.chown(data, 65534, 65534)
+    line = cli_error("list", env={"TORCHX_NB_DATA_DIR": str(data)})
+    assert line == (
+        f"torchx-nb: error: {data} belongs to another user (uid 65534); torchx_nb will not keep"
+        " its state there: set TORCHX_NB_DATA_DIR to a folder of your own"
+    )
+    store = tmp_path / "their-jobs.sqlite"
+    store.write_text("")
+    os.chown(store, 65534, 65534)
+    line = cli_error("list", env={"TORCHX_NB_JOBSTORE": str(store)})
+    assert "belongs to another user" in line and str(store) in line
+
+
+def test_a_negative_limit_and_a_deleted_folder_are_one_line(tmp_path: Path) -> None:
+    line = cli_error("list", "-n", "-5")
+    assert line == (
+        "torchx-nb: error: argument -n/--limit: expected a whole number of at least 1, got '-5'"
+        " (see `torchx-nb list --help`)"
+    )
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; os.rmdir(sys.argv[1]); from torchx_nb.cli import"
+            " main; sys.exit(main(['run', 'utils.echo', '--msg', 'hi']))",
+            str(gone),
+        ],
+        cwd=gone,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "torchx-nb: error: the current folder no longer exists (it was deleted or moved): cd to"
+        " an existing folder and run again"
+    ]

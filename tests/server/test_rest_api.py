@@ -254,7 +254,8 @@ def test_event_stream_pushes_state_changes(lab: Lab, store: Path) -> None:
 
 def test_event_stream_resumes_after_last_event_id(lab: Lab, store: Path) -> None:
     """A client that reconnects with the last id it saw (or a jobs page's ``event_id``) gets
-    only what changed since; an id from another server or a restart gets every job again."""
+    only what changed since; an id from another server or a restart is told to reset (and gets
+    the jobs not yet ended); an id the stream never sent is a 400."""
     with get_runner() as runner:
         runner.run(sh("before-resume", "true"), "local_cwd", {})
         deadline = time.monotonic() + 30
@@ -275,12 +276,26 @@ def test_event_stream_resumes_after_last_event_id(lab: Lab, store: Path) -> None
     assert "SUCCEEDED" in states
     jobs = {d["handle"] for k, d in events if k == "job"}
     assert jobs == {handle}, jobs
-    every = get(lab, f"{API}/jobs?per_page=500")["total"]
-    for stale in ("0123abcd.1", "garbage", ""):
-        _, _, body = request(lab, "GET", f"{API}/events?once=1", {"Last-Event-ID": stale})
-        assert len([1 for k, _ in sse(body.decode()) if k == "job"]) == every
-    _, _, body = request(lab, "GET", f"{API}/events?once=1&last_event_id=nope")
-    assert len([1 for k, _ in sse(body.decode()) if k == "job"]) == every
+    with get_runner() as runner:
+        running = runner.run(sh("still-running", "sleep 30"), "local_cwd", {})
+    try:
+        for stale in ("0123abcd.1", "", f"{position.split('.')[0]}.999999999"):
+            _, _, body = request(lab, "GET", f"{API}/events?once=1", {"Last-Event-ID": stale})
+            events = sse(body.decode())
+            assert events[0] == ("reset", {}), events
+            jobs = {d["handle"]: d["state"] for k, d in events if k == "job"}
+            assert running in jobs and handle not in jobs, jobs
+            assert all(state not in ("SUCCEEDED", "FAILED", "CANCELLED") for state in jobs.values())
+        for bad in ("garbage", "EPOCH.\u00b2", "1" * 5000):
+            status, _, body = request(
+                lab, "GET", f"{API}/events?once=1&last_event_id={urllib.parse.quote(bad)}"
+            )
+            assert status == 400 and b"Last-Event-ID" in body, (bad, status, body)
+        status, _, _ = request(lab, "GET", f"{API}/events?once=1", {"Last-Event-ID": "x.\u00b2"})
+        assert status == 400
+    finally:
+        with get_runner() as runner:
+            runner.cancel(running)
 
 
 def test_schemathesis_fuzzes_every_operation_against_the_document(lab: Lab, store: Path) -> None:
@@ -288,7 +303,19 @@ def test_schemathesis_fuzzes_every_operation_against_the_document(lab: Lab, stor
     the endless event stream: no 5xx, and every response matches the OpenAPI document."""
     import schemathesis
     from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 
+    from torchx_nb.user_regex import BadRegex, compile_regex
+
+    def is_re2(text: str) -> bool:
+        try:
+            compile_regex(text)
+        except BadRegex:
+            return False
+        return True
+
+    # the document's "re2" format: regular expressions RE2 accepts
+    schemathesis.openapi.format("re2", st.text(max_size=40).filter(is_re2))
     with get_runner() as runner:
         real = runner.run(sh("fuzzed", "true"), "local_cwd", {})
     schema = schemathesis.openapi.from_dict(DOC)
@@ -379,3 +406,88 @@ def test_the_wheel_enables_the_extension(tmp_path: Path) -> None:
         "static/remoteEntry."
     )
     assert lab + built["jupyterlab"]["_build"]["load"] in names
+
+
+def test_a_hostile_regex_does_not_stall_the_server(lab: Lab, store: Path) -> None:
+    """``(a+)+$`` on a line of a's ending in b takes a backtracking engine 2^n steps: the
+    logs request and Jupyter's own /api/status both answer at once (RE2, off the loop)."""
+    import concurrent.futures
+
+    line = "a" * 40 + "b"
+    with get_runner() as runner:
+        handle = runner.run(sh("hostile", f"for i in 1 2 3; do echo {line}; done"), "local_cwd", {})
+        runner.wait(handle, wait_interval=0.1, timeout=30)
+    hostile = f"{API}/jobs/{enc(handle)}/logs?regex={urllib.parse.quote('(a+)+$')}&tail=100000"
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        logs = pool.submit(request, lab, "GET", hostile)
+        statuses = [pool.submit(request, lab, "GET", "/api/status") for _ in range(3)]
+        for future in statuses:
+            assert future.result(timeout=10)[0] == 200
+        status, _, body = logs.result(timeout=10)
+    assert status == 200 and json.loads(body)["lines"] == []
+    status, _, body = request(lab, "GET", f"{API}/jobs/{enc(handle)}/logs?regex=(a)%5C1")
+    assert status == 400 and b"RE2 syntax" in body
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "page=%C2%B2",
+        "page=" + "9" * 5000,
+        "per_page=-1",
+        "state=BOGUS",
+        "scheduler=" + "x" * 300,
+        "q=" + "x" * 300,
+    ],
+)
+def test_malformed_query_values_are_400(lab: Lab, query: str) -> None:
+    status, _, body = request(lab, "GET", f"{API}/jobs?{query}")
+    assert status == 400, (query, body[:200])
+
+
+def test_a_store_of_100000_jobs_serves_bounded_pages(lab: Lab, store: Path) -> None:
+    """Pages and counts come from indexed queries, and the event stream's reset sends the
+    jobs not yet ended, not the whole store (the timings are in benchmarks/bench_server.py)."""
+    import sqlite3
+
+    db = sqlite3.connect(store / "jobs.sqlite")
+    now = time.time() - 10 * 86400
+    rows = [
+        (
+            f"local_cwd://torchx/bulk-{i}",
+            "local_cwd",
+            "torchx",
+            f"bulk-{i}",
+            f"bulk-{i}",
+            "",
+            now + i,
+            "SUCCEEDED" if i % 2 else "FAILED",
+            now + i,
+            now + i + 1,
+        )
+        for i in range(100_000)
+    ]
+    db.executemany(
+        "INSERT INTO jobs (handle, scheduler, session, app_id, name, image, submitted, state,"
+        " updated, ended) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    db.commit()
+    try:
+        page = get(lab, f"{API}/jobs?per_page=50&page=3")
+        assert page["total"] >= 100_000 and len(page["jobs"]) == 50
+        assert page["counts"]["FAILED"] >= 50_000 and page["counts"]["SUCCEEDED"] >= 50_000
+        found = get(lab, f"{API}/jobs?q=bulk-99999")
+        assert [j["handle"] for j in found["jobs"]] == ["local_cwd://torchx/bulk-99999"]
+        _, _, body = request(lab, "GET", f"{API}/events?once=1")
+        events = sse(body.decode())
+        assert events[0][0] == "reset"
+        assert not [
+            d
+            for k, d in events
+            if k == "job" and d["handle"].startswith("local_cwd://torchx/bulk-")
+        ]
+    finally:
+        db.execute("DELETE FROM jobs WHERE handle LIKE 'local_cwd://torchx/bulk-%'")
+        db.commit()
+        db.close()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -205,9 +205,55 @@ def list_apps(sched: Scheduler[Any], cfg: Mapping[str, CfgVal] | None) -> list[L
     return sched.list()
 
 
+class LogFiles(abc.ABC):
+    """Ability: a replica's log is one file on this machine, so its tail can be read from the
+    end instead of from the start (the REST API's ``tail=N``)."""
+
+    @abc.abstractmethod
+    def log_file(
+        self, app_id: str, role_name: str, k: int = 0, streams: Stream | None = None
+    ) -> Path | None:
+        """The file holding that log, or None when there is no single file for it."""
+
+
+def tail_lines(path: Path, n: int, pattern: Any = None, block: int = 1 << 16) -> list[str]:
+    """The last ``n`` lines of ``path`` (those ``pattern`` finds, when given), newlines kept,
+    read backwards a block at a time: the cost follows what is returned, not the file's size
+    (a filter that matches nothing still reads it all)."""
+    found: list[str] = []
+    with open(path, "rb") as f:
+        pos = f.seek(0, 2)
+        rest = b""
+        last_block = True
+        while pos > 0 and len(found) < n:
+            size = min(block, pos)
+            pos -= size
+            f.seek(pos)
+            data = f.read(size) + rest
+            parts = data.split(b"\n")
+            rest = parts[0] if pos > 0 else b""
+            complete = parts[1:] if pos > 0 else parts
+            if last_block and complete and complete[-1] == b"":
+                complete = complete[:-1]  # the file's final newline ends a line, starts none
+            last_block = False
+            for raw in reversed(complete):
+                line = raw.decode("utf-8", errors="replace")
+                if pattern is None or pattern.search(line):
+                    found.append(line + "\n")
+                    if len(found) >= n:
+                        break
+            if len(rest) > (1 << 20):
+                rest = rest[-(1 << 20) :]  # a line over 1 MB keeps its end, as a terminal shows
+    found.reverse()
+    return found
+
+
 def filter_regex(regex: str, data: Iterable[str]) -> Iterator[str]:
-    """The lines of ``data`` in which ``regex`` is found."""
-    pattern = re.compile(regex)
+    """The lines of ``data`` in which ``regex`` is found (RE2: linear time, whatever the
+    pattern)."""
+    from torchx_nb.user_regex import compile_regex
+
+    pattern = compile_regex(regex)
     return (line for line in data if pattern.search(line))
 
 

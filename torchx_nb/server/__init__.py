@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "torchx_nb.server"}]
+from torchx_nb.version import __version__
 
 
-def _load_jupyter_server_extension(server_app: Any) -> None:
-    from torchx_nb.server.handlers import setup_handlers
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    from torchx_nb.server.app import TorchxNbApp
 
-    setup_handlers(server_app.web_app)
-    server_app.log.info("torchx_nb: REST API at /torchx-nb/api/")
+    return [{"module": "torchx_nb.server", "app": TorchxNbApp}]
+
+
+__all__ = ["__version__"]

@@ -1,194 +1,242 @@
 """The REST API's handlers. Jupyter's own base handler does the security: authentication (token
 or cookie) on every request, XSRF on state-changing ones made with a cookie, and refusal of
-cross-origin requests. Scheduler calls run in a thread so the server never blocks on them."""
+cross-origin requests. Every query value is checked (a bad one is a 400 naming it) before any
+work, and the work runs in the job service's thread pool, never on the event loop.
+
+Server-sent events are written here by hand: the format is four line prefixes, and tornado has
+no maintained SSE helper (sse-starlette and friends serve Starlette)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import tornado.iostream
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+
+from torchx_nb.errors import one_line
 from torchx_nb.runner import NoSuchReplica
-from torchx_nb.server.jobs import JOBS_PAGE_MAX, JobService, one_line
-from torchx_nb.specs.api import UnknownAppException
+from torchx_nb.server.jobs import JOBS_PAGE_MAX, BadEventId, JobService
+from torchx_nb.specs.api import AppState, UnknownAppException
+from torchx_nb.user_regex import BadRegex, compile_regex
 
 PREFIX = "/torchx-nb/api"
 OPENAPI = Path(__file__).with_name("openapi.json")
+_HANDLE = re.compile(r"[a-z0-9_]+://[^/\s]*/\S+")
+_SCHEDULER = re.compile(r"[a-z0-9_]{1,64}")
+STATES = {s.name for s in AppState}
+MAX_TEXT = 200
 
 
-def _handler_base() -> Any:
-    from jupyter_server.base.handlers import APIHandler
+class Base(ExtensionHandlerMixin, APIHandler):
+    """What every endpoint shares: the job service and checked arguments."""
 
-    return APIHandler
+    def jobs(self) -> JobService:
+        return self.extensionapp.jobs  # type: ignore[attr-defined]
+
+    def handle_arg(self, raw: str) -> str:
+        handle = unquote(raw)
+        if not _HANDLE.fullmatch(handle):
+            raise tornado.web.HTTPError(400, reason="not a job handle")
+        return handle
+
+    def exact_arg(self, name: str) -> str | None:
+        """A query parameter exactly as sent: tornado's ``get_argument`` strips it and turns
+        control characters into spaces, which would change a regex."""
+        values = self.request.query_arguments.get(name)
+        if not values:
+            return None
+        return str(self.decode_argument(values[-1], name=name))
+
+    def text_arg(self, name: str, pattern: re.Pattern[str] | None = None) -> str | None:
+        value = self.get_argument(name, None)
+        if value is None or value == "":
+            return None
+        if len(value) > MAX_TEXT or (pattern is not None and not pattern.fullmatch(value)):
+            raise tornado.web.HTTPError(400, reason=f"{name} is not valid")
+        return value
+
+    def int_arg(self, name: str, default: int, low: int, high: int) -> int:
+        text = self.get_argument(name, str(default))
+        if not re.fullmatch(r"-?[0-9]{1,12}", text):
+            raise tornado.web.HTTPError(400, reason=f"{name} must be a number")
+        value = int(text)
+        if not low <= value <= high:
+            raise tornado.web.HTTPError(400, reason=f"{name} must be in {low}..{high}")
+        return value
+
+    def write_json(self, body: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
 
 
-def setup_handlers(web_app: Any) -> None:
-    import tornado.web
+class JobsHandler(Base):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        page = self.int_arg("page", 1, 1, 1_000_000)
+        per_page = self.int_arg("per_page", 50, 1, JOBS_PAGE_MAX)
+        state = self.text_arg("state")
+        if state is not None and state.upper() not in STATES:
+            raise tornado.web.HTTPError(400, reason=f"state is one of {', '.join(sorted(STATES))}")
+        service = self.jobs()
+        service.touch()
+        body = await service.run(
+            service.page,
+            self.text_arg("scheduler", _SCHEDULER),
+            state,
+            self.text_arg("notebook"),
+            self.text_arg("q"),
+            page,
+            per_page,
+        )
+        self.write_json(body)
 
-    APIHandler = _handler_base()
-    base_url = web_app.settings.get("base_url", "/")
-    service = JobService(root_dir=web_app.settings.get("server_root_dir"))
-    web_app.settings["torchx_nb_jobs"] = service
 
-    class Base(APIHandler):  # type: ignore[misc,valid-type]
-        def jobs(self) -> JobService:
-            return service
+class JobHandler(Base):
+    @tornado.web.authenticated
+    async def get(self, raw: str) -> None:
+        handle = self.handle_arg(raw)
+        service = self.jobs()
+        body = await service.run(service.detail, handle)
+        if body is None:
+            raise tornado.web.HTTPError(404, reason="no such job")
+        self.write_json(body)
 
-        def handle_arg(self, raw: str) -> str:
-            handle = unquote(raw)
-            if not re.match(r"^[a-z0-9_]+://[^/\s]*/\S+$", handle):
-                raise tornado.web.HTTPError(400, reason="not a job handle")
-            return handle
 
-        def exact_arg(self, name: str) -> str | None:
-            """A query parameter exactly as sent: tornado's ``get_argument`` strips it and turns
-            control characters into spaces, which would change a regex."""
-            values = self.request.query_arguments.get(name)
-            if not values:
-                return None
-            return str(self.decode_argument(values[-1], name=name))
-
-        def int_arg(self, name: str, default: int, low: int, high: int) -> int:
-            text = self.get_argument(name, str(default))
+class LogsHandler(Base):
+    @tornado.web.authenticated
+    async def get(self, raw: str) -> None:
+        handle = self.handle_arg(raw)
+        stream = self.get_argument("stream", "combined")
+        if stream not in ("combined", "stdout", "stderr"):
+            raise tornado.web.HTTPError(400, reason="stream is combined, stdout or stderr")
+        regex = self.exact_arg("regex")
+        if regex is not None:
             try:
-                value = int(text)
-            except ValueError:
-                raise tornado.web.HTTPError(400, reason=f"{name} must be a number") from None
-            if not low <= value <= high:
-                raise tornado.web.HTTPError(400, reason=f"{name} must be in {low}..{high}")
-            return value
+                compile_regex(regex)
+            except BadRegex as e:
+                raise tornado.web.HTTPError(400, reason=one_line(e)[:300]) from None
+        args = (
+            handle,
+            self.text_arg("role"),
+            self.int_arg("replica", 0, 0, 100_000),
+            stream,
+            regex or None,
+            self.int_arg("tail", 0, 0, 100_000),
+            self.int_arg("start", 0, 0, 10_000_000),
+            self.int_arg("end", 0, 0, 10_000_000),
+        )
+        service = self.jobs()
+        try:
+            body = await service.run(service.logs, *args)
+        except (UnknownAppException, NoSuchReplica) as e:
+            raise tornado.web.HTTPError(404, reason=one_line(e)[:300]) from None
+        except Exception as e:
+            raise tornado.web.HTTPError(
+                502, reason=f"logs unavailable: {one_line(e)[:300]}"
+            ) from None
+        if body is None:
+            raise tornado.web.HTTPError(404, reason="no such job")
+        self.write_json(body)
 
-        def write_json(self, body: Any, status: int = 200) -> None:
-            self.set_status(status)
-            self.set_header("Content-Type", "application/json")
-            self.finish(json.dumps(body))
 
-    class JobsHandler(Base):
-        @tornado.web.authenticated
-        async def get(self) -> None:
-            page = self.int_arg("page", 1, 1, 1_000_000)
-            per_page = self.int_arg("per_page", 50, 1, JOBS_PAGE_MAX)
-            body = self.jobs().page(
-                scheduler=self.get_argument("scheduler", None),
-                state=self.get_argument("state", None),
-                notebook=self.get_argument("notebook", None),
-                text=self.get_argument("q", None),
-                page=page,
-                per_page=per_page,
-            )
-            self.write_json(body)
+class CancelHandler(Base):
+    @tornado.web.authenticated
+    async def post(self, raw: str) -> None:
+        handle = self.handle_arg(raw)
+        service = self.jobs()
+        if not await service.run(service.cancel, handle):
+            raise tornado.web.HTTPError(404, reason="no such job")
+        self.write_json({"handle": handle, "cancel": "requested"}, status=202)
 
-    class JobHandler(Base):
-        @tornado.web.authenticated
-        async def get(self, raw: str) -> None:
-            handle = self.handle_arg(raw)
-            body = await asyncio.get_running_loop().run_in_executor(
-                None, self.jobs().detail, handle
-            )
-            if body is None:
-                raise tornado.web.HTTPError(404, reason="no such job")
-            self.write_json(body)
 
-    class LogsHandler(Base):
-        @tornado.web.authenticated
-        async def get(self, raw: str) -> None:
-            handle = self.handle_arg(raw)
-            stream = self.get_argument("stream", "combined")
-            if stream not in ("combined", "stdout", "stderr"):
-                raise tornado.web.HTTPError(400, reason="stream is combined, stdout or stderr")
-            regex = self.exact_arg("regex")
-            if regex is not None:
-                try:
-                    re.compile(regex)
-                except re.error as e:
-                    raise tornado.web.HTTPError(400, reason=f"bad regex: {e}") from None
-            args = {
-                "role": self.get_argument("role", None),
-                "replica": self.int_arg("replica", 0, 0, 100_000),
-                "stream": stream,
-                "regex": regex,
-                "tail": self.int_arg("tail", 0, 0, 100_000),
-                "start": self.int_arg("start", 0, 0, 10_000_000),
-                "end": self.int_arg("end", 0, 0, 10_000_000),
-            }
-            try:
-                body = await asyncio.get_running_loop().run_in_executor(
-                    None, lambda: self.jobs().logs(handle, **args)
-                )
-            except (UnknownAppException, NoSuchReplica) as e:
-                raise tornado.web.HTTPError(404, reason=one_line(e)) from None
-            except Exception as e:
-                raise tornado.web.HTTPError(
-                    502, reason=f"logs unavailable: {one_line(e)}"
-                ) from None
-            if body is None:
-                raise tornado.web.HTTPError(404, reason="no such job")
-            self.write_json(body)
+class EventsHandler(Base):
+    """Server-sent events: a ``job`` event with a job's row whenever its state changes and a
+    ``counts`` event with the jobs per state, each batch with an id to resume from
+    (``Last-Event-ID`` or ``?last_event_id=``). Without an id, or with one from another server
+    or before a restart, the stream starts with a ``reset`` event (reload the list with
+    ``GET /jobs``) and the jobs not yet ended."""
 
-    class CancelHandler(Base):
-        @tornado.web.authenticated
-        async def post(self, raw: str) -> None:
-            handle = self.handle_arg(raw)
-            found = await asyncio.get_running_loop().run_in_executor(
-                None, self.jobs().cancel, handle
-            )
-            if not found:
-                raise tornado.web.HTTPError(404, reason="no such job")
-            self.write_json({"handle": handle, "cancel": "requested"}, status=202)
+    _closed = False
+    _counted = False
 
-    class EventsHandler(Base):
-        """Server-sent events: a ``job`` event with a job's row whenever its state changes and a
-        ``counts`` event with the jobs per state, each batch with an id to resume from
-        (``Last-Event-ID`` or ``?last_event_id=``); without one, every job comes first."""
+    def on_connection_close(self) -> None:
+        """The client left: stop counting it at once (the poller stops after the last)."""
+        self._closed = True
+        self._leave()
 
-        @tornado.web.authenticated
-        async def get(self) -> None:
-            self.set_header("Content-Type", "text/event-stream")
-            self.set_header("Cache-Control", "no-cache")
-            self.set_header("X-Accel-Buffering", "no")
-            service = self.jobs()
+    def _leave(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.jobs().disconnect()
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        service = self.jobs()
+        try:
             version = service.resume_from(
-                self.request.headers.get("Last-Event-ID")
-                or self.get_argument("last_event_id", None)
+                self.request.headers.get("Last-Event-ID") or self.get_argument("last_event_id", "")
             )
-            once = self.get_argument("once", "0") == "1"
-            loop = asyncio.get_running_loop()
-            while True:
-                version, rows = await service.changes(version)
-                for row in rows:
-                    self.write(f"event: job\ndata: {json.dumps(row)}\n\n")
-                if rows or once:
-                    counts = await loop.run_in_executor(None, service.counts)
-                    self.write(f"event: counts\ndata: {json.dumps(counts)}\n\n")
-                self.write(f"id: {service.event_id(version)}\n: version {version}\n\n")
-                try:
-                    await self.flush()
-                except Exception:
-                    return
+        except BadEventId as e:
+            raise tornado.web.HTTPError(400, reason=str(e)) from None
+        once = self.get_argument("once", "0") == "1"
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+        service.connect()
+        self._counted = True
+        try:
+            if version < 0:
+                version = service.version
+                rows = await service.run(service.active_rows)
+                self.write("event: reset\ndata: {}\n\n")
+                await self._send(service, version, rows, counts=True)
                 if once:
-                    self.finish()
                     return
+            while not self._closed:
+                version, rows = await service.changes(version)
+                if self._closed:
+                    return
+                await self._send(service, version, rows, counts=bool(rows) or once)
+                if once:
+                    return
+        except tornado.iostream.StreamClosedError:
+            return
+        finally:
+            self._leave()
+            if not self._closed:
+                self.finish()
 
-    class OpenApiHandler(Base):
-        @tornado.web.authenticated
-        def get(self) -> None:
-            self.set_header("Content-Type", "application/json")
-            self.finish(OPENAPI.read_text())
+    async def _send(
+        self, service: JobService, version: int, rows: list[dict[str, Any]], counts: bool
+    ) -> None:
+        for row in rows:
+            self.write(f"event: job\ndata: {json.dumps(row)}\n\n")
+        if counts:
+            self.write(f"event: counts\ndata: {json.dumps(await service.run(service.counts))}\n\n")
+        self.write(f"id: {service.event_id(version)}\n: version {version}\n\n")
+        await self.flush()
 
-    job = r"/jobs/(?P<raw>[^?]+?)"
-    routes = [
-        (rf"{PREFIX}/jobs", JobsHandler),
-        (rf"{PREFIX}{job}/logs", LogsHandler),
-        (rf"{PREFIX}{job}/cancel", CancelHandler),
-        (rf"{PREFIX}{job}", JobHandler),
-        (rf"{PREFIX}/events", EventsHandler),
-        (rf"{PREFIX}/openapi\.json", OpenApiHandler),
-    ]
-    from jupyter_server.utils import url_path_join
 
-    web_app.add_handlers(
-        ".*$", [(url_path_join(base_url, path), handler) for path, handler in routes]
-    )
+class OpenApiHandler(Base):
+    @tornado.web.authenticated
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(OPENAPI.read_text())
+
+
+_JOB = r"/jobs/(?P<raw>[^?]+?)"
+ROUTES: list[tuple[str, type[Base]]] = [
+    (rf"{PREFIX}/jobs", JobsHandler),
+    (rf"{PREFIX}{_JOB}/logs", LogsHandler),
+    (rf"{PREFIX}{_JOB}/cancel", CancelHandler),
+    (rf"{PREFIX}{_JOB}", JobHandler),
+    (rf"{PREFIX}/events", EventsHandler),
+    (rf"{PREFIX}/openapi\.json", OpenApiHandler),
+]

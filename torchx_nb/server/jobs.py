@@ -1,27 +1,47 @@
 """What the REST API serves, independent of the web framework: pages of the job store, one
 job's description, its log lines, cancel, and the change feed of the event stream.
 
-One poller per server keeps the store's states fresh: every second it refreshes the jobs that
-are not finished (local ones every time, remote ones every ``remote_interval``), one
-``describe_many`` per scheduler, and wakes the event streams when a row changed."""
+Nothing here runs on the server's event loop: every call that touches the job store or a
+scheduler runs in the service's own small thread pool (``JobService.run``), so a slow
+scheduler, a huge store or a hostile request cannot hold up Jupyter's other requests. Queries
+are bounded and indexed; user regexes run on RE2 (linear time); tails are read from the end.
+
+While an event-stream client is connected, or for ``LEASE_S`` after a jobs page was asked
+for, a poller refreshes the jobs not yet ended (local ones every ``local_interval``, remote ones
+every ``remote_interval``, one batched call per scheduler through the runner's refresher) and
+reads what changed in the store since its last look (an index on ``updated``), so its cost
+follows the active jobs, not the store's size. Then it stops: an idle server costs nothing."""
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import os
 import re
 import secrets
 import threading
 import time
-from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from torchx_nb.redact import redact, redact_text
-from torchx_nb.specs.api import AppState, is_terminal, message_text, parse_app_handle
+from torchx_nb.errors import one_line
+from torchx_nb.redact import redact, redact_lines, redact_text
+from torchx_nb.specs.api import message_text
 
 JOBS_PAGE_MAX = 500
 LOG_LINES_MAX = 5000
+HEARTBEAT_S = 15.0
+CHANGES_KEPT = 20_000
+LEASE_S = 30.0
+_EVENT_ID = re.compile(r"([0-9a-f]{8})\.([0-9]{1,18})")
+
+T = TypeVar("T")
+
+
+class BadEventId(ValueError):
+    """A Last-Event-ID that this stream never sent."""
 
 
 def notebook_path(notebook: str | None, root_dir: str | None) -> str | None:
@@ -39,11 +59,6 @@ def notebook_path(notebook: str | None, root_dir: str | None) -> str | None:
         return None
 
 
-def one_line(error: BaseException) -> str:
-    """An error as one redacted line, fit for an HTTP reason or a page."""
-    return redact_text(" ".join(str(error).split()))[:300]
-
-
 class JobService:
     """The job store and a Runner, shared by every request of one server."""
 
@@ -52,19 +67,26 @@ class JobService:
         local_interval: float = 1.0,
         remote_interval: float = 5.0,
         root_dir: str | None = None,
+        workers: int = 4,
     ) -> None:
         self.root_dir = root_dir
         self.epoch = secrets.token_hex(4)
         self.local_interval = local_interval
         self.remote_interval = remote_interval
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="torchx-nb-api")
         self._runner: Any = None
         self._lock = threading.Lock()
         self._version = 0
+        self._floor = 0
+        self._log: list[tuple[int, dict[str, Any]]] = []
         self._seen: dict[str, tuple[str, str]] = {}
-        self._changed: dict[str, int] = {}
+        self._cursor = time.time()
         self._wakeup: asyncio.Event | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._clients = 0
+        self._lease_until = 0.0
         self._last_remote = 0.0
+        self.polls = 0
 
     @property
     def runner(self) -> Any:
@@ -74,6 +96,19 @@ class JobService:
 
                 self._runner = get_runner()
             return self._runner
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the service's thread pool, off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._runner is not None:
+            self._runner.close()
+
+    # -- pages, one job, logs, cancel
 
     def page(
         self,
@@ -85,30 +120,32 @@ class JobService:
         per_page: int,
     ) -> dict[str, Any]:
         """Newest first, filtered, one page; ``total`` counts every match."""
-        records = self.runner.jobstore.list(scheduler=scheduler or None)
-        wanted_state = (state or "").upper()
-        needle = (text or "").lower()
-        rows = []
-        for rec in records:
-            if wanted_state and rec.state != wanted_state:
-                continue
-            if notebook and notebook not in (
-                rec.notebook or "",
-                notebook_path(rec.notebook, self.root_dir),
-            ):
-                continue
-            if needle and needle not in f"{rec.handle} {rec.name} {rec.notebook or ''}".lower():
-                continue
-            rows.append(rec)
-        start = (page - 1) * per_page
+        store = self.runner.jobstore
+        notebooks = self._notebook_spellings(notebook) if notebook else None
+        records, total = store.page(
+            scheduler=scheduler or None,
+            state=(state or "").upper() or None,
+            notebooks=notebooks,
+            text=text or None,
+            offset=(page - 1) * per_page,
+            limit=per_page,
+        )
         return {
-            "jobs": [self.row(r) for r in rows[start : start + per_page]],
-            "total": len(rows),
+            "jobs": [self.row(r) for r in records],
+            "total": total,
             "page": page,
             "per_page": per_page,
-            "counts": self.counts(records),
+            "counts": store.counts(),
             "event_id": self.event_id(self._version),
         }
+
+    def _notebook_spellings(self, notebook: str) -> list[str]:
+        """A notebook as the store may hold it: as given, and under the server's root."""
+        out = [notebook]
+        if self.root_dir and not os.path.isabs(notebook):
+            for root in (os.path.expanduser(self.root_dir), str(Path(self.root_dir).resolve())):
+                out.append(os.path.join(root, notebook))
+        return list(dict.fromkeys(out))
 
     def row(self, rec: Any) -> dict[str, Any]:
         """A job store record as the API shows it."""
@@ -127,24 +164,9 @@ class JobService:
             "msg": redact_text(rec.msg or ""),
         }
 
-    def event_id(self, version: int) -> str:
-        """An event stream position: this server's epoch and a version, so a client resuming
-        with ``Last-Event-ID`` from another server (or before a restart) gets everything."""
-        return f"{self.epoch}.{version}"
-
-    def resume_from(self, event_id: str | None) -> int:
-        """The version to resume after, or -1 (send every job) for an unknown id."""
-        epoch, _, number = (event_id or "").partition(".")
-        if epoch != self.epoch or not number.isdigit() or int(number) > self._version:
-            return -1
-        return int(number)
-
-    def counts(self, records: list[Any] | None = None) -> dict[str, int]:
-        """How many jobs (all of the store's, or ``records``) are in each state: the status
-        bar's running count."""
-        if records is None:
-            records = self.runner.jobstore.list()
-        return dict(Counter(r.state for r in records))
+    def counts(self) -> dict[str, int]:
+        """How many jobs are in each state: the status bar's running count."""
+        return dict(self.runner.jobstore.counts())
 
     def detail(self, handle: str) -> dict[str, Any] | None:
         """The record with the scheduler's description: roles, replicas, states, messages."""
@@ -155,11 +177,11 @@ class JobService:
         try:
             status = self.runner.status(handle)
         except Exception as e:
-            out["error"] = one_line(e)
+            out["error"] = one_line(e)[:300]
             status = None
         if status is not None:
             out["state"] = status.state.name
-            out["msg"] = redact_text(message_text(status.msg))
+            out["msg"] = message_text(status.msg)
             out["ui_url"] = status.ui_url
             out["roles"] = [
                 {
@@ -170,7 +192,7 @@ class JobService:
                             "state": rep.state.name,
                             "hostname": rep.hostname,
                             "exit_code": rep.exit_code,
-                            "msg": redact_text(message_text(rep.structured_error_msg)),
+                            "msg": message_text(rep.structured_error_msg),
                         }
                         for rep in r.replicas
                     ],
@@ -192,8 +214,8 @@ class JobService:
         start: int,
         end: int,
     ) -> dict[str, Any] | None:
-        """Lines ``start``..``end`` (or the last ``tail``) of one replica's log, as text: the
-        page must never read them as HTML."""
+        """The last ``tail`` lines, or lines ``start``..``end`` (at most LOG_LINES_MAX), of one
+        replica's log, masked, as text: the page must never read them as HTML."""
         from torchx_nb.schedulers.api import Stream
 
         rec = self.runner.jobstore.get(handle)
@@ -202,19 +224,16 @@ class JobService:
         if role is None:
             roles = (self.detail(handle) or {}).get("roles") or []
             role = roles[0]["role"] if roles else rec.name
-        lines: list[str] = []
         streams = None if stream == "combined" else Stream(stream)
-        pattern = re.compile(regex) if regex else None
-        for i, line in enumerate(self.runner.log_lines(handle, role, replica, streams=streams)):
-            if pattern and not pattern.search(line):
-                continue
-            if end and i >= end:
-                break
-            if i < start:
-                continue
-            lines.append(line.rstrip("\n"))
-            if len(lines) > (tail or LOG_LINES_MAX):
-                del lines[0]
+        if tail or not (start or end):
+            found = self.runner.log_tail(
+                handle, role, replica, tail or LOG_LINES_MAX, regex, streams
+            )
+        else:
+            found = self.runner.log_window(
+                handle, role, replica, start, end or None, regex, streams, keep=LOG_LINES_MAX
+            )
+        lines = [line.rstrip("\n") for line in redact_lines(found)]
         return {"handle": handle, "role": role, "replica": replica, "lines": lines}
 
     def cancel(self, handle: str) -> bool:
@@ -225,31 +244,44 @@ class JobService:
 
     # -- the change feed
 
-    def _snapshot(self) -> list[dict[str, Any]]:
-        """Refresh what is due, then return rows whose state or message changed."""
-        records = self.runner.jobstore.list()
+    def event_id(self, version: int) -> str:
+        """An event stream position: this server's epoch and a version, so a client resuming
+        with ``Last-Event-ID`` from another server (or before a restart) is told to reset."""
+        return f"{self.epoch}.{version}"
+
+    def resume_from(self, event_id: str | None) -> int:
+        """The version to resume after; -1 (reset) for none or one from another server or
+        from before a restart. An id this stream could never have sent is ``BadEventId``."""
+        if not event_id:
+            return -1
+        m = _EVENT_ID.fullmatch(event_id)
+        if m is None:
+            raise BadEventId("Last-Event-ID must be an id this event stream sent (EPOCH.N)")
+        version = int(m.group(2))
+        if m.group(1) != self.epoch or not self._floor <= version <= self._version:
+            return -1
+        return version
+
+    def active_rows(self) -> list[dict[str, Any]]:
+        return [self.row(r) for r in self.runner.jobstore.list(active_only=True)]
+
+    def _refresh(self) -> list[dict[str, Any]]:
+        """One poll: refresh the jobs not yet ended that are due, then the rows whose state or
+        message changed in the store since the last look (from any process)."""
+        runner = self.runner
         now = time.monotonic()
         due_remote = now - self._last_remote >= self.remote_interval
         if due_remote:
             self._last_remote = now
-        groups: dict[str, list[str]] = {}
-        for rec in records:
-            if rec.is_terminal:
-                continue
-            sched = parse_app_handle(rec.handle).scheduler_backend
-            local = sched.startswith("local")
-            if local or due_remote:
-                groups.setdefault(sched, []).append(rec.handle)
-        for handles in groups.values():
-            try:
-                statuses = self.runner.status_many(handles)
-            except Exception:
-                continue
-            for handle, status in statuses.items():
-                if status is None:
-                    self.runner.jobstore.update_state(handle, AppState.UNKNOWN.name)
+        active = [r.handle for r in runner.jobstore.list(active_only=True)]
+        due = [h for h in active if due_remote or runner.is_local(h)]
+        if due:
+            runner.refresh(due, record_unknown=True)
+        self.polls += 1
+        since = self._cursor - 1.0  # writers' clocks and commit order may lag a little
         changed = []
-        for rec in self.runner.jobstore.list():
+        for rec in runner.jobstore.changed_since(since):
+            self._cursor = max(self._cursor, rec.updated)
             key = (rec.state, rec.msg or "")
             if self._seen.get(rec.handle) != key:
                 self._seen[rec.handle] = key
@@ -257,44 +289,71 @@ class JobService:
         return changed
 
     async def _poll(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                changed = await loop.run_in_executor(None, self._snapshot)
-            except Exception:
-                changed = []
-            if changed:
-                self._version += 1
-                for r in changed:
-                    self._changed[r["handle"]] = self._version
-                if self._wakeup is not None:
-                    self._wakeup.set()
-                    self._wakeup = asyncio.Event()
-            await asyncio.sleep(self.local_interval)
+        try:
+            while self._clients > 0 or time.monotonic() < self._lease_until:
+                try:
+                    changed = await self.run(self._refresh)
+                except Exception:
+                    changed = []
+                if changed:
+                    self._record(changed)
+                    if self._wakeup is not None:
+                        self._wakeup.set()
+                        self._wakeup = asyncio.Event()
+                await asyncio.sleep(self.local_interval)
+        finally:
+            self._poller = None
+
+    def _record(self, rows: list[dict[str, Any]]) -> None:
+        """A new version with these rows; the oldest are forgotten past CHANGES_KEPT (a client
+        resuming from before them is told to reset)."""
+        self._version += 1
+        self._log.extend((self._version, r) for r in rows)
+        if len(self._log) > CHANGES_KEPT:
+            cut = len(self._log) - CHANGES_KEPT
+            self._floor = self._log[cut - 1][0]
+            del self._log[:cut]
+
+    def connect(self) -> None:
+        """An event-stream client arrived: make sure the poller runs."""
+        self._clients += 1
+        self._start_poller()
+
+    def touch(self) -> None:
+        """A jobs page was asked for: keep the states fresh for a while (the poller runs for
+        LEASE_S more)."""
+        self._lease_until = time.monotonic() + LEASE_S
+        self._start_poller()
+
+    def _start_poller(self) -> None:
+        if self._wakeup is None:
+            self._wakeup = asyncio.Event()
+        if self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    def disconnect(self) -> None:
+        """A client left; the poller stops after the last one."""
+        self._clients = max(0, self._clients - 1)
+
+    @property
+    def clients(self) -> int:
+        return self._clients
+
+    @property
+    def version(self) -> int:
+        return self._version
 
     async def changes(self, since: int) -> tuple[int, list[dict[str, Any]]]:
-        """Rows changed after version ``since`` (every row for -1); waits up to 15 s for one
-        (a heartbeat keeps proxies from closing the stream)."""
-        if self._poller is None or self._poller.done():
-            self._wakeup = asyncio.Event()
-            self._poller = asyncio.get_running_loop().create_task(self._poll())
-        if since < 0:
-            rows = await asyncio.get_running_loop().run_in_executor(
-                None, lambda: [self.row(r) for r in self.runner.jobstore.list()]
-            )
-            return self._version, rows
+        """Rows changed after version ``since``; waits up to HEARTBEAT_S for one (the
+        heartbeat keeps proxies from closing the stream)."""
         if self._version <= since and self._wakeup is not None:
             try:
-                await asyncio.wait_for(self._wakeup.wait(), 15)
+                await asyncio.wait_for(self._wakeup.wait(), HEARTBEAT_S)
             except asyncio.TimeoutError:
                 return self._version, []
-        handles = [h for h, v in self._changed.items() if v > since]
-        rows = []
-        for h in handles:
-            rec = self.runner.jobstore.get(h)
-            if rec is not None:
-                rows.append(self.row(rec))
-        return self._version, rows
+        start = bisect.bisect_right(self._log, since, key=lambda entry: entry[0])
+        latest = {row["handle"]: row for _, row in self._log[start:]}
+        return self._version, list(latest.values())
 
 
-__all__ = ["JOBS_PAGE_MAX", "JobService", "is_terminal"]
+__all__ = ["JOBS_PAGE_MAX", "BadEventId", "JobService"]

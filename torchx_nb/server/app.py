@@ -1,0 +1,38 @@
+"""The Jupyter server extension as a jupyter_server ``ExtensionApp``: it owns the job service
+(one per server) and registers the REST API's handlers. Its intervals are configurable like any
+Jupyter option (``--TorchxNbApp.local_interval=0.5``, or in ``jupyter_server_config.py``)."""
+
+from __future__ import annotations
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Float
+
+from torchx_nb.server.handlers import ROUTES
+from torchx_nb.server.jobs import JobService
+
+
+class TorchxNbApp(ExtensionApp):
+    """Serves every job in the job store under ``/torchx-nb/api/``."""
+
+    name = "torchx_nb"
+    load_other_extensions = True
+
+    local_interval = Float(
+        1.0, help="seconds between status polls of local jobs while the event stream is open"
+    ).tag(config=True)
+    remote_interval = Float(
+        5.0, help="seconds between status polls of remote jobs while the event stream is open"
+    ).tag(config=True)
+
+    jobs: JobService
+
+    def initialize_settings(self) -> None:
+        root = getattr(self.serverapp, "root_dir", None)
+        self.jobs = JobService(self.local_interval, self.remote_interval, root_dir=root)
+        self.log.info("torchx_nb: REST API at /torchx-nb/api/")
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(ROUTES)
+
+    async def stop_extension(self) -> None:
+        self.jobs.close()
