@@ -491,3 +491,30 @@ def test_a_store_of_100000_jobs_serves_bounded_pages(lab: Lab, store: Path) -> N
         db.execute("DELETE FROM jobs WHERE handle LIKE 'local_cwd://torchx/bulk-%'")
         db.commit()
         db.close()
+
+
+def test_responses_mask_a_failed_jobs_secrets(lab: Lab, store: Path, tmp_path: Path) -> None:
+    import shlex
+    import sys
+
+    from tests import masking_corpus as corpus
+
+    script = tmp_path / "fail.py"
+    script.write_text(corpus.failing_job_source())
+    with get_runner() as runner:
+        handle = runner.run(
+            sh("leaky", f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"),
+            "local_cwd",
+            {},
+        )
+        runner.wait(handle, wait_interval=0.1, timeout=60)
+    bodies = [
+        get(lab, f"{API}/jobs/{enc(handle)}"),
+        get(lab, f"{API}/jobs/{enc(handle)}/logs"),
+        get(lab, f"{API}/jobs/{enc(handle)}/logs?tail=3&stream=stdout"),
+        get(lab, f"{API}/jobs?q=leaky"),
+    ]
+    _, _, events = request(lab, "GET", f"{API}/events?once=1")
+    text = json.dumps(bodies) + events.decode()
+    assert corpus.leaked(text) == [], text
+    assert "DB_PASS=****" in text and "--password ****" in text
