@@ -1,6 +1,7 @@
 """Executes a notebook headless in a real kernel (nbclient) and prints each cell's outputs as text.
 
-Usage: python scripts/run_notebook.py notebooks/quickstart.ipynb [--out executed.ipynb]"""
+Usage: python scripts/run_notebook.py notebooks/quickstart.ipynb [--out executed.ipynb]
+       [--kernel NAME]"""
 
 from __future__ import annotations
 
@@ -22,12 +23,14 @@ def text_of(output: nbformat.NotebookNode) -> str:
     return str(data.get("text/plain", "")) + "\n"
 
 
-def run(path: Path, out: Path | None = None, timeout: int = 300) -> nbformat.NotebookNode:
+def run(
+    path: Path, out: Path | None = None, timeout: int = 300, kernel: str = "python3"
+) -> nbformat.NotebookNode:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb,
         timeout=timeout,
-        kernel_name="python3",
+        kernel_name=kernel,
         resources={"metadata": {"path": str(path.parent)}},
     )
     client.execute()
@@ -40,8 +43,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("notebook", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="also save the executed notebook")
+    parser.add_argument("--kernel", default="python3", help="the kernel to run it in")
     args = parser.parse_args()
-    nb = run(args.notebook, args.out)
+    nb = run(args.notebook, args.out, kernel=args.kernel)
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue

@@ -78,6 +78,36 @@ def cli(
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def clean_copy(dest: Path) -> Path:
+    """The repository's tracked (and untracked, not ignored) files copied to ``dest``: what a
+    fresh clone holds, without anything built or installed."""
+    import shutil
+    import subprocess
+
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
+    for name in out.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def isolated_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a new user: own HOME, no Jupyter, torchx_nb or virtualenv settings."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("JUPYTER", "TORCHX_NB", "PYTHON", "VIRTUAL_ENV", "PIP_REQ"))
+    }
+    env.update(HOME=str(home), PIP_DISABLE_PIP_VERSION_CHECK="1", **extra)
+    return env
+
+
 def shell_app(
     script: str,
     image: str = "",

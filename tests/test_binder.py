@@ -14,47 +14,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import clean_copy, isolated_env
 from tests.infra.fixtures import missing
 
 pytestmark = pytest.mark.slow
-
-
-def _tracked_files() -> list[str]:
-    out = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    ).stdout
-    return [name for name in out.decode().split("\0") if name and (ROOT / name).is_file()]
 
 
 @pytest.mark.timeout(1200)
 def test_binder_environment_builds_and_runs_the_quickstart(tmp_path: Path) -> None:
     if shutil.which("npm") is None or shutil.which("git") is None:
         missing("binder/postBuild needs git and Node.js with npm")
-    repo = tmp_path / "repo"
-    for name in _tracked_files():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, repo / name)
+    repo = clean_copy(tmp_path / "repo")
     assert not (repo / "torchx_nb" / "labextension").exists()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     home = tmp_path / "home"
     home.mkdir()
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("JUPYTER", "TORCHX_NB", "PYTHON", "VIRTUAL_ENV", "PIP_REQ"))
-    }
-    env.update(
-        HOME=str(home),
+    env = isolated_env(
+        home,
         PATH=f"{venv / 'bin'}:{os.environ['PATH']}",
         VIRTUAL_ENV=str(venv),
         TORCHX_NB_DATA_DIR=str(tmp_path / "data"),
         TORCHX_NB_WIDGETS="text",
-        PIP_DISABLE_PIP_VERSION_CHECK="1",
     )
 
     def sh(*cmd: str, cwd: Path = repo) -> str:

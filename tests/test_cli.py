@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, cli
+from tests.conftest import IN_CI, cli, wait_for
 
 
 def test_console_script_runs_echo_end_to_end() -> None:
@@ -34,10 +34,13 @@ def test_run_status_log_describe_list_cancel() -> None:
     code, out, err = cli("run", "utils.sh", "--", "sh", "-c", "echo one; echo two >&2; sleep 30")
     assert code == 0, err
     handle = out.strip()
-    code, out, _ = cli("log", f"{handle}/sh/0", "--streams", "stdout")
-    assert code == 0
+    # the same role/replica prefix as run --wait, followed or not
+    out = str(wait_for(lambda: cli("log", f"{handle}/sh/0", "--streams", "stdout")[1]))
+    assert out.splitlines() == ["sh/0 one"]
     code, out, _ = cli("status", handle)
     assert code == 0 and "State: RUNNING" in out
+    ui = next(line for line in out.splitlines() if "UI URL:" in line)
+    assert "file://" not in ui and ui.split("UI URL: ")[1].startswith("/"), ui
     code, out, _ = cli("describe", handle)
     assert code == 0 and '"entrypoint": "sh"' in out
     code, out, _ = cli("list")

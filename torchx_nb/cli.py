@@ -145,13 +145,12 @@ def _print_logs(
     tail: bool = False,
     streams: Any = None,
 ) -> None:
-    """Print the logs of each (role, replica), prefixed ``role/replica`` when following or when
-    there are several."""
+    """Print the logs of each (role, replica), each line prefixed ``role/replica`` (as TorchX's
+    ``torchx log`` and ``run --wait`` do)."""
     from torchx_nb.logtail import follow
 
-    prefixed = len(targets) > 1 or tail
     for role, k, line in follow(runner, handle, targets, regex, tail, streams):
-        prefix = f"{role}/{k} " if prefixed else ""
+        prefix = f"{role}/{k} "
         out.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
         out.flush()
 
@@ -220,13 +219,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from torchx_nb.specs.api import UnknownAppException
+    from dataclasses import replace
+
+    from torchx_nb.specs.api import UnknownAppException, display_url
 
     with _runner() as runner:
         status = runner.status(args.app_handle)
         if status is None:
             raise UnknownAppException(args.app_handle)
-        print(status.format())
+        print(replace(status, ui_url=display_url(status.ui_url)).format())
     return 0
 
 

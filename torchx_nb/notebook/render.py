@@ -8,7 +8,7 @@ import html
 import time
 from collections.abc import Sequence
 
-from torchx_nb.specs.api import AppStatus, message_text
+from torchx_nb.specs.api import AppStatus, display_url, message_text
 
 STATE_COLOURS = {
     "SUCCEEDED": "#1a7f37",
@@ -64,7 +64,7 @@ def link_html(url: str | None) -> str:
     if not url:
         return ""
     if url.startswith("file://"):
-        path = html.escape(url[len("file://") :])
+        path = html.escape(display_url(url) or "")
         return f"<small>logs: <code>{path}</code> (shown in the log view)</small>"
     safe = html.escape(url, quote=True)
     if not url.startswith(("http://", "https://")):
@@ -160,7 +160,7 @@ def status_text(handle: str, status: AppStatus | None, seconds: float | None = N
             lines.append(f"  {message_text(status.msg)}")
         if status.ui_url:
             url = status.ui_url
-            lines.append(f"  logs: {url[7:]}" if url.startswith("file://") else f"  {url}")
+            lines.append(f"  logs: {display_url(url)}" if url.startswith("file://") else f"  {url}")
     return "\n".join(lines)
 
 

@@ -88,6 +88,31 @@ def _fmt_request(req: PopenRequest) -> str:
     return json.dumps(redact(asdict(req)), indent=2)
 
 
+def _spawn_detached(argv: list[str], log: Path) -> int:
+    """Start ``argv`` in a session of its own (stdin and stdout /dev/null, stderr to ``log``,
+    0600) and return its pid. A bare pid, not a ``Popen``: the supervisor is meant to outlive
+    this process, which must not warn at exit that it is still running."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, fd, 2),
+        ]
+        return os.posix_spawn(argv[0], argv, os.environ, file_actions=actions, setsid=True)
+    finally:
+        os.close(fd)
+
+
+def _reaped(pid: int) -> bool:
+    """Whether our child ``pid`` has exited (and is now reaped, leaving no zombie)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == pid
+
+
 def _read_pidfile(path: Path) -> tuple[int | None, int | None]:
     """(pid, start ticks) from ``supervisor.pid`` (``PID TICKS``; older files hold a pid only)."""
     try:
@@ -154,7 +179,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
     ) -> None:
         super().__init__("local_cwd", session_name)
         self.grace_seconds = float(grace_seconds)
-        self._children: list[subprocess.Popen[bytes]] = []
+        self._children: list[int] = []
         self._reaped_at = 0.0
         self._requests: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
         self._key_paths: dict[str, list[str]] = {}
@@ -316,18 +341,12 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
 
             mark_log_folder(Path(req.log_dir).parent)
         write_private(state_dir / "request.json", json.dumps(asdict(req)))
-        fd = os.open(state_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(SUPERVISOR), str(state_dir)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                start_new_session=True,
-                close_fds=True,
-            )
-        write_private(state_dir / "supervisor.pid", f"{proc.pid} {start_ticks(proc.pid) or ''}")
-        self._children.append(proc)
+        pid = _spawn_detached(
+            [sys.executable, "-I", "-S", str(SUPERVISOR), str(state_dir)],
+            state_dir / "supervisor.log",
+        )
+        write_private(state_dir / "supervisor.pid", f"{pid} {start_ticks(pid) or ''}")
+        self._children.append(pid)
         return req.app_id
 
     def _read(self, app_id: str) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
@@ -359,7 +378,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
         now = time.monotonic()
         if self._children and now - self._reaped_at >= every:
             self._reaped_at = now
-            self._children = [proc for proc in self._children if proc.poll() is None]
+            self._children = [pid for pid in self._children if not _reaped(pid)]
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         """The app's state from its files. Watchers ask often, so an answer is reused while

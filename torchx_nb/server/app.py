@@ -4,11 +4,26 @@ Jupyter option (``--TorchxNbApp.local_interval=0.5``, or in ``jupyter_server_con
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from jupyter_core.paths import jupyter_path
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Float
 
 from torchx_nb.server.handlers import ROUTES
 from torchx_nb.server.jobs import JobService
+
+NO_PANEL = (
+    "torchx_nb: the JupyterLab panel is not installed (this copy was installed from source"
+    " without Node.js); install Node.js and reinstall torchx_nb, or install a released wheel"
+)
+
+
+def panel_installed() -> bool:
+    """Whether the JupyterLab extension (the panel) is where JupyterLab looks for it."""
+    return any(
+        (Path(p) / "torchx-nb" / "package.json").is_file() for p in jupyter_path("labextensions")
+    )
 
 
 class TorchxNbApp(ExtensionApp):
@@ -30,6 +45,8 @@ class TorchxNbApp(ExtensionApp):
         root = getattr(self.serverapp, "root_dir", None)
         self.jobs = JobService(self.local_interval, self.remote_interval, root_dir=root)
         self.log.info("torchx_nb: REST API at /torchx-nb/api/")
+        if not panel_installed():
+            self.log.warning(NO_PANEL)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(ROUTES)

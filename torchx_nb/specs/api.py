@@ -386,6 +386,14 @@ def message_text(msg: str | None) -> str:
     return "" if not msg or msg == NONE else msg
 
 
+def display_url(url: str | None) -> str | None:
+    """A scheduler's UI link for people: a local job's ``file://`` log folder as its path
+    (browsers will not open ``file://`` from a page), anything else as it is."""
+    if url and url.startswith("file://"):
+        return url[len("file://") :]
+    return url
+
+
 def _parse_error_json(text: str) -> Any:
     if text == NONE:
         return NONE
