@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peer import ensure_torchx_venv  # noqa: E402
+from targets import Targets  # noqa: E402
 
 from tests.infra.moto import make_queue, start_moto  # noqa: E402
 
@@ -143,12 +144,15 @@ def main() -> int:
         f"{med(peer, 'calls'):>11.0f}{med(peer, 'seconds'):>10.2f}{1.0:>8.2f}"
     )
     ok = med(ours, "jobs") == args.jobs and med(ours, "calls") <= TARGET_CALLS
-    print(
-        f"\ntarget: all {args.jobs} jobs in at most {TARGET_CALLS} API calls: "
-        f"{med(ours, 'jobs'):.0f} jobs, {med(ours, 'calls'):.0f} calls {'PASS' if ok else 'FAIL'}"
-        f" (torchx 0.7.0 finds {med(peer, 'jobs'):.0f}: at most 100 per queue)"
+    print()
+    targets = Targets()
+    targets.check(
+        f"all {args.jobs} jobs in at most {TARGET_CALLS} API calls",
+        ok,
+        f"{med(ours, 'jobs'):.0f} jobs, {med(ours, 'calls'):.0f} calls (torchx 0.7.0 finds"
+        f" {med(peer, 'jobs'):.0f}: at most 100 per queue)",
     )
-    return 0
+    return targets.exit_code()
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peer import ensure_torchx_venv
+from targets import Targets
 
 TARGET_RATIO = 0.5
 TARGET_IMPORT_MS = 150.0
@@ -141,18 +142,19 @@ def main() -> int:
                 f"{name:<26}{min(r['wall']):>9.1f}{med(r, 'wall'):>9.1f}{max(r['wall']):>9.1f}"
                 f"{med(r, 'rss'):>9.1f}{med(r, 'wall') / med(group[peer], 'wall'):>8.2f}"
             )
-    print(
-        f"\ntarget: torchx-nb run <= {TARGET_RATIO}x torchx run: {ratio:.2f}x "
-        f"{'PASS' if ratio <= TARGET_RATIO else 'FAIL'}"
+    print()
+    targets = Targets()
+    targets.check(
+        f"torchx-nb run <= {TARGET_RATIO}x torchx run", ratio <= TARGET_RATIO, f"{ratio:.2f}x"
     )
-    print(
-        f"target: import torchx_nb < {TARGET_IMPORT_MS:.0f} ms: {import_ms:.1f} ms "
-        f"({import_ms - base_ms:.1f} ms above the bare interpreter) "
-        f"{'PASS' if import_ms < TARGET_IMPORT_MS else 'FAIL'}"
+    targets.check(
+        f"import torchx_nb < {TARGET_IMPORT_MS:.0f} ms",
+        import_ms < TARGET_IMPORT_MS,
+        f"{import_ms:.1f} ms ({import_ms - base_ms:.1f} ms above the bare interpreter)",
     )
     if args.json:
         args.json.write_text(json.dumps({"e2e": e2e, "import": imp}, indent=2))
-    return 0
+    return targets.exit_code()
 
 
 if __name__ == "__main__":

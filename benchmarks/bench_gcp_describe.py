@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import start_sleepers  # noqa: E402
+from targets import Targets  # noqa: E402
 
 from tests.infra.gcp import GcpFake  # noqa: E402
 
@@ -76,7 +77,14 @@ def main() -> int:
     print(
         f"{'one get_job per job':<48}{statistics.median(naive_calls):>14.0f}{n:>10.3f}{1.0:>8.3f}"
     )
-    return 0
+    pages = -(-args.jobs // 100)
+    targets = Targets()
+    targets.check(
+        "one list per location (a request per page of 100)",
+        statistics.median(ours_calls) <= pages,
+        f"{statistics.median(ours_calls):.0f} requests for {args.jobs} jobs",
+    )
+    return targets.exit_code()
 
 
 if __name__ == "__main__":

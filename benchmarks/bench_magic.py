@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+from targets import Targets
+
 TARGET_OVERHEAD_MS = 20.0
 TARGET_UPDATES_PER_S = 10.0
 
@@ -139,10 +141,11 @@ def main() -> int:
             f"{'Runner.run (peer, same job)':<34}{_median(r['runner_submit']):>10.1f}"
             f"{rt:>15.1f}{1.0:>8.2f}"
         )
-        print(
-            f"magic overhead: {submit_overhead:.1f} ms at submit, {overhead:.1f} ms end to end"
-            f" (target < {TARGET_OVERHEAD_MS:.0f} ms: "
-            f"{'PASS' if submit_overhead < TARGET_OVERHEAD_MS else 'FAIL'})"
+        targets = Targets()
+        targets.check(
+            f"magic overhead at submit < {TARGET_OVERHEAD_MS:.0f} ms",
+            submit_overhead < TARGET_OVERHEAD_MS,
+            f"{submit_overhead:.1f} ms ({overhead:.1f} ms end to end)",
         )
 
         os.environ["TORCHX_NB_WIDGETS"] = "widgets"
@@ -159,13 +162,13 @@ def main() -> int:
         ):
             print(f"  {key:<22}{f[key]:>12.2f}")
         ok_rate = max(f["log_updates_per_s"], f["status_updates_per_s"]) <= TARGET_UPDATES_PER_S
-        print(
-            f"target ≤ {TARGET_UPDATES_PER_S:.0f} updates/s per widget: "
-            f"{'PASS' if ok_rate else 'FAIL'}; memory bounded (lines kept = "
-            f"{int(f['lines_kept'])}, RSS growth {f['peak_rss_growth_mb']:.1f} MB)"
+        targets.check(
+            f"≤ {TARGET_UPDATES_PER_S:.0f} updates/s per widget, bounded memory",
+            ok_rate,
+            f"lines kept = {int(f['lines_kept'])}, RSS growth {f['peak_rss_growth_mb']:.1f} MB",
         )
         os.chdir(home)
-    return 0
+    return targets.exit_code()
 
 
 if __name__ == "__main__":

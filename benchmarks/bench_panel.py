@@ -26,6 +26,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from targets import Targets  # noqa: E402
+
 from tests.infra.lab import (  # noqa: E402
     NotebookPage,
     chromium_page,
@@ -188,9 +190,18 @@ def main() -> int:
             "ms",
         )
     )
-    ok = statistics.median(api) < TARGET_PAGE_MS and max(panel_delay) <= TARGET_CHANGE_S
-    print("targets met" if ok else "TARGETS MISSED")
-    return 0 if ok else 1
+    targets = Targets()
+    targets.check(
+        f"first page < {TARGET_PAGE_MS:g} ms",
+        statistics.median(api) < TARGET_PAGE_MS,
+        f"{statistics.median(api):.1f} ms",
+    )
+    targets.check(
+        f"job end → panel ≤ {TARGET_CHANGE_S:g} s",
+        max(panel_delay) <= TARGET_CHANGE_S,
+        f"max {max(panel_delay):.2f} s",
+    )
+    return targets.exit_code()
 
 
 if __name__ == "__main__":

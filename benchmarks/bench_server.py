@@ -26,6 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from targets import Targets  # noqa: E402
+
 from tests.infra.lab import jupyter_lab, lab_missing  # noqa: E402
 
 API = "/torchx-nb/api"
@@ -233,14 +235,23 @@ def main() -> int:
         f"| server CPU, idle, {args.clients} event clients | {clients_cpu:.2f} % | — | — |"
         f" < {TARGET_IDLE_CPU:g} % |"
     )
-    checks = {
-        "first page": max(first_page, page_ms) < TARGET_PAGE_MS,
-        "status under load": busy_ms < TARGET_STATUS_MS,
-        "idle cpu": max(idle_cpu, clients_cpu) < TARGET_IDLE_CPU,
-    }
-    for name, ok in checks.items():
-        print(f"{name}: {'PASS' if ok else 'FAIL'}")
-    return 0 if all(checks.values()) else 1
+    targets = Targets()
+    targets.check(
+        f"first page < {TARGET_PAGE_MS:g} ms",
+        max(first_page, page_ms) < TARGET_PAGE_MS,
+        f"first {first_page:.1f} ms, median {page_ms:.1f} ms",
+    )
+    targets.check(
+        f"/api/status under load < {TARGET_STATUS_MS:g} ms",
+        busy_ms < TARGET_STATUS_MS,
+        f"median {busy_ms:.1f} ms",
+    )
+    targets.check(
+        f"idle server CPU < {TARGET_IDLE_CPU:g}%",
+        max(idle_cpu, clients_cpu) < TARGET_IDLE_CPU,
+        f"{idle_cpu:.2f}% without clients, {clients_cpu:.2f}% with {args.clients}",
+    )
+    return targets.exit_code()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import start_sleepers  # noqa: E402
+from targets import Targets  # noqa: E402
 
 from tests.infra.slurm import SlurmCluster  # noqa: E402
 
@@ -85,7 +86,13 @@ def main() -> int:
         f"{'one squeue --json -j ID per job':<44}"
         f"{statistics.median(naive_calls):>16.0f}{n:>10.3f}{1.0:>8.3f}"
     )
-    return 0
+    targets = Targets()
+    targets.check(
+        f"one squeue for {args.jobs} jobs",
+        statistics.median(ours_calls) <= 1,
+        f"{statistics.median(ours_calls):.0f} call(s)",
+    )
+    return targets.exit_code()
 
 
 if __name__ == "__main__":

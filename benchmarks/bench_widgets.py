@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from targets import Targets
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -251,13 +253,24 @@ def main() -> int:
     )
     print("for CPU, the same kernel idle over the same window")
     print("\n".join(rows))
-    ok = (
-        max(local_ours) <= TARGET_LOCAL_S
-        and watching < TARGET_CPU_PCT
-        and (isinstance(aws, str) or max(aws[0]) <= TARGET_REMOTE_S + 0.5)
+    targets = Targets()
+    targets.check(
+        f"local_cwd end → widget ≤ {TARGET_LOCAL_S} s",
+        max(local_ours) <= TARGET_LOCAL_S,
+        f"max {max(local_ours):.2f} s",
     )
-    print("targets met" if ok else "TARGETS MISSED")
-    return 0 if ok else 1
+    if not isinstance(aws, str):
+        targets.check(
+            f"aws_batch end → widget ≤ {TARGET_REMOTE_S} s (+0.5 s of moto)",
+            max(aws[0]) <= TARGET_REMOTE_S + 0.5,
+            f"max {max(aws[0]):.2f} s",
+        )
+    targets.check(
+        f"kernel CPU watching {args.watched} jobs < {TARGET_CPU_PCT}%",
+        watching < TARGET_CPU_PCT,
+        f"{watching:.2f}%",
+    )
+    return targets.exit_code()
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from targets import Targets  # noqa: E402
+
 from tests.infra.dockerd import (  # noqa: E402
     build_base_images,
     docker_available,
@@ -169,18 +171,21 @@ def main() -> int:
     budget = 2 * cell_bytes + 8192
     ok_bytes = med("registry", "bytes") <= budget
     speed = med("torchx", "seconds") / med("registry", "seconds")
-    print(
-        f"\ntarget: uploaded ≤ 2x changed bytes + manifest + config (≈{budget:,.0f} B): "
-        f"registry {med('registry', 'bytes'):,.0f} B {'PASS' if ok_bytes else 'FAIL'}"
+    print()
+    targets = Targets()
+    targets.check(
+        f"uploaded ≤ 2x changed bytes + manifest + config (≈{budget:,.0f} B)",
+        ok_bytes,
+        f"registry {med('registry', 'bytes'):,.0f} B",
     )
-    print(
-        f"target: ≥ 10x faster than TorchX's method: registry {speed:.0f}x, docker "
-        f"{med('torchx', 'seconds') / med('docker', 'seconds'):.0f}x "
-        f"{'PASS' if speed >= 10 else 'FAIL'}"
+    targets.check(
+        "≥ 10x faster than TorchX's method",
+        speed >= 10,
+        f"registry {speed:.0f}x, docker {med('torchx', 'seconds') / med('docker', 'seconds'):.0f}x",
     )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
-    return 0
+    return targets.exit_code()
 
 
 if __name__ == "__main__":

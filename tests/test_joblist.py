@@ -10,11 +10,11 @@ from torchx_nb.joblist import job_rows
 from torchx_nb.jobstore import JobRecord, JobStore
 from torchx_nb.runner import Runner
 from torchx_nb.schedulers import get_scheduler_factories
-from torchx_nb.schedulers.api import DescribeAppResponse
+from torchx_nb.schedulers.api import DescribeAppResponse, DescribesMany
 from torchx_nb.schedulers.local_cwd import LocalCwdScheduler
 
 
-class Batched(LocalCwdScheduler):
+class Batched(DescribesMany, LocalCwdScheduler):
     calls: list[int] = []
 
     def describe_many(self, app_ids: list[str]) -> Mapping[str, DescribeAppResponse | None]:

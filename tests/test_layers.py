@@ -85,3 +85,55 @@ def test_lower_layers_do_not_import_the_notebook_server_or_cli() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+# Each unit's layer: an import may point to its own layer or below, never up (DESIGN.md).
+RANKS = {
+    "specs": 0,
+    "version": 0,
+    "paths": 1,
+    "redact": 1,
+    "user_regex": 1,
+    "errors": 1,
+    "metrics": 2,
+    "workspace": 2,
+    "components": 2,
+    "apps": 2,
+    "schedulers": 3,
+    "jobstore": 4,
+    "config": 4,
+    "runner": 5,
+    "logtail": 6,
+    "joblist": 6,
+    "run_args": 6,
+    "notebook": 7,
+    "server": 7,
+    "cli": 7,
+}
+
+
+def test_every_unit_has_a_layer_and_no_import_runs_back_up() -> None:
+    graph = layer_graph()
+    units = set(graph) | {t for targets in graph.values() for t in targets}
+    assert units <= set(RANKS), f"units without a layer: {sorted(units - set(RANKS))}"
+    upward = [
+        f"{source} -> {target}"
+        for source, targets in graph.items()
+        for target in targets
+        if RANKS[target] > RANKS[source]
+    ]
+    assert upward == []
+
+
+def test_schedulers_do_not_import_components_nor_lower_layers_the_registry() -> None:
+    """Backends know nothing of components (the runner turns a cell into a script), and only
+    the runner layer and above find backends (through the registry, the plugin seam)."""
+    graph = layer_graph()
+    assert "components" not in graph["schedulers"]
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        source = unit(".".join(parts))
+        if source == "torchx_nb" or path == PACKAGE / "schedulers" / "__init__.py":
+            continue
+        if "torchx_nb.schedulers" in imports_of(path):
+            assert RANKS[source] >= RANKS["config"], f"{path.name} imports the registry"

@@ -17,7 +17,6 @@ from torchx_nb.errors import current_folder
 from torchx_nb.specs.api import TorchxNbError
 
 PROG = "torchx-nb"
-LOCAL_SCHEDULERS = ("local_cwd", "local_docker")
 _LOG_TARGET_RE = re.compile(
     r"(?P<handle>[^:/]+://[^/]*/[^/]+)(?:/(?P<role>[^/]+)(?:/(?P<replicas>[0-9,]+))?)?/?"
 )
@@ -44,6 +43,7 @@ def _builtins_text() -> str:
 
 def _build_parser() -> argparse.ArgumentParser:
     from torchx_nb.errors import positive_int, regex_arg
+    from torchx_nb.run_args import CLI, add_run_options
     from torchx_nb.version import __version__
 
     parser = _Parser(prog=PROG, description="Run TorchX-style jobs and watch them.")
@@ -57,35 +57,13 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog=_builtins_text(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument(
-        "-s",
-        "--scheduler",
-        default=None,
-        help="where to run (default: [cli:run] scheduler in .torchxconfig, else local_cwd)",
-    )
-    run.add_argument(
-        "-cfg",
-        "--cfg",
-        action="append",
-        default=[],
-        metavar="K=V,...",
-        help="scheduler options (see `torchx-nb runopts SCHEDULER`)",
-    )
-    run.add_argument(
-        "--dryrun", action="store_true", help="print the scheduler's request; submit nothing"
-    )
-    run.add_argument("--wait", action="store_true", help="wait for the job to end")
+    add_run_options(run, CLI)
     run.add_argument("--log", action="store_true", help="stream the job's logs (implies --wait)")
     run.add_argument(
         "--no-log",
         dest="no_log",
         action="store_true",
         help="with --wait on a local scheduler, do not print the logs",
-    )
-    run.add_argument(
-        "--workspace",
-        default=None,
-        help="folder shipped with the job (default: the current folder; '' for none)",
     )
     run.add_argument("--parent_run_id", default=None, help="id of the parent run, for trackers")
     run.add_argument("component", help="component name, or path/to/file.py:function")
@@ -164,52 +142,37 @@ def _replicas(
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from torchx_nb import config
+    from torchx_nb.run_args import run_request
     from torchx_nb.specs.api import AppState, is_terminal, message_text
 
-    defaults = config.cli_defaults("run")
-    scheduler = args.scheduler or defaults.get("scheduler") or "local_cwd"
-    runner = _runner()
-    with runner:
-        cfg = runner.cfg_from_str(scheduler, *args.cfg)
-        cfg = runner.cfg_with_config_files(scheduler, cfg)
-        workspace = args.workspace
-        if workspace is None:
-            workspace = defaults.get("workspace") or current_folder()
-        sched = runner.get_scheduler(scheduler)
-        if not hasattr(sched, "build_workspace_and_update_role"):
-            workspace = None
-        runner._component_defaults.setdefault(
-            args.component, config.component_defaults(args.component)
-        )
-        comp_args = list(args.component_args)
-        if comp_args and comp_args[0] == "--":
-            comp_args = comp_args[1:]
-        info = runner.dryrun_component(
-            args.component,
-            comp_args,
-            scheduler,
-            cfg,
-            workspace or None,
-            args.parent_run_id,
-            build_workspace=not args.dryrun,
-        )
+    comp_args = list(args.component_args)
+    if comp_args and comp_args[0] == "--":
+        comp_args = comp_args[1:]
+    request = run_request(
+        args,
+        component=args.component,
+        component_args=comp_args,
+        parent_run_id=args.parent_run_id,
+    )
+    with _runner() as runner:
+        prepared = runner.prepare(request, build=not args.dryrun)
         if args.dryrun:
-            print(f"=== {scheduler} request (dryrun; nothing built or submitted) ===")
-            print(info)
-            if info.workspace_preview:
-                print(info.workspace_preview)
+            print(f"=== {prepared.scheduler} request (dryrun; nothing built or submitted) ===")
+            print(prepared.info)
+            if prepared.info.workspace_preview:
+                print(prepared.info.workspace_preview)
             return 0
-        handle = runner.schedule(info, workspace=workspace or None)
+        handle = runner.submit(prepared)
         print(handle, flush=True)
-        show_logs = args.log or (args.wait and scheduler in LOCAL_SCHEDULERS and not args.no_log)
+        local = runner.is_local(prepared.scheduler)
+        show_logs = args.log or (args.wait and local and not args.no_log)
         if not (args.wait or args.log):
             return 0
         if show_logs:
             _print_logs(runner, handle, _replicas(runner, handle), sys.stdout, tail=True)
         status = runner.wait(handle, wait_interval=1)
         if status is None:
-            raise CliError(f"{handle} disappeared from {scheduler} while waiting")
+            raise CliError(f"{handle} disappeared from {prepared.scheduler} while waiting")
         print(f"{PROG}: {handle} {status.state}", file=sys.stderr)
         if is_terminal(status.state) and status.state != AppState.SUCCEEDED:
             if message_text(status.msg):
@@ -247,11 +210,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from torchx_nb.specs.api import UnknownAppException
-
     with _runner() as runner:
-        if runner.status(args.app_handle) is None:
-            raise UnknownAppException(args.app_handle)
         runner.cancel(args.app_handle)
         print(f"{PROG}: cancel requested for {args.app_handle}", file=sys.stderr)
     return 0

@@ -6,28 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from torchx_nb.jobstore import JobRecord
 from torchx_nb.runner import Runner
-from torchx_nb.specs.api import AppStatus, is_terminal, parse_app_handle
-
-
-def _refresh(records: list[JobRecord], runner: Runner) -> dict[str, AppStatus | Exception | None]:
-    return _refresh_handles([rec.handle for rec in records], runner)
-
-
-def _refresh_handles(handles: list[str], runner: Runner) -> dict[str, AppStatus | Exception | None]:
-    """Current status of each handle: one ``describe_many`` call per scheduler that has it
-    (AWS Batch: 100 jobs per call), else ``status`` per job."""
-    groups: dict[str, list[str]] = {}
-    for handle in handles:
-        groups.setdefault(parse_app_handle(handle).scheduler_backend, []).append(handle)
-    out: dict[str, AppStatus | Exception | None] = {}
-    for group in groups.values():
-        try:
-            out.update(runner.status_many(group))
-        except Exception as e:
-            out.update(dict.fromkeys(group, e))
-    return out
+from torchx_nb.specs.api import AppStatus, is_terminal
 
 
 def job_rows(
@@ -45,7 +25,7 @@ def job_rows(
     now = time.time()
     listed = {app.app_handle: app for app in runner.list(scheduler)} if scheduler else {}
     stale = [r for r in records if not r.is_terminal and r.handle not in listed]
-    fresh = _refresh(stale, runner) if refresh else {}
+    fresh = runner.refresh(r.handle for r in stale) if refresh else {}
     rows: dict[str, dict[str, Any]] = {}
     for rec in records:
         state, ended, msg = rec.state, rec.ended, rec.msg
@@ -79,7 +59,7 @@ def job_rows(
             "notebook": rec.notebook,
         }
     only_listed = [app for app in listed.values() if app.app_handle not in rows]
-    times = _refresh_handles([a.app_handle for a in only_listed], runner) if refresh else {}
+    times = runner.refresh(a.app_handle for a in only_listed) if refresh else {}
     for app in only_listed:
         status = times.get(app.app_handle)
         started = status.started if isinstance(status, AppStatus) else None

@@ -21,10 +21,11 @@ _DONE = object()
 def replica_targets(
     runner: Runner, handle: str, role: str | None = None, replicas: list[int] | None = None
 ) -> list[tuple[str, int]]:
-    """(role, replica) pairs of a job, optionally narrowed to one role and some replicas."""
+    """(role, replica) pairs of a job, optionally narrowed to one role and some replicas: from
+    the AppDef for a job this runner submitted, else from the scheduler's describe."""
     from torchx_nb.specs.api import TorchxNbError, UnknownAppException
 
-    status = runner.status(handle)
+    status = runner.submitted_status(handle) or runner.status(handle)
     if status is None:
         raise UnknownAppException(handle)
     targets = [

@@ -1,6 +1,17 @@
 """The Runner: one object through which the CLI, the magics and the server dryrun, run, watch,
 list and cancel apps on any scheduler. Mirrors ``torchx.runner.Runner``, and records every
-submission in the job store before ``run`` returns."""
+submission in the job store before ``run`` returns.
+
+The seams it owns:
+
+- **one submit path**: a ``RunRequest`` (what to run, where, with which options and
+  workspace) goes through ``prepare`` (scheduler and options resolved once, workspace used as
+  the scheduler's abilities allow, the dry run) and ``submit`` (sent, recorded); the CLI, the
+  magics and the Python API all call them;
+- **abilities, not probes**: what a scheduler can do is read from the ability classes it
+  derives from (``isinstance``);
+- **one status refresher**: ``refresh`` asks each scheduler once per batch of handles, and the
+  job store is written only when a state really changed."""
 
 from __future__ import annotations
 
@@ -12,8 +23,10 @@ import re
 import secrets
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -25,11 +38,13 @@ from torchx_nb.schedulers import (
 )
 from torchx_nb.schedulers.api import (
     DescribeAppResponse,
+    DescribesMany,
+    DirWorkspaceMixin,
     ListAppResponse,
+    LocalWorkspace,
     Scheduler,
     Stream,
-    list_apps,
-    validate_app,
+    TypedOptions,
 )
 from torchx_nb.specs.api import (
     MISSING,
@@ -40,6 +55,7 @@ from torchx_nb.specs.api import (
     AppStatus,
     CfgVal,
     InvalidRunConfigException,
+    ReplicaStatus,
     RoleStatus,
     TorchxNbError,
     UnknownAppException,
@@ -51,11 +67,14 @@ from torchx_nb.specs.api import (
     parse_app_handle,
     runopts,
 )
+from torchx_nb.workspace import WorkspaceMixin
 
 DEFAULT_SESSION = "torchx"
+DEFAULT_SCHEDULER = "local_cwd"
 ENV_JOB_ID = "TORCHX_JOB_ID"
 ENV_SESSION_ID = "TORCHX_INTERNAL_SESSION_ID"
 ENV_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
+NO_WORKSPACE = ("", "none")
 _NOT_SCHEDULER_PARAMS = {
     "TORCHXCONFIG",
     ENV_JOB_ID,
@@ -99,6 +118,49 @@ def _params_from_env() -> dict[str, str]:
         and key not in _NOT_SCHEDULER_PARAMS
         and not key.startswith("TORCHX_TRACKER")
     }
+
+
+@dataclass
+class RunRequest:
+    """What a front end asks to run: a component by name (with its arguments as the command
+    line gives them, or a dict), a notebook cell's source, or an AppDef; where, with which
+    options and workspace. Unset fields take the defaults every front end shares: the
+    scheduler from ``default_scheduler``, else ``[cli:run] scheduler`` in ``.torchxconfig``,
+    else local_cwd; the workspace from ``[cli:run] workspace``, else the current folder (used
+    only when the scheduler can take one; ``""`` or ``"none"``: no workspace)."""
+
+    component: str | None = None
+    component_args: Sequence[str] | Mapping[str, Any] = ()
+    cell: str | None = None
+    app: AppDef | None = None
+    scheduler: str | None = None
+    default_scheduler: str | None = None
+    cfg: Sequence[str] = ()
+    scheduler_defaults: Mapping[str, Mapping[str, CfgVal]] = field(default_factory=dict)
+    workspace: str | None = None
+    name: str | None = None
+    image: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    j: str | None = None
+    resource: str | None = None
+    parent_run_id: str | None = None
+    notebook: str | None = None
+
+
+@dataclass
+class PreparedRun:
+    """A request made ready: the scheduler's exact request (``info``) and what to record."""
+
+    info: AppDryRunInfo[Any]
+    scheduler: str
+    opts: Any
+    workspace: str | None
+    record: dict[str, str | None]
+
+    @property
+    def app(self) -> AppDef:
+        assert self.info.app is not None
+        return self.info.app
 
 
 class Runner:
@@ -152,8 +214,9 @@ class Runner:
             self._jobstore = JobStore()
         return self._jobstore
 
-    @property
-    def _factories(self) -> dict[str, SchedulerFactory]:
+    # ---- schedulers and their options --------------------------------------------------
+
+    def scheduler_factories(self) -> dict[str, SchedulerFactory]:
         """Every backend, built-in and from entry points (scanned once, on first need)."""
         if self._all_factories is None:
             self._all_factories = dict(get_scheduler_factories())
@@ -166,10 +229,10 @@ class Runner:
             builtin = builtin_scheduler_factories().get(scheduler)
             if builtin is not None:
                 return builtin
-        return self._factories.get(scheduler)
+        return self.scheduler_factories().get(scheduler)
 
     def scheduler_backends(self) -> list[str]:
-        return list(self._factories)
+        return list(self.scheduler_factories())
 
     def get_scheduler(self, scheduler: str) -> Scheduler[Any]:
         """The (cached) scheduler instance for a backend name."""
@@ -177,13 +240,14 @@ class Runner:
         if sched is None:
             factory = self._factory(scheduler)
             if factory is None:
-                raise UnknownSchedulerException(scheduler, list(self._factories))
+                raise UnknownSchedulerException(scheduler, list(self.scheduler_factories()))
             sched = factory(self._name, **self._params_for(factory))
             self._schedulers[scheduler] = sched
         return sched
 
     def _params_for(self, factory: SchedulerFactory) -> dict[str, Any]:
-        """The scheduler params (from code and ``TORCHX_*`` variables) the factory accepts."""
+        """The scheduler params (from code and ``TORCHX_*`` variables) the factory accepts, as
+        TorchX passes them to ``create_scheduler``."""
         params = self._scheduler_params
         if not params:
             return {}
@@ -216,6 +280,111 @@ class Runner:
         from torchx_nb import config
 
         return config.apply_runopts(scheduler, dict(cfg or {}), self.scheduler_run_opts(scheduler))
+
+    def resolve_opts(self, scheduler: str, cfg: Mapping[str, CfgVal] | None) -> Any:
+        """The scheduler's options from ``cfg``, checked once: an unknown key names the closest
+        option; the result is the scheduler's typed structure (``TypedOptions``) or a dict."""
+        sched = self.get_scheduler(scheduler)
+        if isinstance(sched, TypedOptions) and isinstance(cfg, sched.opts_type):
+            return cfg
+        given = dict(cfg.items()) if cfg is not None else {}
+        opts = sched.run_opts()
+        unknown = opts.unknown_keys(given)
+        if unknown:
+            key = unknown[0]
+            hint = opts.suggest(key)
+            raise InvalidRunConfigException(
+                f"{scheduler} has no option {key!r}"
+                + (f"; did you mean {hint!r}?" if hint else "")
+                + f" (see `torchx-nb runopts {scheduler}`)",
+                key,
+                given,
+            )
+        return sched.resolve_opts(given)
+
+    # ---- the one submit path -----------------------------------------------------------
+
+    def default_scheduler(self, preferred: str | None = None) -> str:
+        """``preferred`` (a front end's own default), else ``[cli:run] scheduler``, else
+        local_cwd."""
+        if preferred:
+            return preferred
+        from torchx_nb import config
+
+        return config.cli_defaults("run").get("scheduler") or DEFAULT_SCHEDULER
+
+    def prepare(self, request: RunRequest, build: bool = False) -> PreparedRun:
+        """Check everything in ``request`` and build the scheduler's exact request: the app
+        (from the cell, the component or the AppDef), the scheduler and its options (the front
+        end's defaults, then ``-cfg``, then ``.torchxconfig``), the workspace. With ``build``
+        the workspace is built and pushed (for a run); without, nothing is (a dry run)."""
+        import hashlib
+
+        from torchx_nb import config
+        from torchx_nb.errors import current_folder
+
+        scheduler = request.scheduler or self.default_scheduler(request.default_scheduler)
+        sched = self.get_scheduler(scheduler)
+        cfg = dict(request.scheduler_defaults.get(scheduler, {}))
+        cfg.update(self.cfg_from_str(scheduler, *request.cfg))
+        opts = self.resolve_opts(scheduler, self.cfg_with_config_files(scheduler, cfg))
+        app = self._request_app(request)
+        workspace = request.workspace
+        if workspace is None:
+            defaulted = config.cli_defaults("run").get("workspace")
+            workspace = defaulted if defaulted is not None else current_folder()
+            if not isinstance(sched, (WorkspaceMixin, DirWorkspaceMixin)):
+                workspace = ""
+        workspace = None if workspace.strip().lower() in NO_WORKSPACE else workspace
+        info = self.dryrun(
+            app, scheduler, opts, workspace, request.parent_run_id, build_workspace=build
+        )
+        record: dict[str, str | None] = {"workspace": workspace, "notebook": request.notebook}
+        if request.cell is not None:
+            record["cell_hash"] = hashlib.sha256(request.cell.encode()).hexdigest()[:16]
+        return PreparedRun(info, scheduler, info._cfg, workspace, record)
+
+    def submit(self, prepared: PreparedRun) -> AppHandle:
+        """Send a prepared (built) run and record it in the job store."""
+        return self.schedule(prepared.info, **prepared.record)
+
+    def _request_app(self, request: RunRequest) -> AppDef:
+        """The AppDef a request names, with its name, image and env overrides applied."""
+        if request.cell is not None:
+            from torchx_nb.components.cell import cell as cell_component
+
+            kwargs: dict[str, Any] = {
+                "source": request.cell,
+                "env": dict(request.env),
+                "j": request.j,
+                "h": request.resource,
+            }
+            if request.name:
+                kwargs["name"] = request.name
+            if request.image:
+                kwargs["image"] = request.image
+            return cell_component(**kwargs)
+        if request.app is not None:
+            app = copy.deepcopy(request.app)
+        elif request.component:
+            from torchx_nb import config
+
+            defaults = {
+                **config.component_defaults(request.component),
+                **self._component_defaults.get(request.component, {}),
+            }
+            app = self.component_app(request.component, request.component_args, defaults)
+        else:
+            raise TorchxNbError("nothing to run: give a component, a cell or an AppDef")
+        for role in app.roles:
+            role.env.update(request.env)
+            if request.image:
+                role.image = request.image
+        if request.name:
+            app.name = request.name
+        return app
+
+    # ---- dry run and run (TorchX's API) ------------------------------------------------
 
     def _validate_app(self, app: AppDef) -> None:
         if not app.roles:
@@ -257,44 +426,65 @@ class Runner:
             parent = os.environ.get(ENV_PARENT_RUN_ID) or parent_run_id
             if parent:
                 role.env[ENV_PARENT_RUN_ID] = parent
-        opts = sched.run_opts()
-        given = dict(cfg or {})
-        unknown = opts.unknown_keys(given)
-        if unknown:
-            key = unknown[0]
-            hint = opts.suggest(key)
-            raise InvalidRunConfigException(
-                f"{scheduler} has no option {key!r}"
-                + (f"; did you mean {hint!r}?" if hint else "")
-                + f" (see `torchx-nb runopts {scheduler}`)",
-                key,
-                given,
-            )
-        resolved = opts.resolve(given)
-        sched._pre_build_validate(app, scheduler, resolved)
-        preview_text: str | None = None
+        opts = self.resolve_opts(scheduler, cfg)
+        sched._pre_build_validate(app, scheduler, opts)
+        folder: LocalWorkspace | None = None
+        preview: str | None = None
         if workspace:
-            build = getattr(sched, "build_workspace_and_update_role", None)
-            if build is None:
-                raise TorchxNbError(
-                    f"{scheduler} cannot take a workspace; drop --workspace or use a scheduler"
-                    " that builds images"
-                )
-            if build_workspace:
-                for role in app.roles:
-                    build(role, workspace, resolved)
-            else:
-                preview = getattr(sched, "preview_workspace", None)
-                plan = getattr(sched, "plan_workspace_and_update_role", None)
-                preview_text = preview(workspace) if preview is not None else None
-                for role in app.roles:
-                    if plan is not None:
-                        plan(role, workspace, resolved)
-        validate_app(sched, app, scheduler, resolved)
-        info = sched.submit_dryrun(app, resolved)
+            folder, preview = self._use_workspace(
+                sched, scheduler, app, workspace, opts, build_workspace
+            )
+        if isinstance(sched, TypedOptions):
+            sched._validate(app, scheduler, opts)
+        else:
+            sched._validate(app, scheduler)
+        info = sched.submit_dryrun(app, opts, folder)
         info._scheduler = scheduler
-        info.workspace_preview = preview_text
+        info.workspace_preview = preview
         return info
+
+    def _use_workspace(
+        self,
+        sched: Scheduler[Any],
+        scheduler: str,
+        app: AppDef,
+        workspace: str,
+        opts: Any,
+        build: bool,
+    ) -> tuple[LocalWorkspace | None, str | None]:
+        """Give the workspace to the scheduler as its abilities allow: patched onto each role's
+        image (``WorkspaceMixin``; listed only, for a dry run), or as the folder the job runs
+        from (``DirWorkspaceMixin``). A cell role then runs its source as a script file in
+        the workspace. Returns the folder and the dry run's preview of what ships."""
+        from torchx_nb.components.cell import cell_script, run_as_script
+
+        path = Path(workspace).expanduser()
+        if not path.is_dir():
+            raise TorchxNbError(f"workspace {workspace!r} is not a folder")
+        if isinstance(sched, WorkspaceMixin):
+            for role in app.roles:
+                script = cell_script(role)
+                if build:
+                    sched.patch_image(role, workspace, opts, dict([script]) if script else {})
+                else:
+                    sched.plan_image(role, workspace, opts)
+                if script is not None:
+                    run_as_script(role, script[0])
+            return None, None if build else sched.preview_workspace(workspace)
+        if isinstance(sched, DirWorkspaceMixin):
+            files: dict[str, bytes] = {}
+            if sched.copies_workspace(opts):
+                for role in app.roles:
+                    script = cell_script(role)
+                    if script is not None:
+                        files[script[0]] = script[1]
+                        run_as_script(role, script[0])
+            folder = LocalWorkspace(str(path.resolve()), files)
+            return folder, None if build else sched.preview_workspace(workspace, opts)
+        raise TorchxNbError(
+            f"{scheduler} cannot take a workspace; drop --workspace or use a scheduler"
+            " that builds images"
+        )
 
     def run(
         self,
@@ -320,7 +510,7 @@ class Runner:
         app = dryrun_info._app or AppDef(name=app_id)
         self._apps[handle] = app
         now = time.time()
-        record_row = JobRecord(
+        row = JobRecord(
             handle=handle,
             scheduler=scheduler,
             session=self._name,
@@ -334,26 +524,16 @@ class Runner:
             notebook=record.get("notebook"),
             workspace=record.get("workspace"),
         )
-        self._store_submission(record_row)
+        try:
+            self.jobstore.add(row)  # SQLite's busy timeout waits for other writers
+        except Exception as e:
+            warnings.warn(
+                f"{handle} was submitted but could not be recorded in the job store ({e});"
+                " keep this handle to follow the job",
+                stacklevel=2,
+            )
         self._last_state[handle] = AppState.SUBMITTED.name
         return handle
-
-    def _store_submission(self, row: JobRecord) -> None:
-        """The job was submitted: record it, retrying a busy or locked store; if the store stays
-        unwritable, say so loudly with the handle rather than fail the submission."""
-        last: Exception | None = None
-        for attempt in range(5):
-            try:
-                self.jobstore.add(row)
-                return
-            except Exception as e:
-                last = e
-                time.sleep(0.2 * (attempt + 1))
-        warnings.warn(
-            f"{row.handle} was submitted but could not be recorded in the job store"
-            f" ({last}); keep this handle to follow the job",
-            stacklevel=3,
-        )
 
     def run_component(
         self,
@@ -365,7 +545,7 @@ class Runner:
         parent_run_id: str | None = None,
     ) -> AppHandle:
         info = self.dryrun_component(
-            component, component_args, scheduler, cfg, workspace, parent_run_id
+            component, component_args, scheduler, cfg, workspace, parent_run_id, True
         )
         return self.schedule(info, workspace=workspace)
 
@@ -384,14 +564,22 @@ class Runner:
         return self.dryrun(app, scheduler, cfg, workspace, parent_run_id, build_workspace)
 
     def component_app(
-        self, component: str, component_args: list[str] | Mapping[str, Any]
+        self,
+        component: str,
+        component_args: Sequence[str] | Mapping[str, Any],
+        defaults: Mapping[str, str] | None = None,
     ) -> AppDef:
+        """The AppDef of a component from its arguments (``defaults``: the component's
+        defaults from ``.torchxconfig`` or code, below the arguments)."""
         from torchx_nb.components import get_component
         from torchx_nb.specs.builders import materialize_appdef
 
         fn = get_component(component)
-        defaults = dict(self._component_defaults.get(component, {}))
-        return materialize_appdef(fn, component_args, defaults, prog=f"torchx-nb run {component}")
+        given = defaults if defaults is not None else self._component_defaults.get(component, {})
+        args = list(component_args) if not isinstance(component_args, Mapping) else component_args
+        return materialize_appdef(fn, args, dict(given), prog=f"torchx-nb run {component}")
+
+    # ---- status ------------------------------------------------------------------------
 
     def _scheduler_and_id(self, app_handle: AppHandle) -> tuple[Scheduler[Any], str, str]:
         parsed = parse_app_handle(app_handle)
@@ -411,16 +599,15 @@ class Runner:
 
     def status_many(self, app_handles: list[AppHandle]) -> dict[AppHandle, AppStatus | None]:
         """Statuses of many apps of one scheduler: a single ``describe_many`` call where the
-        backend has it (AWS Batch describes 100 jobs per call), else ``status`` per app."""
+        backend can (``DescribesMany``), else ``status`` per app."""
         unique = list(dict.fromkeys(app_handles))
         if not unique:
             return {}
         sched, _, _ = self._scheduler_and_id(unique[0])
-        describe_many = getattr(sched, "describe_many", None)
-        if describe_many is None:
+        if not isinstance(sched, DescribesMany):
             return {h: self.status(h) for h in unique}
         ids = {parse_app_handle(h).app_id: h for h in unique}
-        found = describe_many(list(ids))
+        found = sched.describe_many(list(ids))
         out: dict[AppHandle, AppStatus | None] = {}
         for app_id, handle in ids.items():
             desc = found.get(app_id)
@@ -503,12 +690,18 @@ class Runner:
             time.sleep(delay)
             delay = min(delay * 1.5, wait_interval)
 
-    def cancel(self, app_handle: AppHandle) -> None:
-        """Ask the scheduler to stop the app if it is still running; returns at once."""
-        status = self.status(app_handle)
-        if status is not None and not is_terminal(status.state):
-            sched, _, app_id = self._scheduler_and_id(app_handle)
-            sched.cancel(app_id)
+    def cancel(self, app_handle: AppHandle) -> AppStatus:
+        """Ask the scheduler to stop the app if it is still running; returns at once with the
+        status it had (one describe). An app the scheduler does not know is
+        ``UnknownAppException``."""
+        sched, _, app_id = self._scheduler_and_id(app_handle)
+        desc = sched.describe(app_id)
+        if desc is None:
+            raise UnknownAppException(app_handle)
+        status = _status_of(desc)
+        if not is_terminal(status.state):
+            sched._cancel_existing(app_id)
+        return status
 
     stop = cancel
 
@@ -527,6 +720,27 @@ class Runner:
             return self._apps[app_handle]
         return AppDef(name=app_id, roles=desc.roles, metadata=desc.metadata)
 
+    def submitted_status(self, app_handle: AppHandle) -> AppStatus | None:
+        """A job this runner just submitted, as submitted: its roles and replicas from the
+        AppDef, no scheduler call (watchers start from it; the poller asks at once). None for
+        a job this runner did not submit."""
+        app = self._apps.get(app_handle)
+        if app is None:
+            return None
+        state = AppState.SUBMITTED
+        return AppStatus(
+            state,
+            roles=[
+                RoleStatus(
+                    role.name,
+                    [ReplicaStatus(i, state, role.name, "") for i in range(role.num_replicas)],
+                )
+                for role in app.roles
+            ],
+        )
+
+    # ---- logs --------------------------------------------------------------------------
+
     def log_lines(
         self,
         app_handle: AppHandle,
@@ -541,34 +755,35 @@ class Runner:
         """Log lines of replica ``k`` of ``role_name``; raises UnknownAppException for an app the
         scheduler does not know and NoSuchReplica for a role or replica the job does not have,
         from one describe."""
-        sched, app_id = self._known_replica(app_handle, role_name, k)
+        sched, app_id, role_name = self._known_replica(app_handle, role_name, k)
         return sched.log_iter(app_id, role_name, k, regex, since, until, should_tail, streams)
 
     def log_tail(
         self,
         app_handle: AppHandle,
-        role_name: str,
+        role_name: str | None,
         k: int = 0,
         n: int = 100,
         regex: str | None = None,
         streams: Stream | None = None,
     ) -> list[str]:
-        """The last ``n`` lines (that ``regex`` finds, in RE2 syntax) of a replica's log: read
-        from the end of the file where the backend's logs are files (``LogFiles``), else
-        through ``log_lines`` keeping only the last ``n``."""
+        """The last ``n`` lines (that ``regex`` finds, in RE2 syntax) of a replica's log (of
+        the first role when ``role_name`` is None): read from the end of the file where the
+        backend's logs are files (``LogFiles``), else through ``log_iter`` keeping the last
+        ``n``. One describe."""
         from collections import deque
 
         from torchx_nb.schedulers.api import LogFiles, tail_lines
         from torchx_nb.user_regex import compile_regex
 
-        sched, app_id = self._known_replica(app_handle, role_name, k)
+        sched, app_id, role = self._known_replica(app_handle, role_name, k)
         pattern = compile_regex(regex) if regex else None
         if isinstance(sched, LogFiles):
-            path = sched.log_file(app_id, role_name, k, streams)
+            path = sched.log_file(app_id, role, k, streams)
             if path is not None:
                 return tail_lines(path, n, pattern) if path.exists() else []
         window: deque[str] = deque(maxlen=n)
-        for line in sched.log_iter(app_id, role_name, k, streams=streams):
+        for line in sched.log_iter(app_id, role, k, streams=streams):
             if pattern is None or pattern.search(line):
                 window.append(line)
         return list(window)
@@ -576,7 +791,7 @@ class Runner:
     def log_window(
         self,
         app_handle: AppHandle,
-        role_name: str,
+        role_name: str | None,
         k: int = 0,
         start: int = 0,
         end: int | None = None,
@@ -591,29 +806,40 @@ class Runner:
 
         from torchx_nb.user_regex import compile_regex
 
-        sched, app_id = self._known_replica(app_handle, role_name, k)
+        sched, app_id, role = self._known_replica(app_handle, role_name, k)
         pattern = compile_regex(regex) if regex else None
-        lines = itertools.islice(sched.log_iter(app_id, role_name, k, streams=streams), start, end)
+        lines = itertools.islice(sched.log_iter(app_id, role, k, streams=streams), start, end)
         return list(
             deque((line for line in lines if pattern is None or pattern.search(line)), keep)
         )
 
     def _known_replica(
-        self, app_handle: AppHandle, role_name: str, k: int
-    ) -> tuple[Scheduler[Any], str]:
+        self, app_handle: AppHandle, role_name: str | None, k: int
+    ) -> tuple[Scheduler[Any], str, str]:
+        """The scheduler, app id and role (the first one when None) of a replica the job has,
+        from one describe."""
         sched, _, app_id = self._scheduler_and_id(app_handle)
         desc = sched.describe(app_id)
         if desc is None:
             raise UnknownAppException(app_handle)
+        if role_name is None:
+            roles = [rs.role for rs in desc.roles_statuses] or [r.name for r in desc.roles]
+            role_name = roles[0] if roles else app_id
         _check_replica(desc, role_name, k)
-        return sched, app_id
+        return sched, app_id, role_name
+
+    # ---- list --------------------------------------------------------------------------
 
     def list(
         self, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
     ) -> list[ListAppResponse]:
-        """The scheduler's own list of our apps, with handles filled in."""
+        """The scheduler's own list of our apps, with handles filled in. A ``TypedOptions``
+        scheduler gets its options (required ones may be missing: e.g. every queue)."""
         sched = self.get_scheduler(scheduler)
-        apps = list_apps(sched, cfg)
+        if isinstance(sched, TypedOptions):
+            apps = sched.list(sched.opts_type.from_cfg(dict(cfg or {}), partial=True))
+        else:
+            apps = sched.list()
         for app in apps:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps
@@ -634,8 +860,6 @@ def get_runner(
 def _status_of(desc: DescribeAppResponse) -> AppStatus:
     """The status as people see it: every message masked (``redact``) here, once, so the
     widgets, the snapshot, the job store, the CLI and the REST API show no secret."""
-    from dataclasses import replace
-
     from torchx_nb.redact import redact_text
 
     return AppStatus(

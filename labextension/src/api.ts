@@ -5,6 +5,7 @@
  */
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
+import { EventSourceMessage, fetchEventSource } from '@microsoft/fetch-event-source';
 
 export type JobState =
   | 'UNSUBMITTED'
@@ -145,78 +146,45 @@ export interface IEventHandlers {
 }
 
 /**
- * Follows `/events` (server-sent events read through fetch, so Jupyter's auth header is sent),
- * resuming after the last event id on reconnection. Returns a function that stops it.
+ * Follows `/events` with `@microsoft/fetch-event-source` (server-sent events read through
+ * JupyterLab's ServerConnection, so Jupyter's auth header and cookies are sent), resuming after
+ * the last event id on reconnection, retrying with backoff. Returns a function that stops it.
  */
 export function followEvents(lastEventId: string, on: IEventHandlers): () => void {
   const abort = new AbortController();
-  let eventId = lastEventId;
-  let stopped = false;
-  const run = async (): Promise<void> => {
-    let delay = 500;
-    while (!stopped) {
-      try {
-        const headers: Record<string, string> = eventId ? { 'Last-Event-ID': eventId } : {};
-        const response = await ServerConnection.makeRequest(
-          url('events'),
-          { headers, signal: abort.signal, cache: 'no-store' },
-          settings()
-        );
-        if (!response.ok || !response.body) {
-          throw new Error(`events: ${response.status}`);
-        }
-        on.connected(true);
-        delay = 500;
-        const reader = response.body.getReader();
-        const decoder = new TextDecoder();
-        let buffer = '';
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) {
-            break;
-          }
-          buffer += decoder.decode(value, { stream: true });
-          let cut: number;
-          while ((cut = buffer.indexOf('\n\n')) >= 0) {
-            const block = buffer.slice(0, cut);
-            buffer = buffer.slice(cut + 2);
-            let event = 'message';
-            const data: string[] = [];
-            for (const line of block.split('\n')) {
-              if (line.startsWith('event:')) {
-                event = line.slice(6).trim();
-              } else if (line.startsWith('data:')) {
-                data.push(line.slice(5).trimStart());
-              } else if (line.startsWith('id:')) {
-                eventId = line.slice(3).trim();
-              }
-            }
-            if (!data.length) {
-              continue;
-            }
-            const payload = JSON.parse(data.join('\n'));
-            if (event === 'reset') {
-              on.reset();
-            } else if (event === 'job') {
-              on.job(payload as IJob);
-            } else if (event === 'counts') {
-              on.counts(payload as Record<string, number>);
-            }
-          }
-        }
-      } catch (e) {
-        if (stopped) {
-          return;
-        }
+  const s = settings();
+  let delay = 500;
+  void fetchEventSource(url('events'), {
+    signal: abort.signal,
+    openWhenHidden: true,
+    headers: lastEventId ? { 'Last-Event-ID': lastEventId } : {},
+    fetch: (input: RequestInfo | URL, init?: RequestInit) =>
+      ServerConnection.makeRequest(String(input), { ...init, cache: 'no-store' }, s),
+    async onopen(response: Response): Promise<void> {
+      if (!response.ok) {
+        throw new Error(`events: ${response.status}`);
       }
+      delay = 500;
+      on.connected(true);
+    },
+    onmessage(message: EventSourceMessage): void {
+      if (message.event === 'reset') {
+        on.reset();
+      } else if (message.event === 'job' && message.data) {
+        on.job(JSON.parse(message.data) as IJob);
+      } else if (message.event === 'counts' && message.data) {
+        on.counts(JSON.parse(message.data) as Record<string, number>);
+      }
+    },
+    onclose(): void {
       on.connected(false);
-      await new Promise(resolve => setTimeout(resolve, delay));
+      throw new Error('events: the server closed the stream'); // reconnect
+    },
+    onerror(): number {
+      on.connected(false);
       delay = Math.min(delay * 2, 10_000);
+      return delay;
     }
-  };
-  void run();
-  return () => {
-    stopped = true;
-    abort.abort();
-  };
+  });
+  return () => abort.abort();
 }

@@ -11,7 +11,7 @@ from torchx_nb.components.utils import sh
 from torchx_nb.notebook.poller import Poller, get_poller
 from torchx_nb.runner import Runner, get_runner
 from torchx_nb.schedulers import get_scheduler_factories
-from torchx_nb.schedulers.api import DescribeAppResponse
+from torchx_nb.schedulers.api import DescribeAppResponse, DescribesMany
 from torchx_nb.schedulers.local_cwd import LocalCwdScheduler
 from torchx_nb.specs import AppState
 
@@ -40,7 +40,7 @@ def test_poller_follows_real_jobs_on_one_thread() -> None:
     assert get_poller(runner) is get_poller(runner)
 
 
-class Batched(LocalCwdScheduler):
+class Batched(DescribesMany, LocalCwdScheduler):
     """local_cwd plus describe_many, counting calls."""
 
     calls: list[int] = []

@@ -14,7 +14,7 @@ from torchx_nb.notebook.widgets import (
     StatusWidget,
     widgets_enabled,
 )
-from torchx_nb.runner import get_runner
+from torchx_nb.runner import Runner, get_runner
 from torchx_nb.specs import AppState
 
 
@@ -226,7 +226,8 @@ def test_job_view_survives_an_unreachable_scheduler_at_submission(runner) -> Non
     from torchx_nb.notebook.widgets import JobView
 
     class Unlucky:
-        """The runner, but the first two status calls fail (the network dropped)."""
+        """A runner (not the one that submitted: it knows the job only from the scheduler),
+        whose first two status calls and refreshes fail (the network dropped)."""
 
         def __init__(self, real) -> None:  # type: ignore[no-untyped-def]
             self.real, self.failures = real, 2
@@ -237,11 +238,17 @@ def test_job_view_survives_an_unreachable_scheduler_at_submission(runner) -> Non
                 raise ConnectionError("endpoint unreachable")
             return self.real.status(handle)
 
+        def refresh(self, handles):  # type: ignore[no-untyped-def]
+            if self.failures:
+                self.failures -= 1
+                return dict.fromkeys(handles, ConnectionError("endpoint unreachable"))
+            return self.real.refresh(handles)
+
         def __getattr__(self, name):  # type: ignore[no-untyped-def]
             return getattr(self.real, name)
 
     handle = runner.run(sh("sh", "-c", "sleep 1; echo done"), "local_cwd")
-    unlucky = Unlucky(runner)
+    unlucky = Unlucky(Runner())
     poller = Poller(unlucky, local_interval=0.05)
     view = JobView(handle, unlucky, poller)
     assert view.logs is not None and view.logs.replica == ""

@@ -14,7 +14,7 @@ from tests.conftest import wait_for
 from torchx_nb import specs
 from torchx_nb.schedulers.api import Stream
 from torchx_nb.schedulers.local_cwd import LocalCwdScheduler, create_scheduler
-from torchx_nb.specs import AppState
+from torchx_nb.specs import AppState, TorchxNbError
 
 
 def app(
@@ -188,16 +188,19 @@ def test_list_and_log_dir_option(sched: LocalCwdScheduler, tmp_path: Path) -> No
 def test_workspace_becomes_cwd_and_dryrun_has_no_side_effects(
     sched: LocalCwdScheduler, tmp_path: Path
 ) -> None:
+    from torchx_nb.runner import Runner
+    from torchx_nb.schedulers.api import DirWorkspaceMixin, LocalWorkspace
+
     ws = tmp_path / "ws"
     ws.mkdir()
     a = app("-c", "pwd")
-    sched.build_workspace_and_update_role(a.roles[0], str(ws), {})
-    info = sched.submit_dryrun(a, {})
+    assert isinstance(sched, DirWorkspaceMixin) and not sched.copies_workspace(None)
+    info = sched.submit_dryrun(a, {}, LocalWorkspace(str(ws)))
     assert info.request.role_params["r"][0].cwd == str(ws)
     assert not Path(info.request.state_dir).exists()
     assert '"app_id"' in repr(info)
-    with pytest.raises(FileNotFoundError, match="is not a folder"):
-        sched.build_workspace_and_update_role(a.roles[0], str(tmp_path / "missing"), {})
+    with pytest.raises(TorchxNbError, match="is not a folder"):
+        Runner().dryrun(a, "local_cwd", {}, workspace=str(tmp_path / "missing"))
 
 
 def test_dryrun_masks_secret_env(sched: LocalCwdScheduler) -> None:

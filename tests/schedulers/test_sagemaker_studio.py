@@ -148,10 +148,13 @@ def test_without_iam_read_access_a_name_becomes_an_arn_in_the_callers_account() 
 
 def test_default_bucket_and_image_repo_are_created_once(aws_env: MotoServer) -> None:
     s3, ecr = aws_env.client("s3"), aws_env.client("ecr")
-    bucket = studio.default_bucket(s3, "us-west-2", ACCOUNT)
+    bucket = studio.default_bucket_name("us-west-2", ACCOUNT)
     assert bucket == f"sagemaker-us-west-2-{ACCOUNT}"
-    assert studio.default_bucket(s3, "us-west-2", ACCOUNT) == bucket
+    studio.ensure_bucket(s3, f"s3://{bucket}/", "us-west-2")
+    studio.ensure_bucket(s3, f"s3://{bucket}/x/", "us-west-2")
     s3.head_bucket(Bucket=bucket)
+    studio.ensure_bucket(s3, "s3://someone-elses/", "us-west-2")  # not ours to create
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"]].count("someone-elses") == 0
     repo = studio.default_image_repo(ecr, "us-west-2", ACCOUNT)
     assert repo == f"{ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com/torchx-nb"
     assert studio.default_image_repo(ecr, "us-west-2", ACCOUNT) == repo

@@ -9,6 +9,7 @@ from torchx_nb.components.dist import _distributed_app, torchrun_command
 
 MAX_SOURCE_BYTES = 96 * 1024
 CELL_METADATA_KEY = "torchx_nb.cell"
+CELL_PREFIX = ".torchx-cell-"
 
 
 def cell(
@@ -97,6 +98,20 @@ def cell_source(role: specs.Role) -> str | None:
     """The Python source of a role made by the ``cell`` component, else None."""
     recipe = role.metadata.get(CELL_METADATA_KEY)
     return recipe["source"] if isinstance(recipe, dict) else None
+
+
+def cell_script(role: specs.Role) -> tuple[str, bytes] | None:
+    """The file a workspace gets for a cell role (its name and content), or None for a role
+    that is not a cell. It goes at the workspace root, so the cell imports the notebook
+    folder's modules as it does in the kernel (Python puts the script's folder first on
+    sys.path)."""
+    import hashlib
+
+    source = cell_source(role)
+    if source is None:
+        return None
+    sha = hashlib.sha256(source.encode()).hexdigest()[:12]
+    return f"{CELL_PREFIX}{sha}.py", source.encode()
 
 
 def run_as_script(role: specs.Role, script: str) -> None:

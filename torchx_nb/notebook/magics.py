@@ -8,7 +8,6 @@ checked before anything is built or submitted. Defaults come from traitlets
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shlex
 import sys
@@ -55,21 +54,9 @@ class _HelpShown(Exception):
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-s",
-        "--scheduler",
-        default=None,
-        help="where to run (default: "
-        "TorchxMagics.scheduler, then [cli:run] in .torchxconfig, then local_cwd)",
-    )
-    parser.add_argument(
-        "-cfg",
-        "--cfg",
-        action="append",
-        default=[],
-        metavar="K=V,...",
-        help="scheduler options (see %%torchx runopts SCHEDULER)",
-    )
+    from torchx_nb.run_args import MAGIC, add_run_options
+
+    add_run_options(parser, MAGIC)
     parser.add_argument("--image", default=None, help="image the job runs in")
     parser.add_argument(
         "-j", default=None, metavar="[MIN:]NxP", help="run under torchrun: N nodes of P processes"
@@ -88,20 +75,6 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="RESOURCE",
         help="a named resource, e.g. cpu.small or aws_g5.xlarge",
-    )
-    parser.add_argument(
-        "--workspace",
-        default=None,
-        metavar="PATH|none",
-        help="folder shipped with the job (default: the notebook's folder)",
-    )
-    parser.add_argument(
-        "--wait", action="store_true", help="block until the job ends, streaming its logs as text"
-    )
-    parser.add_argument(
-        "--dryrun",
-        action="store_true",
-        help="show the scheduler's request (secrets masked); submit nothing",
     )
     parser.add_argument(
         "-o",
@@ -340,21 +313,6 @@ class TorchxMagics(Magics):
             return True
         return widgets_enabled()
 
-    def _scheduler_name(self, explicit: str | None) -> str:
-        if explicit:
-            return explicit
-        if self.scheduler:
-            return self.scheduler
-        from torchx_nb import config
-
-        return config.cli_defaults("run").get("scheduler") or "local_cwd"
-
-    def _cfg(self, scheduler: str, literals: list[str]) -> dict[str, Any]:
-        runner = self.runner
-        cfg = dict(self.cfg.get(scheduler, {}))
-        cfg.update(runner.cfg_from_str(scheduler, *literals))
-        return runner.cfg_with_config_files(scheduler, cfg)
-
     def _notebook_path(self) -> str | None:
         ns = self.shell.user_ns if self.shell else {}
         for candidate in (
@@ -366,64 +324,41 @@ class TorchxMagics(Magics):
                 return str(candidate)
         return None
 
-    def _workspace(self, value: str | None) -> str | None:
-        if value is None:
-            return current_folder()
-        if value.lower() in ("none", ""):
-            return None
-        path = os.path.expanduser(value)
-        if not os.path.isdir(path):
-            raise MagicLineError(f"%torchx run: --workspace {value!r} is not a folder")
-        return path
-
     def _do_run(self, args: argparse.Namespace, cell: str | None) -> None:
         from torchx_nb.metrics import metric_definitions, parse_metric
+        from torchx_nb.run_args import run_request
 
         out = _out_name(args.out)
         metric_specs = [parse_metric(m) for m in args.metric]
-        env = _split_env(args.env)
-        workspace = self._workspace(args.workspace)
-        scheduler = self._scheduler_name(args.scheduler)
+        if cell is not None and not cell.strip():
+            raise MagicLineError(
+                "%%torchx run: the cell is empty; write the code to run below the magic line"
+            )
+        request = run_request(
+            args,
+            cell=cell,
+            component=None if cell is not None else args.component,
+            component_args=[] if cell is not None else list(args.args),
+            default_scheduler=self.scheduler or None,
+            scheduler_defaults=self.cfg,
+            name=args.name,
+            image=args.image or self.image or None,
+            env=_split_env(args.env),
+            j=args.j,
+            resource=args.resource,
+            notebook=self._notebook_path(),
+        )
         runner = self.runner
-        cfg = self._cfg(scheduler, args.cfg)
-        known = {m.name for m in metric_specs}
-        metric_specs += [
-            m for m in metric_definitions(cfg.get("metric_definitions")) if m.name not in known
-        ]
-        if not hasattr(runner.get_scheduler(scheduler), "build_workspace_and_update_role"):
-            workspace = None
-        image = args.image or self.image or None
-        cell_hash = None
-        if cell is not None:
-            if not cell.strip():
-                raise MagicLineError(
-                    "%%torchx run: the cell is empty; write the code to run below the magic line"
-                )
-            from torchx_nb.components.cell import cell as cell_component
-
-            kwargs: dict[str, Any] = {"source": cell, "env": env, "j": args.j, "h": args.resource}
-            if args.name:
-                kwargs["name"] = args.name
-            if image:
-                kwargs["image"] = image
-            app = cell_component(**kwargs)
-            cell_hash = hashlib.sha256(cell.encode()).hexdigest()[:16]
-        else:
-            app = runner.component_app(args.component, list(args.args))
-            for role in app.roles:
-                role.env.update(env)
-                if image:
-                    role.image = image
-            if args.name:
-                app.name = args.name
         if args.dryrun:
-            self._show_dryrun(scheduler, runner.dryrun(app, scheduler, cfg, workspace))
+            prepared = runner.prepare(request)
+            self._show_dryrun(prepared.scheduler, prepared.info)
             return None
         with self._progress():
-            info = runner.dryrun(app, scheduler, cfg, workspace, build_workspace=True)
-        handle = runner.schedule(
-            info, workspace=workspace, cell_hash=cell_hash, notebook=self._notebook_path()
-        )
+            prepared = runner.prepare(request, build=True)
+        known = {m.name for m in metric_specs}
+        defined = metric_definitions(prepared.info.cfg.get("metric_definitions"))
+        metric_specs += [m for m in defined if m.name not in known]
+        handle = runner.submit(prepared)
         from torchx_nb.notebook.handle import JobHandle
 
         job = JobHandle(handle, runner, metric_specs)
@@ -477,7 +412,10 @@ class TorchxMagics(Magics):
         else:
             from torchx_nb.notebook.render import status_text
 
-            display({"text/plain": status_text(job.handle, runner.status(job.handle))}, raw=True)
+            display(
+                {"text/plain": status_text(job.handle, runner.submitted_status(job.handle))},
+                raw=True,
+            )
             if not wait:
                 print(
                     f"(not waiting: `%torchx status {job.handle}`, `%torchx log "
@@ -558,11 +496,8 @@ class TorchxMagics(Magics):
         display({"text/plain": json.dumps(redact(asdict(app)), indent=2, default=str)}, raw=True)
 
     def _do_cancel(self, args: argparse.Namespace, cell: str | None) -> None:
-        from torchx_nb.specs.api import UnknownAppException
 
         handle = self._resolve_handle(args.handle)
-        if self.runner.status(handle) is None:
-            raise UnknownAppException(handle)
         self.runner.cancel(handle)
         print(f"cancel requested for {handle}")
 
@@ -609,7 +544,7 @@ class TorchxMagics(Magics):
     def _do_schedulers(self, args: argparse.Namespace, cell: str | None) -> Any:
         from torchx_nb.notebook.frames import schedulers_frame
 
-        return schedulers_frame(self.runner._factories)
+        return schedulers_frame(self.runner.scheduler_factories())
 
 
 _LOADED: dict[int, TorchxMagics] = {}

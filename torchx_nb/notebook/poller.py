@@ -111,11 +111,7 @@ class Poller:
         group = self._groups.get(scheduler)
         if group is not None and group.interval is not None:
             return group.interval
-        try:
-            local = bool(getattr(self.runner.get_scheduler(scheduler), "is_local", False))
-        except Exception:
-            local = False
-        value = self.local_interval if local else self.remote_interval
+        value = self.local_interval if self.runner.is_local(scheduler) else self.remote_interval
         if group is not None:
             group.interval = value
         return value
@@ -153,14 +149,10 @@ class Poller:
 
     def _poll_group(self, sched_name: str, group: _Group, watches: dict[int, _Watch]) -> None:
         handles = [w.handle for w in watches.values()]
-        statuses: dict[str, AppStatus | BaseException | None]
-        try:
-            statuses = dict(self.runner.status_many(handles))
-        except Exception as e:
-            if len(handles) == 1:
-                statuses = {handles[0]: e}
-            else:
-                statuses = {h: self._status_or_error(h) for h in handles}
+        statuses: dict[str, AppStatus | BaseException | None] = dict(self.runner.refresh(handles))
+        if len(handles) > 1 and all(isinstance(s, BaseException) for s in statuses.values()):
+            # the batch failed: ask one by one, so one bad job does not hold back the others
+            statuses = {h: self._status_or_error(h) for h in handles}
         errors = [s for s in statuses.values() if isinstance(s, BaseException)]
         if errors and len(errors) == len(statuses):
             group.failures += 1

@@ -154,7 +154,7 @@ def status_text(handle: str, status: AppStatus | None, seconds: float | None = N
     for role, k, state, detail, host, restarts in replica_rows(status):
         extra = f" {detail}" if detail else ""
         extra += f" restarts={restarts}" if restarts else ""
-        lines.append(f"  {role}/{k}: {state}{extra} on {host}")
+        lines.append(f"  {role}/{k}: {state}{extra}" + (f" on {host}" if host else ""))
     if status is not None:
         if message_text(status.msg):
             lines.append(f"  {message_text(status.msg)}")

@@ -315,7 +315,9 @@ class LogWidget:
     def _replicas(self, status: AppStatus | None = None) -> list[str]:
         if status is None:
             try:
-                status = self.runner.status(self.handle)
+                status = self.runner.submitted_status(self.handle) or self.runner.status(
+                    self.handle
+                )
             except Exception:
                 return []
         if status is None:
@@ -527,10 +529,8 @@ class JobView:
         self._log_display: Any = None
         self._metrics_reader: _Reader | None = None
         self.logs: LogWidget | None = None
-        try:
-            first = runner.status(handle)
-        except Exception:
-            first = None  # the poller retries and the widget says "reconnecting"
+        # as submitted (no scheduler call): the poller asks for the status at once
+        first = runner.submitted_status(handle)
         if show_logs:
             self.logs = LogWidget(handle, runner, max_lines=log_lines)
         if self.metrics is not None:
@@ -620,7 +620,9 @@ class JobView:
 
 class ProgressBar:
     """Image build/push progress as an ipywidgets progress bar, shown on the first report;
-    ``progress(done, total, what)`` like ``TextProgress`` (at most 10 redraws a second)."""
+    ``progress(done, total, what)`` like ``TextProgress`` (at most 10 redraws a second). Not
+    tqdm's notebook bar: that one has no text fallback, so a headless run or a saved notebook
+    shows "Error displaying widget" where this one says what was pushed."""
 
     def __init__(self) -> None:
         self._bar: Any = None

@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from torchx_nb.specs.api import (
     NONE,
@@ -26,6 +26,9 @@ from torchx_nb.specs.api import (
     TorchxNbError,
     runopts,
 )
+
+if TYPE_CHECKING:
+    from torchx_nb.specs.structured_opts import StructuredOpts
 
 
 class Stream(str, Enum):
@@ -70,7 +73,15 @@ T = TypeVar("T")
 class Scheduler(abc.ABC, Generic[T]):
     """A backend: turns an AppDef into its native request (dryrun), submits it (schedule), and
     answers describe/list/cancel/log_iter for the apps it ran. ``is_local`` schedulers run on
-    this machine, where asking for a status is cheap, so watchers ask more often."""
+    this machine, where asking for a status is cheap, so watchers ask more often.
+
+    What a backend can do beyond this is declared by the ability classes it derives from (the
+    Runner checks them with ``isinstance``): ``TypedOptions`` (its options are one typed
+    structure), ``WorkspaceMixin`` (patches an image with the workspace),
+    ``DirWorkspaceMixin`` (runs from a folder of the workspace), ``DescribesMany``,
+    ``LogFiles``, ``StoresOutputs`` and ``SubmitsArrays``. A scheduler without
+    ``TypedOptions`` is called with TorchX 0.7.0's signatures: ``_validate(app, scheduler)``
+    and ``list()``, its cfg a plain mapping."""
 
     is_local: bool = False
 
@@ -82,37 +93,67 @@ class Scheduler(abc.ABC, Generic[T]):
         """Release resources; idempotent and never raises."""
 
     def submit(self, app: AppDef, cfg: T, workspace: str | None = None) -> str:
-        """Dryrun and schedule in one call (mostly for tests; prefer the Runner)."""
-        resolved = self.run_opts().resolve(dict(cfg))  # type: ignore[call-overload]
-        if workspace:
-            build = getattr(self, "build_workspace_and_update_role", None)
-            if build is None:
-                raise TorchxNbError(f"scheduler {self.backend!r} does not take a workspace")
-            build(app.roles[0], workspace, resolved)
-        return self.schedule(self.submit_dryrun(app, resolved))  # type: ignore[arg-type]
+        """Dryrun and schedule in one call (mostly for tests; prefer the Runner, which also
+        runs a cell from the workspace as a script)."""
+        from torchx_nb.workspace import WorkspaceMixin
+
+        opts = self.resolve_opts(cfg)  # type: ignore[arg-type]
+        folder: LocalWorkspace | None = None
+        if workspace and isinstance(self, WorkspaceMixin):
+            self.patch_image(app.roles[0], workspace, opts, {})
+        elif workspace and isinstance(self, DirWorkspaceMixin):
+            folder = LocalWorkspace(workspace)
+        elif workspace:
+            raise TorchxNbError(f"scheduler {self.backend!r} does not take a workspace")
+        return self.schedule(self.submit_dryrun(app, opts, folder))
 
     @abc.abstractmethod
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Send the request built by ``submit_dryrun``; returns the app id."""
 
-    def submit_dryrun(self, app: AppDef, cfg: T) -> AppDryRunInfo[Any]:
-        """The native request for ``app``, built without any network call."""
-        resolved: Any = self.run_opts().resolve(dict(cfg))  # type: ignore[call-overload]
-        info = self._submit_dryrun(app, resolved)
+    def resolve_opts(self, cfg: Mapping[str, CfgVal] | None) -> Any:
+        """``cfg`` checked against ``run_opts()`` (defaults filled in, strings cast, required
+        options present): the typed structure for ``TypedOptions`` schedulers, else a dict."""
+        from torchx_nb.specs.structured_opts import StructuredOpts
+
+        if isinstance(self, TypedOptions) and isinstance(cfg, self.opts_type):
+            return cfg
+        if isinstance(cfg, StructuredOpts):
+            cfg = {**dict(cfg.items()), **cfg.extra}
+        resolved = self.run_opts().resolve(dict(cfg or {}))
+        if isinstance(self, TypedOptions):
+            return self.opts_type.from_cfg(resolved)
+        return resolved
+
+    def submit_dryrun(
+        self, app: AppDef, cfg: T, workspace: LocalWorkspace | None = None
+    ) -> AppDryRunInfo[Any]:
+        """The native request for ``app``, built without any network call. ``workspace`` is
+        the folder a ``DirWorkspaceMixin`` scheduler runs the job from."""
+        opts = self.resolve_opts(cfg)  # type: ignore[arg-type]
+        if workspace is not None:
+            if not isinstance(self, DirWorkspaceMixin):
+                raise TorchxNbError(f"scheduler {self.backend!r} does not run from a folder")
+            info = self._submit_dryrun_in(app, opts, workspace)
+        else:
+            info = self._submit_dryrun(app, opts)
         for role in app.roles:
             info = role.pre_proc(self.backend, info)
         info._app = app
-        info._cfg = resolved
+        info._cfg = opts
         return info
 
     @abc.abstractmethod
     def _submit_dryrun(self, app: AppDef, cfg: T) -> AppDryRunInfo[Any]: ...
 
     def run_opts(self) -> runopts:
+        """The options this scheduler takes (a ``WorkspaceMixin`` adds its own, unless they
+        are part of its typed options already)."""
+        from torchx_nb.workspace import WorkspaceMixin
+
         opts = self._run_opts()
-        ws_opts = getattr(self, "workspace_opts", None)
-        if ws_opts is not None:
-            opts.update(ws_opts())
+        if isinstance(self, WorkspaceMixin) and not isinstance(self, TypedOptions):
+            opts.update(self.workspace_opts())
         return opts
 
     def _run_opts(self) -> runopts:
@@ -123,8 +164,10 @@ class Scheduler(abc.ABC, Generic[T]):
         """The app's state and roles, or None when the scheduler does not know it."""
 
     @abc.abstractmethod
-    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
-        """Apps this scheduler ran (only ours, not every job on the cluster)."""
+    def list(self, cfg: Any = None) -> list[ListAppResponse]:
+        """Apps this scheduler ran (only ours, not every job on the cluster). A
+        ``TypedOptions`` scheduler gets its options (e.g. to list one queue); others are
+        called as TorchX 0.7.0 calls them, ``list()``."""
 
     def exists(self, app_id: str) -> bool:
         return self.describe(app_id) is not None
@@ -161,12 +204,12 @@ class Scheduler(abc.ABC, Generic[T]):
         raise NotImplementedError(f"{self.backend} does not support fetching logs")
 
     def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: T) -> None:
-        """Hook run before the workspace is built."""
+        """Hook run before the workspace is built (the options are resolved already)."""
 
     def _validate(self, app: AppDef, scheduler: str, cfg: T | None = None) -> None:
-        """Check the app can run here; by default every role needs a resource. A subclass may
-        override it with TorchX's signature ``_validate(app, scheduler)``: the Runner calls it
-        through ``validate_app``, which passes ``cfg`` only to overrides that take it."""
+        """Check the app can run here; by default every role needs a resource. The Runner
+        passes ``cfg`` to ``TypedOptions`` schedulers only (TorchX 0.7.0's signature is
+        ``_validate(app, scheduler)``)."""
         for role in app.roles:
             if role.resource == NULL_RESOURCE:
                 raise ValueError(
@@ -174,35 +217,70 @@ class Scheduler(abc.ABC, Generic[T]):
                 )
 
 
-def _takes_positional(fn: Any, count: int) -> bool:
-    """Whether bound method ``fn`` accepts ``count`` positional arguments."""
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    kinds = [p.kind for p in params]
-    if inspect.Parameter.VAR_POSITIONAL in kinds:
-        return True
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return sum(k in positional for k in kinds) >= count
+OptsT = TypeVar("OptsT", bound="StructuredOpts")
 
 
-def validate_app(sched: Scheduler[Any], app: AppDef, scheduler: str, cfg: Any) -> None:
-    """Run ``sched._validate``, whether it has our signature (app, scheduler, cfg) or TorchX's
-    (app, scheduler)."""
-    if _takes_positional(sched._validate, 3):
-        sched._validate(app, scheduler, cfg)
-    else:
-        sched._validate(app, scheduler)
+class TypedOptions(Generic[OptsT]):
+    """Ability: the scheduler's options are one typed structure, a ``StructuredOpts``
+    dataclass (``opts_type``): its runopts table (and so the CLI help, ``.torchxconfig`` and
+    the README's lists) comes from it, the Runner builds it once from the options given, and
+    the dry run, ``_validate`` and ``list`` read its attributes."""
+
+    opts_type: ClassVar[type[StructuredOpts]]
+
+    def _run_opts(self) -> runopts:
+        return self.opts_type.as_runopts()
+
+    def typed(self, cfg: Any, partial: bool = False) -> Any:
+        """``cfg`` as this scheduler's options: the typed structure as it is; a mapping (as
+        TorchX code passes one) checked and typed; with ``partial``, only what is given."""
+        if isinstance(cfg, self.opts_type):
+            return cfg
+        if partial:
+            return self.opts_type.from_cfg(dict(cfg or {}), partial=True)
+        return self.opts_type.from_cfg(self._run_opts().resolve(dict(cfg or {})))
 
 
-def list_apps(sched: Scheduler[Any], cfg: Mapping[str, CfgVal] | None) -> list[ListAppResponse]:
-    """``sched.list``, whether it takes the cfg (ours) or nothing (TorchX's ``list()``)."""
-    if _takes_positional(sched.list, 1):
-        return sched.list(cfg)
-    return sched.list()
+class DescribesMany(abc.ABC):
+    """Ability: the status of many jobs in one call (AWS Batch describes 100 per call, GCP
+    Batch and Kubernetes list a location or namespace, Slurm asks squeue once)."""
+
+    @abc.abstractmethod
+    def describe_many(self, app_ids: list[str]) -> dict[str, DescribeAppResponse | None]:
+        """``describe`` of each app id (None for those it does not know)."""
+
+
+@dataclass(frozen=True)
+class LocalWorkspace:
+    """The folder a ``DirWorkspaceMixin`` job runs from, and files generated for the job (the
+    cell as a script) to write beside it when the scheduler copies the folder."""
+
+    path: str
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+class DirWorkspaceMixin(abc.ABC):
+    """Ability: the job runs from a folder, no image (local_cwd in the workspace itself; Slurm
+    in it, or in a copy under ``job_dir`` on the shared filesystem): TorchX's name for Slurm's
+    job_dir workspace."""
+
+    def copies_workspace(self, cfg: Any) -> bool:
+        """Whether the folder is copied for the job (then a cell runs as a script file written
+        beside the copy)."""
+        return False
+
+    def preview_workspace(self, workspace: str, cfg: Any) -> str | None:
+        """What would be copied, for dry runs (None: nothing is, the job runs in place)."""
+        return None
+
+    def _submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[Any]:
+        return self._submit_dryrun_in(app, cfg, None)
+
+    @abc.abstractmethod
+    def _submit_dryrun_in(
+        self, app: AppDef, cfg: Any, workspace: LocalWorkspace | None
+    ) -> AppDryRunInfo[Any]:
+        """The request for ``app`` run from ``workspace`` (None: the current folder)."""
 
 
 class LogFiles(abc.ABC):

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import getpass
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from torchx_nb.schedulers.api import (
     DescribeAppResponse,
+    DescribesMany,
     ListAppResponse,
     Scheduler,
     Stream,
+    TypedOptions,
     filter_regex,
     tail_wait,
 )
@@ -30,7 +32,6 @@ from torchx_nb.specs.api import (
     AppDryRunInfo,
     AppState,
     BindMount,
-    CfgVal,
     DeviceMount,
     InvalidRunConfigException,
     ReplicaStatus,
@@ -40,11 +41,11 @@ from torchx_nb.specs.api import (
     VolumeMount,
     is_terminal,
     macros,
-    runopts,
 )
 from torchx_nb.specs.named_resources_aws import instance_type_from_resource
+from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
-from torchx_nb.workspace import WorkspaceMixin
+from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
 
 TAG_VERSION = "torchx.pytorch.org/version"
 TAG_APP_NAME = "torchx.pytorch.org/app-name"
@@ -126,10 +127,46 @@ def _resource_requirements(res: Resource) -> list[dict[str, str]]:
     return reqs
 
 
-class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+@dataclass(kw_only=True)
+class _AwsBatchFields(StructuredOpts):
+    queue: str
+    """job queue to submit to"""
+
+    user: str | None = None
+    """user tagged on the job (default: the current user)"""
+
+    privileged: bool = False
+    """run the containers privileged"""
+
+    share_id: str | None = None
+    """share identifier (queues with a fair-share scheduling policy)"""
+
+    priority: int = 0
+    """scheduling priority; needs share_id"""
+
+    job_role_arn: str | None = None
+    """IAM role the job's containers assume"""
+
+    execution_role_arn: str | None = None
+    """IAM role ECS uses to start the containers (pull images, write logs)"""
+
+
+@dataclass(kw_only=True)
+class AwsBatchOpts(WorkspaceOpts, _AwsBatchFields):
+    """aws_batch's options, then the workspace's."""
+
+
+class AwsBatchScheduler(
+    AwsClients,
+    TypedOptions[AwsBatchOpts],
+    WorkspaceMixin,
+    DescribesMany,
+    Scheduler[AwsBatchOpts],
+):
     """Multinode AWS Batch jobs; lists every queue without the 100-job cap."""
 
     service = "batch"
+    opts_type = AwsBatchOpts
 
     def __init__(
         self,
@@ -145,47 +182,25 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
         return call(what, fn, **kwargs)
 
-    def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add("queue", type_=str, required=True, help="job queue to submit to")
-        opts.add("user", type_=str, default=getpass.getuser(), help="user tagged on the job")
-        opts.add("privileged", type_=bool, default=False, help="run the containers privileged")
-        opts.add(
-            "share_id",
-            type_=str,
-            help="share identifier (queues with a fair-share scheduling policy)",
-        )
-        opts.add("priority", type_=int, default=0, help="scheduling priority; needs share_id")
-        opts.add("job_role_arn", type_=str, help="IAM role the job's containers assume")
-        opts.add(
-            "execution_role_arn",
-            type_=str,
-            help="IAM role ECS uses to start the containers (pull images, write logs)",
-        )
-        return opts
-
-    def _validate(
-        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
-    ) -> None:
+    def _validate(self, app: AppDef, scheduler: str, cfg: AwsBatchOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
-        cfg = cfg or {}
+        cfg = self.typed(cfg, partial=True) if cfg is not None else None
         if len(app.roles) > MAX_ROLES:
             raise InvalidRunConfigException(
                 f"AWS Batch takes at most {MAX_ROLES} roles (node groups); this app has"
                 f" {len(app.roles)}: merge roles",
                 "roles",
             )
-        if cfg.get("priority") and not cfg.get("share_id"):
+        if cfg is not None and cfg.priority and not cfg.share_id:
             raise InvalidRunConfigException(
                 "priority needs share_id (it only applies to fair-share queues): add"
                 " -cfg share_id=ID or drop priority",
                 "priority",
             )
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[BatchJob]:
-        share_id = str(cfg["share_id"]) if cfg.get("share_id") else None
-        priority = cfg.get("priority") or 0
-        assert isinstance(priority, int)
+    def _submit_dryrun(self, app: AppDef, cfg: AwsBatchOpts) -> AppDryRunInfo[BatchJob]:
+        share_id = cfg.share_id or None
+        priority = cfg.priority or 0
         name = _job_name(make_unique(app.name + (f"-{share_id}" if share_id else "")))
         ranges: list[dict[str, Any]] = []
         start = 0
@@ -213,7 +228,7 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
         tags = {
             TAG_VERSION: __version__,
             TAG_APP_NAME: app.name,
-            TAG_USER: str(cfg.get("user") or getpass.getuser()),
+            TAG_USER: cfg.user or getpass.getuser(),
             **app.metadata,
         }
         job_def: dict[str, Any] = {
@@ -230,7 +245,7 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
             job_def["schedulingPriority"] = priority
         job = BatchJob(
             name=name,
-            queue=str(cfg["queue"]),
+            queue=cfg.queue,
             share_id=share_id,
             priority=priority,
             job_def=job_def,
@@ -238,7 +253,7 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
         )
         return AppDryRunInfo(job, _fmt)
 
-    def _container(self, role: Role, role_idx: int, cfg: Mapping[str, CfgVal]) -> dict[str, Any]:
+    def _container(self, role: Role, role_idx: int, cfg: AwsBatchOpts) -> dict[str, Any]:
         env = {**role.env, "TORCHX_ROLE_IDX": str(role_idx), "TORCHX_ROLE_NAME": role.name}
         res = role.resource
         linux: dict[str, Any] = {"sharedMemorySize": max(res.memMB, 0)}
@@ -280,7 +295,7 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
             "command": [role.entrypoint, *role.args],
             "image": role.image,
             "environment": [{"name": k, "value": v} for k, v in env.items()],
-            "privileged": bool(cfg.get("privileged")),
+            "privileged": cfg.privileged,
             "resourceRequirements": _resource_requirements(res),
             "linuxParameters": linux,
             "logConfiguration": {"logDriver": "awslogs"},
@@ -290,10 +305,10 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
         itype = instance_type_from_resource(res)
         if itype:
             container["instanceType"] = itype
-        if cfg.get("job_role_arn"):
-            container["jobRoleArn"] = cfg["job_role_arn"]
-        if cfg.get("execution_role_arn"):
-            container["executionRoleArn"] = cfg["execution_role_arn"]
+        if cfg.job_role_arn:
+            container["jobRoleArn"] = cfg.job_role_arn
+        if cfg.execution_role_arn:
+            container["executionRoleArn"] = cfg.execution_role_arn
         return container
 
     def schedule(self, dryrun_info: AppDryRunInfo[BatchJob]) -> str:
@@ -403,10 +418,10 @@ class AwsBatchScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVa
             resp.msg = str(job["statusReason"])
         return resp
 
-    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
-        """Every job of ours in every queue (or ``cfg["queue"]``): pages through list_jobs with
+    def list(self, cfg: AwsBatchOpts | None = None) -> list[ListAppResponse]:
+        """Every job of ours in every queue (or ``cfg.queue``): pages through list_jobs with
         no cap and keeps the jobs tagged by torchx, describing 100 per call."""
-        queue = (cfg or {}).get("queue")
+        queue = self.typed(cfg, partial=True).queue
         if queue:
             queues = [str(queue)]
         else:

@@ -23,6 +23,7 @@ from torchx_nb.schedulers.api import (
     ListAppResponse,
     Scheduler,
     Stream,
+    TypedOptions,
     filter_regex,
     tail_wait,
 )
@@ -38,7 +39,6 @@ from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
     AppState,
-    CfgVal,
     InvalidRunConfigException,
     ReplicaStatus,
     Resource,
@@ -47,10 +47,10 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
     make_app_handle,
-    runopts,
 )
+from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
-from torchx_nb.workspace import WorkspaceMixin
+from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TAG_VERSION = "torchx.pytorch.org/version"
@@ -99,56 +99,131 @@ if [ $rc != 0 ]; then mkdir -p /opt/ml/output
 echo "$1 exited with code $rc on $SM_CURRENT_HOST (replica $TORCHX_REPLICA_ID)" >>/opt/ml/output/failure
 fi; exit $rc"""
 
-# name: (type, help, default)
-OPTIONS: list[tuple[str, Any, str, CfgVal]] = [
-    ("instance_count", int, "number of instances (default: the role's replicas, -j N)", None),
-    ("user", str, "user tagged on the job", None),
-    ("keep_alive_period_in_seconds", int, "keep instances warm for this long (warm pools)", None),
-    ("volume_size", int, "GB of storage per instance", 30),
-    ("volume_kms_key", str, "KMS key for the storage volume", None),
-    ("max_run", int, "seconds the job may run", 86400),
-    ("input_mode", str, "File, Pipe or FastFile", "File"),
-    ("output_path", str, "S3 prefix for outputs (default: the account's SageMaker bucket)", None),
-    ("output_kms_key", str, "KMS key for the outputs", None),
-    ("base_job_name", str, "prefix of the job name (default: the app's name)", None),
-    ("tags", dict[str, str], "extra tags", None),
-    ("subnets", list[str], "VPC subnets (with security_group_ids)", None),
-    ("security_group_ids", list[str], "VPC security groups (with subnets)", None),
-    ("model_uri", str, "S3 URI of a model to load, as an input channel", None),
-    ("model_channel_name", str, "channel name of model_uri", "model"),
-    ("metric_definitions", dict[str, str], "metric NAME:REGEX pairs parsed from the logs", None),
-    ("encrypt_inter_container_traffic", bool, "encrypt traffic between instances", False),
-    ("use_spot_instances", bool, "use managed spot training", False),
-    ("max_wait", int, "seconds to wait for spot capacity (with use_spot_instances)", None),
-    ("checkpoint_s3_uri", str, "S3 URI checkpoints are synced to", None),
-    ("checkpoint_local_path", str, "local checkpoint folder in the container", None),
-    ("debugger_hook_config", bool, "enable the debugger hook (writes to output_path)", False),
-    ("enable_sagemaker_metrics", bool, "publish metrics as time series", False),
-    ("enable_network_isolation", bool, "no network access from the container", False),
-    ("disable_profiler", bool, "turn the profiler off", False),
-    ("environment", dict[str, str], "environment variables for the container", None),
-    ("max_retry_attempts", int, "retries after an internal failure", None),
-    ("source_dir", str, "(SDK script mode only; refused)", None),
-    ("git_config", dict[str, str], "(SDK script mode only; refused)", None),
-    ("hyperparameters", dict[str, str], "hyperparameters passed to the job", None),
-    ("container_log_level", int, "log level inside the container (Python logging level)", None),
-    ("code_location", str, "(SDK script mode only; refused)", None),
-    ("dependencies", list[str], "(SDK script mode only; refused)", None),
-    (
-        "training_repository_access_mode",
-        str,
-        "Platform or Vpc: where the image is pulled from",
-        None,
-    ),
-    (
-        "training_repository_credentials_provider_arn",
-        str,
-        "Lambda giving credentials for a private Vpc registry",
-        None,
-    ),
-    ("disable_output_compression", bool, "upload outputs uncompressed", False),
-    ("enable_infra_check", bool, "run infrastructure health checks first", False),
-]
+
+@dataclass(kw_only=True)
+class _SageMakerFields(StructuredOpts):
+    role: str | None = None
+    """IAM role (name or ARN) the job runs as (default: the SageMaker Studio or notebook
+    instance execution role)"""
+
+    instance_type: str
+    """e.g. ml.g5.xlarge"""
+
+    instance_count: int | None = None
+    """number of instances (default: the role's replicas, -j N)"""
+
+    user: str | None = None
+    """user tagged on the job (default: the current user)"""
+
+    keep_alive_period_in_seconds: int | None = None
+    """keep instances warm for this long (warm pools)"""
+
+    volume_size: int = 30
+    """GB of storage per instance"""
+
+    volume_kms_key: str | None = None
+    """KMS key for the storage volume"""
+
+    max_run: int = 86400
+    """seconds the job may run"""
+
+    input_mode: str = "File"
+    """File, Pipe or FastFile"""
+
+    output_path: str | None = None
+    """S3 prefix for outputs (default: the account's SageMaker bucket)"""
+
+    output_kms_key: str | None = None
+    """KMS key for the outputs"""
+
+    base_job_name: str | None = None
+    """prefix of the job name (default: the app's name)"""
+
+    tags: dict[str, str] | None = None
+    """extra tags"""
+
+    subnets: list[str] | None = None
+    """VPC subnets (with security_group_ids)"""
+
+    security_group_ids: list[str] | None = None
+    """VPC security groups (with subnets)"""
+
+    model_uri: str | None = None
+    """S3 URI of a model to load, as an input channel"""
+
+    model_channel_name: str = "model"
+    """channel name of model_uri"""
+
+    metric_definitions: dict[str, str] | None = None
+    """metric NAME:REGEX pairs parsed from the logs"""
+
+    encrypt_inter_container_traffic: bool = False
+    """encrypt traffic between instances"""
+
+    use_spot_instances: bool = False
+    """use managed spot training"""
+
+    max_wait: int | None = None
+    """seconds to wait for spot capacity (with use_spot_instances)"""
+
+    checkpoint_s3_uri: str | None = None
+    """S3 URI checkpoints are synced to"""
+
+    checkpoint_local_path: str | None = None
+    """local checkpoint folder in the container"""
+
+    debugger_hook_config: bool = False
+    """enable the debugger hook (writes to output_path)"""
+
+    enable_sagemaker_metrics: bool = False
+    """publish metrics as time series"""
+
+    enable_network_isolation: bool = False
+    """no network access from the container"""
+
+    disable_profiler: bool = False
+    """turn the profiler off"""
+
+    environment: dict[str, str] | None = None
+    """environment variables for the container"""
+
+    max_retry_attempts: int | None = None
+    """retries after an internal failure"""
+
+    source_dir: str | None = None
+    """(SDK script mode only; refused)"""
+
+    git_config: dict[str, str] | None = None
+    """(SDK script mode only; refused)"""
+
+    hyperparameters: dict[str, str] | None = None
+    """hyperparameters passed to the job"""
+
+    container_log_level: int | None = None
+    """log level inside the container (Python logging level)"""
+
+    code_location: str | None = None
+    """(SDK script mode only; refused)"""
+
+    dependencies: list[str] | None = None
+    """(SDK script mode only; refused)"""
+
+    training_repository_access_mode: str | None = None
+    """Platform or Vpc: where the image is pulled from"""
+
+    training_repository_credentials_provider_arn: str | None = None
+    """Lambda giving credentials for a private Vpc registry"""
+
+    disable_output_compression: bool = False
+    """upload outputs uncompressed"""
+
+    enable_infra_check: bool = False
+    """run infrastructure health checks first"""
+
+
+@dataclass(kw_only=True)
+class AwsSageMakerOpts(WorkspaceOpts, _SageMakerFields):
+    """aws_sagemaker's options (TorchX's, then ours), then the workspace's."""
 
 
 @dataclass
@@ -165,17 +240,6 @@ def _fmt(job: TrainingJob) -> str:
     from torchx_nb.redact import redact
 
     return json.dumps(redact({"create_training_job": job.request}), indent=2)
-
-
-def _opt_dict(cfg: Mapping[str, CfgVal], key: str) -> dict[str, str]:
-    value = cfg.get(key) or {}
-    assert isinstance(value, dict)
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def _opt_int(cfg: Mapping[str, CfgVal], key: str, default: int) -> int:
-    value = cfg.get(key)
-    return int(value) if isinstance(value, (int, float, str)) and value != "" else default
 
 
 def _boot_env() -> dict[str, str]:
@@ -196,9 +260,12 @@ def _job_name(prefix: str) -> str:
     return make_unique(base)[:63]
 
 
-class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+class AwsSageMakerScheduler(
+    AwsClients, TypedOptions[AwsSageMakerOpts], WorkspaceMixin, Scheduler[AwsSageMakerOpts]
+):
     """SageMaker training jobs through boto3; describe, list, stop and CloudWatch logs."""
 
+    opts_type = AwsSageMakerOpts
     service = "sagemaker"
 
     def __init__(
@@ -234,10 +301,10 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
             self._account_id = str(identity["Account"])
         return self._account_id
 
-    def role_arn(self, role: CfgVal) -> str:
+    def role_arn(self, role: str | None) -> str:
         """The ARN of ``role`` (a name or an ARN), or the Studio execution role when none is
         given; looked up once per scheduler."""
-        from torchx_nb.schedulers import sagemaker_studio as studio
+        import torchx_nb.schedulers.sagemaker_studio as studio
 
         key = str(role or "")
         if key not in self._roles:
@@ -249,61 +316,54 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
                 )
         return self._roles[key]
 
-    def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add(
-            "role",
-            type_=str,
-            help="IAM role (name or ARN) the job runs as (default: the SageMaker Studio or"
-            " notebook instance execution role)",
-        )
-        opts.add("instance_type", type_=str, required=True, help="e.g. ml.g5.xlarge")
-        for name, type_, help_text, default in OPTIONS:
-            opts.add(name, type_=type_, help=help_text, default=default)
-        return opts
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: AwsSageMakerOpts) -> None:
+        """Every option checked, and the role resolved to an ARN (a read of IAM, kept for the
+        dry run), before anything is built or pushed. SageMaker runs one role; the node count
+        comes from the role or instance_count."""
+        from torchx_nb.metrics import metric_definitions
 
-    def _pre_build_validate(
-        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
-    ) -> None:
-        """Every option checked, and the role resolved to an ARN, before anything is built or
-        pushed. SageMaker runs one role; the node count comes from the role or instance_count."""
-        cfg = cfg or {}
+        cfg = self.typed(cfg)
         if len(app.roles) != 1:
             raise InvalidRunConfigException(
                 f"SageMaker runs one role; this app has {len(app.roles)}", "roles"
             )
-        for key, why in SCRIPT_MODE_ONLY.items():
-            if cfg.get(key):
+        script_mode = {
+            "source_dir": cfg.source_dir,
+            "git_config": cfg.git_config,
+            "code_location": cfg.code_location,
+            "dependencies": cfg.dependencies,
+        }
+        for key, value in script_mode.items():
+            if value:
                 raise InvalidRunConfigException(
-                    f"{key} does not apply to aws_sagemaker in torchx_nb: {why}; drop it", key
+                    f"{key} does not apply to aws_sagemaker in torchx_nb:"
+                    f" {SCRIPT_MODE_ONLY[key]}; drop it",
+                    key,
                 )
-        if cfg.get("max_wait") and not cfg.get("use_spot_instances"):
+        if cfg.max_wait and not cfg.use_spot_instances:
             raise InvalidRunConfigException(
                 "max_wait only applies with use_spot_instances=True", "max_wait"
             )
-        if bool(cfg.get("subnets")) != bool(cfg.get("security_group_ids")):
+        if bool(cfg.subnets) != bool(cfg.security_group_ids):
             raise InvalidRunConfigException(
                 "subnets and security_group_ids go together: give both or neither", "subnets"
             )
-        itype = str(cfg.get("instance_type") or "")
+        metric_definitions(cfg.metric_definitions)
+        itype = cfg.instance_type or ""
         if not re.fullmatch(r"ml\.[a-z0-9-]+\.[a-z0-9-]+", itype):
             raise InvalidRunConfigException(
                 f"instance_type {itype[:60]!r} is not a SageMaker instance type: use e.g."
                 " -cfg instance_type=ml.m5.large",
                 "instance_type",
             )
-        count = cfg.get("instance_count")
-        if count is not None and (not isinstance(count, int) or count < 1):
+        count = cfg.instance_count
+        if count is not None and count < 1:
             raise InvalidRunConfigException(
                 f"instance_count must be 1 or more, got {count!r}", "instance_count"
             )
-        arn = self.role_arn(cfg.get("role"))
-        if isinstance(cfg, dict):
-            cfg["role"] = arn
+        self.role_arn(cfg.role)
 
-    def _validate(
-        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
-    ) -> None:
+    def _validate(self, app: AppDef, scheduler: str, cfg: AwsSageMakerOpts | None = None) -> None:
         """Arguments SageMaker would refuse (each at most 256 characters)."""
         for arg in [app.roles[0].entrypoint, *app.roles[0].args] if app.roles else []:
             if len(arg) > MAX_ARG:
@@ -313,10 +373,12 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
                     "args",
                 )
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[TrainingJob]:
-        name = _job_name(str(cfg.get("base_job_name") or app.name))
-        given = cfg.get("instance_count")
-        count = int(given) if isinstance(given, int) else max(app.roles[0].num_replicas, 1)
+    def _submit_dryrun(self, app: AppDef, cfg: AwsSageMakerOpts) -> AppDryRunInfo[TrainingJob]:
+        """The CreateTrainingJob request, exactly as ``schedule`` sends it. Reads, no writes:
+        the role's ARN (IAM, or the Studio execution role) and, without output_path, the
+        account (STS) that names its default bucket."""
+        name = _job_name(cfg.base_job_name or app.name)
+        count = cfg.instance_count or max(app.roles[0].num_replicas, 1)
         role = macros.Values(
             img_root="",
             app_id=name,
@@ -324,120 +386,114 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
             rank0_env="TORCHX_RANK0_HOST",
         ).apply(app.roles[0])
         env = {
-            **_opt_dict(cfg, "environment"),
+            **(cfg.environment or {}),
             **role.env,
             "TORCHX_JOB_ID": make_app_handle("aws_sagemaker", self.session_name, name),
             **_boot_env(),
         }
-        hyper = {k: str(v) for k, v in _opt_dict(cfg, "hyperparameters").items()}
-        if cfg.get("container_log_level") is not None:
-            hyper["sagemaker_container_log_level"] = str(cfg["container_log_level"])
+        hyper = {k: str(v) for k, v in (cfg.hyperparameters or {}).items()}
+        if cfg.container_log_level is not None:
+            hyper["sagemaker_container_log_level"] = str(cfg.container_log_level)
         algo: dict[str, Any] = {
             "TrainingImage": role.image,
-            "TrainingInputMode": str(cfg.get("input_mode") or "File"),
+            "TrainingInputMode": cfg.input_mode or "File",
             "ContainerEntrypoint": _boot_entrypoint(role.entrypoint),
         }
         if role.args:
             algo["ContainerArguments"] = list(role.args)
-        if cfg.get("metric_definitions"):
+        if cfg.metric_definitions:
             algo["MetricDefinitions"] = [
-                {"Name": k, "Regex": v} for k, v in _opt_dict(cfg, "metric_definitions").items()
+                {"Name": k, "Regex": v} for k, v in cfg.metric_definitions.items()
             ]
-        if cfg.get("enable_sagemaker_metrics"):
+        if cfg.enable_sagemaker_metrics:
             algo["EnableSageMakerMetricsTimeSeries"] = True
-        if cfg.get("training_repository_access_mode"):
+        if cfg.training_repository_access_mode:
             image_cfg: dict[str, Any] = {
-                "TrainingRepositoryAccessMode": cfg["training_repository_access_mode"]
+                "TrainingRepositoryAccessMode": cfg.training_repository_access_mode
             }
-            if cfg.get("training_repository_credentials_provider_arn"):
+            if cfg.training_repository_credentials_provider_arn:
                 image_cfg["TrainingRepositoryAuthConfig"] = {
-                    "TrainingRepositoryCredentialsProviderArn": cfg[
-                        "training_repository_credentials_provider_arn"
-                    ]
+                    "TrainingRepositoryCredentialsProviderArn": (
+                        cfg.training_repository_credentials_provider_arn
+                    )
                 }
             algo["TrainingImageConfig"] = image_cfg
         resource: dict[str, Any] = {
-            "InstanceType": cfg["instance_type"],
+            "InstanceType": cfg.instance_type,
             "InstanceCount": count,
-            "VolumeSizeInGB": _opt_int(cfg, "volume_size", 30),
+            "VolumeSizeInGB": cfg.volume_size or 30,
         }
-        if cfg.get("volume_kms_key"):
-            resource["VolumeKmsKeyId"] = cfg["volume_kms_key"]
-        if cfg.get("keep_alive_period_in_seconds"):
-            resource["KeepAlivePeriodInSeconds"] = cfg["keep_alive_period_in_seconds"]
-        output = str(cfg.get("output_path") or DEFAULT_OUTPUT)
+        if cfg.volume_kms_key:
+            resource["VolumeKmsKeyId"] = cfg.volume_kms_key
+        if cfg.keep_alive_period_in_seconds:
+            resource["KeepAlivePeriodInSeconds"] = cfg.keep_alive_period_in_seconds
+        output = cfg.output_path or self._default_output()
         output_cfg: dict[str, Any] = {"S3OutputPath": output}
-        if cfg.get("output_kms_key"):
-            output_cfg["KmsKeyId"] = cfg["output_kms_key"]
-        if cfg.get("disable_output_compression"):
+        if cfg.output_kms_key:
+            output_cfg["KmsKeyId"] = cfg.output_kms_key
+        if cfg.disable_output_compression:
             output_cfg["CompressionType"] = "NONE"
-        stopping: dict[str, Any] = {"MaxRuntimeInSeconds": _opt_int(cfg, "max_run", 86400)}
-        if cfg.get("max_wait"):
-            stopping["MaxWaitTimeInSeconds"] = cfg["max_wait"]
+        stopping: dict[str, Any] = {"MaxRuntimeInSeconds": cfg.max_run or 86400}
+        if cfg.max_wait:
+            stopping["MaxWaitTimeInSeconds"] = cfg.max_wait
         tags = {
             TAG_VERSION: __version__,
             TAG_APP_NAME: app.name,
-            TAG_USER: str(cfg.get("user") or getpass.getuser()),
+            TAG_USER: cfg.user or getpass.getuser(),
             **app.metadata,
-            **_opt_dict(cfg, "tags"),
+            **(cfg.tags or {}),
         }
         req: dict[str, Any] = {
             "TrainingJobName": name,
             "AlgorithmSpecification": algo,
-            "RoleArn": self.role_arn(cfg.get("role")),
+            "RoleArn": self.role_arn(cfg.role),
             "ResourceConfig": resource,
             "OutputDataConfig": output_cfg,
             "StoppingCondition": stopping,
             "Environment": env,
             "Tags": [{"Key": k, "Value": str(v)} for k, v in tags.items()],
-            "EnableNetworkIsolation": bool(cfg.get("enable_network_isolation")),
-            "EnableInterContainerTrafficEncryption": bool(
-                cfg.get("encrypt_inter_container_traffic")
-            ),
-            "EnableManagedSpotTraining": bool(cfg.get("use_spot_instances")),
+            "EnableNetworkIsolation": cfg.enable_network_isolation,
+            "EnableInterContainerTrafficEncryption": cfg.encrypt_inter_container_traffic,
+            "EnableManagedSpotTraining": cfg.use_spot_instances,
         }
         if hyper:
             req["HyperParameters"] = hyper
-        if cfg.get("subnets"):
-            req["VpcConfig"] = {
-                "Subnets": cfg["subnets"],
-                "SecurityGroupIds": cfg["security_group_ids"],
-            }
-        if cfg.get("checkpoint_s3_uri"):
-            ckpt: dict[str, Any] = {"S3Uri": cfg["checkpoint_s3_uri"]}
-            if cfg.get("checkpoint_local_path"):
-                ckpt["LocalPath"] = cfg["checkpoint_local_path"]
+        if cfg.subnets:
+            req["VpcConfig"] = {"Subnets": cfg.subnets, "SecurityGroupIds": cfg.security_group_ids}
+        if cfg.checkpoint_s3_uri:
+            ckpt: dict[str, Any] = {"S3Uri": cfg.checkpoint_s3_uri}
+            if cfg.checkpoint_local_path:
+                ckpt["LocalPath"] = cfg.checkpoint_local_path
             req["CheckpointConfig"] = ckpt
-        if cfg.get("model_uri"):
+        if cfg.model_uri:
             req["InputDataConfig"] = [
                 {
-                    "ChannelName": str(cfg.get("model_channel_name") or "model"),
+                    "ChannelName": cfg.model_channel_name or "model",
                     "DataSource": {
                         "S3DataSource": {
                             "S3DataType": "S3Prefix",
-                            "S3Uri": cfg["model_uri"],
+                            "S3Uri": cfg.model_uri,
                             "S3DataDistributionType": "FullyReplicated",
                         }
                     },
                 }
             ]
-        if cfg.get("debugger_hook_config"):
+        if cfg.debugger_hook_config:
             req["DebugHookConfig"] = {"S3OutputPath": output}
-        if cfg.get("disable_profiler"):
+        if cfg.disable_profiler:
             req["ProfilerConfig"] = {"DisableProfiler": True}
-        if cfg.get("max_retry_attempts") is not None:
-            req["RetryStrategy"] = {"MaximumRetryAttempts": cfg["max_retry_attempts"]}
-        if cfg.get("enable_infra_check"):
+        if cfg.max_retry_attempts is not None:
+            req["RetryStrategy"] = {"MaximumRetryAttempts": cfg.max_retry_attempts}
+        if cfg.enable_infra_check:
             req["InfraCheckConfig"] = {"EnableInfraCheck": True}
         return AppDryRunInfo(TrainingJob(name, req), _fmt)
 
     def _default_output(self) -> str:
-        """``s3://sagemaker-REGION-ACCOUNT/``, the bucket created if missing (as Studio's SDK)."""
-        from torchx_nb.schedulers.sagemaker_studio import default_bucket
+        """``s3://sagemaker-REGION-ACCOUNT/``, the bucket SageMaker Studio's SDK uses (the
+        account is read from STS once; ``schedule`` creates the bucket if missing)."""
+        from torchx_nb.schedulers.sagemaker_studio import default_bucket_name
 
-        s3 = boto_client("s3", self._region)
-        bucket = default_bucket(s3, self.client.meta.region_name, self._account())
-        return f"s3://{bucket}/"
+        return f"s3://{default_bucket_name(self.client.meta.region_name, self._account())}/"
 
     def _default_image_repo(self, create: bool) -> str:
         from torchx_nb.schedulers.sagemaker_studio import default_image_repo, image_repo_uri
@@ -447,30 +503,35 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
             return default_image_repo(boto_client("ecr", self._region), region, self._account())
         return image_repo_uri(region, self._account())
 
-    def plan_workspace_and_update_role(
-        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
-    ) -> None:
+    def plan_image(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
         if not cfg.get("image_repo"):
             cfg = {**cfg, "image_repo": self._default_image_repo(create=False)}
-        super().plan_workspace_and_update_role(role, workspace, cfg)
+        super().plan_image(role, workspace, cfg)
 
-    def build_workspace_and_update_role(
-        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    def patch_image(
+        self, role: Role, workspace: str, cfg: Mapping[str, Any], files: Mapping[str, bytes]
     ) -> None:
         """With no image_repo, images go to the account's ECR repository ``torchx-nb``."""
         if not cfg.get("image_repo"):
             cfg = {**cfg, "image_repo": self._default_image_repo(create=True)}
-        super().build_workspace_and_update_role(role, workspace, cfg)
+        super().patch_image(role, workspace, cfg, files)
 
     def schedule(self, dryrun_info: AppDryRunInfo[TrainingJob]) -> str:
+        """Sends the dry run's request as it is; the default output bucket it names is created
+        first when missing (as SageMaker's SDK does)."""
+        from torchx_nb.schedulers.sagemaker_studio import ensure_bucket
+
         job = dryrun_info.request
-        req = dict(job.request)
-        if req["OutputDataConfig"]["S3OutputPath"] == DEFAULT_OUTPUT:
-            path = self._default_output()
-            req["OutputDataConfig"] = {**req["OutputDataConfig"], "S3OutputPath": path}
-            if "DebugHookConfig" in req:
-                req["DebugHookConfig"] = {"S3OutputPath": path}
-        call(f"cannot create the training job {job.name}", self.client.create_training_job, **req)
+        ensure_bucket(
+            boto_client("s3", self._region),
+            str(job.request["OutputDataConfig"]["S3OutputPath"]),
+            self.client.meta.region_name,
+        )
+        call(
+            f"cannot create the training job {job.name}",
+            self.client.create_training_job,
+            **job.request,
+        )
         return job.name
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
@@ -528,7 +589,7 @@ class AwsSageMakerScheduler(AwsClients, WorkspaceMixin, Scheduler[Mapping[str, C
         resp.msg = f"{secondary}: {reason}" if secondary and reason else reason or secondary
         return resp
 
-    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+    def list(self, cfg: AwsSageMakerOpts | None = None) -> list[ListAppResponse]:
         """Every training job of the account tagged by torchx (tags read 8 jobs at a time)."""
         summaries = [
             s

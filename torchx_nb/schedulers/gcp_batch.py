@@ -26,9 +26,11 @@ from typing import Any
 
 from torchx_nb.schedulers.api import (
     DescribeAppResponse,
+    DescribesMany,
     ListAppResponse,
     Scheduler,
     Stream,
+    TypedOptions,
     filter_regex,
     tail_wait,
 )
@@ -38,7 +40,6 @@ from torchx_nb.specs.api import (
     AppDryRunInfo,
     AppState,
     BindMount,
-    CfgVal,
     DeviceMount,
     InvalidRunConfigException,
     ReplicaStatus,
@@ -49,11 +50,11 @@ from torchx_nb.specs.api import (
     VolumeMount,
     is_terminal,
     macros,
-    runopts,
 )
 from torchx_nb.specs.named_resources_gcp import machine_type_for
+from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
-from torchx_nb.workspace import WorkspaceMixin
+from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
 
 LABEL_VERSION = "torchx_version"
 LABEL_APP_NAME = "torchx_app_name"
@@ -384,8 +385,62 @@ class GcpClients:
             raise gcp_error(cause, what, self.endpoint(api)) from None
 
 
-class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+@dataclass(kw_only=True)
+class _GcpBatchFields(StructuredOpts):
+    project: str | None = None
+    """Name of the GCP project. Defaults to the configured GCP project in the environment"""
+
+    location: str = DEFAULT_LOCATION
+    """Name of the location to schedule the job in. Defaults to us-central1"""
+
+    machine_type: str | None = None
+    """machine type (a2-highgpu-8g, n2-standard-8) or GPU family (a2-highgpu, a2-ultragpu,
+    a3-highgpu, g2-standard: the member with the role's GPU count)"""
+
+    provisioning_model: str = "standard"
+    """standard, or spot (cheaper VMs that can be preempted)"""
+
+    service_account: str | None = None
+    """email of the service account the VMs run as"""
+
+    network: str | None = None
+    """VPC network (projects/P/global/networks/N)"""
+
+    subnetwork: str | None = None
+    """subnetwork (projects/P/regions/R/subnetworks/S)"""
+
+    labels: dict[str, str] | None = None
+    """labels added to the job (key:value,key:value)"""
+
+    max_run_duration: str | None = None
+    """longest a task may run before it is failed (2h, 90m, 3600s)"""
+
+    user: str | None = None
+    """user labelled on the job (default: the current user)"""
+
+
+@dataclass(kw_only=True)
+class GcpBatchOpts(WorkspaceOpts, _GcpBatchFields):
+    """gcp_batch's options (TorchX's, then ours), then the workspace's."""
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """An app's GCP Batch settings, every check made (before anything is built)."""
+
+    project: str
+    location: str
+    machine_type: str | None
+    model: str
+    max_run_seconds: int | None
+
+
+class GcpBatchScheduler(
+    TypedOptions[GcpBatchOpts], WorkspaceMixin, DescribesMany, Scheduler[GcpBatchOpts]
+):
     """One GCP Batch job per app; describes many jobs with one list call per location."""
+
+    opts_type = GcpBatchOpts
 
     def __init__(
         self,
@@ -400,49 +455,7 @@ class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         self._list_filter_ok = True
         self._locations: dict[str, set[str]] = {}
 
-    def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add(
-            "project",
-            type_=str,
-            help="Name of the GCP project. Defaults to the configured GCP project in the"
-            " environment",
-        )
-        opts.add(
-            "location",
-            type_=str,
-            default=DEFAULT_LOCATION,
-            help="Name of the location to schedule the job in. Defaults to us-central1",
-        )
-        opts.add(
-            "machine_type",
-            type_=str,
-            help="machine type (a2-highgpu-8g, n2-standard-8) or GPU family (a2-highgpu,"
-            " a2-ultragpu, a3-highgpu, g2-standard: the member with the role's GPU count)",
-        )
-        opts.add(
-            "provisioning_model",
-            type_=str,
-            default="standard",
-            help="standard, or spot (cheaper VMs that can be preempted)",
-        )
-        opts.add("service_account", type_=str, help="email of the service account the VMs run as")
-        opts.add("network", type_=str, help="VPC network (projects/P/global/networks/N)")
-        opts.add("subnetwork", type_=str, help="subnetwork (projects/P/regions/R/subnetworks/S)")
-        opts.add(
-            "labels", type_=dict[str, str], help="labels added to the job (key:value,key:value)"
-        )
-        opts.add(
-            "max_run_duration",
-            type_=str,
-            help="longest a task may run before it is failed (2h, 90m, 3600s)",
-        )
-        opts.add("user", type_=str, default=getpass.getuser(), help="user labelled on the job")
-        return opts
-
-    def _validate(
-        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
-    ) -> None:
+    def _validate(self, app: AppDef, scheduler: str, cfg: GcpBatchOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
         if len(app.roles) > 1:
             names = ", ".join(r.name for r in app.roles)
@@ -452,20 +465,50 @@ class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
                 "roles",
             )
 
-    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
-        """Every check the request makes, before an image is built: building it is pure."""
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: GcpBatchOpts) -> None:
+        """Every check the request makes, before an image is built."""
+        cfg = self.typed(cfg)
         self._validate(app, scheduler, cfg)
-        self._submit_dryrun(app, cfg)
+        self._check(app, cfg)
 
-    def build_workspace_and_update_role(
-        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    def _check(self, app: AppDef, cfg: GcpBatchOpts) -> _Checked:
+        """The project, location, machine and limits the request will use, each checked."""
+        project = self._project(cfg)
+        location = cfg.location or DEFAULT_LOCATION
+        if not _LOCATION_RE.match(location):
+            raise InvalidRunConfigException(
+                f"{location!r} is not a GCP location (e.g. us-central1, europe-west4)", "location"
+            )
+        if len(app.roles) != 1:
+            self._validate(app, "gcp_batch", cfg)
+        res = app.roles[0].resource
+        if res.memMB < 0:
+            raise InvalidRunConfigException(
+                "GCP Batch needs memory for the role: give it a resource (-h NAME, e.g."
+                " gcp_a2-highgpu-1g, or --memMB)",
+                "memMB",
+            )
+        model = (cfg.provisioning_model or "standard").upper()
+        if model not in ("STANDARD", "SPOT", "PREEMPTIBLE"):
+            raise InvalidRunConfigException(
+                f"provisioning_model {cfg.provisioning_model!r}: use standard or spot",
+                "provisioning_model",
+            )
+        seconds = parse_duration(cfg.max_run_duration) if cfg.max_run_duration else None
+        return _Checked(
+            project, location, machine_type_for(res, cfg.machine_type or None), model, seconds
+        )
+
+    def patch_image(
+        self, role: Role, workspace: str, cfg: Mapping[str, Any], files: Mapping[str, bytes]
     ) -> None:
         """An unknown location is found before the image is built and pushed."""
-        self._check_location(self._project(cfg), str(cfg.get("location") or DEFAULT_LOCATION))
-        super().build_workspace_and_update_role(role, workspace, cfg)
+        opts = cfg if isinstance(cfg, GcpBatchOpts) else GcpBatchOpts.from_cfg(cfg, partial=True)
+        self._check_location(self._project(opts), opts.location or DEFAULT_LOCATION)
+        super().patch_image(role, workspace, cfg, files)
 
-    def _project(self, cfg: Mapping[str, CfgVal]) -> str:
-        project = str(cfg.get("project") or "") or default_project()
+    def _project(self, cfg: GcpBatchOpts) -> str:
+        project = cfg.project or default_project()
         if not project:
             raise InvalidRunConfigException(
                 "no GCP project: pass -cfg project=ID, or set GOOGLE_CLOUD_PROJECT (or run"
@@ -479,29 +522,16 @@ class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             )
         return project
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[GCPBatchJob]:
+    def _submit_dryrun(self, app: AppDef, cfg: GcpBatchOpts) -> AppDryRunInfo[GCPBatchJob]:
         from google.cloud import batch_v1
         from google.protobuf import duration_pb2
 
-        project = self._project(cfg)
-        location = str(cfg.get("location") or DEFAULT_LOCATION)
-        if not _LOCATION_RE.match(location):
-            raise InvalidRunConfigException(
-                f"{location!r} is not a GCP location (e.g. us-central1, europe-west4)", "location"
-            )
-        if len(app.roles) != 1:
-            self._validate(app, "gcp_batch", cfg)
+        checked = self._check(app, cfg)
         role = app.roles[0]
         name = job_name(app.name)
         values = macros.Values(img_root="", app_id=name, replica_id=TASK_INDEX, rank0_env=RANK0_ENV)
         r = values.apply(role)
         res = r.resource
-        if res.memMB < 0:
-            raise InvalidRunConfigException(
-                "GCP Batch needs memory for the role: give it a resource (-h NAME, e.g."
-                " gcp_a2-highgpu-1g, or --memMB)",
-                "memMB",
-            )
         env = {**r.env, "TORCHX_ROLE_IDX": "0", "TORCHX_ROLE_NAME": r.name}
         task_envs = []
         for i in range(role.num_replicas):
@@ -532,10 +562,8 @@ class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             max_retry_count=max(role.max_retries, 0),
             volumes=volumes,
         )
-        if cfg.get("max_run_duration"):
-            task_spec.max_run_duration = duration_pb2.Duration(
-                seconds=parse_duration(str(cfg["max_run_duration"]))
-            )
+        if checked.max_run_seconds:
+            task_spec.max_run_duration = duration_pb2.Duration(seconds=checked.max_run_seconds)
         group = batch_v1.TaskGroup(
             task_count=role.num_replicas,
             task_count_per_node=1,
@@ -545,12 +573,12 @@ class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             task_spec=task_spec,
         )
         labels: dict[str, str] = {}
-        for key, value in {**app.metadata, **dict(cfg.get("labels") or {})}.items():  # type: ignore[arg-type]
+        for key, value in {**app.metadata, **(cfg.labels or {})}.items():
             labels[_label_key(str(key))] = label_value(str(value))
         # ours last: list finds our jobs by them, so no metadata key may replace them
         labels[LABEL_VERSION] = label_value(__version__.replace(".", "-"))
         labels[LABEL_APP_NAME] = label_value(name)
-        labels[LABEL_USER] = label_value(str(cfg.get("user") or getpass.getuser()))
+        labels[LABEL_USER] = label_value(cfg.user or getpass.getuser())
         job = batch_v1.Job(
             task_groups=[group],
             labels=labels,
@@ -558,23 +586,16 @@ class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
                 destination=batch_v1.LogsPolicy.Destination.CLOUD_LOGGING
             ),
         )
-        policy = self._allocation_policy(res, cfg)
+        policy = self._allocation_policy(res, cfg, checked)
         if policy is not None:
             job.allocation_policy = policy
-        return AppDryRunInfo(GCPBatchJob(name, project, location, job), _fmt)
+        return AppDryRunInfo(GCPBatchJob(name, checked.project, checked.location, job), _fmt)
 
-    def _allocation_policy(self, res: Resource, cfg: Mapping[str, CfgVal]) -> Any:
+    def _allocation_policy(self, res: Resource, cfg: GcpBatchOpts, checked: _Checked) -> Any:
         from google.cloud import batch_v1
 
         Policy = batch_v1.AllocationPolicy
-        machine = cfg.get("machine_type")
-        mtype = machine_type_for(res, str(machine) if machine else None)
-        model = str(cfg.get("provisioning_model") or "standard").upper()
-        if model not in ("STANDARD", "SPOT", "PREEMPTIBLE"):
-            raise InvalidRunConfigException(
-                f"provisioning_model {cfg.get('provisioning_model')!r}: use standard or spot",
-                "provisioning_model",
-            )
+        mtype, model = checked.machine_type, checked.model
         policy = Policy()
         used = False
         instance = Policy.InstancePolicy()
@@ -587,15 +608,14 @@ class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
                 Policy.InstancePolicyOrTemplate(policy=instance, install_gpu_drivers=res.gpu > 0)
             ]
             used = True
-        if cfg.get("service_account"):
-            policy.service_account = batch_v1.ServiceAccount(email=str(cfg["service_account"]))
+        if cfg.service_account:
+            policy.service_account = batch_v1.ServiceAccount(email=cfg.service_account)
             used = True
-        if cfg.get("network") or cfg.get("subnetwork"):
+        if cfg.network or cfg.subnetwork:
             policy.network = Policy.NetworkPolicy(
                 network_interfaces=[
                     Policy.NetworkInterface(
-                        network=str(cfg.get("network") or ""),
-                        subnetwork=str(cfg.get("subnetwork") or ""),
+                        network=cfg.network or "", subnetwork=cfg.subnetwork or ""
                     )
                 ]
             )
@@ -919,12 +939,12 @@ class GcpBatchScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             if tail_wait(LOG_POLL_SECONDS):
                 return
 
-    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
-        """Our jobs (labelled ``torchx_version``) in every location, or in ``cfg["location"]``
+    def list(self, cfg: GcpBatchOpts | None = None) -> list[ListAppResponse]:
+        """Our jobs (labelled ``torchx_version``) in every location, or in ``cfg.location``
         when given, every page."""
-        cfg = cfg or {}
+        cfg = self.typed(cfg, partial=True)
         project = self._project(cfg)
-        location = str(cfg.get("location") or "-")
+        location = cfg.location or "-"
         out: list[ListAppResponse] = []
         for job in self._list_jobs(
             f"projects/{project}/locations/{location}", f"labels.{LABEL_VERSION}:*"

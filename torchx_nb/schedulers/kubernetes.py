@@ -20,9 +20,11 @@ from typing import Any
 
 from torchx_nb.schedulers.api import (
     DescribeAppResponse,
+    DescribesMany,
     ListAppResponse,
     Scheduler,
     Stream,
+    TypedOptions,
     filter_regex,
     on_tail_stop,
 )
@@ -33,7 +35,6 @@ from torchx_nb.specs.api import (
     AppDryRunInfo,
     AppState,
     BindMount,
-    CfgVal,
     DeviceMount,
     InvalidRunConfigException,
     ReplicaStatus,
@@ -44,10 +45,10 @@ from torchx_nb.specs.api import (
     VolumeMount,
     is_terminal,
     macros,
-    runopts,
 )
+from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
-from torchx_nb.workspace import WorkspaceMixin
+from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
 
 LABEL_VERSION = "torchx.pytorch.org/version"
 LABEL_APP_NAME = "torchx.pytorch.org/app-name"
@@ -216,7 +217,7 @@ def pod_template(
     role: Role,
     name: str,
     labels: dict[str, str],
-    cfg: Mapping[str, CfgVal],
+    cfg: KubernetesOpts,
     env_first: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A pod template for one role (and one replica under Volcano), as TorchX builds it."""
@@ -232,7 +233,7 @@ def pod_template(
     }
     if privileged:
         container["securityContext"] = {"privileged": True}
-    node_selector: dict[str, str] = dict(cfg.get("node_selector") or {})  # type: ignore[arg-type]
+    node_selector: dict[str, str] = dict(cfg.node_selector or {})
     itype = role.resource.capabilities.get(ITYPE)
     if itype:
         node_selector[ITYPE] = str(itype)
@@ -242,12 +243,11 @@ def pod_template(
         "volumes": volumes,
         "nodeSelector": node_selector,
     }
-    if cfg.get("service_account"):
-        spec["serviceAccountName"] = str(cfg["service_account"])
-    secrets = list(cfg.get("image_pull_secrets") or [])  # type: ignore[arg-type]
-    if secrets:
-        spec["imagePullSecrets"] = [{"name": s} for s in secrets]
-    tolerations = _tolerations(list(cfg.get("tolerations") or []))  # type: ignore[arg-type]
+    if cfg.service_account:
+        spec["serviceAccountName"] = cfg.service_account
+    if cfg.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in cfg.image_pull_secrets]
+    tolerations = _tolerations(cfg.tolerations or [])
     if tolerations:
         spec["tolerations"] = tolerations
     return {
@@ -269,7 +269,7 @@ def _labels(app: AppDef, name: str, role_idx: int, role: Role, replica: str) -> 
     }
 
 
-def volcano_resource(app: AppDef, name: str, cfg: Mapping[str, CfgVal]) -> dict[str, Any]:
+def volcano_resource(app: AppDef, name: str, cfg: KubernetesOpts) -> dict[str, Any]:
     """TorchX's vcjob: a task per replica, ``svc``/``env`` plugins, retry policies."""
     first = normalize(app.roles[0].name).upper().replace("-", "_")
     tasks = []
@@ -303,13 +303,13 @@ def volcano_resource(app: AppDef, name: str, cfg: Mapping[str, CfgVal]) -> dict[
             tasks.append(task)
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
-        "queue": str(cfg.get("queue") or ""),
+        "queue": cfg.queue or "",
         "tasks": tasks,
         "maxRetry": min(r.max_retries for r in app.roles),
         "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
     }
-    if cfg.get("priority_class"):
-        spec["priorityClassName"] = str(cfg["priority_class"])
+    if cfg.priority_class:
+        spec["priorityClassName"] = cfg.priority_class
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -328,7 +328,7 @@ def _job_labels(app: AppDef, name: str) -> dict[str, str]:
 
 
 def indexed_resources(
-    app: AppDef, name: str, cfg: Mapping[str, CfgVal]
+    app: AppDef, name: str, cfg: KubernetesOpts
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A ``batch/v1`` Indexed Job (a pod per replica, ``replica_id`` from the completion index)
     and the headless Service that gives pod 0 the stable name ``NAME-0.NAME``."""
@@ -359,8 +359,8 @@ def indexed_resources(
             "template": template,
         },
     }
-    if cfg.get("priority_class"):
-        template["spec"]["priorityClassName"] = str(cfg["priority_class"])
+    if cfg.priority_class:
+        template["spec"]["priorityClassName"] = cfg.priority_class
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -475,8 +475,45 @@ def call(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         raise _kube_error(e, what) from None
 
 
-class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+@dataclass(kw_only=True)
+class _KubernetesFields(StructuredOpts):
+    namespace: str = "default"
+    """Kubernetes namespace to schedule job in"""
+
+    queue: str | None = None
+    """Volcano queue to schedule job in (api=volcano)"""
+
+    service_account: str | None = None
+    """the service account name to set on the pod specs"""
+
+    priority_class: str | None = None
+    """the name of the PriorityClass to set on the job specs"""
+
+    api: str = "volcano"
+    """volcano (a vcjob, TorchX's) or indexed (a batch/v1 Indexed Job and a headless Service:
+    clusters without Volcano)"""
+
+    image_pull_secrets: list[str] | None = None
+    """secrets for pulling the image"""
+
+    node_selector: dict[str, str] | None = None
+    """node labels the pods must match"""
+
+    tolerations: list[str] | None = None
+    """taints tolerated: KEY=VALUE:EFFECT or KEY:EFFECT"""
+
+
+@dataclass(kw_only=True)
+class KubernetesOpts(WorkspaceOpts, _KubernetesFields):
+    """kubernetes' options (TorchX's, then ours), then the workspace's."""
+
+
+class KubernetesScheduler(
+    TypedOptions[KubernetesOpts], WorkspaceMixin, DescribesMany, Scheduler[KubernetesOpts]
+):
     """Volcano jobs or Indexed Jobs; describes many apps with one list per namespace."""
+
+    opts_type = KubernetesOpts
 
     def __init__(self, session_name: str, client: Any = None) -> None:
         super().__init__("kubernetes", session_name)
@@ -484,46 +521,13 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
         self._no_volcano: set[str] = set()
         self._checked: set[tuple[str, str]] = set()
 
-    def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add(
-            "namespace",
-            type_=str,
-            default="default",
-            help="Kubernetes namespace to schedule job in",
-        )
-        opts.add("queue", type_=str, help="Volcano queue to schedule job in (api=volcano)")
-        opts.add(
-            "service_account", type_=str, help="the service account name to set on the pod specs"
-        )
-        opts.add(
-            "priority_class",
-            type_=str,
-            help="the name of the PriorityClass to set on the job specs",
-        )
-        opts.add(
-            "api",
-            type_=str,
-            default="volcano",
-            help="volcano (a vcjob, TorchX's) or indexed (a batch/v1 Indexed Job and a headless"
-            " Service: clusters without Volcano)",
-        )
-        opts.add("image_pull_secrets", type_=list[str], help="secrets for pulling the image")
-        opts.add("node_selector", type_=dict[str, str], help="node labels the pods must match")
-        opts.add(
-            "tolerations", type_=list[str], help="taints tolerated: KEY=VALUE:EFFECT or KEY:EFFECT"
-        )
-        return opts
-
-    def _validate(
-        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
-    ) -> None:
+    def _validate(self, app: AppDef, scheduler: str, cfg: KubernetesOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
-        cfg = cfg or {}
-        api = str(cfg.get("api") or "volcano")
+        cfg = self.typed(cfg or {})
+        api = cfg.api or "volcano"
         if api not in ("volcano", "indexed"):
             raise InvalidRunConfigException(f"api {api!r}: use volcano or indexed", "api")
-        if api == "volcano" and not cfg.get("queue"):
+        if api == "volcano" and not cfg.queue:
             raise InvalidRunConfigException(
                 "Volcano jobs need a queue: pass -cfg queue=NAME (see `kubectl get queues`), or"
                 " -cfg api=indexed on a cluster without Volcano",
@@ -535,20 +539,21 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
                 " use -cfg api=volcano or merge the roles",
                 "roles",
             )
-        namespace = str(cfg.get("namespace") or "default")
+        namespace = cfg.namespace or "default"
         if not _NAME_RE.match(namespace):
             raise InvalidRunConfigException(f"{namespace!r} is not a namespace name", "namespace")
 
-    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: KubernetesOpts) -> None:
+        """Every check the request makes, before an image is built (the request itself is
+        built once, by the dry run)."""
+        cfg = self.typed(cfg)
         self._validate(app, scheduler, cfg)
-        self._submit_dryrun(app, cfg)
+        _tolerations(cfg.tolerations or [])
 
-    def _submit_dryrun(
-        self, app: AppDef, cfg: Mapping[str, CfgVal]
-    ) -> AppDryRunInfo[KubernetesJob]:
+    def _submit_dryrun(self, app: AppDef, cfg: KubernetesOpts) -> AppDryRunInfo[KubernetesJob]:
         name = normalize(f"{normalize(app.name)[:40]}-{random_id()}")
-        api = str(cfg.get("api") or "volcano")
-        namespace = str(cfg.get("namespace") or "default")
+        api = cfg.api or "volcano"
+        namespace = cfg.namespace or "default"
         if api == "indexed":
             job, service = indexed_resources(app, name, cfg)
             req = KubernetesJob({}, job, namespace, api, service)
@@ -556,18 +561,18 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             req = KubernetesJob({}, volcano_resource(app, name, cfg), namespace, api)
         return AppDryRunInfo(req, _fmt)
 
-    def build_workspace_and_update_role(
-        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
+    def patch_image(
+        self, role: Role, workspace: str, cfg: Mapping[str, Any], files: Mapping[str, bytes]
     ) -> None:
         """The namespace (and queue) are checked before an image is built and pushed."""
-        self._check_target(cfg)
-        super().build_workspace_and_update_role(role, workspace, cfg)
+        opts = cfg if isinstance(cfg, KubernetesOpts) else KubernetesOpts.from_cfg(cfg)
+        queue = (opts.queue or "") if (opts.api or "volcano") == "volcano" else ""
+        self._check_target(opts.namespace or "default", queue)
+        super().patch_image(role, workspace, cfg, files)
 
-    def _check_target(self, cfg: Mapping[str, CfgVal]) -> None:
+    def _check_target(self, namespace: str, queue: str) -> None:
         """The namespace (and the Volcano queue) exist; checked once per scheduler, so a
         submission that built an image does not ask again when it is sent."""
-        namespace = str(cfg.get("namespace") or "default")
-        queue = str(cfg.get("queue") or "") if str(cfg.get("api") or "volcano") == "volcano" else ""
         if (namespace, queue) in self._checked:
             return
         _must_exist(
@@ -587,9 +592,8 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
 
     def schedule(self, dryrun_info: AppDryRunInfo[KubernetesJob]) -> str:
         req = dryrun_info.request
-        self._check_target(
-            {"namespace": req.namespace, "api": req.api, "queue": req.resource["spec"].get("queue")}
-        )
+        queue = str(req.resource["spec"].get("queue") or "") if req.api == "volcano" else ""
+        self._check_target(req.namespace, queue)
         what = f"cannot create {req.namespace}/{req.name}"
         if req.api == "indexed":
             if req.service:
@@ -823,9 +827,9 @@ class KubernetesScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             statuses.setdefault(role_name, []).append(rep)
         return list(roles.values()), [RoleStatus(n, reps) for n, reps in statuses.items()]
 
-    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
-        """Our jobs (by label) in ``cfg["namespace"]`` (default ``default``), every page."""
-        namespace = str((cfg or {}).get("namespace") or "default")
+    def list(self, cfg: KubernetesOpts | None = None) -> list[ListAppResponse]:
+        """Our jobs (by label) in ``cfg.namespace`` (default ``default``), every page."""
+        namespace = self.typed(cfg, partial=True).namespace or "default"
         selector = f"{LABEL_ORGANIZATION}={ORGANIZATION}"
         out = []
         for job in [*self._vcjobs(namespace, selector), *self._jobs(namespace, selector)]:

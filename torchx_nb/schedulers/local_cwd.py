@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -25,11 +25,14 @@ from typing import Any
 from torchx_nb.paths import write_private
 from torchx_nb.schedulers.api import (
     DescribeAppResponse,
+    DirWorkspaceMixin,
     LineSplitter,
     ListAppResponse,
+    LocalWorkspace,
     LogFiles,
     Scheduler,
     Stream,
+    TypedOptions,
     filter_regex,
     tail_wait,
 )
@@ -40,18 +43,16 @@ from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
     AppState,
-    CfgVal,
     ReplicaStatus,
     Resource,
     Role,
     RoleStatus,
     is_terminal,
     macros,
-    runopts,
 )
+from torchx_nb.specs.structured_opts import StructuredOpts
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
-CWD_METADATA_KEY = "local_cwd.cwd"
 SUPERVISOR = Path(__file__).with_name("local_supervisor.py")
 # A log tail that found nothing new looks again after at most this long.
 TAIL_IDLE_S = 1.0
@@ -165,8 +166,27 @@ def _role_from_json(d: dict[str, Any]) -> Role:
     )
 
 
-class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
-    """Runs each replica as a subprocess of a per-app supervisor."""
+@dataclass(kw_only=True)
+class LocalCwdOpts(StructuredOpts):
+    """local_cwd's options."""
+
+    log_dir: str | None = None
+    """folder for the replicas' logs (default: the app's folder under the torchx_nb data dir)"""
+
+    prepend_cwd: bool = False
+    """put the working directory first on PATH (default: last)"""
+
+    auto_set_cuda_visible_devices: bool = False
+    """give each replica its own slice of the GPUs via CUDA_VISIBLE_DEVICES"""
+
+
+class LocalCwdScheduler(
+    TypedOptions[LocalCwdOpts], DirWorkspaceMixin, LogFiles, Scheduler[LocalCwdOpts]
+):
+    """Runs each replica as a subprocess of a per-app supervisor, in the workspace folder (or
+    the current one)."""
+
+    opts_type = LocalCwdOpts
 
     is_local = True
 
@@ -195,42 +215,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
         self._root_checked = False
         self.extra_paths = list(extra_paths or [])
 
-    def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add(
-            "log_dir",
-            type_=str,
-            help="folder for the replicas' logs (default: the app's"
-            " folder under the torchx_nb data dir)",
-        )
-        opts.add(
-            "prepend_cwd",
-            type_=bool,
-            default=False,
-            help="put the working directory first on PATH (default: last)",
-        )
-        opts.add(
-            "auto_set_cuda_visible_devices",
-            type_=bool,
-            default=False,
-            help="give each replica its own slice of the GPUs via CUDA_VISIBLE_DEVICES",
-        )
-        return opts
-
-    def build_workspace_and_update_role(
-        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
-    ) -> None:
-        """local_cwd needs no image: the workspace folder simply becomes the replicas' cwd."""
-        path = Path(workspace).expanduser().resolve()
-        if not path.is_dir():
-            raise FileNotFoundError(f"workspace {workspace!r} is not a folder")
-        role.metadata[CWD_METADATA_KEY] = str(path)
-
-    plan_workspace_and_update_role = build_workspace_and_update_role
-
-    def _validate(
-        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
-    ) -> None:
+    def _validate(self, app: AppDef, scheduler: str, cfg: LocalCwdOpts | None = None) -> None:
         """Resources are advisory on local_cwd; nothing to check."""
 
     def _session_dir(self) -> Path:
@@ -248,23 +233,26 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
     def _app_dir(self, app_id: str) -> Path:
         return self._session_dir() / check_app_id(app_id)
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[PopenRequest]:
+    def _submit_dryrun_in(
+        self, app: AppDef, cfg: LocalCwdOpts, workspace: LocalWorkspace | None
+    ) -> AppDryRunInfo[PopenRequest]:
+        """The replicas run in ``workspace`` (the current folder without one)."""
         app_id = make_unique(app.name)
         state_dir = self.state_root / self.session_name / check_app_id(app_id)
         log_root = (
-            Path(str(cfg["log_dir"])).expanduser().absolute() / self.session_name / app_id
-            if cfg.get("log_dir")
+            Path(cfg.log_dir).expanduser().absolute() / self.session_name / app_id
+            if cfg.log_dir
             else state_dir
         )
+        cwd = str(Path(workspace.path).expanduser().resolve()) if workspace else os.getcwd()
         req = PopenRequest(
             app_id=app_id,
             state_dir=str(state_dir),
             log_dir=str(log_root),
             grace_seconds=self.grace_seconds,
         )
-        gpu_slices = self._gpu_slices(app) if cfg.get("auto_set_cuda_visible_devices") else {}
+        gpu_slices = self._gpu_slices(app) if cfg.auto_set_cuda_visible_devices else {}
         for role in app.roles:
-            cwd = role.metadata.get(CWD_METADATA_KEY) or os.getcwd()
             req.roles.append(_role_to_json(role))
             params: list[ReplicaParam] = []
             dirs: list[str] = []
@@ -279,7 +267,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
                 env.setdefault("TORCHELASTIC_ERROR_FILE", str(rdir / "error.json"))
                 env.setdefault("PET_LOG_DIR", str(log_root / "torchelastic" / role.name))
                 env.setdefault("PYTHONUNBUFFERED", "x")
-                env["PATH"] = self._path(r.env.get("PATH"), cwd, bool(cfg.get("prepend_cwd")))
+                env["PATH"] = self._path(r.env.get("PATH"), cwd, cfg.prepend_cwd)
                 if (role.name, i) in gpu_slices:
                     env["CUDA_VISIBLE_DEVICES"] = gpu_slices[(role.name, i)]
                 entrypoint = r.entrypoint
@@ -539,7 +527,7 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
                 return NONE
         return NONE
 
-    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+    def list(self, cfg: LocalCwdOpts | None = None) -> list[ListAppResponse]:
         root = self._session_dir()
         out: list[ListAppResponse] = []
         for d in sorted(root.iterdir(), key=lambda p: p.stat().st_mtime):
@@ -608,16 +596,14 @@ class LocalCwdScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
         return filter_regex(regex, lines) if regex else lines
 
     def _follow(self, app_id: str, path: Path, should_tail: bool) -> Iterator[str]:
-
-        checked = [0.0, False]
+        """The file's lines; with ``should_tail``, on until the job ends. Each idle look asks
+        whether the job ended (a describe served from its files' cache: a few stat calls) and
+        the looks back off from 2 ms to TAIL_IDLE_S, so an ended job is seen within
+        milliseconds of its last line and an idle tail costs a look a second."""
 
         def terminal() -> bool:
-            """Whether the job has ended, asked at most once a second (describe is not free)."""
-            now = time.monotonic()
-            if now - checked[0] >= 1.0:
-                desc = self.describe(app_id)
-                checked[:] = [now, desc is None or is_terminal(desc.state)]
-            return bool(checked[1])
+            desc = self.describe(app_id)
+            return desc is None or is_terminal(desc.state)
 
         delay = 0.002
         while not path.exists():

@@ -9,7 +9,7 @@ import fnmatch
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,6 +19,7 @@ from torchx_nb.schedulers.api import (
     ListAppResponse,
     Scheduler,
     Stream,
+    TypedOptions,
     filter_regex,
     on_tail_stop,
     split_lines_iterator,
@@ -30,7 +31,6 @@ from torchx_nb.specs.api import (
     AppDryRunInfo,
     AppState,
     BindMount,
-    CfgVal,
     DeviceMount,
     ReplicaStatus,
     Resource,
@@ -40,10 +40,10 @@ from torchx_nb.specs.api import (
     VolumeMount,
     is_terminal,
     macros,
-    runopts,
 )
+from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
-from torchx_nb.workspace import WorkspaceMixin
+from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
 from torchx_nb.workspace.daemon import docker_client
 
 LABEL_VERSION = "torchx.pytorch.org/version"
@@ -162,14 +162,36 @@ def _app_state(states: list[AppState]) -> AppState:
     return AppState.FAILED
 
 
-class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
+@dataclass(kw_only=True)
+class _LocalDockerFields(StructuredOpts):
+    copy_env: list[str] | None = None
+    """host environment variables to copy into the containers (glob patterns, e.g. FOO_*)"""
+
+    env: dict[str, str] | None = None
+    """environment variables set in every container (applied after copy_env)"""
+
+    privileged: bool = False
+    """run the containers privileged"""
+
+    network: str = DEFAULT_NETWORK
+    """docker network: 'torchx' (a bridge created on demand, containers reach each other by
+    name), 'host' or 'none'"""
+
+
+@dataclass(kw_only=True)
+class LocalDockerOpts(WorkspaceOpts, _LocalDockerFields):
+    """local_docker's options, then the workspace's."""
+
+
+class LocalDockerScheduler(
+    TypedOptions[LocalDockerOpts], WorkspaceMixin, Scheduler[LocalDockerOpts]
+):
     """Runs each replica as a container on the local Docker daemon; a workspace is patched onto
     the image locally (no push needed)."""
 
     is_local = True
-
-    def _push_needed(self) -> bool:
-        return False
+    pushes_image = False
+    opts_type = LocalDockerOpts
 
     def __init__(self, session_name: str, docker_client: Any = None) -> None:
         super().__init__("local_docker", session_name)
@@ -181,47 +203,19 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             self._client = docker_client()
         return self._client
 
-    def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add(
-            "copy_env",
-            type_=list[str],
-            help="host environment variables to copy into"
-            " the containers (glob patterns, e.g. FOO_*)",
-        )
-        opts.add(
-            "env",
-            type_=dict[str, str],
-            help="environment variables set in every container (applied after copy_env)",
-        )
-        opts.add("privileged", type_=bool, default=False, help="run the containers privileged")
-        opts.add(
-            "network",
-            type_=str,
-            default=DEFAULT_NETWORK,
-            help="docker network: 'torchx' (a bridge created on demand, containers reach"
-            " each other by name), 'host' or 'none'",
-        )
-        return opts
-
-    def _validate(
-        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
-    ) -> None:
+    def _validate(self, app: AppDef, scheduler: str, cfg: LocalDockerOpts | None = None) -> None:
         """Resources are optional on local_docker: NULL_RESOURCE means no limits."""
 
-    def _submit_dryrun(self, app: AppDef, cfg: Mapping[str, CfgVal]) -> AppDryRunInfo[DockerJob]:
+    def _submit_dryrun(self, app: AppDef, cfg: LocalDockerOpts) -> AppDryRunInfo[DockerJob]:
         app_id = make_unique(app.name)
-        network = str(cfg.get("network") or DEFAULT_NETWORK)
+        network = cfg.network or DEFAULT_NETWORK
         job = DockerJob(app_id=app_id, network=network)
         rank0 = "localhost" if network == "host" else container_name(app_id, app.roles[0].name, 0)
-        patterns = cfg.get("copy_env") or []
-        assert isinstance(patterns, list)
+        patterns = cfg.copy_env or []
         copied = {
             k: v for k, v in os.environ.items() if any(fnmatch.fnmatch(k, p) for p in patterns)
         }
-        env_opt = cfg.get("env") or {}
-        assert isinstance(env_opt, dict)
-        extra_env = dict(env_opt)
+        extra_env = dict(cfg.env or {})
         for role in app.roles:
             for i in range(role.num_replicas):
                 values = macros.Values(
@@ -240,7 +234,7 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
                         LABEL_REPLICA_ID: str(i),
                         LABEL_SPEC: _role_label(role),
                     },
-                    "privileged": bool(cfg.get("privileged")),
+                    "privileged": cfg.privileged,
                     "network": network,
                     "init": True,
                 }
@@ -424,7 +418,7 @@ class LocalDockerScheduler(WorkspaceMixin, Scheduler[Mapping[str, CfgVal]]):
             resp.msg = "; ".join(failures)
         return resp
 
-    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+    def list(self, cfg: LocalDockerOpts | None = None) -> list[ListAppResponse]:
         seen: dict[str, list[AppState]] = {}
         for c in self._containers():
             seen.setdefault(c.labels[LABEL_APP_ID], []).append(self._container_state(c))

@@ -137,9 +137,21 @@ def _account(sts: Callable[[], Any]) -> str:
     return _partition_account(sts)[1]
 
 
-def default_bucket(s3: Any, region_name: str, account: str) -> str:
-    """``sagemaker-REGION-ACCOUNT``, created if missing (as the SageMaker SDK does)."""
-    bucket = f"sagemaker-{region_name}-{account}"
+def default_bucket_name(region_name: str, account: str) -> str:
+    """``sagemaker-REGION-ACCOUNT``: the bucket SageMaker's SDK uses by default."""
+    return f"sagemaker-{region_name}-{account}"
+
+
+def ensure_bucket(s3: Any, output_path: str, region_name: str) -> None:
+    """Create the default bucket (``sagemaker-REGION-…``) that ``output_path`` names when it
+    is missing, as the SageMaker SDK does; any other bucket is the user's to make."""
+    bucket = output_path.removeprefix("s3://").split("/", 1)[0]
+    if bucket.startswith(f"sagemaker-{region_name}-"):
+        default_bucket(s3, bucket, region_name)
+
+
+def default_bucket(s3: Any, bucket: str, region_name: str) -> str:
+    """``bucket``, created if missing."""
     try:
         s3.head_bucket(Bucket=bucket)
         return bucket

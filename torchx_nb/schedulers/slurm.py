@@ -26,11 +26,15 @@ from typing import Any
 
 from torchx_nb.schedulers.api import (
     DescribeAppResponse,
+    DescribesMany,
+    DirWorkspaceMixin,
     LineSplitter,
     ListAppResponse,
+    LocalWorkspace,
     LogFiles,
     Scheduler,
     Stream,
+    TypedOptions,
     filter_regex,
     tail_wait,
 )
@@ -42,19 +46,16 @@ from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
     AppState,
-    CfgVal,
     ReplicaStatus,
     Role,
     RoleStatus,
     TorchxNbError,
     is_terminal,
     macros,
-    runopts,
 )
+from torchx_nb.specs.structured_opts import StructuredOpts
 
 RANK0_ENV = "SLURM_JOB_NODELIST_HET_GROUP_0"
-WORKSPACE_KEY = "slurm.workspace"
-CELL_SCRIPT_KEY = "slurm.cell_script"
 SCRIPT_NAME = "torchx-sbatch.sh"
 # stands for the job id inside srun arguments until the script is written; a NUL cannot occur
 # in an argument, so a user's literal "${app_id}" text is never mistaken for it
@@ -66,7 +67,6 @@ TAIL_IDLE_S = 0.5
 WORKSPACE_EXCLUDES = ("slurm-*.out", "slurm-*.err", SCRIPT_NAME)
 # options on sbatch's command line (argv, so a space is fine); the rest go into #SBATCH lines
 CMD_OPTS = ("comment", "mail-user", "mail-type")
-SBATCH_OPTS = ("partition", "time", "constraint", "qos", "account")
 
 
 class SlurmError(TorchxNbError):
@@ -268,75 +268,79 @@ def _add_steps(job: Job, acct: Job) -> None:
             comp.step_state = match.step_state
 
 
-class SlurmScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
+@dataclass(kw_only=True)
+class SlurmOpts(StructuredOpts):
+    """slurm's options (TorchX's, then ours)."""
+
+    partition: str | None = None
+    """the partition to run the job in"""
+
+    time: str | None = None
+    """maximum run time: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+    days-hours:minutes or days-hours:minutes:seconds"""
+
+    comment: str | None = None
+    """comment to set on the slurm job"""
+
+    constraint: str | None = None
+    """constraint to use for the slurm job"""
+
+    mail_user: str | None = field(default=None, metadata={"cfg_key": "mail-user"})
+    """user to mail on job end"""
+
+    mail_type: str | None = field(default=None, metadata={"cfg_key": "mail-type"})
+    """what events to mail users on"""
+
+    job_dir: str | None = None
+    """folder on the shared filesystem for the job's code and logs: the workspace and the
+    cell are copied into it (a new folder JOB_DIR/NAME-ID when it exists)"""
+
+    qos: str | None = None
+    """quality of service for every component"""
+
+    account: str | None = None
+    """account to charge the job to"""
+
+    exclusive: bool = False
+    """whole nodes for each replica"""
+
+    gpus_per_node: bool = False
+    """ask for GPUs with --gpus-per-node (for sites that refuse --gpus-per-task)"""
+
+    nodelist: str | None = None
+    """nodes to run on, one per replica in order (N1,N2,...)"""
+
+    exclude: str | None = None
+    """nodes never to run on (N1,N2,...)"""
+
+
+class SlurmScheduler(
+    TypedOptions[SlurmOpts],
+    DirWorkspaceMixin,
+    DescribesMany,
+    LogFiles,
+    Scheduler[SlurmOpts],
+):
     """Submits with sbatch, describes with one squeue call (sacct once a job left the queue),
     cancels with scancel and reads logs from the job folder on the shared filesystem."""
+
+    opts_type = SlurmOpts
 
     def __init__(self, session_name: str, env: Mapping[str, str] | None = None) -> None:
         super().__init__("slurm", session_name)
         self._env = dict(env) if env is not None else None
         self._accounting: bool | None = None
 
-    # ---- options -------------------------------------------------------------------------
-    def _run_opts(self) -> runopts:
-        opts = runopts()
-        opts.add("partition", type_=str, help="the partition to run the job in")
-        opts.add(
-            "time",
-            type_=str,
-            help="maximum run time: minutes, minutes:seconds, hours:minutes:seconds,"
-            " days-hours, days-hours:minutes or days-hours:minutes:seconds",
-        )
-        opts.add("comment", type_=str, help="comment to set on the slurm job")
-        opts.add("constraint", type_=str, help="constraint to use for the slurm job")
-        opts.add("mail-user", type_=str, help="user to mail on job end")
-        opts.add("mail-type", type_=str, help="what events to mail users on")
-        opts.add(
-            "job_dir",
-            type_=str,
-            help="folder on the shared filesystem for the job's code and logs: the workspace"
-            " and the cell are copied into it (a new folder JOB_DIR/NAME-ID when it exists)",
-        )
-        opts.add("qos", type_=str, help="quality of service for every component")
-        opts.add("account", type_=str, help="account to charge the job to")
-        opts.add("exclusive", type_=bool, default=False, help="whole nodes for each replica")
-        opts.add(
-            "gpus_per_node",
-            type_=bool,
-            default=False,
-            help="ask for GPUs with --gpus-per-node (for sites that refuse --gpus-per-task)",
-        )
-        opts.add(
-            "nodelist",
-            type_=str,
-            help="nodes to run on, one per replica in order (N1,N2,...)",
-        )
-        opts.add("exclude", type_=str, help="nodes never to run on (N1,N2,...)")
-        return opts
-
     # ---- workspace -----------------------------------------------------------------------
-    def build_workspace_and_update_role(
-        self, role: Role, workspace: str, cfg: Mapping[str, CfgVal]
-    ) -> None:
-        """No image: the job runs in the workspace, or in a copy of it under ``job_dir``,
-        where the cell is written as ``.torchx-cell-<sha>.py``."""
-        from torchx_nb.components.cell import run_as_script
-        from torchx_nb.workspace import _cell_script
+    def copies_workspace(self, cfg: SlurmOpts) -> bool:
+        """With ``job_dir`` the workspace (secrets left out) and the cell are copied into a
+        new job folder; without, the job runs in the workspace itself."""
+        return bool(cfg.job_dir)
 
-        path = Path(workspace).expanduser().resolve()
-        if not path.is_dir():
-            raise FileNotFoundError(f"workspace {workspace!r} is not a folder")
-        role.metadata[WORKSPACE_KEY] = str(path)
-        if cfg.get("job_dir"):
-            script, files = _cell_script(role)
-            if script is not None:
-                role.metadata[CELL_SCRIPT_KEY] = {k: v.decode() for k, v in files.items()}
-                run_as_script(role, script)
-
-    plan_workspace_and_update_role = build_workspace_and_update_role
-
-    def preview_workspace(self, workspace: str) -> str:
+    def preview_workspace(self, workspace: str, cfg: SlurmOpts) -> str | None:
         """What ``job_dir`` would receive (the same rules as images)."""
+        if not cfg.job_dir:
+            return None
         from torchx_nb.workspace.collect import collect_workspace
         from torchx_nb.workspace.scan import default_cache
 
@@ -347,8 +351,8 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
         return files.preview()
 
     # ---- validation ----------------------------------------------------------------------
-    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal]) -> None:
-        job_dir = cfg.get("job_dir")
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: SlurmOpts) -> None:
+        job_dir = self.typed(cfg).job_dir
         if job_dir:
             target = Path(str(job_dir)).expanduser().absolute()
             parent = target
@@ -362,12 +366,11 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
                     " the shared filesystem that you can write"
                 )
 
-    def _validate(
-        self, app: AppDef, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
-    ) -> None:
+    def _validate(self, app: AppDef, scheduler: str, cfg: SlurmOpts | None = None) -> None:
         # values land in #SBATCH lines and a script comment: a space would add an option, a
         # newline a shell command
-        for key, value in (cfg or {}).items():
+        cfg = self.typed(cfg or {})
+        for key, value in cfg.items():
             if isinstance(value, str) and (
                 "\n" in value or "\r" in value or (key not in CMD_OPTS and value.split() != [value])
             ):
@@ -378,7 +381,7 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
         count = sum(r.num_replicas for r in app.roles)
         if count < 1:
             raise ValueError("the app has no replicas to run")
-        nodes = str((cfg or {}).get("nodelist") or "")
+        nodes = cfg.nodelist or ""
         if nodes and len(nodes.split(",")) != count:
             raise ValueError(
                 f"nodelist names {len(nodes.split(','))} nodes for {count} replicas: give one"
@@ -386,29 +389,38 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
             )
 
     # ---- request -------------------------------------------------------------------------
-    def _submit_dryrun(
-        self, app: AppDef, cfg: Mapping[str, CfgVal]
+    def _submit_dryrun_in(
+        self, app: AppDef, cfg: SlurmOpts, workspace: LocalWorkspace | None
     ) -> AppDryRunInfo[SlurmBatchRequest]:
+        """The sbatch request, run in ``workspace`` (or, with ``job_dir``, in a copy of it with
+        its files written beside it), else in the current folder. sinfo is asked whether the
+        partition tracks memory (a read, as TorchX does)."""
         cmd = ["sbatch", "--parsable"]
-        for key in CMD_OPTS:
-            if cfg.get(key):
-                cmd.append(f"--{key}={cfg[key]}")
-        memory = _memory_allowed(str(cfg["partition"]) if cfg.get("partition") else None)
-        nodes = [n for n in str(cfg.get("nodelist") or "").split(",") if n]
+        for key, value in (
+            ("comment", cfg.comment),
+            ("mail-user", cfg.mail_user),
+            ("mail-type", cfg.mail_type),
+        ):
+            if value:
+                cmd.append(f"--{key}={value}")
+        memory = _memory_allowed(cfg.partition or None)
+        nodes = [n for n in (cfg.nodelist or "").split(",") if n]
         replicas: dict[str, SlurmReplicaRequest] = {}
-        workspace = next((r.metadata.get(WORKSPACE_KEY) for r in app.roles), None)
-        cell_files: dict[str, str] = {}
+        sbatch_opts = {
+            "partition": cfg.partition,
+            "time": cfg.time,
+            "constraint": cfg.constraint,
+            "qos": cfg.qos,
+            "account": cfg.account,
+        }
         for role in app.roles:
-            cell_files.update(role.metadata.get(CELL_SCRIPT_KEY) or {})
             for i in range(role.num_replicas):
                 name = f"{role.name}-{i}"
                 r = macros.Values(
                     img_root=role.image, app_id=_APP_ID, replica_id=str(i), rank0_env=RANK0_ENV
                 ).apply(role)
                 sbatch: dict[str, str | None] = {"job-name": name, "requeue": None}
-                for key in SBATCH_OPTS:
-                    if cfg.get(key):
-                        sbatch[key] = str(cfg[key])
+                sbatch.update((k, v) for k, v in sbatch_opts.items() if v)
                 sbatch["ntasks-per-node"] = "1"
                 res = role.resource
                 if res != NULL_RESOURCE:
@@ -417,14 +429,14 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
                     if memory and res.memMB > 0:
                         sbatch["mem"] = str(res.memMB)
                     if res.gpu > 0:
-                        gpu_key = "gpus-per-node" if cfg.get("gpus_per_node") else "gpus-per-task"
+                        gpu_key = "gpus-per-node" if cfg.gpus_per_node else "gpus-per-task"
                         sbatch[gpu_key] = str(res.gpu)
-                if cfg.get("exclusive"):
+                if cfg.exclusive:
                     sbatch["exclusive"] = None
                 if nodes:
                     sbatch["nodelist"] = nodes[len(replicas)]
-                if cfg.get("exclude"):
-                    sbatch["exclude"] = str(cfg["exclude"])
+                if cfg.exclude:
+                    sbatch["exclude"] = cfg.exclude
                 replicas[name] = SlurmReplicaRequest(
                     name=name,
                     entrypoint=r.entrypoint,
@@ -438,20 +450,20 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
                     sbatch_opts=sbatch,
                     env=dict(r.env),
                 )
-        job_dir = str(cfg["job_dir"]) if cfg.get("job_dir") else None
+        job_dir = cfg.job_dir or None
         if job_dir:
             target = Path(job_dir).expanduser().absolute()
             workdir = str(target / make_unique(app.name) if target.exists() else target)
         else:
-            workdir = workspace or os.getcwd()
+            workdir = workspace.path if workspace else os.getcwd()
         req = SlurmBatchRequest(
             cmd=cmd,
             replicas=replicas,
             job_dir=job_dir,
             max_retries=min((r.max_retries for r in app.roles), default=0),
             workdir=workdir,
-            workspace=workspace,
-            cell_files=cell_files,
+            workspace=workspace.path if workspace else None,
+            cell_files={k: v.decode() for k, v in (workspace.files if workspace else {}).items()},
             app_name=app.name,
             roles={r.name: r.num_replicas for r in app.roles},
         )
@@ -656,7 +668,7 @@ class SlurmScheduler(Scheduler[Mapping[str, CfgVal]], LogFiles):
         )
 
     # ---- list / cancel -------------------------------------------------------------------
-    def list(self, cfg: Mapping[str, CfgVal] | None = None) -> list[ListAppResponse]:
+    def list(self, cfg: SlurmOpts | None = None) -> list[ListAppResponse]:
         """The user's jobs of the last 7 days from sacct; without accounting, the ones still in
         the queue (a warning says so)."""
         jobs = self._sacct([], ["--starttime", "now-7days"])

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from torchx_nb.specs.api import CfgVal, InvalidRunConfigException, runopts
 
 S = TypeVar("S", bound="StructuredOpts")
+_RUNOPTS: dict[type, runopts] = {}
 
 
 def snake_to_camel(name: str) -> str:
@@ -53,7 +54,7 @@ def _field_docs(cls: type) -> dict[str, str]:
                 and isinstance(nxt.value, ast.Constant)
                 and isinstance(nxt.value.value, str)
             ):
-                docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
+                docs[stmt.target.id] = " ".join(inspect.cleandoc(nxt.value.value).split())
     return docs
 
 
@@ -76,7 +77,17 @@ class StructuredOpts(Mapping[str, CfgVal]):
 
     @classmethod
     def as_runopts(cls) -> runopts:
-        """The equivalent ``runopts`` for help, validation and ``.torchxconfig``."""
+        """The equivalent ``runopts`` for help, validation and ``.torchxconfig`` (built once
+        per class: the help comes from the source's attribute docstrings)."""
+        cached = _RUNOPTS.get(cls)
+        if cached is None:
+            cached = _RUNOPTS[cls] = cls._build_runopts()
+        opts = runopts()
+        opts.update(cached)
+        return opts
+
+    @classmethod
+    def _build_runopts(cls) -> runopts:
         opts = runopts()
         docs = _field_docs(cls)
         hints = typing.get_type_hints(cls)
@@ -96,9 +107,11 @@ class StructuredOpts(Mapping[str, CfgVal]):
         return opts
 
     @classmethod
-    def from_cfg(cls: type[S], cfg: Mapping[str, CfgVal]) -> S:
+    def from_cfg(cls: type[S], cfg: Mapping[str, CfgVal], partial: bool = False) -> S:
         """Build from a cfg mapping; keys may be snake_case, camelCase or a field's ``cfg_key``.
-        Two spellings of one option with different values are an error."""
+        Two spellings of one option with different values are an error. ``partial``: only the
+        options given are set, the others are None (no default, none required), e.g. to list
+        jobs in any queue or location."""
         by_alias: dict[str, str] = {}
         for f in dataclasses.fields(cls):
             for alias in (f.name, snake_to_camel(f.name), cls._cfg_key(f)):
@@ -120,17 +133,34 @@ class StructuredOpts(Mapping[str, CfgVal]):
                 )
             values[name] = val
             seen_as[name] = key
-        resolved = cls.as_runopts().resolve(
+        opts = cls.as_runopts()
+        if partial:
+            relaxed = runopts()
+            for key, opt in opts:
+                relaxed.add(key, opt.opt_type, opt.help)
+            opts = relaxed
+        resolved = opts.resolve(
             {cls._cfg_key(f): values[f.name] for f in dataclasses.fields(cls) if f.name in values}
         )
         kwargs = {
             f.name: resolved.get(cls._cfg_key(f))
             for f in dataclasses.fields(cls)
-            if not f.name.startswith("_") and resolved.get(cls._cfg_key(f)) is not None
+            if not f.name.startswith("_") and (resolved.get(cls._cfg_key(f)) is not None or partial)
         }
         obj = cls(**kwargs)
         object.__setattr__(obj, "_extra_cfg", extra)
         return obj
+
+    def with_(self: S, **changes: Any) -> S:
+        """A copy with some fields changed (the options given and not declared are kept)."""
+        obj = dataclasses.replace(self, **changes)
+        object.__setattr__(obj, "_extra_cfg", getattr(self, "_extra_cfg", {}))
+        return obj
+
+    @property
+    def extra(self) -> Mapping[str, CfgVal]:
+        """Options given that no field declares (a subclass's own runopts)."""
+        return dict(getattr(self, "_extra_cfg", {}))
 
     def _key_to_field(self, key: str) -> str | None:
         for f in dataclasses.fields(self):

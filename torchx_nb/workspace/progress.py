@@ -1,14 +1,14 @@
-"""Push progress: one line on stderr by default, redrawn at most 10 times a second; a notebook
-swaps in a progress bar widget with ``progress_to``."""
+"""Push (and download) progress: a tqdm bar on stderr by default; a notebook swaps in its own
+progress bar widget with ``progress_to`` (see ``notebook.widgets.ProgressBar`` for why that one
+is not tqdm's). A transfer reports several parts (layers, files) as one bar."""
 
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 
 class Progress(Protocol):
@@ -18,33 +18,29 @@ class Progress(Protocol):
 
 
 class TextProgress:
-    """``progress(done, total, what)`` draws ``what [#####     ] 42% 12.0/28.5 MB``."""
+    """``progress(done, total, what)`` for each part (a layer, a file) drives one tqdm bar over
+    all of them, on stderr (tqdm redraws at most 10 times a second)."""
 
-    def __init__(self, out: TextIO | None = None, width: int = 30) -> None:
+    def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stderr
-        self.width = width
-        self._last = 0.0
-        self._drawn = False
+        self._bar: Any = None
+        self._parts: dict[str, tuple[int, int]] = {}
 
     def __call__(self, done: int, total: int, what: str) -> None:
-        now = time.monotonic()
-        if done < total and now - self._last < 0.1:
-            return
-        self._last = now
-        frac = done / total if total else 1.0
-        bar = "#" * int(frac * self.width)
-        line = (
-            f"\r{what[:28]:<28} [{bar:<{self.width}}] {frac:4.0%} "
-            f"{done / 1e6:.1f}/{total / 1e6:.1f} MB"
-        )
-        self.out.write(line)
-        self.out.flush()
-        self._drawn = True
+        from tqdm import tqdm
+
+        self._parts[what] = (done, total)
+        if self._bar is None:
+            self._bar = tqdm(
+                total=0, unit="B", unit_scale=True, file=self.out, mininterval=0.1, leave=True
+            )
+        self._bar.total = sum(t for _, t in self._parts.values())
+        self._bar.set_description_str(what[:28], refresh=False)
+        self._bar.update(sum(d for d, _ in self._parts.values()) - self._bar.n)
 
     def close(self) -> None:
-        if self._drawn:
-            self.out.write("\n")
-            self.out.flush()
+        if self._bar is not None:
+            self._bar.close()
 
 
 _FACTORY: ContextVar[Callable[[], Progress] | None] = ContextVar("torchx_nb_progress", default=None)
