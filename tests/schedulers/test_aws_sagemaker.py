@@ -355,3 +355,31 @@ def test_two_instance_ddp_cell_runs_as_sagemaker_starts_it(
             "rank-0",
             "rank-1",
         ]
+
+
+def test_the_dry_run_writes_nothing_and_is_what_schedule_sends(aws_env: MotoServer) -> None:
+    """The dry run reads (the role, the account for the default bucket) and writes nothing;
+    ``schedule`` sends its request unchanged, after creating the default bucket it names."""
+    s3 = aws_env.client("s3")
+    before = {b["Name"] for b in s3.list_buckets()["Buckets"]}
+    with get_runner() as runner:
+        info = runner.dryrun(
+            app(),
+            "aws_sagemaker",
+            {"role": ROLE, "instance_type": "ml.m5.large", "hyperparameters": {"lr": "0.1"}},
+        )
+        request = info.request.request
+        assert request["OutputDataConfig"]["S3OutputPath"] == (
+            "s3://sagemaker-us-west-2-123456789012/"
+        )
+        assert {b["Name"] for b in s3.list_buckets()["Buckets"]} == before
+        runner.schedule(info)
+    created = aws_env.client("sagemaker").describe_training_job(
+        TrainingJobName=request["TrainingJobName"]
+    )
+    # (moto keeps these fields of the request; it drops others, such as Environment)
+    for key in ("RoleArn", "ResourceConfig", "OutputDataConfig", "HyperParameters"):
+        assert created[key] == request[key], key
+    spec = created["AlgorithmSpecification"]
+    assert spec["TrainingImage"] == request["AlgorithmSpecification"]["TrainingImage"]
+    assert "sagemaker-us-west-2-123456789012" in {b["Name"] for b in s3.list_buckets()["Buckets"]}
