@@ -423,6 +423,143 @@ print("completion index", os.environ["TORCHX_REPLICA_ID"], "rank 0 at", os.envir
     ("code", "%torchx list -s kubernetes", []),
 ]
 
+NOTEBOOKS["results.ipynb"] = [
+    (
+        "md",
+        """# Results back in the kernel
+
+A `%%torchx run` cell's last expression is the job's result, as IPython would show it:
+`job.result()` waits for the job and returns it as a Python object (cloudpickle, so classes and
+lambdas defined here work). An exception in the cell is raised again here, with the job's
+traceback; files written under `$TORCHX_OUTPUT_DIR` come back with `job.download()`. Everything
+below runs on `local_cwd`; on the other schedulers the same cells work, with
+`-cfg output_path=s3://BUCKET/PREFIX` (aws_batch, kubernetes), the default bucket (SageMaker),
+`gs://` (gcp_batch, kubernetes) or the job folder (Slurm).""",
+        [],
+    ),
+    ("code", "%load_ext torchx_nb", []),
+    ("md", "## A value", []),
+    (
+        "code",
+        """%%torchx run --wait -o job
+import statistics, sys
+samples = [0.9, 1.1, 1.0, 1.2, 0.8]
+{"mean": statistics.mean(samples), "stdev": round(statistics.stdev(samples), 3),
+ "python": sys.version_info[:2]}""",
+        [],
+    ),
+    ("code", "job.result()", []),
+    (
+        "md",
+        """`%torchx result` does the same from a handle (or a variable holding one), also after a
+kernel restart: the job store remembers where each job keeps its outputs.""",
+        [],
+    ),
+    ("code", "%torchx result job", []),
+    (
+        "md",
+        """## Kernel variables in, objects out
+
+`--push a,b` sends kernel variables into the cell's namespace (at most 64 MiB pickled). A class
+defined in the notebook travels both ways.""",
+        [],
+    ),
+    (
+        "code",
+        """from dataclasses import dataclass
+
+@dataclass
+class Point:
+    x: float
+    y: float
+
+points = [Point(1, 2), Point(3, 4), Point(5, 6)]
+scale = lambda p: Point(p.x * 10, p.y * 10)""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run --push points,scale -o moved
+[scale(p) for p in points]""",
+        [],
+    ),
+    ("code", "moved.result()", []),
+    (
+        "md",
+        """## An exception
+
+The cell's exception is raised here with the job's traceback above it, its line numbers those of
+the cell.""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -o broken
+def ratio(a, b):
+    return a / b
+
+ratio(1, 0)""",
+        [],
+    ),
+    ("code", "broken.result()", ["raises-exception"]),
+    (
+        "code",
+        """try:
+    broken.result()
+except ZeroDivisionError as e:
+    print("caught here:", type(e).__name__, e)""",
+        [],
+    ),
+    ("md", "## Files", []),
+    (
+        "code",
+        """%%torchx run -o writer
+import json, os
+out = os.environ["TORCHX_OUTPUT_DIR"]
+os.makedirs(f"{out}/metrics", exist_ok=True)
+for epoch in range(3):
+    with open(f"{out}/metrics/epoch-{epoch}.json", "w") as f:
+        json.dump({"epoch": epoch, "loss": 1 / (epoch + 1)}, f)
+with open(f"{out}/model.bin", "wb") as f:
+    f.write(os.urandom(1 << 20))
+"wrote 4 files\"""",
+        [],
+    ),
+    ("code", "writer.result(), writer.outputs()", []),
+    (
+        "code",
+        """folder = writer.download()
+sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())""",
+        [],
+    ),
+    ("code", "%torchx outputs writer", []),
+    (
+        "md",
+        """## Several processes
+
+Under `-j NxP` every rank runs the cell; the result is rank 0's, and an exception from any rank
+is reported with each failing rank's traceback.""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx run -j 1x2 -o ranks
+import os
+f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}\"""",
+        [],
+    ),
+    ("code", "ranks.result()", []),
+    ("md", "## Bad input is one line, before anything runs", []),
+    (
+        "code",
+        """import threading
+lock = threading.Lock()""",
+        [],
+    ),
+    ("code", "%%torchx run --push lock\nlock", ["raises-exception"]),
+    ("code", "%%torchx run --push not_defined_anywhere\n1", ["raises-exception"]),
+]
+
 
 def build(cells: list[tuple[str, str, list[str]]]) -> nbformat.NotebookNode:
     nb = new_notebook()
@@ -431,8 +568,9 @@ def build(cells: list[tuple[str, str, list[str]]]) -> nbformat.NotebookNode:
         "display_name": "Python 3",
         "language": "python",
     }
-    for kind, source, tags in cells:
+    for i, (kind, source, tags) in enumerate(cells):
         cell = new_markdown_cell(source) if kind == "md" else new_code_cell(source)
+        cell.id = f"cell-{i:02d}"  # stable ids: regenerating changes only what changed
         if tags:
             cell.metadata["tags"] = tags
         nb.cells.append(cell)

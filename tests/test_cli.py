@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, cli, wait_for
+from tests.conftest import IN_CI, cli, cli_error, wait_for
 
 
 def test_console_script_runs_echo_end_to_end() -> None:
@@ -154,3 +154,45 @@ def test_info_commands(isolated: Path) -> None:
 def test_component_help() -> None:
     code, out, _ = cli("run", "utils.echo", "--help")
     assert code == 0 and "Echoes a message" in out and "--msg" in out
+
+
+def test_result_and_outputs_commands(isolated: Path, tmp_path: Path) -> None:
+    """``torchx-nb result`` and ``outputs`` print exactly what the user needs, and their
+    failures are one line (a cell's exception: its traceback first, then the line)."""
+    from torchx_nb.components.cell import cell
+    from torchx_nb.runner import get_runner
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = (
+        "import os\n"
+        "open(os.environ['TORCHX_OUTPUT_DIR'] + '/a.txt', 'w').write('hello')\n"
+        "{'answer': 42}\n"
+    )
+    with get_runner() as runner:
+        ok = runner.run(cell(source=source), "local_cwd", {}, str(ws))
+        bad = runner.run(cell(source="x = 1\nx / 0"), "local_cwd", {}, str(ws))
+    code, out, err = cli("result", ok)
+    assert (code, out, err) == (0, "{'answer': 42}\n", "")
+    code, out, err = cli("outputs", ok)
+    assert (code, out) == (0, "           5  a.txt\n")
+    dest = tmp_path / "got"
+    code, out, err = cli("outputs", ok, "--download", str(dest))
+    assert code == 0 and out == ""
+    assert err.endswith(f"torchx-nb: downloaded the outputs of {ok} to {dest}\n")
+    assert (dest / "a.txt").read_text() == "hello"
+    code, out, err = cli("result", bad)
+    assert code == 1 and out == ""
+    lines = err.splitlines()
+    assert lines[:2] == [
+        "Traceback (most recent call last):",
+        '  File "<cell>", line 2, in <module>',
+    ]
+    assert lines[-1] == "torchx-nb: error: the cell raised ZeroDivisionError: division by zero"
+    missing = cli_error("result", "local_cwd://torchx/nope-123")
+    assert missing.startswith("torchx-nb: error: unknown app 'local_cwd://torchx/nope-123'")
+    echo = cli("run", "--wait", "utils.echo", "--msg", "hi")[1].splitlines()[0]
+    assert cli_error("result", echo) == (
+        f"torchx-nb: error: {echo} SUCCEEDED without a result: it did not run a cell under"
+        " torchx_nb's cell runner (a component, or a cell without a workspace)"
+    )

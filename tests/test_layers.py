@@ -102,6 +102,7 @@ RANKS = {
     "schedulers": 3,
     "jobstore": 4,
     "config": 4,
+    "results": 4,
     "runner": 5,
     "logtail": 6,
     "joblist": 6,

@@ -1,5 +1,6 @@
 """``torchx-nb``: the command line, shaped like ``torchx`` (run, status, describe, log, list, cancel,
-runopts, schedulers, configure, resources). Errors print as one line naming the fix."""
+runopts, schedulers, configure, resources), plus a cell job's ``result`` and ``outputs``. Errors
+print as one line naming the fix."""
 
 from __future__ import annotations
 
@@ -80,6 +81,20 @@ def _build_parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
+
+    res = sub.add_parser("result", help="wait for a cell job and print its value")
+    res.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
+    res.add_argument("--timeout", type=float, default=None, metavar="S", help="wait at most S s")
+    out = sub.add_parser("outputs", help="list (or download) the files a job wrote")
+    out.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
+    out.add_argument(
+        "--download",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DEST",
+        help="fetch them into DEST (default: ./APP_ID), keeping their paths",
+    )
 
     log = sub.add_parser("log", help="print a job's logs")
     log.add_argument("identifier", help="SCHEDULER://SESSION/APP_ID[/ROLE[/REPLICA,...]]")
@@ -216,6 +231,47 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_result(args: argparse.Namespace) -> int:
+    from torchx_nb.results import RemoteTraceback
+    from torchx_nb.specs.api import is_terminal
+
+    with _runner() as runner:
+        status = runner.wait(args.app_handle, wait_interval=0.5, timeout=args.timeout)
+        if status is not None and not is_terminal(status.state):
+            raise CliError(f"{args.app_handle} is still {status.state.name} after {args.timeout} s")
+        try:
+            value = runner.result(args.app_handle, status)
+        except Exception as e:
+            if not isinstance(e.__cause__, RemoteTraceback):
+                raise
+            sys.stderr.write(e.__cause__.text)
+            raise TorchxNbError(f"the cell raised {type(e).__name__}: {e}") from None
+    print(repr(value))
+    return 0
+
+
+def cmd_outputs(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from torchx_nb.specs.api import parse_app_handle
+    from torchx_nb.workspace.progress import TextProgress
+
+    with _runner() as runner:
+        if args.download is None:
+            for f in runner.outputs(args.app_handle):
+                print(f"{f.size:>12}  {f.path}")
+            return 0
+        app_id = parse_app_handle(args.app_handle).app_id
+        dest = Path(args.download or Path(current_folder()) / app_id.replace(":", "-"))
+        progress = TextProgress()
+        try:
+            folder = runner.download(args.app_handle, dest, progress)
+        finally:
+            progress.close()
+        print(f"{PROG}: downloaded the outputs of {args.app_handle} to {folder}", file=sys.stderr)
+    return 0
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     from torchx_nb.schedulers.api import Stream
     from torchx_nb.specs.api import parse_app_handle
@@ -334,6 +390,8 @@ COMMANDS = {
     "status": cmd_status,
     "describe": cmd_describe,
     "cancel": cmd_cancel,
+    "result": cmd_result,
+    "outputs": cmd_outputs,
     "log": cmd_log,
     "list": cmd_list,
     "runopts": cmd_runopts,

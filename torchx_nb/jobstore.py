@@ -33,13 +33,15 @@ CREATE TABLE IF NOT EXISTS jobs (
     state TEXT NOT NULL,
     updated REAL NOT NULL,
     ended REAL,
-    msg TEXT NOT NULL DEFAULT ''
+    msg TEXT NOT NULL DEFAULT '',
+    outputs TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_submitted ON jobs (submitted);
 CREATE INDEX IF NOT EXISTS jobs_scheduler ON jobs (scheduler, submitted);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, submitted);
 CREATE INDEX IF NOT EXISTS jobs_updated ON jobs (updated);
 """
+_ADDED_COLUMNS = {"outputs": "TEXT"}
 _ACTIVE = "state NOT IN ('SUCCEEDED','FAILED','CANCELLED')"
 # jobs worth watching: not ended, and still known to their scheduler (a positive list, so the
 # state index serves the query)
@@ -69,6 +71,7 @@ class JobRecord:
     workspace: str | None = None
     ended: float | None = None
     msg: str = ""
+    outputs: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -105,6 +108,10 @@ class JobStore:
         check_private(self.path)
         with self._connect() as db:
             db.executescript(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+            for column, kind in _ADDED_COLUMNS.items():
+                if column not in columns:  # a store made by an earlier version
+                    db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

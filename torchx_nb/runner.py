@@ -43,6 +43,7 @@ from torchx_nb.schedulers.api import (
     ListAppResponse,
     LocalWorkspace,
     Scheduler,
+    StoresOutputs,
     Stream,
     TypedOptions,
 )
@@ -145,6 +146,7 @@ class RunRequest:
     resource: str | None = None
     parent_run_id: str | None = None
     notebook: str | None = None
+    push: bytes | None = None  # the kernel variables sent into a cell's namespace (cloudpickle)
 
 
 @dataclass
@@ -337,7 +339,13 @@ class Runner:
                 workspace = ""
         workspace = None if workspace.strip().lower() in NO_WORKSPACE else workspace
         info = self.dryrun(
-            app, scheduler, opts, workspace, request.parent_run_id, build_workspace=build
+            app,
+            scheduler,
+            opts,
+            workspace,
+            request.parent_run_id,
+            build_workspace=build,
+            push=request.push,
         )
         record: dict[str, str | None] = {"workspace": workspace, "notebook": request.notebook}
         if request.cell is not None:
@@ -410,12 +418,14 @@ class Runner:
         workspace: str | None = None,
         parent_run_id: str | None = None,
         build_workspace: bool = False,
+        push: bytes | None = None,
     ) -> AppDryRunInfo[Any]:
         """Build the scheduler's native request for ``app`` without submitting anything.
 
         By default (a dry run) the workspace is only listed, never built or pushed:
         ``info.workspace_preview`` says what would ship, and the request shows the cell script
-        and the image name that the run will send. ``run`` passes ``build_workspace=True``."""
+        and the image name that the run will send. ``run`` passes ``build_workspace=True``.
+        ``push``: variables (cloudpickle) sent into a cell's namespace."""
         self._validate_app(app)
         app = copy.deepcopy(app)
         sched = self.get_scheduler(scheduler)
@@ -432,7 +442,12 @@ class Runner:
         preview: str | None = None
         if workspace:
             folder, preview = self._use_workspace(
-                sched, scheduler, app, workspace, opts, build_workspace
+                sched, scheduler, app, workspace, opts, build_workspace, push
+            )
+        elif push is not None:
+            raise TorchxNbError(
+                "--push sends variables with the cell's files, which need a workspace: drop"
+                " --workspace none"
             )
         if isinstance(sched, TypedOptions):
             sched._validate(app, scheduler, opts)
@@ -451,35 +466,42 @@ class Runner:
         workspace: str,
         opts: Any,
         build: bool,
+        push: bytes | None = None,
     ) -> tuple[LocalWorkspace | None, str | None]:
         """Give the workspace to the scheduler as its abilities allow: patched onto each role's
         image (``WorkspaceMixin``; listed only, for a dry run), or as the folder the job runs
-        from (``DirWorkspaceMixin``). A cell role then runs its source as a script file in
-        the workspace. Returns the folder and the dry run's preview of what ships."""
-        from torchx_nb.components.cell import cell_script, run_as_script
+        from (``DirWorkspaceMixin``). A cell role then runs under the cell runner (its value,
+        exception and outputs come back), its files beside the workspace: in the image, in the
+        copied job folder, or, for a job that runs in place, in a private folder of the data
+        dir written at build time. Returns the folder and the dry run's preview."""
+        from torchx_nb.components.cell import cell_files, run_with_runner
 
         path = Path(workspace).expanduser()
         if not path.is_dir():
             raise TorchxNbError(f"workspace {workspace!r} is not a folder")
         if isinstance(sched, WorkspaceMixin):
             for role in app.roles:
-                script = cell_script(role)
+                files = cell_files(role, push)
                 if build:
-                    sched.patch_image(role, workspace, opts, dict([script]) if script else {})
+                    sched.patch_image(role, workspace, opts, files or {}, files is not None)
                 else:
                     sched.plan_image(role, workspace, opts)
-                if script is not None:
-                    run_as_script(role, script[0])
+                if files is not None:
+                    run_with_runner(role, "", push is not None)
             return None, None if build else sched.preview_workspace(workspace)
         if isinstance(sched, DirWorkspaceMixin):
-            files: dict[str, bytes] = {}
-            if sched.copies_workspace(opts):
-                for role in app.roles:
-                    script = cell_script(role)
-                    if script is not None:
-                        files[script[0]] = script[1]
-                        run_as_script(role, script[0])
-            folder = LocalWorkspace(str(path.resolve()), files)
+            copied: dict[str, bytes] = {}
+            for role in app.roles:
+                files = cell_files(role, push)
+                if files is None:
+                    continue
+                if sched.copies_workspace(opts):
+                    copied.update(files)
+                    run_with_runner(role, "", push is not None)
+                else:
+                    here = _cell_folder(sched.files_folder(workspace, opts), files, build)
+                    run_with_runner(role, str(here), push is not None)
+            folder = LocalWorkspace(str(path.resolve()), copied)
             return folder, None if build else sched.preview_workspace(workspace, opts)
         raise TorchxNbError(
             f"{scheduler} cannot take a workspace; drop --workspace or use a scheduler"
@@ -507,6 +529,10 @@ class Runner:
         sched = self.get_scheduler(scheduler)
         app_id = sched.schedule(dryrun_info)
         handle = make_app_handle(scheduler, self._name, app_id)
+        outputs = None
+        if isinstance(sched, StoresOutputs):
+            with contextlib.suppress(Exception):
+                outputs = sched.output_url(app_id, dryrun_info.request)
         app = dryrun_info._app or AppDef(name=app_id)
         self._apps[handle] = app
         now = time.time()
@@ -516,13 +542,17 @@ class Runner:
             session=self._name,
             app_id=app_id,
             name=app.name,
-            image=app.roles[0].image if app.roles else "",
+            # a job that runs from a folder (local_cwd, Slurm) uses no image
+            image=app.roles[0].image
+            if app.roles and not isinstance(sched, DirWorkspaceMixin)
+            else "",
             submitted=now,
             state=AppState.SUBMITTED.name,
             updated=now,
             cell_hash=record.get("cell_hash"),
             notebook=record.get("notebook"),
             workspace=record.get("workspace"),
+            outputs=outputs,
         )
         try:
             self.jobstore.add(row)  # SQLite's busy timeout waits for other writers
@@ -739,6 +769,59 @@ class Runner:
             ],
         )
 
+    # ---- results and outputs -----------------------------------------------------------
+
+    def output_store(self, app_handle: AppHandle) -> Any:
+        """Where the job keeps its output folder, from its own record in the job store (a job
+        not submitted from here has none to read)."""
+        from torchx_nb.results import NoResult, store_for
+
+        record = self.jobstore.get(app_handle)
+        if record is None:
+            raise UnknownAppException(app_handle)
+        if not record.outputs:
+            raise NoResult(
+                f"{app_handle} keeps no outputs: its scheduler stores them only with"
+                " -cfg output_path=s3://BUCKET/PREFIX (gs:// on gcp_batch), set when it was"
+                " submitted"
+            )
+        return store_for(record.outputs)
+
+    def result(self, app_handle: AppHandle, status: AppStatus | None = None) -> Any:
+        """The value of the cell the job ran (or the exception it raised, re-raised here with
+        the remote traceback as its cause). Unpickling runs code: only for a job in this job
+        store, read from its recorded output location. ``status``: its final status, for the
+        message when there is no result."""
+        from torchx_nb.results import load_result
+
+        store = self.output_store(app_handle)
+        if status is None:
+            status = self.status(app_handle)
+        return load_result(store, status, app_handle)
+
+    def result_repr(self, app_handle: AppHandle) -> str | None:
+        """The short repr of the job's result (``raised TYPE: message`` for an exception), as
+        the job wrote it: nothing is unpickled, so any surface may show it. None when the job
+        keeps no outputs or left no result."""
+        from torchx_nb.results import result_repr, store_for
+
+        record = self.jobstore.get(app_handle)
+        if record is None or not record.outputs:
+            return None
+        return result_repr(store_for(record.outputs))
+
+    def outputs(self, app_handle: AppHandle) -> Any:
+        """The files the job wrote to ``$TORCHX_OUTPUT_DIR`` (``OutputFile``: path, size)."""
+        from torchx_nb.results import outputs
+
+        return outputs(self.output_store(app_handle))
+
+    def download(self, app_handle: AppHandle, dest: str | Path, progress: Any = None) -> Path:
+        """Copy the job's output files into ``dest``, keeping their paths; returns ``dest``."""
+        from torchx_nb.results import download
+
+        return download(self.output_store(app_handle), Path(dest).expanduser(), progress)
+
     # ---- logs --------------------------------------------------------------------------
 
     def log_lines(
@@ -843,6 +926,34 @@ class Runner:
         for app in apps:
             app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
         return apps
+
+
+def _cell_folder(root: Path, files: Mapping[str, bytes], write: bool) -> Path:
+    """A private folder under ``root`` holding ``files`` (named by their content, so reused),
+    for a cell that runs in place; written only when ``write`` (a run, not a dry run)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, data in sorted(files.items()):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    from torchx_nb.paths import private_dir
+
+    folder = root / digest.hexdigest()[:24]
+    if write and not folder.is_dir():
+        private_dir(root)
+        tmp = private_dir(folder.with_name(f"{folder.name}.{os.getpid()}.tmp"))
+        for name, data in files.items():
+            target = tmp / name
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            target.write_bytes(data)
+            os.chmod(target, 0o600)
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process made it first, with the same content
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
 
 
 def get_runner(

@@ -67,6 +67,19 @@ export interface ILogs {
   lines: string[];
 }
 
+export interface IResult {
+  handle: string;
+  /** The value's short repr, or `raised TYPE: message`; null when there is none (yet). */
+  result: string | null;
+  location: string | null;
+}
+
+export interface IOutputs {
+  handle: string;
+  location: string | null;
+  files: { path: string; size: number }[];
+}
+
 export interface IFilters {
   scheduler?: string;
   state?: string;
@@ -131,6 +144,19 @@ export function getLogs(
   regex?: string
 ): Promise<ILogs> {
   return call<ILogs>(jobPath(handle, '/logs'), {}, { role, replica, stream, tail, regex });
+}
+
+export function getResult(handle: string): Promise<IResult> {
+  return call<IResult>(jobPath(handle, '/result'));
+}
+
+export function getOutputs(handle: string): Promise<IOutputs> {
+  return call<IOutputs>(jobPath(handle, '/outputs'));
+}
+
+/** Where one output file downloads from (Jupyter's login cookie authenticates the link). */
+export function outputUrl(handle: string, path: string): string {
+  return url(jobPath(handle, `/outputs/${encodeURIComponent(path)}`));
 }
 
 export function cancelJob(handle: string): Promise<unknown> {

@@ -1,8 +1,17 @@
 /** One job in the main area: its state, replicas and a log view that follows the tail. */
 import { Widget } from '@lumino/widgets';
 
-import { getJob, getLogs, IJob, IJobDetail, TERMINAL } from './api';
-import { badge, duration, el, submitted } from './format';
+import {
+  getJob,
+  getLogs,
+  getOutputs,
+  getResult,
+  IJob,
+  IJobDetail,
+  outputUrl,
+  TERMINAL
+} from './api';
+import { badge, duration, el, size, submitted } from './format';
 import { JobsModel } from './model';
 
 const TAIL = 1000;
@@ -44,7 +53,8 @@ export class JobView extends Widget {
     controls.append(this._followState);
     this._log = el('pre', 'tnb-log');
     this._log.tabIndex = 0;
-    this.node.append(this._head, this._replicas, controls, this._log);
+    this._results = el('div', 'tnb-results');
+    this.node.append(this._head, this._replicas, this._results, controls, this._log);
 
     this._replica.onchange = () => this._restartLogs();
     this._stream.onchange = () => this._restartLogs();
@@ -80,6 +90,10 @@ export class JobView extends Widget {
     }
     this._renderHead(this._job);
     this._renderReplicas(this._job);
+    if (TERMINAL.has(this._job.state) && !this._resultsShown) {
+      this._resultsShown = true;
+      void this._renderResults();
+    }
     if (!this._logsStarted) {
       this._logsStarted = true;
       void this._followLogs();
@@ -165,6 +179,39 @@ export class JobView extends Widget {
     }
   }
 
+  /** Once the job has ended: its cell's result (the repr it wrote) and its output files. */
+  private async _renderResults(): Promise<void> {
+    const parts: HTMLElement[] = [];
+    try {
+      const [result, outputs] = await Promise.all([
+        getResult(this.handle),
+        getOutputs(this.handle)
+      ]);
+      if (result.result !== null) {
+        const line = el('div', 'tnb-result');
+        line.append(el('span', 'tnb-label', 'Result'), el('code', 'tnb-result-repr', result.result));
+        parts.push(line);
+      }
+      if (outputs.files.length) {
+        parts.push(el('div', 'tnb-label', `Outputs (${outputs.files.length})`));
+        const list = el('ul', 'tnb-outputs');
+        for (const f of outputs.files) {
+          const item = el('li', 'tnb-output');
+          const link = el('a', 'tnb-output-link', f.path);
+          link.href = outputUrl(this.handle, f.path);
+          link.download = f.path.split('/').pop() ?? f.path;
+          link.title = `Download ${f.path}`;
+          item.append(link, el('span', 'tnb-output-size', size(f.size)));
+          list.append(item);
+        }
+        parts.push(list);
+      }
+    } catch (e) {
+      parts.push(el('div', 'tnb-error', `Outputs unavailable: ${(e as Error).message}`));
+    }
+    this._results.replaceChildren(...parts);
+  }
+
   private _restartLogs(): void {
     window.clearTimeout(this._timer);
     this._log.textContent = '';
@@ -198,7 +245,14 @@ export class JobView extends Widget {
       }
       const atBottom =
         this._log.scrollTop + this._log.clientHeight >= this._log.scrollHeight - 8;
-      const text = logs.lines.join('\n');
+      const text = logs.lines.length
+        ? logs.lines.join('\n')
+        : live
+          ? '(no output yet)'
+          : regex
+            ? '(no line matches the filter)'
+            : '(the job wrote no output)';
+      this._log.classList.toggle('tnb-log-empty', !logs.lines.length);
       if (this._log.textContent !== text) {
         this._log.textContent = text;
         if (atBottom) {
@@ -225,6 +279,8 @@ export class JobView extends Widget {
   private _regex: HTMLInputElement;
   private _followState: HTMLElement;
   private _log: HTMLPreElement;
+  private _results: HTMLElement;
+  private _resultsShown = false;
   private _timer = 0;
   private _generation = 0;
   private _logsStarted = false;

@@ -45,3 +45,15 @@ export function basename(path: string): string {
   const parts = path.split('/');
   return parts[parts.length - 1] || path;
 }
+
+/** A byte count as the CLI prints it: B, kB, MB, GB (powers of 1000). */
+export function size(bytes: number): string {
+  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return unit ? `${value.toFixed(1)} ${units[unit]}` : `${bytes} B`;
+}

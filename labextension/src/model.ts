@@ -19,6 +19,8 @@ export class JobsModel {
   filters: IFilters = {};
   error = '';
   connected = false;
+  /** Until the event stream first opens or fails, the panel says "connecting…". */
+  connecting = true;
   loaded = false;
 
   private _changed = new Signal<JobsModel, void>(this);
@@ -149,6 +151,7 @@ export class JobsModel {
       },
       connected: on => {
         this.connected = on;
+        this.connecting = false;
         flush();
       },
       reset: () => {

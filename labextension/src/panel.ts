@@ -32,7 +32,8 @@ export class JobsPanel extends Widget {
     const filters = el('div', 'tnb-filters');
     this._search = el('input', 'tnb-search jp-mod-styled');
     this._search.type = 'search';
-    this._search.placeholder = 'Search name, handle, notebook';
+    this._search.placeholder = 'Search jobs';
+    this._search.title = 'Search the name, handle and notebook of every job';
     this._search.setAttribute('aria-label', 'Search jobs');
     this._state = el('select', 'tnb-filter-state jp-mod-styled');
     this._state.setAttribute('aria-label', 'State');
@@ -80,7 +81,7 @@ export class JobsPanel extends Widget {
 
   private _render(): void {
     const m = this.model;
-    this._live.textContent = m.connected ? 'live' : 'offline';
+    this._live.textContent = m.connected ? 'live' : m.connecting ? 'connecting…' : 'offline';
     this._live.classList.toggle('tnb-live-on', m.connected);
     for (const s of [...m.schedulers].sort()) {
       if (![...this._scheduler.options].some(o => o.value === s)) {

@@ -18,6 +18,7 @@ from tests.infra.dockerd import (
     start_registry,
 )
 from tests.infra.gcp import GcpFake
+from tests.infra.gcs import GcsEmulator, gcs_available, start_gcs
 from tests.infra.kube import KubeFake
 from tests.infra.moto import MotoServer, moto_available, start_moto
 from tests.infra.slurm import SlurmCluster, slurm_available
@@ -106,6 +107,24 @@ def aws_env(moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> MotoSer
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return moto_server
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
+    reason = gcs_available()
+    if reason:
+        missing(reason)
+    server = start_gcs(tmp_path_factory.mktemp("gcs"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gcs_env(gcs_server: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> GcsEmulator:
+    """STORAGE_EMULATOR_HOST for this process and its children."""
+    for key, value in gcs_server.env.items():
+        monkeypatch.setenv(key, value)
+    return gcs_server
 
 
 @pytest.fixture

@@ -128,3 +128,19 @@ def run_training_job(
     finally:
         for c in containers:
             c.remove(force=True)
+
+
+def upload_model(s3: Any, request: dict[str, Any], workdir: Path, host: str = "algo-1") -> str:
+    """What SageMaker does when a training job ends: ``/opt/ml/model`` of the first host as
+    ``model.tar.gz`` under ``S3OutputPath/JOB/output/``. Returns the key."""
+    import io
+    import tarfile
+
+    bucket, _, prefix = request["OutputDataConfig"]["S3OutputPath"][5:].partition("/")
+    key = f"{prefix.strip('/') + '/' if prefix.strip('/') else ''}"
+    key += f"{request['TrainingJobName']}/output/model.tar.gz"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(workdir / host / "model", arcname=".")
+    s3.put_object(Bucket=bucket, Key=key, Body=buf.getvalue())
+    return key

@@ -294,3 +294,79 @@ def test_panel_works_in_notebook_7(panel_parts: None, tmp_path: Path, isolated: 
             "local_cwd://torchx/nb7-job"
         )
         page.screenshot(path=str(screenshot_dir() / "panel-notebook7-job.png"))
+
+
+def test_job_view_result_outputs_download_and_first_seconds(
+    panel_parts: None, tmp_path: Path, isolated: Path
+) -> None:
+    """An ended cell job's view shows its result and its output files, one of which downloads
+    through the browser; a running job with no output yet says so; a local_cwd job shows no
+    image; the header says connecting… until the event stream opens; the filter menus show
+    their whole text at the panel's default width."""
+    from tests.result_checks import RESULT_CELL
+    from torchx_nb.components.cell import cell
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with get_runner() as runner:
+        done = runner.run(cell(source=RESULT_CELL, name="scored"), "local_cwd", {}, str(ws))
+        assert runner.wait(done, wait_interval=0.2).state.name == "SUCCEEDED"  # type: ignore[union-attr]
+        quiet = runner.run(
+            cell(source="import time\ntime.sleep(600)", name="quiet"), "local_cwd", {}, str(ws)
+        )
+    root = tmp_path / "lab"
+    root.mkdir()
+    with jupyter_lab(root) as lab, chromium_page() as page:
+        held: list[Any] = []
+        page.route("**/torchx-nb/api/events**", lambda route: held.append(route))
+        page.goto(f"{lab.url}/lab?token={lab.token}&reset")
+        page.wait_for_selector(".jp-LabShell", timeout=60_000)
+        panel = open_panel(page)
+        page.wait_for_selector(".tnb-job", timeout=30_000)
+        assert panel.locator(".tnb-live").inner_text() == "connecting…"
+        for route in held:
+            route.continue_()
+        page.unroute("**/torchx-nb/api/events**")
+        page.wait_for_function(
+            "() => document.querySelector('.tnb-live').textContent === 'live'", timeout=30_000
+        )
+        # every filter menu is at least as wide as its longest choice
+        clipped = page.evaluate(
+            """() => [...document.querySelectorAll('.tnb-filters select')].filter(s => {
+                const ctx = document.createElement('canvas').getContext('2d');
+                ctx.font = getComputedStyle(s).font;
+                const widest = Math.max(...[...s.options].map(o => ctx.measureText(o.text).width));
+                return widest + 24 > s.clientWidth;
+            }).map(s => s.className)"""
+        )
+        assert clipped == [], clipped
+        panel.screenshot(path=str(screenshot_dir() / "panel-default-width.png"))
+
+        row(page, "quiet").locator(".tnb-name").click()
+        view = page.locator(".tnb-detail")
+        page.wait_for_function(
+            "() => document.querySelector('.tnb-detail .tnb-log').textContent"
+            " === '(no output yet)'",
+            timeout=30_000,
+        )
+        assert view.locator(".tnb-fact-image").count() == 0
+        runner = get_runner()
+        runner.cancel(quiet)
+
+        row(page, "scored").locator(".tnb-name").click()
+        scored = page.locator(
+            ".tnb-detail", has=page.locator(".tnb-detail-name", has_text="scored")
+        )
+        scored.locator(".tnb-result-repr").wait_for(timeout=30_000)
+        assert scored.locator(".tnb-result-repr").inner_text() == "Score(acc=0.9, rank=0)"
+        links = scored.locator(".tnb-output-link")
+        assert links.all_inner_texts() == ["ckpt/weights.bin", "metrics.json"]
+        assert scored.locator(".tnb-output-size").all_inner_texts() == ["16.4 kB", "12 B"]
+        assert scored.locator(".tnb-fact-image").count() == 0
+        page.screenshot(path=str(screenshot_dir() / "panel-job-result.png"))
+        with page.expect_download() as download:
+            links.first.click()
+        saved = tmp_path / "downloaded.bin"
+        download.value.save_as(saved)
+        assert download.value.suggested_filename == "weights.bin"
+        assert saved.read_bytes() == bytes(range(256)) * 64

@@ -27,6 +27,7 @@ METRIC_JOB = (
     "for i in range(160):\n"
     "    print(f'line {i} loss: {1 / (i + 1):.4f}', flush=True)\n"
     "    time.sleep(0.03)\n"
+    "{'lines': i + 1}\n"
 )
 SLEEP_JOB = "%%torchx run -o sleeper\nimport time\nprint('sleeping', flush=True)\ntime.sleep(300)\n"
 
@@ -126,6 +127,7 @@ def test_widgets_live_in_jupyterlab_and_snapshots_after_reopening(
         snapshot.wait_for(timeout=15_000)
         assert snapshot.locator(".torchx-nb-replicas td").count() >= 6
         assert snapshot.locator(".torchx-nb-metric polyline").count() == 1
+        assert snapshot.locator(".torchx-nb-result").inner_text() == "result: {'lines': 160}"
         page.wait_for_function(
             "() => [...document.querySelectorAll('pre.torchx-nb-log')]"
             ".some(p => p.textContent.includes('line 159 loss'))",

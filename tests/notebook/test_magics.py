@@ -4,6 +4,7 @@ are covered by test_quickstart.py."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,9 +65,13 @@ def test_distributed_cell_dryrun_shows_torchrun(
         )
     text = cap.stdout + "".join(o.data.get("text/plain", "") for o in cap.outputs)
     assert "dryrun; nothing built or submitted" in text
-    assert "--no-python python -c" in text and "abc123" not in text
+    assert "--no-python python " in text and "abc123" not in text
+    assert "/.torchx-nb/cell_main.py" in text and "/.torchx-cell-" in text
     df = ip.run_line_magic("torchx", "list")  # type: ignore[attr-defined]
     assert len(df) == 0
+    # a dry run writes nothing: the cell runner's folder does not exist
+    runner_path = text.split("/.torchx-nb/cell_main.py")[0].rsplit('"', 1)[-1].split()[-1]
+    assert not os.path.exists(runner_path)
 
 
 def test_line_forms(ip: object, capsys: pytest.CaptureFixture[str]) -> None:

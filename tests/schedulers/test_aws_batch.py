@@ -228,3 +228,61 @@ def test_clear_errors(aws_env: MotoServer, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(specs.TorchxNbError, match="no AWS credentials"):
         AwsBatchScheduler("torchx").submit(a, {"queue": "q"})
+
+
+def test_cell_results_and_outputs_come_back_through_s3(
+    queue: str,
+    python_in_registry: str,
+    registry: Registry,
+    docker_env: DockerDaemon,
+    aws_env: MotoServer,
+    tmp_path: Path,
+) -> None:
+    """``-cfg output_path=s3://…``: each node uploads $TORCHX_OUTPUT_DIR to PREFIX/JOB/ (moto's
+    S3) with the boto3 it has (this machine's Python, lent through bind mounts as volumes)."""
+    from tests.infra.dockerd import host_python_mounts
+    from tests.result_checks import (
+        RAISE_CELL,
+        RESULT_CELL,
+        assert_raises_remotely,
+        assert_round_trip,
+    )
+
+    s3 = aws_env.client("s3")
+    s3.create_bucket(
+        Bucket="batch-results", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mounts, path = host_python_mounts()
+    cfg = {
+        "queue": queue,
+        "image_repo": f"{registry.host}/batch/results",
+        "builder": "registry",
+        "quiet": True,
+        "output_path": "s3://batch-results/runs",
+    }
+    env = {"PATH": path, **aws_env.env}
+    with get_runner() as runner:
+        ok = runner.run(
+            cell(source=RESULT_CELL, image=python_in_registry, memMB=256, mounts=mounts, env=env),
+            "aws_batch",
+            cfg,
+            workspace=str(ws),
+        )
+        bad = runner.run(
+            cell(source=RAISE_CELL, image=python_in_registry, memMB=256, mounts=mounts, env=env),
+            "aws_batch",
+            cfg,
+            workspace=str(ws),
+        )
+        assert_round_trip(runner, ok, tmp_path / "dl")
+        assert_raises_remotely(runner, bad)
+        rec = runner.jobstore.get(ok)
+        assert rec is not None and rec.outputs
+        job_name = ok.rsplit(":", 1)[1]
+        assert rec.outputs == f"s3://batch-results/runs/{job_name}/"
+    with pytest.raises(Exception, match="output_path 'gs://b/p' is not an object-store URL"):
+        AwsBatchScheduler("torchx").submit_dryrun(
+            cell(source="1"), {"queue": queue, "output_path": "gs://b/p"}
+        )

@@ -223,9 +223,8 @@ def test_create_describe_list_and_logs_in_moto(
         assert created["AlgorithmSpecification"]["TrainingImage"].startswith(
             f"{registry.host}/sm/jobs@sha256:"
         )
-        assert created["AlgorithmSpecification"]["ContainerArguments"][0].startswith(
-            ".torchx-cell-"
-        )
+        runner_arg, script_arg = created["AlgorithmSpecification"]["ContainerArguments"]
+        assert runner_arg == ".torchx-nb/cell_main.py" and script_arg.startswith(".torchx-cell-")
         assert (
             created["OutputDataConfig"]["S3OutputPath"] == "s3://sagemaker-us-west-2-123456789012/"
         )
@@ -383,3 +382,59 @@ def test_the_dry_run_writes_nothing_and_is_what_schedule_sends(aws_env: MotoServ
     spec = created["AlgorithmSpecification"]
     assert spec["TrainingImage"] == request["AlgorithmSpecification"]["TrainingImage"]
     assert "sagemaker-us-west-2-123456789012" in {b["Name"] for b in s3.list_buckets()["Buckets"]}
+
+
+def test_cell_results_come_back_from_the_default_bucket_beside_sagemakers_model(
+    aws_env: MotoServer,
+    docker_env: DockerDaemon,
+    python_in_registry: str,
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    """No output_path: the default bucket SageMaker Studio's SDK uses. The container uploads
+    $TORCHX_OUTPUT_DIR to ``s3://sagemaker-REGION-ACCOUNT/JOB/`` (boto3 of this machine's Python,
+    lent through volumes), beside SageMaker's own ``output/model.tar.gz``, which
+    ``outputs()`` lists and ``download()`` fetches too."""
+    from tests.infra.sagemaker_runner import run_training_job, upload_model
+    from tests.result_checks import RESULT_CELL
+    from torchx_nb.notebook.handle import JobHandle
+
+    mounts, path = _python_mounts()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = RESULT_CELL.replace(
+        "Score(0.9", "open('/opt/ml/model/w.txt', 'w').write('m')\nScore(0.9"
+    )
+    app = cell(source=source, image=python_in_registry, env={"PATH": path, **aws_env.env})
+    with get_runner() as runner:
+        info = runner.dryrun(
+            app,
+            "aws_sagemaker",
+            {
+                "role": ROLE,
+                "instance_type": "ml.m5.large",
+                "image_repo": f"{registry.host}/sm/results",
+                "builder": "registry",
+                "quiet": True,
+            },
+            workspace=str(ws),
+            build_workspace=True,
+        )
+        handle = runner.schedule(info, workspace=str(ws))
+        request = info.request.request
+        name = request["TrainingJobName"]
+        assert runner.jobstore.get(handle).outputs == (  # type: ignore[union-attr]
+            f"s3://sagemaker-us-west-2-123456789012/{name}/"
+        )
+        run = run_training_job(docker_env.client(), request, tmp_path / "sm", extra_mounts=mounts)
+        assert run.status == "Completed", run.instances[0].logs
+        upload_model(aws_env.client("s3"), request, tmp_path / "sm")
+        job = JobHandle(handle, runner)
+        value = job.result(timeout=60)
+        assert (value.acc, value.rank) == (0.9, 0)
+        assert job.outputs() == ["ckpt/weights.bin", "metrics.json", "output/model.tar.gz"]
+        folder = job.download(tmp_path / "dl")
+        import tarfile
+
+        with tarfile.open(folder / "output" / "model.tar.gz") as tar:
+            assert tar.extractfile("./w.txt").read() == b"m"  # type: ignore[union-attr]

@@ -510,3 +510,49 @@ def test_list_reads_every_page(gcp_env: GcpFake) -> None:
             sched.cancel(i)
     finally:
         gcp_env.idle_projects.discard("many-project")
+
+
+def test_cell_results_and_outputs_come_back_through_gcs(
+    gcp_env: GcpFake,
+    gcs_env: Any,
+    gar_registry: TokenProxy,
+    python_in_registry: str,
+    tmp_path: Path,
+) -> None:
+    """``-cfg output_path=gs://…``: the task uploads $TORCHX_OUTPUT_DIR with
+    google-cloud-storage (this machine's, lent through bind mounts) to the GCS emulator."""
+    from tests.result_checks import (
+        RAISE_CELL,
+        RESULT_CELL,
+        assert_raises_remotely,
+        assert_round_trip,
+    )
+
+    gcs_env.bucket("gcp-results")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mounts, path = host_python_mounts()
+    cfg = {
+        "image_repo": f"{gar_registry.host}/{PROJECT}/results",
+        "builder": "registry",
+        "quiet": True,
+        "output_path": "gs://gcp-results/runs",
+    }
+    env = {"PATH": path, **gcs_env.env}
+    with get_runner() as runner:
+        ok = runner.run(
+            cell(source=RESULT_CELL, image=python_in_registry, memMB=256, mounts=mounts, env=env),
+            "gcp_batch",
+            cfg,
+            workspace=str(ws),
+        )
+        bad = runner.run(
+            cell(source=RAISE_CELL, image=python_in_registry, memMB=256, mounts=mounts, env=env),
+            "gcp_batch",
+            cfg,
+            workspace=str(ws),
+        )
+        assert_round_trip(runner, ok, tmp_path / "dl", timeout=240)
+        assert_raises_remotely(runner, bad, timeout=240)
+        rec = runner.jobstore.get(ok)
+        assert rec is not None and rec.outputs and rec.outputs.startswith("gs://gcp-results/runs/")

@@ -343,3 +343,37 @@ def test_an_unknown_app_and_a_refused_token(
     monkeypatch.setenv("KUBECONFIG", str(bad))
     with pytest.raises(KubernetesError, match="the API server refused the credentials"):
         KubernetesScheduler("torchx").describe("default:x")
+
+
+def test_cell_results_and_outputs_come_back_through_an_object_store(
+    kube_env: KubeFake, aws_env: Any, python_in_registry: str, registry: Any, tmp_path: Path
+) -> None:
+    """``-cfg output_path=s3://…`` on Kubernetes: the pod uploads its output folder (moto's
+    S3, boto3 lent through host-path volumes)."""
+    from tests.result_checks import RESULT_CELL, assert_round_trip
+
+    aws_env.client("s3").create_bucket(
+        Bucket="k8s-results", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+    )
+    mounts, path = host_python_mounts()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cfg = {
+        "queue": "default",
+        "image_repo": f"{registry.host}/k8s/results",
+        "builder": "registry",
+        "quiet": True,
+        "output_path": "s3://k8s-results/runs",
+    }
+    a = cell(
+        source=RESULT_CELL,
+        image=python_in_registry,
+        memMB=256,
+        mounts=mounts,
+        env={"PATH": path, **aws_env.env},
+    )
+    with get_runner() as runner:
+        handle = runner.run(a, "kubernetes", cfg, workspace=str(ws))
+        assert_round_trip(runner, handle, tmp_path / "dl")
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and rec.outputs and rec.outputs.startswith("s3://k8s-results/runs/")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -214,3 +215,49 @@ def test_python_of_the_submitter_comes_first_on_path(sched: LocalCwdScheduler) -
     wait_terminal(sched, app_id)
     out = "".join(sched.log_iter(app_id, "r", streams=Stream.STDOUT)).strip()
     assert Path(out).parent == Path(sys.executable).parent
+
+
+def test_results_come_back_survive_a_new_runner_and_a_cancel_has_none(
+    isolated: Path, tmp_path: Path
+) -> None:
+    from tests.result_checks import (
+        RAISE_CELL,
+        RESULT_CELL,
+        assert_raises_remotely,
+        assert_round_trip,
+    )
+    from torchx_nb.components.cell import cell
+    from torchx_nb.notebook.handle import JobHandle
+    from torchx_nb.results import NoResult
+    from torchx_nb.runner import Runner, get_runner
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with get_runner() as runner:
+        ok = runner.run(cell(source=RESULT_CELL), "local_cwd", {}, workspace=str(ws))
+        bad = runner.run(cell(source=RAISE_CELL), "local_cwd", {}, workspace=str(ws))
+        slow = runner.run(
+            cell(source="import time\ntime.sleep(60)\n1"), "local_cwd", {}, workspace=str(ws)
+        )
+        assert_round_trip(runner, ok, tmp_path / "dl")
+        assert_raises_remotely(runner, bad)
+        with pytest.raises(TimeoutError, match="still RUNNING after 0.5 s"):
+            JobHandle(slow, runner).result(timeout=0.5)
+        runner.cancel(slow)
+        with pytest.raises(NoResult, match=r"ended CANCELLED .*without a result"):
+            JobHandle(slow, runner).result(timeout=30)
+    # the job's files are private to the user
+    rec = Runner("torchx").jobstore.get(ok)
+    assert rec is not None and rec.outputs
+    out = Path(rec.outputs.removeprefix("file://"))
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    # a kernel restart: a new runner finds the result through the job store
+    with Runner("torchx") as again:
+        assert JobHandle(ok, again).result().acc == 0.9
+    # the workspace got nothing written into it
+    assert list(ws.iterdir()) == []
+    # a component run has outputs but no result: one clear line
+    with get_runner() as runner:
+        echo = runner.run(runner.component_app("utils.echo", {"msg": "hi"}), "local_cwd", {})
+        with pytest.raises(NoResult, match="SUCCEEDED without a result: it did not run a cell"):
+            JobHandle(echo, runner).result(timeout=30)

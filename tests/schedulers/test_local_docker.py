@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -206,8 +207,16 @@ def test_gpus_devices_copy_env_and_bridge_network_in_the_request(
     ]
     assert c0.kwargs["devices"] == ["/dev/fuse:/dev/fuse:rwm"]
     assert c0.kwargs["mounts"] == [
-        {"Target": "/v", "Source": "vol1", "Type": "volume", "ReadOnly": False}
+        {"Target": "/v", "Source": "vol1", "Type": "volume", "ReadOnly": False},
+        {
+            "Target": "/torchx-nb/outputs",
+            "Source": info.request.outputs,
+            "Type": "bind",
+            "ReadOnly": False,
+        },
     ]
+    assert c0.kwargs["environment"]["TORCHX_OUTPUT_DIR"] == "/torchx-nb/outputs"
+    assert not os.path.exists(info.request.outputs)  # a dry run creates nothing
     assert c0.kwargs["environment"]["MY_FLAG_A"] == "1" and "OTHER" not in c0.kwargs["environment"]
     assert c0.kwargs["environment"]["X"] == "y" and c0.kwargs["privileged"]
     assert c1.kwargs["environment"]["TORCHX_RANK0_HOST"] == c0.kwargs["name"]
@@ -225,3 +234,61 @@ def test_log_since_and_until(sched: LocalDockerScheduler, base_images: dict[str,
     assert list(sched.log_iter(app_id, "r", since=future)) == []
     assert list(sched.log_iter(app_id, "r", until=past)) == []
     assert list(sched.log_iter(app_id, "r", since=past, until=future)) == ["early\n"]
+
+
+def test_cell_results_and_outputs_come_back_from_the_container(
+    docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """The image's Python (bookworm's, the kernel's minor version) runs the cell under the
+    cell runner with the kernel's cloudpickle shipped beside it; the container writes to a host
+    folder of the data dir bound at $TORCHX_OUTPUT_DIR."""
+    from tests.result_checks import (
+        RAISE_CELL,
+        RESULT_CELL,
+        assert_raises_remotely,
+        assert_round_trip,
+    )
+    from torchx_nb.components.cell import cell
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cfg = {"network": "host", "builder": "docker", "quiet": True}
+    with get_runner() as runner:
+        ok = runner.run(
+            cell(source=RESULT_CELL, image=base_images["python"]), "local_docker", cfg, str(ws)
+        )
+        bad = runner.run(
+            cell(source=RAISE_CELL, image=base_images["python"]), "local_docker", cfg, str(ws)
+        )
+        assert_round_trip(runner, ok, tmp_path / "dl")
+        assert_raises_remotely(runner, bad)
+        rec = runner.jobstore.get(ok)
+        assert rec is not None and rec.outputs and "/local_docker/" in rec.outputs
+
+
+def test_an_image_with_another_python_is_refused_before_the_build(
+    docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    from torchx_nb.components.cell import cell
+
+    client = docker_env.client()
+    other = "localhost/torchx-nb-test/other-python:1"
+    client.images.build(
+        fileobj=__import__("io").BytesIO(
+            f"FROM {base_images['python']}\nENV PYTHON_VERSION=3.8.18\n".encode()
+        ),
+        tag=other,
+        rm=True,
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    before = {i.id for i in client.images.list()}
+    with (
+        get_runner() as runner,
+        pytest.raises(
+            Exception,
+            match=r"image .* has Python 3\.8 and this kernel runs 3\.\d+: a cell's result",
+        ),
+    ):
+        runner.run(cell(source="1", image=other), "local_docker", {"builder": "docker"}, str(ws))
+    assert {i.id for i in client.images.list()} == before  # nothing was built

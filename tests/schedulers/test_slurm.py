@@ -433,3 +433,39 @@ def test_hostile_handles_are_refused() -> None:
             sched.describe(bad)
     with pytest.raises(ValueError, match="is not a role"):
         list(sched.log_iter("1", "../../etc/passwd"))
+
+
+def test_cell_results_and_outputs_from_the_job_folder_and_in_place(
+    slurm_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """With job_dir the outputs live in the job folder; in place, in the workspace's hidden
+    outputs folder with the cell runner's files (on the shared filesystem, shipped by nothing)."""
+    from tests.result_checks import (
+        RAISE_CELL,
+        RESULT_CELL,
+        assert_raises_remotely,
+        assert_round_trip,
+    )
+    from torchx_nb.components.cell import cell
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    with get_runner() as runner:
+        copied = runner.run(
+            cell(source=RESULT_CELL, memMB=500), "slurm", {"job_dir": str(jobs)}, str(ws)
+        )
+        in_place = runner.run(cell(source=RAISE_CELL, memMB=500), "slurm", {}, str(ws))
+        assert_round_trip(runner, copied, tmp_path / "dl")
+        assert_raises_remotely(runner, in_place)
+        rec = runner.jobstore.get(copied)
+        assert rec is not None and rec.outputs
+        assert rec.outputs.startswith(f"file://{jobs}/")
+    hidden = ws / ".torchx-nb-outputs"
+    others = {p.name for p in ws.iterdir()} - {".torchx-nb-outputs"}
+    assert hidden.is_dir() and all(n.startswith("slurm-") for n in others), others
+    assert stat.S_IMODE((hidden / "cells").stat().st_mode) == 0o700
+    from torchx_nb.workspace.collect import collect_workspace
+
+    assert not [f.path for f in collect_workspace(str(ws)).files if "torchx-nb" in f.path]

@@ -349,7 +349,7 @@ def test_schemathesis_fuzzes_every_operation_against_the_document(lab: Lab, stor
                 case.call_and_validate(base_url=lab.url, headers=auth)
 
             fuzz()
-    assert len(tried) == 5, tried
+    assert len(tried) == 8, tried
 
 
 def test_openapi_document_is_served_and_is_openapi_3(lab: Lab) -> None:
@@ -361,6 +361,9 @@ def test_openapi_document_is_served_and_is_openapi_3(lab: Lab) -> None:
         "/torchx-nb/api/jobs/{handle}",
         "/torchx-nb/api/jobs/{handle}/logs",
         "/torchx-nb/api/jobs/{handle}/cancel",
+        "/torchx-nb/api/jobs/{handle}/result",
+        "/torchx-nb/api/jobs/{handle}/outputs",
+        "/torchx-nb/api/jobs/{handle}/outputs/{path}",
         "/torchx-nb/api/events",
         "/torchx-nb/api/openapi.json",
     }
@@ -518,3 +521,47 @@ def test_responses_mask_a_failed_jobs_secrets(lab: Lab, store: Path, tmp_path: P
     text = json.dumps(bodies) + events.decode()
     assert corpus.leaked(text) == [], text
     assert "DB_PASS=****" in text and "--password ****" in text
+
+
+def test_result_and_outputs_of_a_cell_job(lab: Lab, store: Path, tmp_path: Path) -> None:
+    """A cell job's value (its repr, masked, never unpickled on the server), its output files
+    and one file's bytes streamed back; paths that reach out of the output folder are 404s."""
+    from torchx_nb.components.cell import cell
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = (
+        "import os\n"
+        "out = os.environ['TORCHX_OUTPUT_DIR']\n"
+        "os.makedirs(out + '/sub dir', exist_ok=True)\n"
+        "open(out + '/sub dir/w&x.bin', 'wb').write(bytes(range(256)) * 4096)\n"
+        "{'loss': 0.25, 'token': 'password=hunter2'}\n"
+    )
+    with get_runner() as runner:
+        handle = runner.run(cell(source=source), "local_cwd", {}, workspace=str(ws))
+        status = runner.wait(handle, wait_interval=0.2)
+        assert status is not None and status.state.name == "SUCCEEDED"
+    body = get(lab, f"{API}/jobs/{enc(handle)}/result")
+    conforms(body, "/torchx-nb/api/jobs/{handle}/result")
+    assert body["result"].startswith("{'loss': 0.25, 'token': '")
+    assert "hunter2" not in body["result"]
+    assert body["location"].startswith("file://")
+    listing = get(lab, f"{API}/jobs/{enc(handle)}/outputs")
+    conforms(listing, "/torchx-nb/api/jobs/{handle}/outputs")
+    assert listing["files"] == [{"path": "sub dir/w&x.bin", "size": 256 * 4096}]
+    status_code, headers, data = request(
+        lab, "GET", f"{API}/jobs/{enc(handle)}/outputs/{enc('sub dir/w&x.bin')}"
+    )
+    assert status_code == 200 and data == bytes(range(256)) * 4096
+    assert headers["Content-Type"] == "application/octet-stream"
+    assert "attachment" in headers["Content-Disposition"]
+    for hostile in ("../state.json", "/etc/passwd", ".torchx-nb/result.pkl", "sub dir"):
+        status_code, _, _ = request(lab, "GET", f"{API}/jobs/{enc(handle)}/outputs/{enc(hostile)}")
+        assert status_code == 404, hostile
+    status_code, _, _ = request(
+        lab, "GET", f"{API}/jobs/{enc(handle)}/outputs/{enc('sub dir/w&x.bin')}", token=False
+    )
+    assert status_code == 403
+    missing = f"{API}/jobs/{enc('local_cwd://torchx/nope')}"
+    assert request(lab, "GET", f"{missing}/result")[0] == 404
+    assert request(lab, "GET", f"{missing}/outputs")[0] == 404

@@ -10,6 +10,10 @@ from torchx_nb.components.dist import _distributed_app, torchrun_command
 MAX_SOURCE_BYTES = 96 * 1024
 CELL_METADATA_KEY = "torchx_nb.cell"
 CELL_PREFIX = ".torchx-cell-"
+# the files beside a cell that runs with results (see cell_files)
+RUNNER = ".torchx-nb/cell_main.py"
+VENDOR = ".torchx-nb/vendor"
+PUSH = ".torchx-nb/push.pkl"
 
 
 def cell(
@@ -114,12 +118,48 @@ def cell_script(role: specs.Role) -> tuple[str, bytes] | None:
     return f"{CELL_PREFIX}{sha}.py", source.encode()
 
 
-def run_as_script(role: specs.Role, script: str) -> None:
+def cell_files(role: specs.Role, push: bytes | None = None) -> dict[str, bytes] | None:
+    """What a cell role needs beside its workspace to run with results (None for a role that
+    is not a cell): the cell as a script, torchx_nb's cell runner, the kernel's cloudpickle
+    (so the job pickles as the kernel unpickles, even in an image without it) and the pushed
+    variables. Paths relative to the folder they go into."""
+    import importlib.util
+    from pathlib import Path
+
+    script = cell_script(role)
+    if script is None:
+        return None
+    files = {script[0]: script[1]}
+    runner = importlib.util.find_spec("torchx_nb.apps.cell_main")
+    assert runner is not None and runner.origin is not None
+    files[RUNNER] = Path(runner.origin).read_bytes()
+    pickler = importlib.util.find_spec("cloudpickle")
+    if pickler is not None and pickler.submodule_search_locations:
+        for path in sorted(Path(next(iter(pickler.submodule_search_locations))).glob("*.py")):
+            files[f"{VENDOR}/cloudpickle/{path.name}"] = path.read_bytes()
+    if push is not None:
+        files[PUSH] = push
+    return files
+
+
+def run_with_runner(role: specs.Role, folder: str = "", push: bool = False) -> None:
+    """Re-point a cell role at the cell runner and the script ``cell_files`` made, both in
+    ``folder`` (relative to the job's working folder when empty: the workspace's root in an
+    image, a job folder); with ``push``, at the pushed variables too."""
+    base = f"{folder.rstrip('/')}/" if folder else ""
+    script = cell_script(role)
+    assert script is not None
+    run_as_script(role, f"{base}{RUNNER}", [f"{base}{script[0]}"])
+    if push:
+        role.env["TORCHX_NB_PUSH"] = f"{base}{PUSH}"
+
+
+def run_as_script(role: specs.Role, script: str, first: list[str] | None = None) -> None:
     """Re-point a cell role at ``script`` (the cell written into the image by a workspace
     builder) instead of passing the source with ``-c``: no size limit, real file names in
     tracebacks."""
     recipe = role.metadata[CELL_METADATA_KEY]
-    program = ["python", script, *recipe["script_args"]]
+    program = ["python", script, *(first or []), *recipe["script_args"]]
     if recipe["j"]:
         cmd, _, _ = torchrun_command(
             program, recipe["j"], rdzv_port=recipe["rdzv_port"], no_python=True

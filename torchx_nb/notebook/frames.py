@@ -1,5 +1,5 @@
-"""pandas DataFrames for ``%torchx list``, ``%torchx runopts`` and ``%torchx schedulers``
-(pandas is imported here, never when the extension loads)."""
+"""pandas DataFrames for ``%torchx list``, ``%torchx outputs``, ``%torchx runopts`` and
+``%torchx schedulers`` (pandas is imported here, never when the extension loads)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,13 @@ def jobs_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         "" if d is None or pd.isna(d) else fmt_elapsed(float(d)) for d in frame["duration"]
     ]
     return frame.drop(columns=["msg"]) if frame["msg"].eq("").all() else frame
+
+
+def outputs_frame(files: list[Any]) -> pd.DataFrame:
+    """A job's output files (``results.OutputFile``): path and size in bytes."""
+    import pandas as pd
+
+    return pd.DataFrame([(f.path, f.size) for f in files], columns=["path", "size"])
 
 
 def runopts_frame(opts: runopts) -> pd.DataFrame:

@@ -4,8 +4,10 @@ status(), wait(), logs(), cancel() and rich reprs."""
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from torchx_nb.errors import one_line
 from torchx_nb.metrics import MetricLog, MetricSpec
@@ -40,6 +42,7 @@ class JobHandle:
         self.metric_specs = list(metric_specs)
         self.live_metrics: MetricLog | None = None
         self.view: JobView | None = None
+        self.progress: Callable[[], Any] | None = None  # the download's bar (default: text)
         self._runner = runner
 
     def __str__(self) -> str:
@@ -66,6 +69,33 @@ class JobHandle:
     def cancel(self) -> None:
         """Ask the scheduler to stop the job; returns at once."""
         self._runner.cancel(self.handle)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the job to end, then return its cell's value (the last expression, as
+        IPython shows it), or raise the exception the cell raised with the remote traceback as
+        its cause. ``NoResult`` when it ended without one; ``TimeoutError`` after ``timeout``
+        seconds. Unpickling runs code: results load only for jobs of this job store."""
+        status = self.wait(timeout=timeout, interval=0.5)
+        if status is not None and not is_terminal(status.state):
+            raise TimeoutError(f"{self.handle} is still {status.state.name} after {timeout} s")
+        return self._runner.result(self.handle, status)
+
+    def outputs(self) -> list[str]:
+        """The files the job wrote to ``$TORCHX_OUTPUT_DIR``, relative to it."""
+        return [f.path for f in self._runner.outputs(self.handle)]
+
+    def download(self, dest: str | os.PathLike[str] | None = None) -> Path:
+        """Fetch the job's output files into ``dest`` (default: a folder named after the job
+        beside the notebook), keeping their relative paths, with a progress bar; big files
+        stream in chunks. Returns the folder."""
+        from torchx_nb.workspace.progress import new_progress
+
+        target = Path(dest) if dest is not None else Path.cwd() / self.app_id.replace(":", "-")
+        progress = self.progress() if self.progress is not None else new_progress()
+        try:
+            return self._runner.download(self.handle, target, progress)
+        finally:
+            progress.close()
 
     def describe(self) -> AppDef | None:
         return self._runner.describe(self.handle)

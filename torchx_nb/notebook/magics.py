@@ -8,6 +8,7 @@ checked before anything is built or submitted. Defaults come from traitlets
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -28,6 +29,8 @@ COMMANDS = (
     "describe",
     "log",
     "cancel",
+    "result",
+    "outputs",
     "list",
     "runopts",
     "schedulers",
@@ -90,6 +93,12 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=REGEX",
         help="a number to chart from the log lines, e.g. loss=loss: ([0-9.]+) (repeatable)",
     )
+    parser.add_argument(
+        "--push",
+        default=None,
+        metavar="VAR[,VAR]",
+        help="kernel variables sent into the cell's namespace (cloudpickle; at most 64 MiB)",
+    )
     parser.add_argument("--help", action="help", help="show this help")
 
 
@@ -111,6 +120,25 @@ def _log_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--regex", default=None, type=regex_arg, help="only lines matching this regex")
     p.add_argument("-t", "--tail", action="store_true", help="follow until the job ends")
     p.add_argument("--streams", choices=["stdout", "stderr", "combined"], default=None)
+
+
+def _result_args(p: argparse.ArgumentParser) -> None:
+    _handle_arg(p)
+    p.add_argument(
+        "--timeout", type=float, default=None, metavar="S", help="give up after S seconds"
+    )
+
+
+def _outputs_args(p: argparse.ArgumentParser) -> None:
+    _handle_arg(p)
+    p.add_argument(
+        "--download",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DEST",
+        help="fetch them into DEST (default: a folder named after the job)",
+    )
 
 
 def _list_args(p: argparse.ArgumentParser) -> None:
@@ -151,6 +179,8 @@ PARSERS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "status": _handle_arg,
     "describe": _handle_arg,
     "cancel": _handle_arg,
+    "result": _result_args,
+    "outputs": _outputs_args,
     "log": _log_args,
     "list": _list_args,
     "runopts": _runopts_args,
@@ -271,15 +301,18 @@ class TorchxMagics(Magics):
 
         %%torchx run [-s SCHED] [-cfg k=v,...] [--image IMG] [-j NxP] [--name NAME]
                      [--env K=V ...] [-h RESOURCE] [--workspace PATH|none] [--wait] [--dryrun]
-                     [-o VAR] [--metric NAME=REGEX ...]
+                     [-o VAR] [--metric NAME=REGEX ...] [--push VAR,...]
             Runs the cell body as the job's main program in the workspace (the notebook's
             folder by default); with -j under torchrun on N nodes of P processes. Shows a live
             status widget and a log widget; --wait blocks and streams the logs as text;
-            --dryrun shows the native request and submits nothing; -o stores the handle object.
+            --dryrun shows the native request and submits nothing; -o stores the handle object
+            (VAR.result(), VAR.outputs(), VAR.download()); --push sends kernel variables.
 
         %torchx run [options] COMPONENT ARGS...    e.g. %torchx run utils.echo --msg hi
         %torchx status|describe|cancel HANDLE_OR_VAR
         %torchx log HANDLE_OR_VAR [-r ROLE] [-k N] [--regex RE] [--tail] [--streams S]
+        %torchx result HANDLE_OR_VAR [--timeout S]  the cell's value (its exception re-raised)
+        %torchx outputs HANDLE_OR_VAR [--download [DEST]]   the files it wrote
         %torchx list [-s SCHED] [--all]             a pandas DataFrame of jobs
         %torchx runopts [SCHED]                     a DataFrame of the schedulers' options
         %torchx schedulers                          a DataFrame of the schedulers
@@ -300,8 +333,10 @@ class TorchxMagics(Magics):
         except SystemExit:
             return None
         except Exception as e:
-            if os.environ.get("TORCHX_NB_DEBUG"):
-                raise
+            from torchx_nb.results import RemoteTraceback
+
+            if os.environ.get("TORCHX_NB_DEBUG") or isinstance(e.__cause__, RemoteTraceback):
+                raise  # the cell's own exception, shown with the job's traceback
             raise UsageError(f"%torchx {parsed.command}: {one_line(e)}") from None
 
     def _widget_mode(self) -> bool:
@@ -334,6 +369,15 @@ class TorchxMagics(Magics):
             raise MagicLineError(
                 "%%torchx run: the cell is empty; write the code to run below the magic line"
             )
+        push = None
+        if args.push is not None:
+            from torchx_nb.notebook.push import pickle_push, push_names
+
+            if cell is None:
+                raise MagicLineError(
+                    "%torchx run: --push sends variables into a cell: use %%torchx run --push"
+                )
+            push = pickle_push(self.shell.user_ns if self.shell else {}, push_names(args.push))
         request = run_request(
             args,
             cell=cell,
@@ -347,6 +391,7 @@ class TorchxMagics(Magics):
             j=args.j,
             resource=args.resource,
             notebook=self._notebook_path(),
+            push=push,
         )
         runner = self.runner
         if args.dryrun:
@@ -362,6 +407,7 @@ class TorchxMagics(Magics):
         from torchx_nb.notebook.handle import JobHandle
 
         job = JobHandle(handle, runner, metric_specs)
+        job.progress = self._download_progress
         if out:
             assert self.shell is not None
             self.shell.user_ns[out] = job
@@ -370,14 +416,22 @@ class TorchxMagics(Magics):
 
     def _progress(self) -> Any:
         """Image build/push progress as a progress bar widget (text on stderr without widgets)."""
-        import contextlib
-
         if not self._widget_mode():
             return contextlib.nullcontext()
         from torchx_nb.notebook.widgets import ProgressBar
         from torchx_nb.workspace.progress import progress_to
 
         return progress_to(ProgressBar)
+
+    def _download_progress(self) -> Any:
+        """A download's progress: a bar widget, or text on stderr without widgets."""
+        if not self._widget_mode():
+            from torchx_nb.workspace.progress import TextProgress
+
+            return TextProgress()
+        from torchx_nb.notebook.widgets import ProgressBar
+
+        return ProgressBar("downloading", "downloaded", "the outputs", "files")
 
     def _show_dryrun(self, scheduler: str, info: Any) -> None:
         from IPython.display import display
@@ -447,6 +501,13 @@ class TorchxMagics(Magics):
         if status and status.state != AppState.SUCCEEDED and message_text(status.msg):
             line += f": {status.msg}"
         print(line)
+        if job.view is None:  # the widget's snapshot shows it otherwise
+            from torchx_nb.notebook.render import result_line
+
+            with contextlib.suppress(Exception):
+                result = runner.result_repr(job.handle)
+                if result is not None:
+                    print(result_line(result))
 
     def _resolve_handle(self, token: str) -> str:
         from torchx_nb.notebook.handle import JobHandle
@@ -518,6 +579,35 @@ class TorchxMagics(Magics):
         except KeyboardInterrupt:
             print("\nstopped following the log")
         sys.stdout.flush()
+
+    def _job(self, token: str) -> Any:
+        from torchx_nb.notebook.handle import JobHandle
+
+        value = self.shell.user_ns.get(token) if self.shell and token.isidentifier() else None
+        if isinstance(value, JobHandle):
+            job = value
+        else:
+            job = JobHandle(self._resolve_handle(token), self.runner)
+        job.progress = self._download_progress
+        return job
+
+    def _do_result(self, args: argparse.Namespace, cell: str | None) -> Any:
+        job = self._job(args.handle)
+        try:
+            return job.result(timeout=args.timeout)
+        except KeyboardInterrupt:
+            print(f"\nstopped waiting; {job.handle} keeps running")
+            return None
+
+    def _do_outputs(self, args: argparse.Namespace, cell: str | None) -> Any:
+        from torchx_nb.notebook.frames import outputs_frame
+
+        job = self._job(args.handle)
+        if args.download is not None:
+            folder = job.download(args.download or None)
+            print(f"downloaded the outputs of {job.handle} to {folder}")
+            return None
+        return outputs_frame(self.runner.outputs(job.handle))
 
     def _do_list(self, args: argparse.Namespace, cell: str | None) -> Any:
         from torchx_nb.joblist import job_rows

@@ -8,6 +8,7 @@ import html
 import time
 from collections.abc import Sequence
 
+from torchx_nb.redact import redact_text
 from torchx_nb.specs.api import AppStatus, display_url, message_text
 
 STATE_COLOURS = {
@@ -162,6 +163,19 @@ def status_text(handle: str, status: AppStatus | None, seconds: float | None = N
             url = status.ui_url
             lines.append(f"  logs: {display_url(url)}" if url.startswith("file://") else f"  {url}")
     return "\n".join(lines)
+
+
+def result_line(result: str) -> str:
+    """``result: REPR`` (or ``raised TYPE: message``), secrets masked, one line."""
+    text = redact_text(" ".join(result.split()))[:300]
+    return text if text.startswith("raised ") else f"result: {text}"
+
+
+def result_html(result: str | None) -> str:
+    """The result line under the status (empty without a result)."""
+    if result is None:
+        return ""
+    return f'<div class="torchx-nb-result"><code>{html.escape(result_line(result))}</code></div>'
 
 
 def log_html(lines: Sequence[str], caption: str = "", max_height: str = "320px") -> str:

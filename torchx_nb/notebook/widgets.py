@@ -127,6 +127,7 @@ class StatusWidget:
         self._error: str | None = None
         self._seen_end: float | None = None
         self._metrics_version = -1
+        self.result: str | None = None  # the short repr of the cell's value, once ended
         self._lock = threading.RLock()
         record = runner.jobstore.get(handle)
         self.submitted = record.submitted if record else time.time()
@@ -153,6 +154,8 @@ class StatusWidget:
 
     def text(self) -> str:
         text = render.status_text(self.handle, self.status, self.seconds())
+        if self.result is not None:
+            text += f"\n  {render.result_line(self.result)}"
         if self.metrics:
             text += "\n" + render.metrics_text(self.metrics.series())
         return text
@@ -163,6 +166,7 @@ class StatusWidget:
         return (
             '<div class="torchx-nb-snapshot" style="line-height:1.4">'
             f"{render.status_html(self.handle, self.status, self.seconds())}"
+            f"{render.result_html(self.result)}"
             f"{'<br>' + charts if charts else ''}</div>"
         )
 
@@ -602,6 +606,8 @@ class JobView:
             self.status.render_metrics()
         if self.logs is not None:
             self.logs.wait_reader(5)
+        with contextlib.suppress(Exception):  # an unreachable store leaves the line out
+            self.status.result = self.runner.result_repr(self.handle)
         status_bundle = {"text/html": self.status.html(), "text/plain": self.status.text()}
         self._display.update(status_bundle, raw=True)
         if self.logs is not None and self._log_display is not None:
@@ -624,28 +630,38 @@ class ProgressBar:
     tqdm's notebook bar: that one has no text fallback, so a headless run or a saved notebook
     shows "Error displaying widget" where this one says what was pushed."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        doing: str = "pushing",
+        done: str = "pushed",
+        what: str = "the image",
+        parts: str = "parts",
+    ) -> None:
         self._bar: Any = None
         self._label: Any = None
         self._last = 0.0
-        self._bytes: dict[str, int] = {}
+        self._parts: dict[str, tuple[int, int]] = {}
+        self._words = (doing, done, what, parts)
 
     def __call__(self, done: int, total: int, what: str) -> None:
         import ipywidgets as w
 
-        self._bytes[what] = total
+        self._parts[what] = (done, total)
         if self._bar is None:
+            doing, _, target, _ = self._words
             self._bar = w.FloatProgress(
-                value=0.0, min=0.0, max=1.0, description="pushing", bar_style="info"
+                value=0.0, min=0.0, max=1.0, description=doing, bar_style="info"
             )
             self._label = w.Label()
             box = w.HBox([self._bar, self._label])
             box.add_class("torchx-nb-progress")
-            display_with_text(box, "pushing the image…")
+            display_with_text(box, f"{doing} {target}…")
         now = time.monotonic()
         if done < total and now - self._last < MIN_REFRESH_S:
             return
         self._last = now
+        done = sum(d for d, _ in self._parts.values())
+        total = sum(t for _, t in self._parts.values())
         self._bar.value = done / total if total else 1.0
         self._label.value = f"{what[:28]} {done / 1e6:.1f}/{total / 1e6:.1f} MB"
 
@@ -654,5 +670,6 @@ class ProgressBar:
             return
         self._bar.value = 1.0
         self._bar.bar_style = "success"
-        self._bar.description = "pushed"
-        self._label.value = f"{sum(self._bytes.values()) / 1e6:.1f} MB in {len(self._bytes)} parts"
+        self._bar.description = self._words[1]
+        total = sum(t for _, t in self._parts.values())
+        self._label.value = f"{total / 1e6:.1f} MB in {len(self._parts)} {self._words[3]}"

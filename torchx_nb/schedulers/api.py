@@ -250,6 +250,47 @@ class DescribesMany(abc.ABC):
         """``describe`` of each app id (None for those it does not know)."""
 
 
+OUTPUT_DIR_ENV = "TORCHX_OUTPUT_DIR"
+OUTPUT_URL_ENV = "TORCHX_NB_OUTPUT_URL"
+
+
+def upload_target(output_path: str | None, name: str, schemes: tuple[str, ...]) -> str | None:
+    """The URL a remote job uploads its output folder to: ``output_path/NAME/`` (None without
+    an ``output_path``); a scheme the backend cannot use is one line naming the ones it can."""
+    if not output_path:
+        return None
+    scheme = output_path.partition("://")[0]
+    if "://" not in output_path or scheme not in schemes or not output_path.split("://")[1]:
+        from torchx_nb.specs.api import InvalidRunConfigException
+
+        raise InvalidRunConfigException(
+            f"output_path {output_path!r} is not an object-store URL: use "
+            + " or ".join(f"{s}://BUCKET/PREFIX" for s in schemes),
+            "output_path",
+        )
+    return f"{output_path.rstrip('/')}/{name}/"
+
+
+def output_env(folder: str, url: str | None) -> dict[str, str]:
+    """The job's env for its output folder (and, for a remote job, where to upload it)."""
+    return {OUTPUT_DIR_ENV: folder, **({OUTPUT_URL_ENV: url} if url else {})}
+
+
+REMOTE_OUTPUT_DIR = "/tmp/torchx-outputs"
+
+
+class StoresOutputs(abc.ABC):
+    """Ability: each job gets an output folder (``$TORCHX_OUTPUT_DIR``) that is kept where the
+    kernel can read it afterwards: a local folder, the Slurm job folder, or an object store the
+    job uploads it to (``$TORCHX_NB_OUTPUT_URL``). A cell's result and exception are written
+    there, beside the files the job writes."""
+
+    @abc.abstractmethod
+    def output_url(self, app_id: str, request: Any) -> str | None:
+        """Where the outputs of ``app_id`` (submitted with ``request``) are kept: ``file://``,
+        ``s3://`` or ``gs://``; None when the job has none (e.g. no ``output_path``)."""
+
+
 @dataclass(frozen=True)
 class LocalWorkspace:
     """The folder a ``DirWorkspaceMixin`` job runs from, and files generated for the job (the
@@ -272,6 +313,14 @@ class DirWorkspaceMixin(abc.ABC):
     def preview_workspace(self, workspace: str, cfg: Any) -> str | None:
         """What would be copied, for dry runs (None: nothing is, the job runs in place)."""
         return None
+
+    def files_folder(self, workspace: str, cfg: Any) -> Path:
+        """Where the files generated for a job that runs in place go (the cell runner, the
+        cell, pushed variables): where the job can read them, and private. By default a
+        folder of this machine's data dir."""
+        from torchx_nb.paths import data_dir
+
+        return data_dir() / "cells"
 
     def _submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[Any]:
         return self._submit_dryrun_in(app, cfg, None)

@@ -15,14 +15,18 @@ from datetime import datetime
 from typing import Any
 
 from torchx_nb.schedulers.api import (
+    REMOTE_OUTPUT_DIR,
     DescribeAppResponse,
     DescribesMany,
     ListAppResponse,
     Scheduler,
+    StoresOutputs,
     Stream,
     TypedOptions,
     filter_regex,
+    output_env,
     tail_wait,
+    upload_target,
 )
 from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
 from torchx_nb.schedulers.devices import get_device_mounts
@@ -77,6 +81,7 @@ class BatchJob:
     priority: int
     job_def: dict[str, Any]
     tags: dict[str, str]
+    outputs: str | None = None  # where the job uploads $TORCHX_OUTPUT_DIR (output_path)
 
     def submit_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {
@@ -150,6 +155,10 @@ class _AwsBatchFields(StructuredOpts):
     execution_role_arn: str | None = None
     """IAM role ECS uses to start the containers (pull images, write logs)"""
 
+    output_path: str | None = None
+    """s3://BUCKET/PREFIX: each job's $TORCHX_OUTPUT_DIR (a cell's result, its files) is
+    uploaded to PREFIX/JOB_NAME/ at its end (with boto3 from the image)"""
+
 
 @dataclass(kw_only=True)
 class AwsBatchOpts(WorkspaceOpts, _AwsBatchFields):
@@ -161,6 +170,7 @@ class AwsBatchScheduler(
     TypedOptions[AwsBatchOpts],
     WorkspaceMixin,
     DescribesMany,
+    StoresOutputs,
     Scheduler[AwsBatchOpts],
 ):
     """Multinode AWS Batch jobs; lists every queue without the 100-job cap."""
@@ -182,6 +192,9 @@ class AwsBatchScheduler(
     def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
         return call(what, fn, **kwargs)
 
+    def output_url(self, app_id: str, request: BatchJob) -> str | None:
+        return request.outputs
+
     def _validate(self, app: AppDef, scheduler: str, cfg: AwsBatchOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
         cfg = self.typed(cfg, partial=True) if cfg is not None else None
@@ -202,6 +215,7 @@ class AwsBatchScheduler(
         share_id = cfg.share_id or None
         priority = cfg.priority or 0
         name = _job_name(make_unique(app.name + (f"-{share_id}" if share_id else "")))
+        outputs = upload_target(cfg.output_path, name, ("s3",))
         ranges: list[dict[str, Any]] = []
         start = 0
         for role_idx, role in enumerate(app.roles):
@@ -209,7 +223,7 @@ class AwsBatchScheduler(
                 img_root="", app_id=name, replica_id=NODE_INDEX, rank0_env=RANK0_ENV
             )
             r = values.apply(role)
-            container = self._container(r, role_idx, cfg)
+            container = self._container(r, role_idx, cfg, outputs)
             n = role.num_replicas
             if role_idx == 0:
                 rank0 = {
@@ -250,11 +264,19 @@ class AwsBatchScheduler(
             priority=priority,
             job_def=job_def,
             tags=tags,
+            outputs=outputs,
         )
         return AppDryRunInfo(job, _fmt)
 
-    def _container(self, role: Role, role_idx: int, cfg: AwsBatchOpts) -> dict[str, Any]:
-        env = {**role.env, "TORCHX_ROLE_IDX": str(role_idx), "TORCHX_ROLE_NAME": role.name}
+    def _container(
+        self, role: Role, role_idx: int, cfg: AwsBatchOpts, outputs: str | None
+    ) -> dict[str, Any]:
+        env = {
+            **(output_env(REMOTE_OUTPUT_DIR, outputs) if outputs else {}),
+            **role.env,
+            "TORCHX_ROLE_IDX": str(role_idx),
+            "TORCHX_ROLE_NAME": role.name,
+        }
         res = role.resource
         linux: dict[str, Any] = {"sharedMemorySize": max(res.memMB, 0)}
         devices = [

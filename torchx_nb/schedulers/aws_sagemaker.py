@@ -19,13 +19,17 @@ from datetime import datetime
 from typing import Any
 
 from torchx_nb.schedulers.api import (
+    REMOTE_OUTPUT_DIR,
     DescribeAppResponse,
     ListAppResponse,
     Scheduler,
+    StoresOutputs,
     Stream,
     TypedOptions,
     filter_regex,
+    output_env,
     tail_wait,
+    upload_target,
 )
 from torchx_nb.schedulers.aws_common import (
     AwsClients,
@@ -232,6 +236,7 @@ class TrainingJob:
 
     name: str
     request: dict[str, Any]
+    outputs: str | None = None  # where the job uploads $TORCHX_OUTPUT_DIR (OUTPUT_PATH/NAME/)
 
 
 def _fmt(job: TrainingJob) -> str:
@@ -261,7 +266,11 @@ def _job_name(prefix: str) -> str:
 
 
 class AwsSageMakerScheduler(
-    AwsClients, TypedOptions[AwsSageMakerOpts], WorkspaceMixin, Scheduler[AwsSageMakerOpts]
+    AwsClients,
+    TypedOptions[AwsSageMakerOpts],
+    WorkspaceMixin,
+    StoresOutputs,
+    Scheduler[AwsSageMakerOpts],
 ):
     """SageMaker training jobs through boto3; describe, list, stop and CloudWatch logs."""
 
@@ -363,6 +372,11 @@ class AwsSageMakerScheduler(
             )
         self.role_arn(cfg.role)
 
+    def output_url(self, app_id: str, request: TrainingJob) -> str | None:
+        """``OUTPUT_PATH/JOB/``: the job uploads its output folder there, and SageMaker keeps
+        its own model and output archives (``output/model.tar.gz``...) there too."""
+        return request.outputs
+
     def _validate(self, app: AppDef, scheduler: str, cfg: AwsSageMakerOpts | None = None) -> None:
         """Arguments SageMaker would refuse (each at most 256 characters)."""
         for arg in [app.roles[0].entrypoint, *app.roles[0].args] if app.roles else []:
@@ -385,7 +399,10 @@ class AwsSageMakerScheduler(
             replica_id="$TORCHX_REPLICA_ID" if count > 1 else "0",
             rank0_env="TORCHX_RANK0_HOST",
         ).apply(app.roles[0])
+        output = cfg.output_path or self._default_output()
+        outputs = upload_target(output, name, ("s3",))
         env = {
+            **output_env(REMOTE_OUTPUT_DIR, outputs),
             **(cfg.environment or {}),
             **role.env,
             "TORCHX_JOB_ID": make_app_handle("aws_sagemaker", self.session_name, name),
@@ -427,7 +444,6 @@ class AwsSageMakerScheduler(
             resource["VolumeKmsKeyId"] = cfg.volume_kms_key
         if cfg.keep_alive_period_in_seconds:
             resource["KeepAlivePeriodInSeconds"] = cfg.keep_alive_period_in_seconds
-        output = cfg.output_path or self._default_output()
         output_cfg: dict[str, Any] = {"S3OutputPath": output}
         if cfg.output_kms_key:
             output_cfg["KmsKeyId"] = cfg.output_kms_key
@@ -486,7 +502,7 @@ class AwsSageMakerScheduler(
             req["RetryStrategy"] = {"MaximumRetryAttempts": cfg.max_retry_attempts}
         if cfg.enable_infra_check:
             req["InfraCheckConfig"] = {"EnableInfraCheck": True}
-        return AppDryRunInfo(TrainingJob(name, req), _fmt)
+        return AppDryRunInfo(TrainingJob(name, req, outputs), _fmt)
 
     def _default_output(self) -> str:
         """``s3://sagemaker-REGION-ACCOUNT/``, the bucket SageMaker Studio's SDK uses (the
@@ -509,12 +525,17 @@ class AwsSageMakerScheduler(
         super().plan_image(role, workspace, cfg)
 
     def patch_image(
-        self, role: Role, workspace: str, cfg: Mapping[str, Any], files: Mapping[str, bytes]
+        self,
+        role: Role,
+        workspace: str,
+        cfg: Mapping[str, Any],
+        files: Mapping[str, bytes],
+        same_python: bool = False,
     ) -> None:
         """With no image_repo, images go to the account's ECR repository ``torchx-nb``."""
         if not cfg.get("image_repo"):
             cfg = {**cfg, "image_repo": self._default_image_repo(create=True)}
-        super().patch_image(role, workspace, cfg, files)
+        super().patch_image(role, workspace, cfg, files, same_python)
 
     def schedule(self, dryrun_info: AppDryRunInfo[TrainingJob]) -> str:
         """Sends the dry run's request as it is; the default output bucket it names is created

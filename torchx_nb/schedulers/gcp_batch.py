@@ -25,14 +25,18 @@ from datetime import datetime, timezone
 from typing import Any
 
 from torchx_nb.schedulers.api import (
+    REMOTE_OUTPUT_DIR,
     DescribeAppResponse,
     DescribesMany,
     ListAppResponse,
     Scheduler,
+    StoresOutputs,
     Stream,
     TypedOptions,
     filter_regex,
+    output_env,
     tail_wait,
+    upload_target,
 )
 from torchx_nb.schedulers.ids import random_id
 from torchx_nb.specs.api import (
@@ -120,6 +124,7 @@ class GCPBatchJob:
     project: str
     location: str
     job_def: Any
+    outputs: str | None = None  # where the job uploads $TORCHX_OUTPUT_DIR (output_path)
 
     @property
     def parent(self) -> str:
@@ -418,6 +423,10 @@ class _GcpBatchFields(StructuredOpts):
     user: str | None = None
     """user labelled on the job (default: the current user)"""
 
+    output_path: str | None = None
+    """gs://BUCKET/PREFIX: each job's $TORCHX_OUTPUT_DIR (a cell's result, its files) is
+    uploaded to PREFIX/JOB_NAME/ at its end (with google-cloud-storage from the image)"""
+
 
 @dataclass(kw_only=True)
 class GcpBatchOpts(WorkspaceOpts, _GcpBatchFields):
@@ -436,7 +445,11 @@ class _Checked:
 
 
 class GcpBatchScheduler(
-    TypedOptions[GcpBatchOpts], WorkspaceMixin, DescribesMany, Scheduler[GcpBatchOpts]
+    TypedOptions[GcpBatchOpts],
+    WorkspaceMixin,
+    DescribesMany,
+    StoresOutputs,
+    Scheduler[GcpBatchOpts],
 ):
     """One GCP Batch job per app; describes many jobs with one list call per location."""
 
@@ -454,6 +467,9 @@ class GcpBatchScheduler(
         self.gcp = GcpClients(batch_client, logging_client, credentials, retry_timeout)
         self._list_filter_ok = True
         self._locations: dict[str, set[str]] = {}
+
+    def output_url(self, app_id: str, request: GCPBatchJob) -> str | None:
+        return request.outputs
 
     def _validate(self, app: AppDef, scheduler: str, cfg: GcpBatchOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
@@ -500,12 +516,17 @@ class GcpBatchScheduler(
         )
 
     def patch_image(
-        self, role: Role, workspace: str, cfg: Mapping[str, Any], files: Mapping[str, bytes]
+        self,
+        role: Role,
+        workspace: str,
+        cfg: Mapping[str, Any],
+        files: Mapping[str, bytes],
+        same_python: bool = False,
     ) -> None:
         """An unknown location is found before the image is built and pushed."""
         opts = cfg if isinstance(cfg, GcpBatchOpts) else GcpBatchOpts.from_cfg(cfg, partial=True)
         self._check_location(self._project(opts), opts.location or DEFAULT_LOCATION)
-        super().patch_image(role, workspace, cfg, files)
+        super().patch_image(role, workspace, cfg, files, same_python)
 
     def _project(self, cfg: GcpBatchOpts) -> str:
         project = cfg.project or default_project()
@@ -532,7 +553,13 @@ class GcpBatchScheduler(
         values = macros.Values(img_root="", app_id=name, replica_id=TASK_INDEX, rank0_env=RANK0_ENV)
         r = values.apply(role)
         res = r.resource
-        env = {**r.env, "TORCHX_ROLE_IDX": "0", "TORCHX_ROLE_NAME": r.name}
+        outputs = upload_target(cfg.output_path, name, ("gs",))
+        env = {
+            **(output_env(REMOTE_OUTPUT_DIR, outputs) if outputs else {}),
+            **r.env,
+            "TORCHX_ROLE_IDX": "0",
+            "TORCHX_ROLE_NAME": r.name,
+        }
         task_envs = []
         for i in range(role.num_replicas):
             per = macros.Values(
@@ -589,7 +616,9 @@ class GcpBatchScheduler(
         policy = self._allocation_policy(res, cfg, checked)
         if policy is not None:
             job.allocation_policy = policy
-        return AppDryRunInfo(GCPBatchJob(name, checked.project, checked.location, job), _fmt)
+        return AppDryRunInfo(
+            GCPBatchJob(name, checked.project, checked.location, job, outputs), _fmt
+        )
 
     def _allocation_policy(self, res: Resource, cfg: GcpBatchOpts, checked: _Checked) -> Any:
         from google.cloud import batch_v1

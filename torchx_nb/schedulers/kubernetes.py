@@ -19,14 +19,18 @@ from datetime import datetime, timezone
 from typing import Any
 
 from torchx_nb.schedulers.api import (
+    REMOTE_OUTPUT_DIR,
     DescribeAppResponse,
     DescribesMany,
     ListAppResponse,
     Scheduler,
+    StoresOutputs,
     Stream,
     TypedOptions,
     filter_regex,
     on_tail_stop,
+    output_env,
+    upload_target,
 )
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import random_id
@@ -106,6 +110,7 @@ class KubernetesJob:
     namespace: str = "default"
     api: str = "volcano"
     service: dict[str, Any] | None = None
+    outputs: str | None = None  # where the pods upload $TORCHX_OUTPUT_DIR (output_path)
 
     @property
     def name(self) -> str:
@@ -219,6 +224,7 @@ def pod_template(
     labels: dict[str, str],
     cfg: KubernetesOpts,
     env_first: list[dict[str, Any]] | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A pod template for one role (and one replica under Volcano), as TorchX builds it."""
     volumes, mounts, privileged = _volumes(role)
@@ -226,7 +232,10 @@ def pod_template(
         "name": name,
         "image": role.image,
         "command": [role.entrypoint, *role.args],
-        "env": [*(env_first or []), *({"name": k, "value": v} for k, v in role.env.items())],
+        "env": [
+            *(env_first or []),
+            *({"name": k, "value": v} for k, v in {**(extra_env or {}), **role.env}.items()),
+        ],
         "ports": [{"name": n, "containerPort": p} for n, p in role.port_map.items()],
         "resources": resources(role.resource),
         "volumeMounts": mounts,
@@ -269,7 +278,9 @@ def _labels(app: AppDef, name: str, role_idx: int, role: Role, replica: str) -> 
     }
 
 
-def volcano_resource(app: AppDef, name: str, cfg: KubernetesOpts) -> dict[str, Any]:
+def volcano_resource(
+    app: AppDef, name: str, cfg: KubernetesOpts, extra_env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """TorchX's vcjob: a task per replica, ``svc``/``env`` plugins, retry policies."""
     first = normalize(app.roles[0].name).upper().replace("-", "_")
     tasks = []
@@ -290,7 +301,7 @@ def volcano_resource(app: AppDef, name: str, cfg: KubernetesOpts) -> dict[str, A
             task: dict[str, Any] = {
                 "replicas": 1,
                 "name": task_name,
-                "template": pod_template(r, task_name, labels, cfg),
+                "template": pod_template(r, task_name, labels, cfg, extra_env=extra_env),
             }
             if role.max_retries > 0:
                 task["maxRetry"] = role.max_retries
@@ -328,7 +339,7 @@ def _job_labels(app: AppDef, name: str) -> dict[str, str]:
 
 
 def indexed_resources(
-    app: AppDef, name: str, cfg: KubernetesOpts
+    app: AppDef, name: str, cfg: KubernetesOpts, extra_env: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A ``batch/v1`` Indexed Job (a pod per replica, ``replica_id`` from the completion index)
     and the headless Service that gives pod 0 the stable name ``NAME-0.NAME``."""
@@ -345,7 +356,9 @@ def indexed_resources(
     }
     labels = _labels(app, name, 0, role, "")
     del labels[LABEL_REPLICA_ID]  # the completion index labels each pod
-    template = pod_template(r, normalize(role.name), labels, cfg, env_first=[index])
+    template = pod_template(
+        r, normalize(role.name), labels, cfg, env_first=[index], extra_env=extra_env
+    )
     template["spec"]["subdomain"] = name
     job = {
         "apiVersion": "batch/v1",
@@ -502,6 +515,11 @@ class _KubernetesFields(StructuredOpts):
     tolerations: list[str] | None = None
     """taints tolerated: KEY=VALUE:EFFECT or KEY:EFFECT"""
 
+    output_path: str | None = None
+    """s3://BUCKET/PREFIX or gs://BUCKET/PREFIX: each job's $TORCHX_OUTPUT_DIR (a cell's
+    result, its files) is uploaded to PREFIX/JOB_NAME/ at its end (with boto3 or
+    google-cloud-storage from the image)"""
+
 
 @dataclass(kw_only=True)
 class KubernetesOpts(WorkspaceOpts, _KubernetesFields):
@@ -509,7 +527,11 @@ class KubernetesOpts(WorkspaceOpts, _KubernetesFields):
 
 
 class KubernetesScheduler(
-    TypedOptions[KubernetesOpts], WorkspaceMixin, DescribesMany, Scheduler[KubernetesOpts]
+    TypedOptions[KubernetesOpts],
+    WorkspaceMixin,
+    DescribesMany,
+    StoresOutputs,
+    Scheduler[KubernetesOpts],
 ):
     """Volcano jobs or Indexed Jobs; describes many apps with one list per namespace."""
 
@@ -520,6 +542,9 @@ class KubernetesScheduler(
         self.kube = _Kube(client)
         self._no_volcano: set[str] = set()
         self._checked: set[tuple[str, str]] = set()
+
+    def output_url(self, app_id: str, request: KubernetesJob) -> str | None:
+        return request.outputs
 
     def _validate(self, app: AppDef, scheduler: str, cfg: KubernetesOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
@@ -554,21 +579,29 @@ class KubernetesScheduler(
         name = normalize(f"{normalize(app.name)[:40]}-{random_id()}")
         api = cfg.api or "volcano"
         namespace = cfg.namespace or "default"
+        outputs = upload_target(cfg.output_path, name, ("s3", "gs"))
+        env = output_env(REMOTE_OUTPUT_DIR, outputs) if outputs else {}
         if api == "indexed":
-            job, service = indexed_resources(app, name, cfg)
-            req = KubernetesJob({}, job, namespace, api, service)
+            job, service = indexed_resources(app, name, cfg, env)
+            req = KubernetesJob({}, job, namespace, api, service, outputs)
         else:
-            req = KubernetesJob({}, volcano_resource(app, name, cfg), namespace, api)
+            req = KubernetesJob({}, volcano_resource(app, name, cfg, env), namespace, api)
+            req.outputs = outputs
         return AppDryRunInfo(req, _fmt)
 
     def patch_image(
-        self, role: Role, workspace: str, cfg: Mapping[str, Any], files: Mapping[str, bytes]
+        self,
+        role: Role,
+        workspace: str,
+        cfg: Mapping[str, Any],
+        files: Mapping[str, bytes],
+        same_python: bool = False,
     ) -> None:
         """The namespace (and queue) are checked before an image is built and pushed."""
         opts = cfg if isinstance(cfg, KubernetesOpts) else KubernetesOpts.from_cfg(cfg)
         queue = (opts.queue or "") if (opts.api or "volcano") == "volcano" else ""
         self._check_target(opts.namespace or "default", queue)
-        super().patch_image(role, workspace, cfg, files)
+        super().patch_image(role, workspace, cfg, files, same_python)
 
     def _check_target(self, namespace: str, queue: str) -> None:
         """The namespace (and the Volcano queue) exist; checked once per scheduler, so a

@@ -24,6 +24,7 @@ from typing import Any
 
 from torchx_nb.paths import write_private
 from torchx_nb.schedulers.api import (
+    OUTPUT_DIR_ENV,
     DescribeAppResponse,
     DirWorkspaceMixin,
     LineSplitter,
@@ -31,6 +32,7 @@ from torchx_nb.schedulers.api import (
     LocalWorkspace,
     LogFiles,
     Scheduler,
+    StoresOutputs,
     Stream,
     TypedOptions,
     filter_regex,
@@ -181,7 +183,11 @@ class LocalCwdOpts(StructuredOpts):
 
 
 class LocalCwdScheduler(
-    TypedOptions[LocalCwdOpts], DirWorkspaceMixin, LogFiles, Scheduler[LocalCwdOpts]
+    TypedOptions[LocalCwdOpts],
+    DirWorkspaceMixin,
+    LogFiles,
+    StoresOutputs,
+    Scheduler[LocalCwdOpts],
 ):
     """Runs each replica as a subprocess of a per-app supervisor, in the workspace folder (or
     the current one)."""
@@ -214,6 +220,10 @@ class LocalCwdScheduler(
         self.state_root = Path(state_root)
         self._root_checked = False
         self.extra_paths = list(extra_paths or [])
+
+    def output_url(self, app_id: str, request: PopenRequest) -> str | None:
+        """The app's ``outputs`` folder, beside its state (private, in the data dir)."""
+        return f"file://{request.state_dir}/outputs"
 
     def _validate(self, app: AppDef, scheduler: str, cfg: LocalCwdOpts | None = None) -> None:
         """Resources are advisory on local_cwd; nothing to check."""
@@ -265,6 +275,7 @@ class LocalCwdScheduler(
                 env = dict(r.env)
                 env[RANK0_ENV] = "localhost"
                 env.setdefault("TORCHELASTIC_ERROR_FILE", str(rdir / "error.json"))
+                env.setdefault(OUTPUT_DIR_ENV, str(state_dir / "outputs"))
                 env.setdefault("PET_LOG_DIR", str(log_root / "torchelastic" / role.name))
                 env.setdefault("PYTHONUNBUFFERED", "x")
                 env["PATH"] = self._path(r.env.get("PATH"), cwd, cfg.prepend_cwd)
@@ -324,6 +335,7 @@ class LocalCwdScheduler(
         state_dir = Path(req.state_dir)
         self._session_dir()
         state_dir.mkdir(mode=0o700, exist_ok=False)
+        (state_dir / "outputs").mkdir(mode=0o700)
         if Path(req.log_dir) != state_dir:
             from torchx_nb.paths import mark_log_folder
 

@@ -18,10 +18,12 @@ from torchx_nb.schedulers.api import (
     DescribeAppResponse,
     ListAppResponse,
     Scheduler,
+    StoresOutputs,
     Stream,
     TypedOptions,
     filter_regex,
     on_tail_stop,
+    output_env,
     split_lines_iterator,
 )
 from torchx_nb.schedulers.devices import get_device_mounts
@@ -52,6 +54,7 @@ LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
 LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
 LABEL_SPEC = "torchx-nb/role"
 RANK0_ENV = "TORCHX_RANK0_HOST"
+CONTAINER_OUTPUTS = "/torchx-nb/outputs"
 DEFAULT_NETWORK = "torchx"
 
 _STATES = {
@@ -80,6 +83,7 @@ class DockerJob:
     app_id: str
     network: str
     containers: list[DockerContainer] = field(default_factory=list)
+    outputs: str = ""  # the host folder mounted at CONTAINER_OUTPUTS in every container
 
 
 def _fmt_job(job: DockerJob) -> str:
@@ -90,6 +94,7 @@ def _fmt_job(job: DockerJob) -> str:
     data = {
         "app_id": job.app_id,
         "network": job.network,
+        "outputs": job.outputs,
         "containers": [
             {"image": c.image, "command": c.command, **_jsonable(c.kwargs)} for c in job.containers
         ],
@@ -184,7 +189,7 @@ class LocalDockerOpts(WorkspaceOpts, _LocalDockerFields):
 
 
 class LocalDockerScheduler(
-    TypedOptions[LocalDockerOpts], WorkspaceMixin, Scheduler[LocalDockerOpts]
+    TypedOptions[LocalDockerOpts], WorkspaceMixin, StoresOutputs, Scheduler[LocalDockerOpts]
 ):
     """Runs each replica as a container on the local Docker daemon; a workspace is patched onto
     the image locally (no push needed)."""
@@ -203,13 +208,20 @@ class LocalDockerScheduler(
             self._client = docker_client()
         return self._client
 
+    def output_url(self, app_id: str, request: DockerJob) -> str | None:
+        """The host folder every container of the app writes at ``CONTAINER_OUTPUTS``."""
+        return f"file://{request.outputs}"
+
     def _validate(self, app: AppDef, scheduler: str, cfg: LocalDockerOpts | None = None) -> None:
         """Resources are optional on local_docker: NULL_RESOURCE means no limits."""
 
     def _submit_dryrun(self, app: AppDef, cfg: LocalDockerOpts) -> AppDryRunInfo[DockerJob]:
+        from torchx_nb.paths import data_dir
+
         app_id = make_unique(app.name)
         network = cfg.network or DEFAULT_NETWORK
-        job = DockerJob(app_id=app_id, network=network)
+        outputs = str(data_dir() / "local_docker" / app_id / "outputs")
+        job = DockerJob(app_id=app_id, network=network, outputs=outputs)
         rank0 = "localhost" if network == "host" else container_name(app_id, app.roles[0].name, 0)
         patterns = cfg.copy_env or []
         copied = {
@@ -223,7 +235,13 @@ class LocalDockerScheduler(
                 )
                 r = values.apply(role)
                 name = container_name(app_id, role.name, i)
-                env = {**copied, **r.env, **extra_env, RANK0_ENV: rank0}
+                env = {
+                    **output_env(CONTAINER_OUTPUTS, None),
+                    **copied,
+                    **r.env,
+                    **extra_env,
+                    RANK0_ENV: rank0,
+                }
                 kwargs: dict[str, Any] = {
                     "name": name,
                     "environment": env,
@@ -241,6 +259,14 @@ class LocalDockerScheduler(
                 if network not in ("host", "none"):
                     kwargs["hostname"] = name
                 self._resources(r, kwargs)
+                kwargs.setdefault("mounts", []).append(
+                    {
+                        "Target": CONTAINER_OUTPUTS,
+                        "Source": outputs,
+                        "Type": "bind",
+                        "ReadOnly": False,
+                    }
+                )
                 if r.max_retries > 0:
                     kwargs["restart_policy"] = {
                         "Name": "on-failure",
@@ -325,7 +351,12 @@ class LocalDockerScheduler(
     def schedule(self, dryrun_info: AppDryRunInfo[DockerJob]) -> str:
         from docker.types import DeviceRequest, Mount
 
+        from torchx_nb.paths import state_dir
+
         job = dryrun_info.request
+        # the container's user may not be ours: its output folder is open to it, while the
+        # app's folder around it (0700) keeps everyone else out
+        os.chmod(state_dir("local_docker", job.app_id, "outputs"), 0o777)
         self._ensure_network(job.network)
         for image in {c.image for c in job.containers}:
             self._ensure_image(image)

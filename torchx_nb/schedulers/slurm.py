@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from torchx_nb.schedulers.api import (
+    OUTPUT_DIR_ENV,
     DescribeAppResponse,
     DescribesMany,
     DirWorkspaceMixin,
@@ -33,6 +34,7 @@ from torchx_nb.schedulers.api import (
     LocalWorkspace,
     LogFiles,
     Scheduler,
+    StoresOutputs,
     Stream,
     TypedOptions,
     filter_regex,
@@ -65,6 +67,7 @@ COMMAND_TIMEOUT_S = 60.0
 TAIL_IDLE_S = 0.5
 # earlier jobs' logs and scripts in a workspace are not the job's code
 WORKSPACE_EXCLUDES = ("slurm-*.out", "slurm-*.err", SCRIPT_NAME)
+OUTPUTS_FOLDER = ".torchx-nb-outputs"
 # options on sbatch's command line (argv, so a space is fine); the rest go into #SBATCH lines
 CMD_OPTS = ("comment", "mail-user", "mail-type")
 
@@ -169,9 +172,15 @@ class SlurmBatchRequest:
     max_retries: int = 0
     workdir: str = ""
     workspace: str | None = None
-    cell_files: dict[str, str] = field(default_factory=dict)
+    cell_files: dict[str, bytes] = field(default_factory=dict)
     app_name: str = ""
     roles: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def outputs_root(self) -> str:
+        """Each job's output folder is ``outputs_root/JOB_ID``: hidden in the job folder (or
+        the workspace), so no workspace ships it."""
+        return f"{self.workdir}/{OUTPUTS_FOLDER}"
 
     def materialize(self) -> str:
         """The sbatch script."""
@@ -191,6 +200,8 @@ set -evx
 export PYTHONUNBUFFERED=1
 export SLURM_UNBUFFEREDIO=1
 export TORCHX_MAX_RETRIES={self.max_retries}
+export {OUTPUT_DIR_ENV}={shlex.quote(self.outputs_root)}/"$SLURM_JOB_ID"
+mkdir -p "${OUTPUT_DIR_ENV}"
 
 set +e
 srun {srun}
@@ -319,6 +330,7 @@ class SlurmScheduler(
     DirWorkspaceMixin,
     DescribesMany,
     LogFiles,
+    StoresOutputs,
     Scheduler[SlurmOpts],
 ):
     """Submits with sbatch, describes with one squeue call (sacct once a job left the queue),
@@ -331,11 +343,21 @@ class SlurmScheduler(
         self._env = dict(env) if env is not None else None
         self._accounting: bool | None = None
 
+    def output_url(self, app_id: str, request: SlurmBatchRequest) -> str | None:
+        """The job's folder under the job folder (or the workspace), on the shared
+        filesystem."""
+        return f"file://{request.outputs_root}/{app_id}"
+
     # ---- workspace -----------------------------------------------------------------------
     def copies_workspace(self, cfg: SlurmOpts) -> bool:
         """With ``job_dir`` the workspace (secrets left out) and the cell are copied into a
         new job folder; without, the job runs in the workspace itself."""
         return bool(cfg.job_dir)
+
+    def files_folder(self, workspace: str, cfg: SlurmOpts) -> Path:
+        """In the workspace's hidden outputs folder: on the shared filesystem, where every
+        node can read it, and shipped by no workspace."""
+        return Path(workspace).resolve() / OUTPUTS_FOLDER / "cells"
 
     def preview_workspace(self, workspace: str, cfg: SlurmOpts) -> str | None:
         """What ``job_dir`` would receive (the same rules as images)."""
@@ -463,7 +485,7 @@ class SlurmScheduler(
             max_retries=min((r.max_retries for r in app.roles), default=0),
             workdir=workdir,
             workspace=workspace.path if workspace else None,
-            cell_files={k: v.decode() for k, v in (workspace.files if workspace else {}).items()},
+            cell_files=dict(workspace.files) if workspace else {},
             app_name=app.name,
             roles={r.name: r.num_replicas for r in app.roles},
         )
@@ -502,8 +524,9 @@ class SlurmScheduler(
             files.warn()
             files.copy_to(target)
         mark_log_folder(target)
-        for name, text in req.cell_files.items():
-            (target / name).write_text(text)
+        for name, data in req.cell_files.items():
+            (target / name).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (target / name).write_bytes(data)
         return target
 
     def schedule(self, dryrun_info: AppDryRunInfo[SlurmBatchRequest]) -> str:

@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import tornado.iostream
 import tornado.web
@@ -146,6 +146,79 @@ class LogsHandler(Base):
         self.write_json(body)
 
 
+class ResultHandler(Base):
+    """The short repr of a cell job's value, as the job wrote it (never unpickled here)."""
+
+    @tornado.web.authenticated
+    async def get(self, raw: str) -> None:
+        handle = self.handle_arg(raw)
+        service = self.jobs()
+        try:
+            body = await service.run(service.result, handle)
+        except Exception as e:
+            raise tornado.web.HTTPError(
+                502, reason=f"outputs unavailable: {one_line(e)[:300]}"
+            ) from None
+        if body is None:
+            raise tornado.web.HTTPError(404, reason="no such job")
+        self.write_json(body)
+
+
+class OutputsHandler(Base):
+    @tornado.web.authenticated
+    async def get(self, raw: str) -> None:
+        handle = self.handle_arg(raw)
+        service = self.jobs()
+        try:
+            body = await service.run(service.outputs, handle)
+        except Exception as e:
+            raise tornado.web.HTTPError(
+                502, reason=f"outputs unavailable: {one_line(e)[:300]}"
+            ) from None
+        if body is None:
+            raise tornado.web.HTTPError(404, reason="no such job")
+        self.write_json(body)
+
+
+class OutputFileHandler(Base):
+    """One output file, streamed in chunks read in the service's pool (never held whole)."""
+
+    @tornado.web.authenticated
+    async def get(self, raw: str, path: str) -> None:
+        from torchx_nb.results import CHUNK
+
+        handle = self.handle_arg(raw)
+        name = path  # tornado has decoded it once, as the page encoded it once
+        if not name or len(name) > 4096 or "\0" in name:
+            raise tornado.web.HTTPError(400, reason="not an output path")
+        service = self.jobs()
+        try:
+            found = await service.run(service.open_output, handle, name)
+        except Exception as e:
+            raise tornado.web.HTTPError(
+                502, reason=f"outputs unavailable: {one_line(e)[:300]}"
+            ) from None
+        if found is None:
+            raise tornado.web.HTTPError(404, reason="no such job or output file")
+        stream, size = found
+        base = name.rsplit("/", 1)[-1]
+        self.set_header("Content-Type", "application/octet-stream")
+        self.set_header("Content-Length", str(size))
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header(
+            "Content-Disposition", f"attachment; filename*=UTF-8''{quote(base, safe='')}"
+        )
+        try:
+            while chunk := await service.run(stream.read, CHUNK):
+                self.write(chunk)
+                await self.flush()
+        except tornado.iostream.StreamClosedError:
+            return
+        finally:
+            await service.run(stream.close)
+        self.finish()
+
+
 class CancelHandler(Base):
     @tornado.web.authenticated
     async def post(self, raw: str) -> None:
@@ -236,6 +309,9 @@ ROUTES: list[tuple[str, type[Base]]] = [
     (rf"{PREFIX}/jobs", JobsHandler),
     (rf"{PREFIX}{_JOB}/logs", LogsHandler),
     (rf"{PREFIX}{_JOB}/cancel", CancelHandler),
+    (rf"{PREFIX}{_JOB}/result", ResultHandler),
+    (rf"{PREFIX}{_JOB}/outputs", OutputsHandler),
+    (rf"{PREFIX}{_JOB}/outputs/(?P<path>[^/?]+)", OutputFileHandler),
     (rf"{PREFIX}{_JOB}", JobHandler),
     (rf"{PREFIX}/events", EventsHandler),
     (rf"{PREFIX}/openapi\.json", OpenApiHandler),

@@ -236,6 +236,42 @@ class JobService:
         lines = [line.rstrip("\n") for line in redact_lines(found)]
         return {"handle": handle, "role": role, "replica": replica, "lines": lines}
 
+    def result(self, handle: str) -> dict[str, Any] | None:
+        """The short repr the job wrote of its cell's value (or ``raised TYPE: message``),
+        masked; nothing is unpickled on the server. None for a job not in the store."""
+        rec = self.runner.jobstore.get(handle)
+        if rec is None:
+            return None
+        text = self.runner.result_repr(handle)
+        return {
+            "handle": handle,
+            "result": None if text is None else redact_text(text),
+            "location": rec.outputs,
+        }
+
+    def outputs(self, handle: str) -> dict[str, Any] | None:
+        """The files the job wrote to ``$TORCHX_OUTPUT_DIR`` (path, size); none for a job that
+        keeps no outputs. None for a job not in the store."""
+        rec = self.runner.jobstore.get(handle)
+        if rec is None:
+            return None
+        files = self.runner.outputs(handle) if rec.outputs else []
+        return {
+            "handle": handle,
+            "location": rec.outputs,
+            "files": [{"path": f.path, "size": f.size} for f in files],
+        }
+
+    def open_output(self, handle: str, path: str) -> tuple[Any, int] | None:
+        """One output file as a stream of bytes and its size (None: no such job or file)."""
+        rec = self.runner.jobstore.get(handle)
+        if rec is None or not rec.outputs:
+            return None
+        sizes = {f.path: f.size for f in self.runner.outputs(handle)}
+        if path not in sizes:
+            return None
+        return self.runner.output_store(handle).open(path), sizes[path]
+
     def cancel(self, handle: str) -> bool:
         if self.runner.jobstore.get(handle) is None:
             return False

@@ -73,9 +73,12 @@ class WorkspaceMixin:
         workspace: str,
         cfg: Mapping[str, Any],
         files: Mapping[str, bytes],
+        same_python: bool = False,
     ) -> None:
         """Patch ``role.image`` with the workspace and ``files`` (paths relative to it); the
-        build is reused while the workspace, the files and the options are unchanged."""
+        build is reused while the workspace, the files and the options are unchanged. With
+        ``same_python`` (the files hold what this kernel pickled), an image declaring another
+        Python minor version is refused before anything is built."""
         from torchx_nb.workspace.builders import choose_builder
         from torchx_nb.workspace.collect import collect_workspace
 
@@ -98,7 +101,9 @@ class WorkspaceMixin:
                     "this scheduler needs the patched image in a registry: pass"
                     " -cfg image_repo=HOST/REPO"
                 )
-            cache[key] = builder.build(role.image, collected, extra, opts.image_repo, opts.quiet)
+            cache[key] = builder.build(
+                role.image, collected, extra, opts.image_repo, opts.quiet, same_python
+            )
         role.image = cache[key].image
 
     def build_workspace_and_update_role(

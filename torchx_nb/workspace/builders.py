@@ -44,7 +44,33 @@ class Builder(Protocol):
         extra: dict[str, bytes],
         image_repo: str | None,
         quiet: bool,
+        same_python: bool = False,
     ) -> BuiltImage: ...
+
+
+def image_python(env: list[str] | None) -> str | None:
+    """The Python ``MAJOR.MINOR`` an image declares in its config (``PYTHON_VERSION``, as the
+    official python images and most images built on them set it); None when it does not."""
+    for item in env or []:
+        key, _, value = item.partition("=")
+        if key == "PYTHON_VERSION":
+            parts = value.strip().split(".")
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+                return f"{parts[0]}.{parts[1]}"
+    return None
+
+
+def check_python(base: str, env: list[str] | None) -> None:
+    """Refuse, in one line and before anything is built, a base image whose Python differs
+    from the kernel's: a cell's value is pickled on one side and unpickled on the other, and
+    cloudpickle needs the same minor version."""
+    theirs = image_python(env)
+    ours = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if theirs is not None and theirs != ours:
+        raise TorchxNbError(
+            f"image {base} has Python {theirs} and this kernel runs {ours}: a cell's result"
+            f" needs the same minor version on both sides; use an image with Python {ours}"
+        )
 
 
 def _labels() -> dict[str, str]:
@@ -70,6 +96,7 @@ class RegistryBuilder:
         extra: dict[str, bytes],
         image_repo: str | None,
         quiet: bool,
+        same_python: bool = False,
     ) -> BuiltImage:
         from torchx_nb.workspace.registry import (
             ImageRef,
@@ -92,6 +119,8 @@ class RegistryBuilder:
         client = self.clients.setdefault(ref.host, RegistryClient(ref.host))
         manifest, _, _ = client.get_manifest(ref)
         config = json.loads(client.get_blob(ref.repository, manifest["config"]["digest"]))
+        if same_python:
+            check_python(base, config.get("config", {}).get("Env"))
         work = working_dir_for(config)
         prefix = work.strip("/")
         layers = [build_layer(files, prefix)]
@@ -196,10 +225,13 @@ class DockerBuilder:
         extra: dict[str, bytes],
         image_repo: str | None,
         quiet: bool,
+        same_python: bool = False,
     ) -> BuiltImage:
         import docker
 
         base_image = self._ensure_base(base)
+        if same_python:
+            check_python(base, base_image.attrs.get("Config", {}).get("Env"))
         wd = base_image.attrs.get("Config", {}).get("WorkingDir") or ""
         work = wd if wd not in ("", "/") else "/workspace"
         prefix = work.strip("/")

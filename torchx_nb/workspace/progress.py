@@ -32,7 +32,7 @@ class TextProgress:
         self._parts[what] = (done, total)
         if self._bar is None:
             self._bar = tqdm(
-                total=0, unit="B", unit_scale=True, file=self.out, mininterval=0.1, leave=True
+                total=total, unit="B", unit_scale=True, file=self.out, mininterval=0.1, leave=True
             )
         self._bar.total = sum(t for _, t in self._parts.values())
         self._bar.set_description_str(what[:28], refresh=False)

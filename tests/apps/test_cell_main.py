@@ -1,0 +1,185 @@
+"""The cell runner as a job runs it: a separate ``python`` on the files ``cell_files`` makes,
+with the output folder in ``$TORCHX_OUTPUT_DIR``; what it leaves there read back with
+``torchx_nb.results``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchx_nb.components.cell import RUNNER, cell, cell_files
+from torchx_nb.results import LocalStore, NoResult, RemoteError, RemoteTraceback, load_result
+from torchx_nb.results import result_repr as repr_of
+from torchx_nb.specs.api import AppState, AppStatus, TorchxNbError
+
+
+def run_cell(
+    tmp_path: Path,
+    source: str,
+    env: dict[str, str] | None = None,
+    push: bytes | None = None,
+    python: list[str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], LocalStore]:
+    role = cell(source=source).roles[0]
+    files = cell_files(role, push)
+    assert files is not None
+    folder = tmp_path / "job"
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    script = next(n for n in files if n.startswith(".torchx-cell-"))
+    out = tmp_path / "out"
+    full_env = {"PATH": "/usr/bin:/bin", "TORCHX_OUTPUT_DIR": str(out), **(env or {})}
+    if push is not None:
+        full_env["TORCHX_NB_PUSH"] = str(folder / ".torchx-nb/push.pkl")
+    proc = subprocess.run(
+        [*(python or [sys.executable]), str(folder / RUNNER), str(folder / script)],
+        cwd=folder,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return proc, LocalStore(f"file://{out}")
+
+
+def ended(state: AppState = AppState.SUCCEEDED) -> AppStatus:
+    return AppStatus(state=state)
+
+
+@pytest.mark.parametrize(
+    ("source", "value"),
+    [
+        ("x = 6 * 7\nx", 42),
+        ("x = 6 * 7\nx;", None),  # a trailing ; hides the value, as in IPython
+        ("x = 1", None),  # the last statement is not an expression
+        ("import math\nif True:\n    y = 2\nmath.sqrt(y * 8)", 4.0),
+        ("[i * i for i in range(4)]  # a comment after it", [0, 1, 4, 9]),
+        ("class P:\n    def __init__(self): self.v = 3\nP()", "P"),
+        ("f = lambda n: n + 1\nf", "lambda"),
+    ],
+)
+def test_the_last_expression_is_the_result(tmp_path: Path, source: str, value: Any) -> None:
+    proc, store = run_cell(tmp_path, source)
+    assert proc.returncode == 0, proc.stderr
+    got = load_result(store, ended(), "h")
+    if value == "P":  # a class defined in the cell comes back (cloudpickle, by value)
+        assert type(got).__name__ == "P" and got.v == 3
+    elif value == "lambda":
+        assert got(1) == 2
+    else:
+        assert got == value
+
+
+def test_an_exception_comes_back_with_the_cells_traceback(tmp_path: Path) -> None:
+    proc, store = run_cell(tmp_path, "def f(d):\n    return d['missing']\n\nf({})\n")
+    assert proc.returncode == 1
+    assert 'File "<cell>", line 4, in <module>' in proc.stderr
+    with pytest.raises(KeyError) as info:
+        load_result(store, ended(AppState.FAILED), "h")
+    cause = info.value.__cause__
+    assert isinstance(cause, RemoteTraceback)
+    assert 'File "<cell>", line 2, in f' in cause.text and "return d['missing']" in cause.text
+    assert "cell_main" not in cause.text  # the runner's own frames are left out
+    assert repr_of(store) == "raised KeyError: 'missing'"
+
+
+def test_an_exception_that_cannot_be_pickled_is_a_remote_error(tmp_path: Path) -> None:
+    source = (
+        "import threading\n"
+        "class Odd(Exception):\n"
+        "    def __init__(self):\n"
+        "        super().__init__('odd')\n"
+        "        self.lock = threading.Lock()\n"
+        "raise Odd()\n"
+    )
+    proc, store = run_cell(tmp_path, source)
+    assert proc.returncode == 1
+    with pytest.raises(RemoteError, match="the cell raised Odd: odd") as info:
+        load_result(store, ended(AppState.FAILED), "h")
+    assert isinstance(info.value.__cause__, RemoteTraceback)
+
+
+def test_a_value_that_cannot_be_pickled_fails_the_job_with_a_clear_error(tmp_path: Path) -> None:
+    proc, store = run_cell(tmp_path, "import threading\nthreading.Lock()")
+    assert proc.returncode == 1
+    assert "the cell's value cannot be pickled" in proc.stderr
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        load_result(store, ended(AppState.FAILED), "h")
+
+
+def test_sys_exit_keeps_its_code_and_leaves_no_result(tmp_path: Path) -> None:
+    proc, store = run_cell(tmp_path, "import sys\nsys.exit(3)")
+    assert proc.returncode == 3
+    status = AppStatus(state=AppState.FAILED)
+    with pytest.raises(NoResult, match="ended FAILED"):
+        load_result(store, status, "local_cwd://s/app")
+
+
+def test_only_rank_zero_writes_the_result_every_failing_rank_its_error(tmp_path: Path) -> None:
+    source = "import os\nrank = int(os.environ['RANK'])\nif rank == 2: raise ValueError('r2')\nrank"
+    for rank in (1, 2):
+        proc, store = run_cell(tmp_path, source, env={"RANK": str(rank)})
+    assert repr_of(store) == "raised ValueError: r2"
+    proc, store = run_cell(tmp_path, source.replace("rank == 2", "rank == 9"), {"RANK": "0"})
+    assert proc.returncode == 0
+    with pytest.raises(ValueError, match="r2") as info:  # rank 2's error is still there
+        load_result(store, ended(), "h")
+    assert isinstance(info.value.__cause__, RemoteTraceback)
+
+
+def test_pushed_variables_are_in_the_namespace(tmp_path: Path) -> None:
+    from torchx_nb.notebook.push import pickle_push
+
+    scale = 3
+    pushed = pickle_push({"data": [1, 2, 3], "mul": lambda x: x * scale}, ["data", "mul"])
+    proc, store = run_cell(tmp_path, "sum(mul(x) for x in data)", push=pushed)
+    assert proc.returncode == 0, proc.stderr
+    assert load_result(store, ended(), "h") == 18
+
+
+def test_an_image_without_cloudpickle_uses_the_copy_shipped_beside_the_runner(
+    tmp_path: Path,
+) -> None:
+    # -S: no site-packages, as in an image with only the standard library
+    proc, store = run_cell(tmp_path, "{'a': (lambda: 5)()}", python=[sys.executable, "-S"])
+    assert proc.returncode == 0, proc.stderr
+    assert load_result(store, ended(), "h") == {"a": 5}
+
+
+def test_a_result_from_another_python_is_refused_before_unpickling(tmp_path: Path) -> None:
+    proc, store = run_cell(tmp_path, "1")
+    assert proc.returncode == 0
+    (store.root / ".torchx-nb" / "python.txt").write_text("3.6")
+    with pytest.raises(TorchxNbError, match=r"ran Python '3.6' and this kernel runs 3\.\d+"):
+        load_result(store, ended(), "h")
+
+
+def test_outputs_are_uploaded_to_an_object_store_url_at_the_end(
+    tmp_path: Path, aws_env: Any
+) -> None:
+    """``$TORCHX_NB_OUTPUT_URL``: the whole output folder goes to S3 (moto), even after the
+    cell raised."""
+    s3 = aws_env.client("s3")
+    s3.create_bucket(
+        Bucket="cell-main-out", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+    )
+    source = "import os\nopen(os.environ['TORCHX_OUTPUT_DIR'] + '/f.txt', 'w').write('x')\n1/0"
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env["TORCHX_NB_OUTPUT_URL"] = "s3://cell-main-out/runs/job-1/"
+    proc, _ = run_cell(tmp_path, source, env=env)
+    assert proc.returncode == 1
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="cell-main-out")["Contents"])
+    assert keys == [
+        "runs/job-1/.torchx-nb/error-0.pkl",
+        "runs/job-1/.torchx-nb/error-0.txt",
+        "runs/job-1/.torchx-nb/python.txt",
+        "runs/job-1/f.txt",
+    ]

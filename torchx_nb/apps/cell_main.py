@@ -1,0 +1,220 @@
+"""Runs a notebook cell as a job's main program and keeps what it gives back (torchx_nb).
+
+``python cell_main.py CELL.py [ARGS...]`` runs the cell's source in a fresh namespace (with the
+variables the kernel pushed, ``$TORCHX_NB_PUSH``), as IPython would: the value of the last
+statement when it is an expression (and the cell does not end with ``;``) is the job's result.
+Rank 0 (``$RANK``, torchrun's) writes it with cloudpickle to ``$TORCHX_OUTPUT_DIR/.torchx-nb/``
+with a short repr beside it; a rank whose cell raises writes its exception and traceback there
+and exits 1. With ``$TORCHX_NB_OUTPUT_URL`` (``s3://`` or ``gs://``) the output folder is
+uploaded there at the end, with boto3 or google-cloud-storage from the image.
+
+Standalone on purpose: it ships into images that do not have torchx_nb, with the kernel's own
+cloudpickle beside it (so both sides pickle alike); only the standard library is imported here.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import os
+import pickle
+import reprlib
+import sys
+import traceback
+from typing import Any
+
+CELL = "<cell>"
+OWN = ".torchx-nb"
+REPR_CHARS = 300
+
+
+def _cloudpickle() -> Any:
+    """cloudpickle: the image's, else the copy shipped beside this file."""
+    try:
+        import cloudpickle
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "vendor"))
+        import cloudpickle
+    return cloudpickle
+
+
+def _rank() -> int:
+    for name in ("RANK", "TORCHX_REPLICA_ID"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def _write(folder: str, name: str, data: bytes) -> None:
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, os.path.join(folder, name))
+
+
+class _Short(reprlib.Repr):
+    """reprlib's bounded repr (a huge list costs no more than a short one), keeping a dict's
+    order as ``repr`` shows it (reprlib sorts the keys)."""
+
+    def repr_dict(self, x: dict[Any, Any], level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        items = [
+            f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+            for k, v in list(x.items())[: self.maxdict]
+        ]
+        if len(x) > self.maxdict:
+            items.append("...")
+        return "{" + ", ".join(items) + "}"
+
+
+def _short_repr(value: Any) -> str:
+    short = _Short()
+    short.maxstring = short.maxother = REPR_CHARS
+    try:
+        text = short.repr(value)
+    except Exception as e:  # a __repr__ that raises
+        text = f"<{type(value).__name__} (repr failed: {e})>"
+    return text[:REPR_CHARS]
+
+
+def _cell_traceback(exc: BaseException) -> str:
+    """The traceback as Python prints it, from the cell's own frames on (this runner's are
+    dropped), its lines named ``<cell>`` with the cell's line numbers."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != CELL:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _record_python(out: str) -> None:
+    """The Python that pickled what is written here (the kernel checks it before unpickling)."""
+    _write(out, "python.txt", f"{sys.version_info.major}.{sys.version_info.minor}".encode())
+
+
+def _record_error(out: str, exc: BaseException, pickler: Any) -> None:
+    kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    kind = kind.removeprefix("builtins.").removeprefix("__main__.")
+    record: dict[str, Any] = {
+        "type": kind,
+        "message": str(exc),
+        "traceback": _cell_traceback(exc),
+        "exception": None,
+    }
+    try:
+        pickler.dumps(exc)
+        record["exception"] = exc
+    except Exception:
+        pass  # the type and message still reach the kernel (as a RemoteError)
+    rank = _rank()
+    _record_python(out)
+    _write(out, f"error-{rank}.pkl", pickler.dumps(record))
+    _write(out, f"error-{rank}.txt", f"{kind}: {exc}".encode())
+
+
+def run(script: str, args: list[str]) -> int:
+    """Run the cell; returns the process's exit status."""
+    pickler = _cloudpickle()
+    folder = os.environ.get("TORCHX_OUTPUT_DIR") or "torchx-outputs"
+    os.makedirs(folder, exist_ok=True)  # the cell may write there at once
+    out = os.path.join(folder, OWN)
+    with open(script, encoding="utf-8") as f:
+        source = f.read()
+    linecache.cache[CELL] = (len(source), None, source.splitlines(keepends=True), CELL)
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    tree = ast.parse(source, CELL)
+    last = tree.body[-1] if tree.body else None
+    wants_value = isinstance(last, ast.Expr) and not source.rstrip().endswith(";")
+    body = tree.body[:-1] if wants_value else tree.body
+    try:
+        push = os.environ.get("TORCHX_NB_PUSH")
+        if push:
+            with open(push, "rb") as f:
+                pushed = pickle.load(f)
+            namespace.update({name: pickler.loads(data) for name, data in pushed.items()})
+        exec(compile(ast.Module(body=body, type_ignores=[]), CELL, "exec"), namespace)
+        value = None
+        if wants_value:
+            assert isinstance(last, ast.Expr)
+            value = eval(compile(ast.Expression(body=last.value), CELL, "eval"), namespace)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        _record_error(out, exc, pickler)
+        sys.stderr.write(_cell_traceback(exc))
+        return 1
+    if _rank() == 0:
+        try:
+            data = pickler.dumps({"value": value})
+        except Exception as exc:
+            _record_error(out, TypeError(f"the cell's value cannot be pickled: {exc}"), pickler)
+            sys.stderr.write(f"torchx_nb: the cell's value cannot be pickled: {exc}\n")
+            return 1
+        _record_python(out)
+        _write(out, "result.pkl", data)
+        _write(out, "result.txt", _short_repr(value).encode())
+    return 0
+
+
+def upload(folder: str, url: str) -> None:
+    """Copy every file under ``folder`` to ``url`` (``s3://B/PREFIX`` or ``gs://B/PREFIX``)."""
+    scheme, _, rest = url.partition("://")
+    bucket, _, prefix = rest.partition("/")
+    prefix = prefix.strip("/")
+    files = [
+        os.path.join(root, name) for root, _, names in os.walk(folder) for name in sorted(names)
+    ]
+    if scheme == "s3":
+        import boto3
+
+        client = boto3.client("s3")
+        for path in files:
+            key = f"{prefix}/{os.path.relpath(path, folder)}".lstrip("/")
+            client.upload_file(path, bucket, key)
+    elif scheme == "gs":
+        from google.cloud import storage  # type: ignore[attr-defined,unused-ignore]
+
+        try:
+            gcs = storage.Client()
+        except Exception:
+            if not os.environ.get("STORAGE_EMULATOR_HOST"):
+                raise
+            gcs = storage.Client.create_anonymous_client()
+        target = gcs.bucket(bucket)
+        for path in files:
+            key = f"{prefix}/{os.path.relpath(path, folder)}".lstrip("/")
+            target.blob(key).upload_from_filename(path)
+    else:
+        raise ValueError(f"cannot upload to {url!r}: use s3:// or gs://")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        sys.stderr.write("usage: cell_main.py CELL.py [ARGS...]\n")
+        return 2
+    code = 1
+    try:
+        code = run(argv[1], argv[2:])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        url = os.environ.get("TORCHX_NB_OUTPUT_URL")
+        folder = os.environ.get("TORCHX_OUTPUT_DIR")
+        if url and folder and os.path.isdir(folder):
+            try:
+                upload(folder, url)
+            except Exception as e:
+                sys.stderr.write(f"torchx_nb: the outputs were not uploaded to {url}: {e}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,350 @@
+"""A job's result and output files, read back from where the job kept its output folder
+(``$TORCHX_OUTPUT_DIR``): a local folder (local_cwd, local_docker, Slurm's job folder), or the
+S3 or GCS prefix the job uploaded it to. The location comes from the job's own record in the
+job store, never from the scheduler: a result is loaded only for a job submitted from here.
+
+Unpickling runs code (cloudpickle): ``load_result`` is for the kernel or CLI that submitted
+the job. The REST API only ever reads the short repr the job wrote beside the result."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import posixpath
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from torchx_nb.specs.api import AppStatus, TorchxNbError, is_terminal
+
+OWN = ".torchx-nb/"
+RESULT = ".torchx-nb/result.pkl"
+RESULT_REPR = ".torchx-nb/result.txt"
+PYTHON = ".torchx-nb/python.txt"
+CHUNK = 1 << 20
+
+
+class NoResult(TorchxNbError):
+    """The job ended without a result (killed, out of memory, cancelled, no output store)."""
+
+
+class RemoteError(TorchxNbError):
+    """The cell raised an exception the kernel cannot rebuild (its type is not importable here,
+    or it could not be pickled): its type and message."""
+
+
+class RemoteTraceback(Exception):
+    """The job's traceback, set as the cause of the exception ``result()`` raises, so IPython
+    (and Python) show it above the kernel's own, as ``concurrent.futures`` does."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n" + self.text
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """A file the job wrote: its path relative to the output folder, and its size."""
+
+    path: str
+    size: int
+
+
+class OutputStore(Protocol):
+    url: str
+
+    def list(self) -> list[OutputFile]:
+        """Every file of the job's output folder (our own ``.torchx-nb/`` included)."""
+
+    def open(self, path: str) -> IO[bytes]:
+        """A stream of one file's bytes (read in chunks: never held whole)."""
+
+
+def _safe(path: str) -> str:
+    """A relative path that stays inside the folder (a hostile key cannot reach out)."""
+    norm = posixpath.normpath(path.replace("\\", "/"))
+    if norm.startswith(("/", "../")) or norm in ("..", ".") or "\0" in norm:
+        raise TorchxNbError(f"output {path!r} is not a path inside the job's output folder")
+    return norm
+
+
+class LocalStore:
+    """A folder on this machine (or the shared filesystem)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.root = Path(url.removeprefix("file://"))
+
+    def list(self) -> list[OutputFile]:
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            (
+                OutputFile(p.relative_to(self.root).as_posix(), p.stat().st_size)
+                for p in self.root.rglob("*")
+                if p.is_file() and not p.is_symlink()
+            ),
+            key=lambda f: f.path,
+        )
+
+    def open(self, path: str) -> IO[bytes]:
+        from torchx_nb.workspace.safe_open import open_regular
+
+        target = (self.root / _safe(path)).resolve()
+        if not target.is_relative_to(self.root.resolve()):
+            raise TorchxNbError(f"output {path!r} is outside the job's output folder")
+        with open_regular(target) as (f, _):
+            import os
+
+            return os.fdopen(os.dup(f.fileno()), "rb")
+
+
+class S3Store:
+    """``s3://BUCKET/PREFIX/`` through boto3 (``AWS_ENDPOINT_URL`` and profiles honoured)."""
+
+    def __init__(self, url: str, client: Any = None) -> None:
+        self.url = url
+        self.bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = _s3_client(_aws_env())
+        return self._client
+
+    def list(self) -> list[OutputFile]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix
+        )
+        return sorted(
+            (
+                OutputFile(obj["Key"][len(self.prefix) :], int(obj["Size"]))
+                for page in pages
+                for obj in page.get("Contents", [])
+                if not obj["Key"].endswith("/")
+            ),
+            key=lambda f: f.path,
+        )
+
+    def open(self, path: str) -> IO[bytes]:
+        body = self.client.get_object(Bucket=self.bucket, Key=self.prefix + _safe(path))["Body"]
+        return body
+
+
+def _aws_env() -> tuple[str | None, ...]:
+    """What picks an S3 endpoint and identity from the environment (the client cache's key)."""
+    import os
+
+    names = ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID")
+    return tuple(os.environ.get(n) for n in names)
+
+
+@functools.lru_cache(maxsize=4)
+def _s3_client(env: tuple[str | None, ...]) -> Any:
+    """One boto3 S3 client per environment: creating one costs tens of milliseconds, and a
+    client is thread-safe and refreshes its own credentials."""
+    from torchx_nb.schedulers.aws_common import boto_client
+
+    return boto_client("s3", None)
+
+
+class GcsStore:
+    """``gs://BUCKET/PREFIX/`` through google-cloud-storage (``STORAGE_EMULATOR_HOST``
+    honoured)."""
+
+    def __init__(self, url: str, client: Any = None) -> None:
+        self.url = url
+        self.bucket, _, prefix = url.removeprefix("gs://").partition("/")
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import os
+
+            from google.cloud import storage  # type: ignore[attr-defined,unused-ignore]
+
+            if os.environ.get("STORAGE_EMULATOR_HOST"):
+                self._client = storage.Client.create_anonymous_client()
+            else:
+                self._client = storage.Client()
+        return self._client
+
+    def list(self) -> list[OutputFile]:
+        blobs = self.client.list_blobs(self.bucket, prefix=self.prefix)
+        return sorted(
+            (
+                OutputFile(b.name[len(self.prefix) :], int(b.size or 0))
+                for b in blobs
+                if not b.name.endswith("/")
+            ),
+            key=lambda f: f.path,
+        )
+
+    def open(self, path: str) -> IO[bytes]:
+        blob = self.client.bucket(self.bucket).blob(self.prefix + _safe(path))
+        return blob.open("rb", chunk_size=CHUNK)
+
+
+def store_for(url: str) -> OutputStore:
+    """The store behind an output location recorded in the job store."""
+    if url.startswith("file://"):
+        return LocalStore(url)
+    if url.startswith("s3://"):
+        return S3Store(url)
+    if url.startswith("gs://"):
+        return GcsStore(url)
+    raise TorchxNbError(f"unknown output location {url!r}")
+
+
+def _read(store: OutputStore, path: str) -> bytes:
+    with contextlib.closing(store.open(path)) as f:
+        return f.read()
+
+
+def outputs(store: OutputStore) -> list[OutputFile]:
+    """The files the job wrote (our own result files left out)."""
+    return [f for f in store.list() if not f.path.startswith(OWN)]
+
+
+def result_repr(store: OutputStore) -> str | None:
+    """The short repr the job wrote beside its result, or its exception's one line; None when
+    there is neither (no unpickling: safe for the REST API)."""
+    names = {f.path for f in store.list() if f.path.startswith(OWN)}
+    if RESULT_REPR in names:
+        return _read(store, RESULT_REPR).decode(errors="replace")
+    errors = sorted(n for n in names if n.startswith(f"{OWN}error-") and n.endswith(".txt"))
+    if errors:
+        return "raised " + _read(store, errors[0]).decode(errors="replace")
+    return None
+
+
+def load_result(store: OutputStore, status: AppStatus | None, handle: str) -> Any:
+    """The cell's value; the exception it raised (with the remote traceback as its cause:
+    every rank's); or ``NoResult`` saying how the job ended."""
+    import cloudpickle
+
+    names = {f.path for f in store.list() if f.path.startswith(OWN)}
+    if PYTHON in names:
+        _check_python(_read(store, PYTHON).decode(errors="replace").strip(), handle)
+    errors = sorted(
+        (n for n in names if n.startswith(f"{OWN}error-") and n.endswith(".pkl")),
+        key=lambda n: int(n.removeprefix(f"{OWN}error-").removesuffix(".pkl") or 0),
+    )
+    if errors:
+        records = [(n, _unpickle(cloudpickle, _read(store, n), handle)) for n in errors]
+        first = records[0][1]
+        exc = first.get("exception")
+        if not isinstance(exc, BaseException):
+            exc = RemoteError(f"the cell raised {first['type']}: {first['message']}")
+        text = "".join(
+            (
+                f"[rank {n.removeprefix(f'{OWN}error-').removesuffix('.pkl')}] "
+                if len(records) > 1
+                else ""
+            )
+            + r["traceback"]
+            for n, r in records
+        )
+        raise exc from RemoteTraceback(text)
+    if RESULT in names:
+        return _unpickle(cloudpickle, _read(store, RESULT), handle)["value"]
+    raise NoResult(no_result_reason(status, handle))
+
+
+def _unpickle(pickler: Any, data: bytes, handle: str) -> Any:
+    """``pickler.loads(data)``; what cannot be rebuilt here (a truncated file, a module this
+    kernel lacks) is one line naming the job."""
+    try:
+        record = pickler.loads(data)
+    except ModuleNotFoundError as e:
+        raise TorchxNbError(
+            f"the result of {handle} needs the module {e.name!r}, which this kernel cannot"
+            " import: install it here"
+        ) from None
+    except Exception as e:
+        raise TorchxNbError(
+            f"the result of {handle} cannot be unpickled ({type(e).__name__}: {e})"
+        ) from None
+    if not isinstance(record, dict):
+        raise TorchxNbError(f"the result of {handle} is not one torchx_nb's cell runner wrote")
+    return record
+
+
+def _check_python(theirs: str, handle: str) -> None:
+    ours = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if theirs != ours:
+        raise TorchxNbError(
+            f"{handle} ran Python {theirs[:20]!r} and this kernel runs {ours}: its result cannot"
+            f" be unpickled here; run it in an image with Python {ours}"
+        )
+
+
+def no_result_reason(status: AppStatus | None, handle: str) -> str:
+    """One line: how the job ended, since it left no result."""
+    if status is None:
+        return f"{handle} left no result and its scheduler no longer knows it"
+    if not is_terminal(status.state):
+        return f"{handle} is {status.state.name}: it has no result yet"
+    codes = [
+        f"{rs.role}/{r.id} exit code {r.exit_code}"
+        for rs in status.roles
+        for r in rs.replicas
+        if r.exit_code not in (None, 0)
+    ]
+    how = f" ({', '.join(codes)})" if codes else ""
+    return (
+        f"{handle} ended {status.state.name}{how} without a result: it was killed, ran out of"
+        " memory or was cancelled before its cell finished"
+        if status.state.name != "SUCCEEDED"
+        else f"{handle} SUCCEEDED without a result: it did not run a cell under torchx_nb's"
+        " cell runner (a component, or a cell without a workspace)"
+    )
+
+
+def iter_chunks(stream: IO[bytes]) -> Iterator[bytes]:
+    while chunk := stream.read(CHUNK):
+        yield chunk
+
+
+def download(store: OutputStore, dest: Path, progress: Any = None) -> Path:
+    """Copy the job's files into ``dest`` (created), keeping their relative paths, each
+    streamed in chunks; ``progress(done, total, what)`` as the workspace's pushes report."""
+    files = outputs(store)
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        target = dest / _safe(f.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        done = 0
+        tmp = target.with_name(f".{target.name}.part")
+        with contextlib.closing(store.open(f.path)) as src, open(tmp, "wb") as out:
+            for chunk in iter_chunks(src):
+                out.write(chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, f.size, f.path)
+        tmp.replace(target)
+        if progress is not None and f.size == 0:
+            progress(0, 0, f.path)
+    return dest
+
+
+__all__ = [
+    "NoResult",
+    "OutputFile",
+    "RemoteError",
+    "RemoteTraceback",
+    "download",
+    "load_result",
+    "outputs",
+    "result_repr",
+    "store_for",
+]
