@@ -560,6 +560,93 @@ lock = threading.Lock()""",
     ("code", "%%torchx run --push not_defined_anywhere\n1", ["raises-exception"]),
 ]
 
+NOTEBOOKS["sweeps.ipynb"] = [
+    (
+        "md",
+        """# Sweeps
+
+`%%torchx sweep -p NAME=V1,V2 …` runs the cell once per point of the grid (the product of the
+lists; `--zip` pairs them). Each point's values are plain variables in the cell (typed from
+their literals: int, float, bool, str) and environment variables `TORCHX_PARAM_<NAME>`. One
+widget follows every trial; `-o sw` keeps the `Sweep`: `sw.wait()`, `sw.results()` (a
+DataFrame), `sw.best(metric)`, `sw.cancel()`. Here on `local_cwd`; on Slurm and AWS Batch the
+trials go as one native array job.""",
+        [],
+    ),
+    ("code", "%load_ext torchx_nb", []),
+    (
+        "code",
+        """%%torchx sweep -p lr=0.1,0.01,0.001 -p layers=1,2 --metric 'loss=loss: ([0-9.]+)' -o sw
+import math, os, time
+loss = 1.0
+for step in range(5):
+    loss = loss * (1 - lr * 3) + 0.01 * layers
+    print(f"step {step} loss: {loss:.4f}", flush=True)
+    time.sleep(0.1)
+{"loss": round(loss, 4), "env": os.environ["TORCHX_PARAM_LR"]}""",
+        [],
+    ),
+    ("code", "sw.wait()\nsw.results()[['lr', 'layers', 'state', 'loss', 'result']]", []),
+    ("code", "sw.best('loss')[['lr', 'layers', 'loss']]", []),
+    (
+        "md",
+        "`--zip` pairs the lists; `--wait` blocks until every trial has ended.",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx sweep --zip -p a=1,2,3 -p word=one,two,three --wait -o zipped
+f"{a}={word}\"""",
+        [],
+    ),
+    ("code", "zipped.results()[['a', 'word', 'result']]", []),
+    (
+        "md",
+        """`--max-parallel N` runs at most N trials at once; `--fail-fast` cancels the rest when one
+fails (without it, a failing trial does not stop the others).""",
+        [],
+    ),
+    (
+        "code",
+        """%%torchx sweep -p n=1,2,3,4,5,6 --max-parallel 2 --fail-fast -o ff
+import time
+time.sleep(0.5)
+if n == 2:
+    raise ValueError(f"trial with n={n} fails")
+n * n""",
+        [],
+    ),
+    ("code", "ff.wait()\nff.results()[['n', 'state', 'result', 'error']]", []),
+    ("md", "The same from Python, with a component whose arguments take `${name}`:", []),
+    (
+        "code",
+        """from torchx_nb.sweeps import sweep
+
+s = sweep({"msg": ["hello", "world"]}, component="utils.echo", component_args=["--msg", "${msg}!"])
+s.wait()
+["".join(s.runner.log_lines(h, "echo")) for h in s.handles]""",
+        [],
+    ),
+    ("md", "A dry run shows the grid and the request; bad grids are one line:", []),
+    ("code", "%%torchx sweep --dryrun -p lr=0.1,0.2 -p flag=true,false\nprint(lr, flag)", []),
+    ("code", "%%torchx sweep -p lr=0.1, -p 2x=1\nprint(lr)", ["raises-exception"]),
+    ("code", "%%torchx sweep -p lr=0.1 -p lr=0.2\nprint(lr)", ["raises-exception"]),
+    (
+        "md",
+        "After a kernel restart, `Sweep.attach` finds a sweep again in the job store:",
+        [],
+    ),
+    (
+        "code",
+        """from torchx_nb.runner import Runner
+from torchx_nb.sweeps import Sweep
+
+again = Sweep.attach(Runner("torchx"), sw.id)
+again""",
+        [],
+    ),
+]
+
 
 def build(cells: list[tuple[str, str, list[str]]]) -> nbformat.NotebookNode:
     nb = new_notebook()

@@ -196,3 +196,33 @@ def test_result_and_outputs_commands(isolated: Path, tmp_path: Path) -> None:
         f"torchx-nb: error: {echo} SUCCEEDED without a result: it did not run a cell under"
         " torchx_nb's cell runner (a component, or a cell without a workspace)"
     )
+
+
+def test_sweep_command(isolated: Path) -> None:
+    """``torchx-nb sweep``: ${NAME} in the arguments, one handle per trial in grid order on
+    stdout, --wait prints the table and exits 1 when a trial failed; bad grids are one line."""
+    code, out, err = cli(
+        "sweep", "--wait", "-p", "n=1,2", "utils.sh", "--", "sh", "-c", "exit $((${n} - 1))"
+    )
+    handles = out.splitlines()[:2]
+    assert all(h.startswith("local_cwd://torchx/sh-") for h in handles), out
+    assert code == 1
+    assert err.startswith("torchx-nb: sweep-") and "2 trials, one job per trial" in err
+    table = out.splitlines()[2:]
+    assert "1 done · 1 failed · 0 running · 0 waiting" in table[0]
+    assert [line.split()[:3] for line in table[2:]] == [
+        ["0", "1", "SUCCEEDED"],
+        ["1", "2", "FAILED"],
+    ]
+    assert cli_error("sweep", "-p", "n=1", "-p", "n=2", "utils.echo") == (
+        "torchx-nb: error: -p n is given twice; list all its values in one -p"
+    )
+    assert cli_error("sweep", "-p", "n=1", "utils.echo", "--msg", "${m}") == (
+        "torchx-nb: error: ${m} in the arguments is not a -p parameter (parameters: n)"
+    )
+    assert cli_error("sweep", "--max-parallel", "0", "-p", "n=1", "utils.echo").startswith(
+        "torchx-nb: error: argument --max-parallel"
+    )
+    from torchx_nb.runner import get_runner
+
+    assert len(get_runner().jobstore.list()) == 2  # nothing submitted by the refused lines

@@ -74,6 +74,32 @@ def _build_parser() -> argparse.ArgumentParser:
         help="the component's arguments (see `torchx-nb run COMPONENT --help`)",
     )
 
+    sw = sub.add_parser(
+        "sweep",
+        help="run a component once per point of a parameter grid (${NAME} in its arguments)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_run_options(sw, CLI)
+    sw.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        required=True,
+        metavar="NAME=V1,V2,...",
+        help="a parameter and its values (repeatable): ${NAME} in the arguments, and"
+        " $TORCHX_PARAM_NAME in the job",
+    )
+    sw.add_argument("--zip", action="store_true", help="pair the lists instead of crossing them")
+    sw.add_argument(
+        "--max-parallel", type=positive_int, default=None, metavar="N", help="at most N at once"
+    )
+    sw.add_argument(
+        "--fail-fast", action="store_true", help="cancel the other trials when one fails"
+    )
+    sw.add_argument("component", help="component name, or path/to/file.py:function")
+    sw.add_argument("component_args", nargs=argparse.REMAINDER, help="the component's arguments")
+
     for name, text in (
         ("status", "print a job's status"),
         ("describe", "print a job's AppDef"),
@@ -194,6 +220,47 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"{PROG}: {status.msg}", file=sys.stderr)
             return 1
         return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from torchx_nb.run_args import run_request
+    from torchx_nb.specs.api import AppState
+    from torchx_nb.sweeps import SweepRequest, dryrun, start
+
+    comp_args = list(args.component_args)
+    if comp_args and comp_args[0] == "--":
+        comp_args = comp_args[1:]
+    request = SweepRequest(
+        run_request(args, component=args.component, component_args=comp_args),
+        list(args.param),
+        args.zip,
+        args.max_parallel,
+        args.fail_fast,
+    )
+    with _runner() as runner:
+        if args.dryrun:
+            print(dryrun(runner, request))
+            return 0
+        sw = start(runner, request)
+        how = "one native array job" if sw.array else "one job per trial"
+        print(f"{PROG}: {sw.id}: {len(sw.points)} trials, {how}", file=sys.stderr)
+        printed = 0
+        while True:  # each handle as it is submitted, in grid order
+            handles = sw.handles
+            while printed < len(handles) and handles[printed] is not None:
+                print(handles[printed], flush=True)
+                printed += 1
+            if printed == len(handles) or not sw.submitting:
+                break
+            time.sleep(0.2)
+        if not (args.wait or args.max_parallel or args.fail_fast):
+            return 0
+        statuses = sw.wait()
+        from torchx_nb.sweeps import sweep_text
+
+        print(sweep_text(sw.id, sw.points, sw.handles, statuses, sw.array, sw.stopped))
+        ok = all(s is not None and s.state == AppState.SUCCEEDED for s in statuses)
+        return 0 if ok else 1
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -387,6 +454,7 @@ def cmd_configure(args: argparse.Namespace) -> int:
 COMMANDS = {
     "builtins": cmd_builtins,
     "run": cmd_run,
+    "sweep": cmd_sweep,
     "status": cmd_status,
     "describe": cmd_describe,
     "cancel": cmd_cancel,

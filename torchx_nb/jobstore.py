@@ -34,14 +34,19 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated REAL NOT NULL,
     ended REAL,
     msg TEXT NOT NULL DEFAULT '',
-    outputs TEXT
+    outputs TEXT,
+    sweep TEXT,
+    trial INTEGER,
+    params TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_submitted ON jobs (submitted);
 CREATE INDEX IF NOT EXISTS jobs_scheduler ON jobs (scheduler, submitted);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, submitted);
 CREATE INDEX IF NOT EXISTS jobs_updated ON jobs (updated);
 """
-_ADDED_COLUMNS = {"outputs": "TEXT"}
+# created after the added columns exist (a store of an earlier version gets them first)
+_INDEXES = "CREATE INDEX IF NOT EXISTS jobs_sweep ON jobs (sweep, trial);"
+_ADDED_COLUMNS = {"outputs": "TEXT", "sweep": "TEXT", "trial": "INTEGER", "params": "TEXT"}
 _ACTIVE = "state NOT IN ('SUCCEEDED','FAILED','CANCELLED')"
 # jobs worth watching: not ended, and still known to their scheduler (a positive list, so the
 # state index serves the query)
@@ -72,6 +77,9 @@ class JobRecord:
     ended: float | None = None
     msg: str = ""
     outputs: str | None = None
+    sweep: str | None = None  # the sweep this job is a trial of
+    trial: int | None = None  # its index in the sweep's grid
+    params: str | None = None  # its point of the grid, as JSON
 
     @property
     def is_terminal(self) -> bool:
@@ -112,6 +120,7 @@ class JobStore:
             for column, kind in _ADDED_COLUMNS.items():
                 if column not in columns:  # a store made by an earlier version
                     db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+            db.executescript(_INDEXES)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -178,6 +187,15 @@ class JobStore:
             row = db.execute("SELECT * FROM jobs WHERE handle = ?", (handle,)).fetchone()
         return JobRecord(**dict(row)) if row else None
 
+    def trials(self, sweep: str) -> list[JobRecord]:
+        """The trials of one sweep, in grid order."""
+        with self._connect() as db:
+            db.row_factory = sqlite3.Row
+            rows = db.execute(
+                "SELECT * FROM jobs WHERE sweep = ? ORDER BY trial", (sweep,)
+            ).fetchall()
+        return [JobRecord(**dict(r)) for r in rows]
+
     def list(
         self,
         scheduler: str | None = None,
@@ -216,7 +234,7 @@ class JobStore:
     ) -> tuple[Records, int]:
         """One page of matching submissions, newest first, and how many match in all: an
         indexed, bounded query, whatever the size of the store. ``text`` is a case-insensitive
-        substring of the handle, name or notebook."""
+        substring of the handle, name, notebook or sweep."""
         where: Strings = []
         args: Values = []
         if scheduler:
@@ -230,7 +248,8 @@ class JobStore:
             args.extend(notebooks)
         if text:
             where.append(
-                "instr(lower(handle || ' ' || name || ' ' || coalesce(notebook, '')), ?) > 0"
+                "instr(lower(handle || ' ' || name || ' ' || coalesce(notebook, '') || ' '"
+                " || coalesce(sweep, '')), ?) > 0"
             )
             args.append(text.lower())
         cond = (" WHERE " + " AND ".join(where)) if where else ""

@@ -45,7 +45,9 @@ from torchx_nb.schedulers.api import (
     Scheduler,
     StoresOutputs,
     Stream,
+    SubmitsArrays,
     TypedOptions,
+    trial_output,
 )
 from torchx_nb.specs.api import (
     MISSING,
@@ -352,9 +354,75 @@ class Runner:
             record["cell_hash"] = hashlib.sha256(request.cell.encode()).hexdigest()[:16]
         return PreparedRun(info, scheduler, info._cfg, workspace, record)
 
-    def submit(self, prepared: PreparedRun) -> AppHandle:
-        """Send a prepared (built) run and record it in the job store."""
-        return self.schedule(prepared.info, **prepared.record)
+    def submit(self, prepared: PreparedRun, **record: str | None) -> AppHandle:
+        """Send a prepared (built) run and record it in the job store (with ``record``: a
+        sweep trial's ``sweep``, ``trial`` and ``params``)."""
+        return self.schedule(prepared.info, **prepared.record, **record)
+
+    def submit_array(
+        self,
+        prepared: PreparedRun,
+        points: list[str],
+        max_parallel: int | None,
+        sweep: str,
+    ) -> list[AppHandle]:
+        """Send a prepared run as one native array of ``len(points)`` tasks (its scheduler
+        ``SubmitsArrays``), and record each task as a trial of ``sweep`` (``points``: each
+        trial's parameters as JSON). Returns the trials' handles, in index order."""
+        sched = self.get_scheduler(prepared.scheduler)
+        if not isinstance(sched, SubmitsArrays):
+            raise TorchxNbError(f"{prepared.scheduler} has no native arrays")
+        info = prepared.info
+        array = sched.array_request(info, len(points), max_parallel)
+        array._app, array._cfg, array._scheduler = info._app, info._cfg, info._scheduler
+        array_id = sched.schedule(array)
+        base = None
+        if isinstance(sched, StoresOutputs):
+            with contextlib.suppress(Exception):
+                base = sched.output_url(array_id, array.request)
+        app = info._app or AppDef(name=array_id)
+        now = time.time()
+        handles = []
+        for i, (task_id, params) in enumerate(
+            zip(sched.trial_ids(array_id, len(points)), points, strict=True)
+        ):
+            handle = make_app_handle(prepared.scheduler, self._name, task_id)
+            self._apps[handle] = app
+            self._last_state[handle] = AppState.SUBMITTED.name
+            handles.append(handle)
+            row = JobRecord(
+                handle=handle,
+                scheduler=prepared.scheduler,
+                session=self._name,
+                app_id=task_id,
+                name=app.name,
+                image=app.roles[0].image
+                if app.roles and not isinstance(sched, DirWorkspaceMixin)
+                else "",
+                submitted=now,
+                state=AppState.SUBMITTED.name,
+                updated=now,
+                cell_hash=prepared.record.get("cell_hash"),
+                notebook=prepared.record.get("notebook"),
+                workspace=prepared.record.get("workspace"),
+                outputs=trial_output(base, i),
+                sweep=sweep,
+                trial=i,
+                params=params,
+            )
+            try:
+                self.jobstore.add(row)
+            except Exception as e:
+                warnings.warn(
+                    f"{handle} was submitted but could not be recorded in the job store ({e})",
+                    stacklevel=2,
+                )
+        return handles
+
+    def request_app(self, request: RunRequest) -> AppDef:
+        """The AppDef ``request`` names (nothing built): what a sweep checks before it
+        chooses between a native array and one job per trial."""
+        return self._request_app(request)
 
     def _request_app(self, request: RunRequest) -> AppDef:
         """The AppDef a request names, with its name, image and env overrides applied."""
@@ -553,6 +621,9 @@ class Runner:
             notebook=record.get("notebook"),
             workspace=record.get("workspace"),
             outputs=outputs,
+            sweep=record.get("sweep"),
+            trial=int(str(record["trial"])) if record.get("trial") is not None else None,
+            params=record.get("params"),
         )
         try:
             self.jobstore.add(row)  # SQLite's busy timeout waits for other writers

@@ -35,6 +35,10 @@ export interface IJob {
   notebook_path?: string | null;
   image?: string;
   msg?: string;
+  /** The sweep this job is a trial of, its index in the grid and its parameters. */
+  sweep?: string | null;
+  trial?: number | null;
+  params?: Record<string, string | number | boolean> | null;
 }
 
 export interface IReplica {

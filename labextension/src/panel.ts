@@ -33,7 +33,7 @@ export class JobsPanel extends Widget {
     this._search = el('input', 'tnb-search jp-mod-styled');
     this._search.type = 'search';
     this._search.placeholder = 'Search jobs';
-    this._search.title = 'Search the name, handle and notebook of every job';
+    this._search.title = 'Search the name, handle, notebook and sweep of every job';
     this._search.setAttribute('aria-label', 'Search jobs');
     this._state = el('select', 'tnb-filter-state jp-mod-styled');
     this._state.setAttribute('aria-label', 'State');
@@ -128,7 +128,7 @@ export class JobsPanel extends Widget {
   }
 
   private _fill(li: HTMLLIElement, job: IJob): void {
-    const key = `${job.state}|${job.msg}|${job.notebook_path}|${job.name}`;
+    const key = `${job.state}|${job.msg}|${job.notebook_path}|${job.name}|${job.sweep}`;
     li.dataset.handle = job.handle;
     li.dataset.state = job.state;
     li.dataset.submitted = String(job.submitted);
@@ -174,6 +174,24 @@ export class JobsPanel extends Widget {
       meta.append(el('span', 'tnb-notebook-outside', basename(job.notebook)));
     }
     li.append(top, meta);
+    if (job.sweep) {
+      // a sweep's trial: its parameters; a click on the sweep shows all its trials
+      const trial = el('div', 'tnb-row tnb-meta tnb-trial');
+      const chip = el('a', 'tnb-sweep', `${job.sweep} #${job.trial ?? '?'}`);
+      chip.href = '#';
+      chip.title = `Show every trial of ${job.sweep}`;
+      chip.onclick = event => {
+        event.preventDefault();
+        event.stopPropagation();
+        this._search.value = job.sweep!;
+        this._applyFilters();
+      };
+      const params = Object.entries(job.params ?? {})
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' ');
+      trial.append(chip, el('span', 'tnb-params', params));
+      li.append(trial);
+    }
     li.onclick = () => this.actions.openJob(job.handle);
     li.onkeydown = event => {
       if (event.key === 'Enter') {

@@ -128,6 +128,13 @@ def test_panel_live_logs_cancel_notebook_link_and_reload(
         nb = NotebookPage(page, lab, "train.ipynb").open()
         panel = open_panel(page)
         page.evaluate(OBSERVER)
+        page.wait_for_function(
+            "() => document.querySelector('.tnb-empty')"
+            " || document.querySelector('.tnb-summary.tnb-error')",
+            timeout=60_000,
+        )
+        summary = panel.locator(".tnb-summary").inner_text()
+        assert panel.locator(".tnb-empty").count() == 1, summary
         assert panel.locator(".tnb-empty").inner_text().startswith("No jobs yet")
         nb.run_all()
 
@@ -370,3 +377,41 @@ def test_job_view_result_outputs_download_and_first_seconds(
         download.value.save_as(saved)
         assert download.value.suggested_filename == "weights.bin"
         assert saved.read_bytes() == bytes(range(256)) * 64
+
+
+def test_a_sweeps_trials_are_grouped_in_the_panel(
+    panel_parts: None, tmp_path: Path, isolated: Path
+) -> None:
+    """Each trial's row names its sweep and parameters; a click on the sweep shows its trials
+    only (the search matches the sweep's id on the server)."""
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import SweepRequest, start
+
+    with get_runner() as runner:
+        other = runner.run(runner.component_app("utils.echo", {"msg": "alone"}), "local_cwd", {})
+        sw = start(
+            runner,
+            SweepRequest(
+                RunRequest(cell="lr * depth", scheduler="local_cwd", workspace=str(tmp_path)),
+                ["lr=0.1,0.2", "depth=3"],
+            ),
+        )
+        sw.wait(timeout=60)
+    root = tmp_path / "lab"
+    root.mkdir()
+    with jupyter_lab(root) as lab, chromium_page() as page:
+        page.goto(f"{lab.url}/lab?token={lab.token}&reset")
+        page.wait_for_selector(".jp-LabShell", timeout=60_000)
+        panel = open_panel(page)
+        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 3")
+        chips = panel.locator(".tnb-trial")
+        assert sorted(chips.all_inner_texts()) == [
+            f"{sw.id} #0\nlr=0.1 depth=3",
+            f"{sw.id} #1\nlr=0.2 depth=3",
+        ]
+        chips.first.locator(".tnb-sweep").click()
+        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 2")
+        assert panel.locator(".tnb-search").input_value() == sw.id
+        shown = {li.get_attribute("data-handle") for li in panel.locator(".tnb-job").all()}
+        assert shown == set(sw.handles) and other not in shown
+        panel.screenshot(path=str(screenshot_dir() / "panel-sweep.png"))

@@ -178,3 +178,79 @@ def test_widgets_live_in_jupyterlab_and_snapshots_after_reopening(
             in page.locator(".jp-NotebookPanel pre.torchx-nb-log").first.inner_text()
         )
         nb.screenshot("notebook-reopened")
+
+
+SWEEP_JOB = (
+    "%%torchx sweep -o sw -p lr=0.5,0.25,0.125 -p depth=1,2 --metric 'loss=loss: ([0-9.]+)'\n"
+    "import time\n"
+    "loss = 1.0\n"
+    "for step in range(12):\n"
+    "    loss *= 1 - lr / 2\n"
+    "    print(f'step {step} loss: {loss + depth / 100:.4f}', flush=True)\n"
+    "    time.sleep(0.25)\n"
+    "{'loss': round(loss, 4)}\n"
+)
+
+
+def test_sweep_widget_live_and_its_charts_follow_the_dark_theme(
+    lab_parts: None, tmp_path: Path, isolated: Path
+) -> None:
+    """The sweep widget in JupyterLab: a row per trial updating by itself, one chart per
+    metric with a line per trial, labelled axes and a legend, a click on a trial's row shows
+    its log; in the dark theme the charts draw in the theme's text colour on no white box."""
+    root = tmp_path / "lab"
+    root.mkdir()
+    write_notebook(root / "sweep.ipynb", ["%load_ext torchx_nb", SWEEP_JOB])
+    with jupyter_lab(root, env={"TORCHX_NB_WIDGETS": "auto"}) as lab, chromium_page() as page:
+        nb = NotebookPage(page, lab, "sweep.ipynb").open()
+        page.evaluate(
+            "async () => { await window.jupyterapp.commands.execute('apputils:change-theme',"
+            " {theme: 'JupyterLab Dark'}); }"
+        )
+        page.wait_for_function(
+            "() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000
+        )
+        nb.run_all()
+        out = nb.outputs(1)
+        view = out.locator(".torchx-nb-sweep-view")
+        view.wait_for(timeout=60_000)
+        rows = view.locator("table.torchx-nb-sweep tbody tr")
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('table.torchx-nb-sweep tbody tr')]"
+            ".some(r => r.dataset.state === 'RUNNING')",
+            timeout=30_000,
+        )
+        assert rows.count() == 6
+        assert rows.first.locator("td").nth(1).inner_text() == "0.5"
+        page.wait_for_function(
+            "() => document.querySelectorAll('.torchx-nb-sweep-view polyline').length >= 6",
+            timeout=30_000,
+        )
+        chart = view.locator("svg.torchx-nb-chart").first
+        labels = chart.locator("text").all_text_contents()
+        assert "step" in labels and "loss" in labels and len(labels) > 6, labels
+        legend = view.locator(".torchx-nb-legend").first.inner_text()
+        assert "0: lr=0.5, depth=1" in legend and "5: lr=0.125, depth=2" in legend
+        # the charts take the theme's text colour and have no white ground
+        colours = chart.evaluate(
+            "s => [getComputedStyle(s).color, getComputedStyle(s).backgroundColor]"
+        )
+        assert colours[0] != "rgb(0, 0, 0)" and colours[1] in ("rgba(0, 0, 0, 0)", "transparent")
+        # a click on a trial's row shows its log
+        view.locator(".torchx-nb-sweep-trials select").select_option(
+            label=view.locator(".torchx-nb-sweep-trials option").nth(3).inner_text()
+        )
+        log = view.locator(".torchx-nb-logview")
+        log.wait_for(timeout=30_000)
+        page.wait_for_function(
+            "() => /step \\d+ loss/.test(document.querySelector('.torchx-nb-logview').textContent)",
+            timeout=30_000,
+        )
+        nb.screenshot("sweep-running-dark")
+        # every trial ends: the snapshot with the final table and charts
+        out.locator(".torchx-nb-sweep-snapshot").wait_for(timeout=90_000)
+        snap = out.locator(".torchx-nb-sweep-snapshot")
+        assert snap.locator("tbody tr[data-state='SUCCEEDED']").count() == 6
+        assert "6 done · 0 failed" in snap.inner_text()
+        assert snap.locator("polyline").count() == 6
+        nb.screenshot("sweep-finished-dark")

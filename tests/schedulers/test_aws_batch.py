@@ -286,3 +286,65 @@ def test_cell_results_and_outputs_come_back_through_s3(
         AwsBatchScheduler("torchx").submit_dryrun(
             cell(source="1"), {"queue": queue, "output_path": "gs://b/p"}
         )
+
+
+def test_a_sweep_is_one_array_job_whose_children_run_in_containers(
+    queue: str,
+    python_in_registry: str,
+    registry: Registry,
+    docker_env: DockerDaemon,
+    aws_env: MotoServer,
+    tmp_path: Path,
+) -> None:
+    """One submit_job with arrayProperties (moto runs each child as a container); each trial
+    is a child ``PARENT:INDEX`` with its own state, log and result (uploaded to S3)."""
+    from tests.infra.dockerd import host_python_mounts
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import SweepRequest, start
+
+    aws_env.client("s3").create_bucket(
+        Bucket="batch-sweeps", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mounts, path = host_python_mounts()
+    source = (
+        "import os\n"
+        "print('trial lr', os.environ['TORCHX_PARAM_LR'], flush=True)\n"
+        "if lr > 0.5:\n"
+        "    raise ValueError('lr too high')\n"
+        "lr * 10\n"
+    )
+    cfg = [
+        f"queue={queue},image_repo={registry.host}/batch/sweeps,builder=registry,quiet=True",
+        "output_path=s3://batch-sweeps/runs",
+    ]
+    env = {"PATH": path, **aws_env.env}
+    batch = aws_env.client("batch")
+    # the cell lends this machine's Python (boto3 for the upload) to the image through volumes
+    app = cell(source=source, image=python_in_registry, memMB=256, mounts=mounts, env=env)
+    with get_runner() as runner:
+        request = SweepRequest(
+            RunRequest(app=app, scheduler="aws_batch", cfg=cfg, workspace=str(ws)),
+            {"lr": [0.1, 0.2, 0.9]},
+        )
+        sw = start(runner, request)
+        assert sw.array
+        children = [h.rsplit("/", 1)[1] for h in sw.handles]  # type: ignore[union-attr]
+        assert [c.rsplit(":", 1)[1] for c in children] == ["0", "1", "2"]
+        statuses = sw.wait(timeout=180)
+        assert [s.state if s else None for s in statuses] == [
+            AppState.SUCCEEDED,
+            AppState.SUCCEEDED,
+            AppState.FAILED,
+        ], statuses
+        frame = sw.results()
+        assert list(frame["result"][:2]) == [1.0, 2.0]
+        assert frame["error"][2] == "raised ValueError: lr too high"
+        assert "trial lr 0.2" in "".join(runner.log_lines(sw.handles[1], "cell", 0))  # type: ignore[arg-type]
+        parent_app = children[0].rsplit(":", 1)[0]
+        parent_id = runner.get_scheduler("aws_batch")._job_id(parent_app)  # type: ignore[attr-defined]
+    # one array job holds the three trials
+    (parent,) = batch.describe_jobs(jobs=[parent_id])["jobs"]
+    assert parent["arrayProperties"]["size"] == 3
+    assert ":" not in parent_id  # the children are PARENT:INDEX

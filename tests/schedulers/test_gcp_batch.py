@@ -556,3 +556,33 @@ def test_cell_results_and_outputs_come_back_through_gcs(
         assert_raises_remotely(runner, bad, timeout=240)
         rec = runner.jobstore.get(ok)
         assert rec is not None and rec.outputs and rec.outputs.startswith("gs://gcp-results/runs/")
+
+
+def test_a_sweep_runs_one_job_per_trial(gcp_env: GcpFake, base_images: dict[str, str]) -> None:
+    """GCP Batch has no array of jobs we can cancel one task of: a sweep is one job per
+    trial, each with its value substituted into the arguments."""
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import SweepRequest, start
+
+    request = SweepRequest(
+        RunRequest(
+            component="utils.echo",
+            component_args=["--msg", "word=${word}"],
+            scheduler="gcp_batch",
+            image=base_images["busybox"],
+            workspace="",
+        ),
+        ["word=alpha,beta"],
+    )
+    with get_runner() as runner:
+        sw = start(runner, request)
+        assert not sw.array
+        statuses = sw.wait(timeout=120)
+        assert [s.state if s else None for s in statuses] == [AppState.SUCCEEDED] * 2
+        logs = ["".join(runner.log_lines(h, "echo", 0)) for h in sw.handles]  # type: ignore[arg-type]
+        assert logs == ["word=alpha\n", "word=beta\n"]
+        records = runner.jobstore.trials(sw.id)
+        assert [(r.trial, r.params) for r in records] == [
+            (0, '{"word": "alpha"}'),
+            (1, '{"word": "beta"}'),
+        ]

@@ -377,3 +377,29 @@ def test_cell_results_and_outputs_come_back_through_an_object_store(
         assert_round_trip(runner, handle, tmp_path / "dl")
         rec = runner.jobstore.get(handle)
         assert rec is not None and rec.outputs and rec.outputs.startswith("s3://k8s-results/runs/")
+
+
+def test_a_sweep_runs_one_job_per_trial(kube_env: KubeFake, base_images: dict[str, str]) -> None:
+    """Kubernetes: one job per trial (under --max-parallel), each trial's value in its
+    arguments and in $TORCHX_PARAM_<NAME>."""
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import SweepRequest, start
+
+    request = SweepRequest(
+        RunRequest(
+            component="utils.sh",
+            component_args=["--", "sh", "-c", 'echo "n=${n} env=$TORCHX_PARAM_N"'],
+            scheduler="kubernetes",
+            cfg=["queue=default"],
+            image=base_images["busybox"],
+            workspace="",
+        ),
+        ["n=1,2,3"],
+        max_parallel=2,
+    )
+    with get_runner() as runner:
+        sw = start(runner, request)
+        statuses = sw.wait(timeout=120)
+        assert [s.state if s else None for s in statuses] == [AppState.SUCCEEDED] * 3
+        logs = ["".join(runner.log_lines(h, "sh", 0)) for h in sw.handles]  # type: ignore[arg-type]
+        assert logs == [f"n={n} env={n}\n" for n in (1, 2, 3)]

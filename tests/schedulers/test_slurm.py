@@ -133,26 +133,26 @@ def test_squeue_json_of_22_05_and_24_11() -> None:
     assert [c.state for c in job.components] == [AppState.RUNNING] * 2
     assert job.components[1].node == "127.0.0.2"
     new = parse_jobs(json.loads((FIXTURES / "squeue-24.11.json").read_text()))
-    assert sorted(new) == [41, 43]
-    assert [c.job_id for c in new[41].components] == [41, 42]
-    assert combined_state(c.state for c in new[41].components) == AppState.RUNNING
-    assert new[43].components[0].state == AppState.PENDING
-    assert new[43].components[0].reason == "BeginTime"
-    assert new[41].components[0].start == 1795400000
+    assert sorted(new) == ["41", "43"]
+    assert [c.job_id for c in new["41"].components] == [41, 42]
+    assert combined_state(c.state for c in new["41"].components) == AppState.RUNNING
+    assert new["43"].components[0].state == AppState.PENDING
+    assert new["43"].components[0].reason == "BeginTime"
+    assert new["41"].components[0].start == 1795400000
 
 
 def test_sacct_json_of_22_05_and_24_11() -> None:
     old = parse_jobs(json.loads((FIXTURES / "sacct-22.05.json").read_text()), accounting=True)
-    failed = old[1].components
+    failed = old["1"].components
     assert [c.state for c in failed] == [AppState.FAILED, AppState.FAILED]
     # the per-replica truth is the srun step's: a-0 finished, b-0 failed
     assert [c.step_state for c in failed] == [AppState.SUCCEEDED, AppState.FAILED]
-    assert [c.state for c in old[6].components] == [AppState.CANCELLED] * 2
+    assert [c.state for c in old["6"].components] == [AppState.CANCELLED] * 2
     new = parse_jobs(json.loads((FIXTURES / "sacct-24.11.json").read_text()), accounting=True)
-    assert [c.exit_code for c in new[50].components] == [3, 3]
-    assert [c.step_state for c in new[50].components] == [AppState.SUCCEEDED, AppState.FAILED]
-    assert new[60].components[0].state == AppState.CANCELLED
-    assert new[50].components[0].workdir == "/home/alice/work/jobs/train-x1"
+    assert [c.exit_code for c in new["50"].components] == [3, 3]
+    assert [c.step_state for c in new["50"].components] == [AppState.SUCCEEDED, AppState.FAILED]
+    assert new["60"].components[0].state == AppState.CANCELLED
+    assert new["50"].components[0].workdir == "/home/alice/work/jobs/train-x1"
 
 
 # ---- the real cluster -------------------------------------------------------------------
@@ -469,3 +469,66 @@ def test_cell_results_and_outputs_from_the_job_folder_and_in_place(
     from torchx_nb.workspace.collect import collect_workspace
 
     assert not [f.path for f in collect_workspace(str(ws)).files if "torchx-nb" in f.path]
+
+
+def test_a_sweep_is_one_job_array_with_a_handle_per_task(
+    slurm_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """``%%torchx sweep`` on Slurm: one sbatch with ``--array`` (sacct shows one array), each
+    trial ``ARRAYID_INDEX`` with its own state, log, result and cancel."""
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import Sweep, SweepRequest, start
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = (
+        "import os, time\n"
+        "print('trial', os.environ['TORCHX_PARAM_LR'], 'layers', layers, flush=True)\n"
+        "if lr == 0.5 and layers == 2:\n"
+        "    time.sleep(120)\n"
+        "if layers == 3:\n"
+        "    raise ValueError(f'no {layers} layers')\n"
+        "{'lr': lr, 'score': lr * layers}\n"
+    )
+    request = SweepRequest(
+        RunRequest(cell=source, scheduler="slurm", workspace=str(ws)),
+        ["lr=0.1,0.5", "layers=2,3"],
+        max_parallel=4,
+    )
+    with get_runner() as runner:
+        sw = start(runner, request)
+        assert sw.array
+        handles = sw.handles
+        array_id = handles[0].rsplit("/", 1)[1].split("_")[0]  # type: ignore[union-attr]
+        assert [h.rsplit("/", 1)[1] for h in handles] == [  # type: ignore[union-attr]
+            f"{array_id}_{i}" for i in range(4)
+        ]
+        # the long trial (lr=0.5, layers=2) is cancelled alone; the others run to their end
+        wait_for(lambda: runner.status(handles[2]).state == AppState.RUNNING, 60)  # type: ignore[arg-type,union-attr]
+        runner.cancel(handles[2])  # type: ignore[arg-type]
+        statuses = sw.wait(timeout=120)
+        states = [s.state if s else None for s in statuses]
+        assert states == [
+            AppState.SUCCEEDED,
+            AppState.FAILED,
+            AppState.CANCELLED,
+            AppState.FAILED,
+        ], statuses
+        logs = "".join(runner.log_lines(handles[0], "cell", 0))  # type: ignore[arg-type]
+        assert "trial 0.1 layers 2" in logs
+        frame = sw.results()
+        assert frame["result"][0] == {"lr": 0.1, "score": 0.2}
+        assert frame["error"][1] == "raised ValueError: no 3 layers"
+        assert list(frame["state"]) == ["SUCCEEDED", "FAILED", "CANCELLED", "FAILED"]
+        assert sw.best("score")["lr"] == 0.1
+        # a new process finds the sweep in the job store
+        again = Sweep.attach(runner, sw.id)
+        assert again.handles == handles and again.points == sw.points
+    # one sbatch: sacct shows the tasks of one array
+    out = subprocess.run(
+        ["sacct", "-n", "-X", "-j", array_id, "--format=JobID%20"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert sorted(out) == [f"{array_id}_{i}" for i in range(4)]

@@ -116,16 +116,51 @@ def _record_error(out: str, exc: BaseException, pickler: Any) -> None:
     _write(out, f"error-{rank}.txt", f"{kind}: {exc}".encode())
 
 
+def _trial() -> tuple[int | None, dict[str, Any]]:
+    """A sweep trial's index and parameters: ``$TORCHX_NB_PARAMS`` (a JSON object: a trial
+    run as its own job), or the point of ``$TORCHX_NB_GRID`` (a JSON list) at the index the
+    native array gives (``$TORCHX_NB_TRIAL_FROM`` names the variable holding it; AWS Batch's
+    child job id ``PARENT:INDEX`` stands in when the index variable is missing)."""
+    import json
+
+    params = os.environ.get("TORCHX_NB_PARAMS")
+    if params:
+        return None, json.loads(params)
+    grid = os.environ.get("TORCHX_NB_GRID")
+    if not grid:
+        return None, {}
+    raw = os.environ.get(os.environ.get("TORCHX_NB_TRIAL_FROM", ""), "")
+    if not raw.isdigit():
+        raw = os.environ.get("AWS_BATCH_JOB_ID", "").rpartition(":")[2]
+    if not raw.isdigit():
+        raise RuntimeError("torchx_nb: this array task has no index: cannot pick its point")
+    index = int(raw)
+    return index, json.loads(grid)[index]
+
+
+def _env_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def run(script: str, args: list[str]) -> int:
     """Run the cell; returns the process's exit status."""
     pickler = _cloudpickle()
     folder = os.environ.get("TORCHX_OUTPUT_DIR") or "torchx-outputs"
+    index, params = _trial()
+    for name, value in params.items():
+        os.environ[f"TORCHX_PARAM_{name.upper()}"] = _env_value(value)
+    if index is not None:  # one array task: its own folder and upload target
+        folder = os.path.join(folder, str(index))
+        os.environ["TORCHX_OUTPUT_DIR"] = folder
+        url = os.environ.get("TORCHX_NB_OUTPUT_URL")
+        if url:
+            os.environ["TORCHX_NB_OUTPUT_URL"] = f"{url.rstrip('/')}/{index}/"
     os.makedirs(folder, exist_ok=True)  # the cell may write there at once
     out = os.path.join(folder, OWN)
     with open(script, encoding="utf-8") as f:
         source = f.read()
     linecache.cache[CELL] = (len(source), None, source.splitlines(keepends=True), CELL)
-    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__, **params}
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     tree = ast.parse(source, CELL)

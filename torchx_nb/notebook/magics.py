@@ -25,6 +25,7 @@ from torchx_nb.errors import current_folder, one_line, regex_arg
 
 COMMANDS = (
     "run",
+    "sweep",
     "status",
     "describe",
     "log",
@@ -100,6 +101,36 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         help="kernel variables sent into the cell's namespace (cloudpickle; at most 64 MiB)",
     )
     parser.add_argument("--help", action="help", help="show this help")
+
+
+def _sweep_options(parser: argparse.ArgumentParser) -> None:
+    """``%%torchx sweep``: the run options, the grid and how trials are let go."""
+    _run_options(parser)
+    parser.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        required=True,
+        metavar="NAME=V1,V2,...",
+        help="a parameter and its values (repeatable): a variable NAME in the cell, and"
+        " $TORCHX_PARAM_NAME",
+    )
+    parser.add_argument(
+        "--zip",
+        action="store_true",
+        help="pair the lists (the i-th values) instead of crossing them",
+    )
+    parser.add_argument(
+        "--max-parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N trials at once",
+    )
+    parser.add_argument(
+        "--fail-fast", action="store_true", help="cancel the other trials when one fails"
+    )
 
 
 def _parser(prog: str, build: Callable[[argparse.ArgumentParser], None]) -> _Parser:
@@ -206,12 +237,19 @@ def parse_line(line: str, cell: str | None = None) -> ParsedLine:
         raise MagicLineError(f"%torchx: missing command: one of {', '.join(COMMANDS)}")
     command, rest = tokens[0], tokens[1:]
     if cell is not None:
-        if command != "run":
+        if command not in ("run", "sweep"):
             raise MagicLineError(
-                f"%%torchx {command}: only `%%torchx run [options]` takes a cell body"
+                f"%%torchx {command}: only `%%torchx run` and `%%torchx sweep` take a cell body"
             )
-        parser = _parser("%%torchx run", _run_options)
+        parser = _parser(
+            f"%%torchx {command}", _run_options if command == "run" else _sweep_options
+        )
     else:
+        if command == "sweep":
+            raise MagicLineError(
+                "%torchx sweep: a sweep runs a cell: write `%%torchx sweep -p NAME=V1,V2` above"
+                " it (or use torchx-nb sweep for a component)"
+            )
         if command not in PARSERS:
             import difflib
 
@@ -308,6 +346,13 @@ class TorchxMagics(Magics):
             --dryrun shows the native request and submits nothing; -o stores the handle object
             (VAR.result(), VAR.outputs(), VAR.download()); --push sends kernel variables.
 
+        %%torchx sweep [run options] -p NAME=V1,V2 [-p ...] [--zip] [--max-parallel N]
+                       [--fail-fast] [-o VAR]
+            Runs the cell once per point of the grid (the product of the lists; --zip pairs
+            them); each point's values are variables in the cell and $TORCHX_PARAM_NAME. One
+            widget follows every trial; -o stores the Sweep (VAR.wait(), VAR.results(),
+            VAR.best(metric), VAR.cancel()).
+
         %torchx run [options] COMPONENT ARGS...    e.g. %torchx run utils.echo --msg hi
         %torchx status|describe|cancel HANDLE_OR_VAR
         %torchx log HANDLE_OR_VAR [-r ROLE] [-k N] [--regex RE] [--tail] [--streams S]
@@ -359,15 +404,19 @@ class TorchxMagics(Magics):
                 return str(candidate)
         return None
 
-    def _do_run(self, args: argparse.Namespace, cell: str | None) -> None:
-        from torchx_nb.metrics import metric_definitions, parse_metric
+    def _run_request(
+        self, args: argparse.Namespace, cell: str | None, command: str = "run"
+    ) -> tuple[Any, str | None, list[Any]]:
+        """The request a run or sweep line describes, the -o name and the --metric specs;
+        everything checked before anything is built."""
+        from torchx_nb.metrics import parse_metric
         from torchx_nb.run_args import run_request
 
         out = _out_name(args.out)
         metric_specs = [parse_metric(m) for m in args.metric]
         if cell is not None and not cell.strip():
             raise MagicLineError(
-                "%%torchx run: the cell is empty; write the code to run below the magic line"
+                f"%%torchx {command}: the cell is empty; write the code to run below the magic line"
             )
         push = None
         if args.push is not None:
@@ -393,6 +442,12 @@ class TorchxMagics(Magics):
             notebook=self._notebook_path(),
             push=push,
         )
+        return request, out, metric_specs
+
+    def _do_run(self, args: argparse.Namespace, cell: str | None) -> None:
+        from torchx_nb.metrics import metric_definitions
+
+        request, out, metric_specs = self._run_request(args, cell)
         runner = self.runner
         if args.dryrun:
             prepared = runner.prepare(request)
@@ -412,6 +467,48 @@ class TorchxMagics(Magics):
             assert self.shell is not None
             self.shell.user_ns[out] = job
         self._watch(job, wait=args.wait)
+        return None
+
+    def _do_sweep(self, args: argparse.Namespace, cell: str | None) -> None:
+        from torchx_nb.sweeps import SweepRequest, dryrun, start
+
+        request, out, metric_specs = self._run_request(args, cell, "sweep")
+        sweep_request = SweepRequest(
+            request, list(args.param), args.zip, args.max_parallel, args.fail_fast, metric_specs
+        )
+        if args.dryrun:
+            display_text = dryrun(self.runner, sweep_request)
+            from IPython.display import display
+
+            display({"text/plain": display_text}, raw=True)
+            return None
+        with self._progress():
+            sw = start(self.runner, sweep_request)
+        if out:
+            assert self.shell is not None
+            self.shell.user_ns[out] = sw
+        if self._widget_mode():
+            from torchx_nb.notebook.poller import get_poller
+            from torchx_nb.notebook.sweep_view import SweepView
+
+            poller = get_poller(self.runner)
+            poller.remote_interval = self.poll_interval
+            sw.view = SweepView(sw, self.runner, poller, log_lines=self.log_lines)
+            sw.view.show()
+        else:
+            from torchx_nb.sweeps import sweep_text
+
+            print(sweep_text(sw.id, sw.points, sw.handles, [None] * len(sw.points), sw.array))
+        if args.wait:
+            try:
+                sw.wait()
+            except KeyboardInterrupt:
+                print(f"\nstopped waiting; the trials of {sw.id} keep running")
+                return None
+            if sw.view is None:
+                from torchx_nb.sweeps import sweep_text
+
+                print(sweep_text(sw.id, sw.points, sw.handles, sw.statuses(), sw.array, sw.stopped))
         return None
 
     def _progress(self) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from torchx_nb.redact import redact_text
 from torchx_nb.specs.api import AppStatus, display_url, message_text
@@ -21,7 +21,6 @@ STATE_COLOURS = {
     "UNSUBMITTED": "#9a6700",
     "UNKNOWN": "#6e7781",
 }
-CHART_COLOURS = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#6e7781"]
 
 
 def fmt_elapsed(seconds: float | None) -> str:
@@ -190,13 +189,14 @@ def log_html(lines: Sequence[str], caption: str = "", max_height: str = "320px")
 
 
 def metrics_svg(
-    series: dict[str, list[tuple[int, float]]], width: int = 320, height: int = 110
+    series: dict[str, list[tuple[int, float]]], width: int = 360, height: int = 190
 ) -> str:
-    """One small SVG line chart per metric (name, last value, min/max), no plotting library.
-    At most 400 points are drawn per metric (evenly picked, the last always)."""
+    """One line chart per metric (its name, last value and min/max above it), with labelled
+    axes, in the theme's colours (``charts.line_chart``)."""
+    from torchx_nb.notebook.charts import line_chart
+
     charts = []
-    for i, (name, points) in enumerate(series.items()):
-        colour = CHART_COLOURS[i % len(CHART_COLOURS)]
+    for name, points in series.items():
         label = html.escape(name)
         if not points:
             charts.append(
@@ -204,29 +204,13 @@ def metrics_svg(
                 f'margin-right:12px"><small>{label}: no points yet</small></div>'
             )
             continue
-        if len(points) > 400:
-            stride = len(points) / 400
-            points = [points[int(j * stride)] for j in range(399)] + [points[-1]]
-        xs = [float(p[0]) for p in points]
         ys = [p[1] for p in points]
-        x0, x1 = min(xs), max(xs)
-        y0, y1 = min(ys), max(ys)
-        pad = 4
-        sx = (width - 2 * pad) / ((x1 - x0) or 1.0)
-        sy = (height - 2 * pad) / ((y1 - y0) or 1.0)
-        coords = " ".join(
-            f"{pad + (x - x0) * sx:.1f},{height - pad - (y - y0) * sy:.1f}"
-            for x, y in zip(xs, ys, strict=True)
-        )
+        chart = line_chart({name: [(float(x), y) for x, y in points]}, name, "step", width, height)
         charts.append(
-            f'<div class="torchx-nb-metric" data-metric="{label}" data-points="{len(series[name])}"'
-            f' style="display:inline-block;margin-right:12px">'
-            f"<small>{label}: <b>{ys[-1]:.6g}</b> (min {y0:.4g}, max {y1:.4g}, "
-            f"{len(series[name])} points)</small><br>"
-            f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-            f'style="border:1px solid #d0d7de;background:white">'
-            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}"/>'
-            f"</svg></div>"
+            f'<div class="torchx-nb-metric" data-metric="{label}" data-points="{len(points)}"'
+            f' style="display:inline-block;margin-right:12px;vertical-align:top">'
+            f"<small>{label}: <b>{ys[-1]:.6g}</b> (min {min(ys):.4g}, max {max(ys):.4g}, "
+            f"{len(points)} points)</small><br>{chart}</div>"
         )
     return "".join(charts)
 
@@ -237,3 +221,31 @@ def metrics_text(series: dict[str, list[tuple[int, float]]]) -> str:
         for name, points in series.items()
     ]
     return "  metrics: " + "; ".join(parts) if parts else ""
+
+
+def sweep_table_html(
+    points: Sequence[Mapping[str, object]],
+    handles: Sequence[str | None],
+    statuses: Sequence[AppStatus | None],
+    extra: Sequence[dict[str, str]] | None = None,
+) -> str:
+    """A row per trial: its parameters, a state badge, then ``extra`` columns (elapsed,
+    metrics, result), every value escaped."""
+    from torchx_nb.sweeps import sweep_rows
+
+    rows = sweep_rows(points, handles, statuses)
+    names = list(points[0]) if points else []
+    more = list(extra[0]) if extra else []
+    cell = 'style="padding:2px 8px;text-align:left"'
+    head = "".join(f"<th {cell}>{html.escape(h)}</th>" for h in ["trial", *names, "state", *more])
+    body = []
+    for (i, p, state, handle), ext in zip(rows, extra or [{}] * len(rows), strict=True):
+        tds = [f"<td {cell}>{i}</td>"]
+        tds += [f"<td {cell}><code>{html.escape(str(p[n]))}</code></td>" for n in names]
+        tds.append(f'<td {cell} title="{html.escape(handle or "")}">{badge(state)}</td>')
+        tds += [f"<td {cell}>{html.escape(ext.get(m, ''))}</td>" for m in more]
+        body.append(f'<tr data-trial="{i}" data-state="{state}">{"".join(tds)}</tr>')
+    return (
+        '<table class="torchx-nb-sweep" style="border-collapse:collapse;font-size:90%">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )

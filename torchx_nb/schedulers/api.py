@@ -291,6 +291,39 @@ class StoresOutputs(abc.ABC):
         ``s3://`` or ``gs://``; None when the job has none (e.g. no ``output_path``)."""
 
 
+class SubmitsArrays(abc.ABC):
+    """Ability: the trials of a sweep go as one native array job (Slurm's ``--array``, an AWS
+    Batch array job): one submit call for all of them, and one describe call per poll round.
+    Each task finds its index in the variable ``array_index_env`` names; each trial keeps an
+    id of its own (``trial_ids``) that describe, logs and cancel take."""
+
+    #: the environment variable holding a task's index in the array
+    array_index_env: str = ""
+    #: whether the backend bounds how many tasks run at once (``max_parallel``)
+    throttles_arrays: bool = False
+
+    def can_array(self, app: AppDef) -> bool:
+        """Whether ``app`` can run as array tasks (by default: one role of one replica)."""
+        return len(app.roles) == 1 and app.roles[0].num_replicas == 1
+
+    @abc.abstractmethod
+    def array_request(
+        self, info: AppDryRunInfo[Any], size: int, max_parallel: int | None
+    ) -> AppDryRunInfo[Any]:
+        """The dry run ``info`` made into an array of ``size`` tasks (at most ``max_parallel``
+        at once, where the backend bounds it)."""
+
+    @abc.abstractmethod
+    def trial_ids(self, app_id: str, size: int) -> list[str]:
+        """The id of each task of the array submitted as ``app_id``, in index order."""
+
+
+def trial_output(base: str | None, index: int) -> str | None:
+    """Where array task ``index`` keeps its outputs: a folder of the array's (the cell runner
+    writes and uploads there)."""
+    return None if base is None else f"{base.rstrip('/')}/{index}/"
+
+
 @dataclass(frozen=True)
 class LocalWorkspace:
     """The folder a ``DirWorkspaceMixin`` job runs from, and files generated for the job (the

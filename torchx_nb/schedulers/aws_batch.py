@@ -7,6 +7,7 @@ settings (``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``, profiles) apply."""
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import re
 from collections.abc import Iterable, Iterator
@@ -22,6 +23,7 @@ from torchx_nb.schedulers.api import (
     Scheduler,
     StoresOutputs,
     Stream,
+    SubmitsArrays,
     TypedOptions,
     filter_regex,
     output_env,
@@ -82,6 +84,7 @@ class BatchJob:
     job_def: dict[str, Any]
     tags: dict[str, str]
     outputs: str | None = None  # where the job uploads $TORCHX_OUTPUT_DIR (output_path)
+    array_size: int | None = None  # an array job of this many tasks (a sweep's trials)
 
     def submit_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {
@@ -90,6 +93,8 @@ class BatchJob:
             "jobDefinition": self.name,
             "tags": self.tags,
         }
+        if self.array_size:
+            args["arrayProperties"] = {"size": self.array_size}
         if self.share_id:
             args["shareIdentifier"] = self.share_id
             args["schedulingPriorityOverride"] = self.priority
@@ -171,9 +176,13 @@ class AwsBatchScheduler(
     WorkspaceMixin,
     DescribesMany,
     StoresOutputs,
+    SubmitsArrays,
     Scheduler[AwsBatchOpts],
 ):
-    """Multinode AWS Batch jobs; lists every queue without the 100-job cap."""
+    """Multinode AWS Batch jobs; lists every queue without the 100-job cap. A sweep's trials
+    go as one array job, each child ``QUEUE:NAME:INDEX``."""
+
+    array_index_env = "AWS_BATCH_JOB_ARRAY_INDEX"
 
     service = "batch"
     opts_type = AwsBatchOpts
@@ -194,6 +203,26 @@ class AwsBatchScheduler(
 
     def output_url(self, app_id: str, request: BatchJob) -> str | None:
         return request.outputs
+
+    def array_request(
+        self, info: AppDryRunInfo[BatchJob], size: int, max_parallel: int | None
+    ) -> AppDryRunInfo[BatchJob]:
+        """An array job (``arrayProperties.size``) of a container job definition: AWS Batch
+        runs no array of multi-node jobs, and the app is one node. The queue's compute
+        environment bounds how many run at once."""
+        job = info.request
+        node = job.job_def["nodeProperties"]["nodeRangeProperties"][0]["container"]
+        container = {k: v for k, v in node.items() if k != "instanceType"}
+        container["environment"] = [
+            e for e in container["environment"] if e["name"] != "TORCHX_RANK0_HOST"
+        ]
+        job_def = {k: v for k, v in job.job_def.items() if k not in ("nodeProperties", "type")}
+        job_def.update(type="container", containerProperties=container)
+        return AppDryRunInfo(dataclasses.replace(job, job_def=job_def, array_size=size), _fmt)
+
+    def trial_ids(self, app_id: str, size: int) -> list[str]:
+        """``QUEUE:NAME:INDEX``: the child jobs ``PARENTID:INDEX`` of the array."""
+        return [f"{app_id}:{i}" for i in range(size)]
 
     def _validate(self, app: AppDef, scheduler: str, cfg: AwsBatchOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
@@ -350,6 +379,10 @@ class AwsBatchScheduler(
     def _job_id(self, app_id: str) -> str | None:
         if app_id in self._job_ids:
             return self._job_ids[app_id]
+        parent, _, index = app_id.rpartition(":")
+        if ":" in parent and index.isdigit():  # an array's child: QUEUE:NAME:INDEX
+            parent_id = self._job_id(parent)
+            return f"{parent_id}:{index}" if parent_id else None
         queue, _, name = app_id.partition(":")
         paginator = self.client.get_paginator("list_jobs")
         pages = paginator.paginate(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}])
@@ -397,7 +430,10 @@ class AwsBatchScheduler(
         region = self.client.meta.region_name
         roles: dict[str, Role] = {}
         replicas: dict[str, list[ReplicaStatus]] = {}
-        for rng in (job.get("nodeProperties") or {}).get("nodeRangeProperties", []):
+        ranges = (job.get("nodeProperties") or {}).get("nodeRangeProperties", [])
+        if not ranges and job.get("container"):  # a container job (an array's child)
+            ranges = [{"targetNodes": "0", "container": job["container"]}]
+        for rng in ranges:
             c = rng.get("container", {})
             env = {e["name"]: e["value"] for e in c.get("environment", [])}
             name = env.get("TORCHX_ROLE_NAME", "node")
@@ -428,7 +464,11 @@ class AwsBatchScheduler(
             num_restarts=max(len(job.get("attempts", [])) - 1, 0),
             ui_url=(
                 f"https://{region}.console.aws.amazon.com/batch/home?region={region}"
-                f"#jobs/mnp-job/{job['jobId']}"
+                + (
+                    f"#jobs/mnp-job/{job['jobId']}"
+                    if job.get("nodeProperties")
+                    else f"#jobs/detail/{job['jobId']}"
+                )
             ),
             roles=list(roles.values()),
             roles_statuses=[RoleStatus(n, reps) for n, reps in replicas.items()],
@@ -515,6 +555,8 @@ class AwsBatchScheduler(
         return filter_regex(regex, lines) if regex else lines
 
     def _stream_name(self, job: dict[str, Any], role_name: str, k: int) -> str | None:
+        if not job.get("nodeProperties"):  # a container job: its own stream
+            return _log_stream(job)
         start = 0
         for rng in (job.get("nodeProperties") or {}).get("nodeRangeProperties", []):
             env = {e["name"]: e["value"] for e in rng.get("container", {}).get("environment", [])}
@@ -523,14 +565,7 @@ class AwsBatchScheduler(
                 start = int(lo or 0)
                 break
         node_jobs = self._describe_jobs([f"{job['jobId']}#{start + k}"])
-        target = node_jobs[0] if node_jobs else job
-        if target.get("status") == "RUNNING" and target.get("container", {}).get("logStreamName"):
-            return str(target["container"]["logStreamName"])
-        attempts = target.get("attempts") or []
-        if attempts and attempts[-1].get("container", {}).get("logStreamName"):
-            return str(attempts[-1]["container"]["logStreamName"])
-        name = target.get("container", {}).get("logStreamName")
-        return str(name) if name else None
+        return _log_stream(node_jobs[0] if node_jobs else job)
 
     def _log_lines(
         self,
@@ -559,6 +594,17 @@ class AwsBatchScheduler(
                 return
             if tail_wait(1.0):
                 return
+
+
+def _log_stream(target: dict[str, Any]) -> str | None:
+    """The CloudWatch stream of one node's (or container job's) latest attempt."""
+    if target.get("status") == "RUNNING" and target.get("container", {}).get("logStreamName"):
+        return str(target["container"]["logStreamName"])
+    attempts = target.get("attempts") or []
+    if attempts and attempts[-1].get("container", {}).get("logStreamName"):
+        return str(attempts[-1]["container"]["logStreamName"])
+    name = target.get("container", {}).get("logStreamName")
+    return str(name) if name else None
 
 
 def create_scheduler(

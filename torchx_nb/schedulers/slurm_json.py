@@ -119,6 +119,31 @@ class Job:
     components: list[Component] = field(default_factory=list)
 
 
+def _array_of(raw: dict[str, Any], accounting: bool) -> tuple[int | None, int | None, str]:
+    """(array job id, task index, pending task ranges) of a record; Nones for a plain job.
+    squeue keeps an array's pending tasks in one record (``array_task_string``: ``2-9%2``)."""
+    if accounting:
+        array = raw.get("array") or {}
+        parent = number(array.get("job_id"))
+        task = number(array.get("task_id"))
+        return (parent or None), (task if parent else None), ""
+    parent = number(raw.get("array_job_id"))
+    if not parent:
+        return None, None, ""
+    return parent, number(raw.get("array_task_id")), str(raw.get("array_task_string") or "")
+
+
+def task_range(text: str) -> list[int]:
+    """The indexes in squeue's ``array_task_string`` (``[2-9%2]``, ``1,4-5``)."""
+    out: list[int] = []
+    for part in text.strip("[]").split("%", 1)[0].split(","):
+        first, _, last = part.partition("-")
+        if first.strip().isdigit():
+            stop = int(last) if last.strip().isdigit() else int(first)
+            out.extend(range(int(first), min(stop, int(first) + 100_000) + 1))
+    return out
+
+
 def _component(raw: dict[str, Any], accounting: bool) -> tuple[int, Component]:
     job_id = number(raw.get("job_id")) or 0
     if accounting:
@@ -166,19 +191,27 @@ def _component(raw: dict[str, Any], accounting: bool) -> tuple[int, Component]:
     return leader, comp
 
 
-def parse_jobs(doc: dict[str, Any], accounting: bool = False) -> dict[int, Job]:
+def parse_jobs(doc: dict[str, Any], accounting: bool = False) -> dict[str, Job]:
     """Jobs of a ``squeue --json`` document (``accounting=False``) or a ``sacct --json`` one,
-    keyed by leader id. sacct lists a requeued job once per run; the last run wins."""
-    jobs: dict[int, Job] = {}
+    keyed by the id ``sbatch`` printed (the leader's), an array's tasks by ``ARRAYID_INDEX``
+    (the pending ones too). sacct lists a requeued job once per run; the last run wins."""
+    jobs: dict[str, Job] = {}
     for raw in doc.get("jobs") or []:
         if not isinstance(raw, dict):
             continue
         leader, comp = _component(raw, accounting)
         if not leader:
             continue
-        job = jobs.setdefault(leader, Job(leader))
-        job.components = [c for c in job.components if c.offset != comp.offset]
-        job.components.append(comp)
+        parent, task, pending = _array_of(raw, accounting)
+        if parent is not None:
+            keys = [f"{parent}_{task}"] if task is not None else []
+            keys += [f"{parent}_{i}" for i in task_range(pending)]
+        else:
+            keys = [str(leader)]
+        for key in keys:
+            job = jobs.setdefault(key, Job(leader))
+            job.components = [c for c in job.components if c.offset != comp.offset]
+            job.components.append(comp)
     for job in jobs.values():
         job.components.sort(key=lambda c: c.offset)
     return jobs

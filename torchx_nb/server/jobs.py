@@ -59,6 +59,19 @@ def notebook_path(notebook: str | None, root_dir: str | None) -> str | None:
         return None
 
 
+def _params(text: str | None) -> dict[str, Any] | None:
+    """A trial's parameters (masked), or None for a job that is not a sweep's trial."""
+    import json
+
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return redact(value) if isinstance(value, dict) else None
+
+
 class JobService:
     """The job store and a Runner, shared by every request of one server."""
 
@@ -162,6 +175,9 @@ class JobService:
             "notebook_path": notebook_path(rec.notebook, self.root_dir),
             "image": rec.image,
             "msg": redact_text(rec.msg or ""),
+            "sweep": rec.sweep,
+            "trial": rec.trial,
+            "params": _params(rec.params),
         }
 
     def counts(self) -> dict[str, int]:
