@@ -28,7 +28,7 @@ BAD_LINES = [
     ("%torchx status not-a-handle", "not-a-handle"),
     ("%torchx log 'unterminated", "check the quotes"),
     ("%torchx runopts nosuch", "unknown scheduler 'nosuch'"),
-    ("%%torchx status\nprint(1)", "only `%%torchx run [options]` takes a cell body"),
+    ("%%torchx status\nprint(1)", "only `%%torchx run` and `%%torchx sweep` take a cell body"),
     ("%%torchx run --env NOEQUALS\nprint(1)", "--env expects K=V"),
     ("%%torchx run --env 1A=x\nprint(1)", "not a variable name"),
     ("%%torchx run -o 1bad\nprint(1)", "-o needs a Python variable name, got '1bad'"),

@@ -300,7 +300,7 @@ def test_finished_jobs_come_from_sacct_and_list(slurm_env: SlurmCluster) -> None
     # what describe does once squeue has forgotten the job: one sacct call
     finished = sched._sacct([job])
     assert finished is not None
-    assert combined_state(c.state for c in finished[int(job)].components) == AppState.SUCCEEDED
+    assert combined_state(c.state for c in finished[job].components) == AppState.SUCCEEDED
     # slurmdbd may list a job a moment after it answers for it by id
     rows: dict[str, ListAppResponse] = wait_for(  # type: ignore[assignment]
         lambda: {r.app_id: r for r in sched.list() if r.app_id == job}, timeout=30
