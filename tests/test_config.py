@@ -166,3 +166,21 @@ def test_placeholder_is_truncated_as_in_torchx() -> None:
     line = buf.getvalue().splitlines()[1]
     assert line.startswith("queue = #FIXME:(str) a very long help")
     assert line.endswith("...") and len(line) == len("queue = ") + 63
+
+
+def test_default_config_dirs_is_honoured_once_set(
+    homes: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Setting ``config.DEFAULT_CONFIG_DIRS`` (TorchX's public list) chooses the folders; left
+    as imported, home and the current folder are read as they are at each call."""
+    home, cwd = homes
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for folder in (home, cwd, elsewhere):
+        (folder / ".torchxconfig").write_text(f"[s]\nqueue = {folder.name}\n")
+    assert config.find_configs() == [str(home / ".torchxconfig"), str(cwd / ".torchxconfig")]
+    monkeypatch.chdir(elsewhere)  # a notebook's %cd: the new current folder is read
+    assert config.find_configs()[-1] == str(elsewhere / ".torchxconfig")
+    monkeypatch.setattr(config, "DEFAULT_CONFIG_DIRS", [str(cwd)])
+    assert config.find_configs() == [str(cwd / ".torchxconfig")]
+    assert config.apply_runopts("s", {}, opts()) == {"queue": "cwd"}

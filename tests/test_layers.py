@@ -109,6 +109,7 @@ RANKS = {
     "joblist": 6,
     "run_args": 6,
     "sweeps": 6,
+    "testing": 6,
     "notebook": 7,
     "server": 7,
     "cli": 7,

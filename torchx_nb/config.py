@@ -33,6 +33,18 @@ CONFIG_FILE = ".torchxconfig"
 CONFIG_PREFIX_DELIM = ":"
 ENV_TORCHXCONFIG = "TORCHXCONFIG"
 DEFAULT_CONFIG_DIRS = [str(Path.home()), str(Path.cwd())]
+_IMPORTED_DIRS = list(DEFAULT_CONFIG_DIRS)
+
+
+def default_dirs() -> list[str]:
+    """Where config files are looked for: ``DEFAULT_CONFIG_DIRS`` once a program sets it (as
+    TorchX reads it); until then home and the current folder as they are now, so a notebook's
+    ``%cd`` takes effect (TorchX fixes the current folder at import)."""
+    if DEFAULT_CONFIG_DIRS != _IMPORTED_DIRS:
+        return [str(d) for d in DEFAULT_CONFIG_DIRS]
+    return [str(Path.home()), str(Path.cwd())]
+
+
 _NONE = "None"
 
 
@@ -46,7 +58,7 @@ class ConfigNotFoundError(ConfigError, FileNotFoundError):
 
 def find_configs(dirs: Iterable[str | os.PathLike[str]] | None = None) -> list[str]:
     """The config files in effect, highest precedence first: ``$TORCHXCONFIG`` alone when set,
-    else ``.torchxconfig`` in each of ``dirs`` (default: home, then the current folder)."""
+    else ``.torchxconfig`` in each of ``dirs`` (default: ``default_dirs()``)."""
     explicit = os.environ.get(ENV_TORCHXCONFIG)
     if explicit is not None:
         if not explicit:
@@ -57,7 +69,7 @@ def find_configs(dirs: Iterable[str | os.PathLike[str]] | None = None) -> list[s
                 f"{ENV_TORCHXCONFIG}={explicit} does not exist: create it or unset the variable"
             )
         return [str(path)]
-    candidates = [Path(d) / CONFIG_FILE for d in (dirs or [Path.home(), Path.cwd()])]
+    candidates = [Path(d) / CONFIG_FILE for d in (dirs or default_dirs())]
     seen: set[Path] = set()
     out: list[str] = []
     for c in candidates:

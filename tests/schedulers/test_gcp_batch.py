@@ -586,3 +586,31 @@ def test_a_sweep_runs_one_job_per_trial(gcp_env: GcpFake, base_images: dict[str,
             (0, '{"word": "alpha"}'),
             (1, '{"word": "beta"}'),
         ]
+
+
+def test_replica_id_in_a_command_is_each_tasks_index(
+    gcp_env: GcpFake, base_images: dict[str, str]
+) -> None:
+    """GCP Batch runs container commands without a shell: a ``${replica_id}`` in one runs
+    under ``/bin/sh -c`` so each task's program receives its own index."""
+    from torchx_nb.schedulers.gcp_batch import task_command
+
+    assert task_command(["echo", "plain"]) == ["echo", "plain"]
+    assert task_command(["echo", "idx=$BATCH_TASK_INDEX", "it's"]) == [
+        "/bin/sh",
+        "-c",
+        "exec echo idx=\"$BATCH_TASK_INDEX\"'' 'it'\"'\"'s'",
+    ]
+    role = specs.Role(
+        "r",
+        base_images["busybox"],
+        entrypoint="echo",
+        args=[f"task {specs.macros.replica_id} of 2; $HOME stays"],
+        num_replicas=2,
+        resource=specs.Resource(1, 0, 64),
+    )
+    sched = GcpBatchScheduler("torchx")
+    app_id = sched.submit(specs.AppDef("idx", roles=[role]), {})
+    wait_for(lambda: sched.describe(app_id).state == AppState.SUCCEEDED, 90)  # type: ignore[union-attr]
+    logs = sorted("".join(sched.log_iter(app_id, "r", k)) for k in (0, 1))
+    assert logs == ["task 0 of 2; $HOME stays\n", "task 1 of 2; $HOME stays\n"]

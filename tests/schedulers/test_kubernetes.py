@@ -403,3 +403,55 @@ def test_a_sweep_runs_one_job_per_trial(kube_env: KubeFake, base_images: dict[st
         assert [s.state if s else None for s in statuses] == [AppState.SUCCEEDED] * 3
         logs = ["".join(runner.log_lines(h, "sh", 0)) for h in sw.handles]  # type: ignore[arg-type]
         assert logs == [f"n={n} env={n}\n" for n in (1, 2, 3)]
+
+
+def test_torchx_compatible_request_details() -> None:
+    """Devices only in the limits (no hostPath of device files, no privileged pod); a REPLICA
+    role gets no job-level restart; role names lose their invalid characters as in TorchX; no
+    queue is one line from the dry run itself; InvalidRunConfigException is a ValueError."""
+    efa = specs.Resource(cpu=2, gpu=0, memMB=1024, devices={"vpc.amazonaws.com/efa": 2})
+    a = app(resource=efa, max_retries=1)
+    a.roles[0].name = "worker_Pool"
+    a.roles[0].retry_policy = specs.RetryPolicy.REPLICA
+    spec = dryrun(a, queue="q").request.resource["spec"]
+    t0, t1 = spec["tasks"]
+    assert [t0["name"], t1["name"]] == ["workerpool-0", "workerpool-1"]
+    assert t0["policies"] == [] and t0["maxRetry"] == 1
+    c = t0["template"]["spec"]["containers"][0]
+    assert c["resources"]["limits"]["vpc.amazonaws.com/efa"] == "2"
+    assert "securityContext" not in c
+    assert [m["mountPath"] for m in c["volumeMounts"]] == ["/dev/shm"]
+    env1 = {e["name"]: e["value"] for e in t1["template"]["spec"]["containers"][0]["env"]}
+    assert env1["RANK0"] == "VC_WORKERPOOL_0_HOSTS"
+    with pytest.raises(ValueError, match="Volcano jobs need a queue: pass -cfg queue=NAME"):
+        dryrun(app())
+
+
+def test_a_local_image_id_is_pushed_to_image_repo(
+    kube_env: KubeFake, docker_env: Any, base_images: dict[str, str], registry: Any
+) -> None:
+    """As TorchX: a role image ``sha256:…`` (a local build) becomes ``IMAGE_REPO:HASH``, is
+    pushed there at submit, and the pod runs it; without image_repo, one line."""
+    import io
+
+    client = docker_env.client()
+    image_id = client.images.build(
+        fileobj=io.BytesIO(
+            f"FROM {base_images['busybox']}\nRUN echo built-locally > /marker\n".encode()
+        ),
+        rm=True,
+    )[0].id
+    assert image_id.startswith("sha256:")
+    a = shell_app("cat /marker", image_id)
+    with pytest.raises(Exception, match="runs the local image sha256:.* pass -cfg image_repo"):
+        dryrun(a, queue="default")
+    repo = f"{registry.host}/k8s/local"
+    info = dryrun(a, queue="default", image_repo=repo)
+    digest = image_id.removeprefix("sha256:")
+    assert info.request.images_to_push == {image_id: (repo, digest)}
+    pod = info.request.resource["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    assert pod["image"] == f"{repo}:{digest}"
+    sched = KubernetesScheduler("torchx")
+    app_id = sched.schedule(info)
+    wait_for(lambda: sched.describe(app_id).state == AppState.SUCCEEDED, 60)  # type: ignore[union-attr]
+    assert list(sched.log_iter(app_id, "r")) == ["built-locally\n"]

@@ -81,7 +81,7 @@ def test_script_has_torchx_shape_and_our_options(monkeypatch: pytest.MonkeyPatch
     assert "# Run with: sbatch --parsable --comment=c\n" in head
     assert "export TORCHX_MAX_RETRIES=1\n" in body
     srun = body.split("srun ", 1)[1].split("\nexitcode=$?")[0]
-    groups = srun.split(" : \\\n    ")
+    groups = srun.split(" :\\\n     ")  # TorchX's continuation: " :\\", a newline, 5 spaces
     assert len(groups) == 3
     assert groups[0].startswith(
         '--output=slurm-"$SLURM_JOB_ID"-a-0.out --error=slurm-"$SLURM_JOB_ID"-a-0.err'

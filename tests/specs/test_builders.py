@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Dict, List  # noqa: UP035  (as component authors write them)
+
 import pytest
 
 from torchx_nb import specs
@@ -166,3 +168,31 @@ def test_make_app_handle_is_importable_from_builders_as_in_torchx() -> None:
     from torchx_nb.specs.builders import make_app_handle
 
     assert make_app_handle("local_cwd", "torchx", "app-1") == "local_cwd://torchx/app-1"
+
+
+def test_typed_list_and_dict_parameters_and_varargs_defaults_as_in_torchx() -> None:
+    """``List[int]``, ``List[float]`` and ``Dict[str, int]`` elements are decoded to their
+    types; a ``[component:NAME]`` default for ``*args`` is split on whitespace when no
+    positional argument is given."""
+
+    def summed(
+        n: List[int],  # noqa: UP006
+        w: List[float],  # noqa: UP006
+        caps: Dict[str, int],  # noqa: UP006
+        *args: str,
+    ) -> specs.AppDef:
+        total = sum(n) + sum(w) + sum(caps.values())
+        return specs.AppDef(
+            "sum", roles=[specs.Role("r", "i", entrypoint="echo", args=[str(total), *args])]
+        )
+
+    app = materialize_appdef(summed, ["--n", "1,2", "--w", "0.5", "--caps", "a=1,b=2"])
+    assert app.roles[0].args == ["6.5"]
+    app = materialize_appdef(summed, ["--n", "1", "--w", "1", "--caps", "a=1"], {"args": "a3 a4"})
+    assert app.roles[0].args == ["3.0", "a3", "a4"]
+    app = materialize_appdef(
+        summed, ["--n", "1", "--w", "1", "--caps", "a=1", "given"], {"args": "a3 a4"}
+    )
+    assert app.roles[0].args == ["3.0", "given"]
+    with pytest.raises(ComponentArgError, match="expected int values, got 'x'"):
+        materialize_appdef(summed, ["--n", "1,x", "--w", "1", "--caps", "a=1"])

@@ -5,7 +5,8 @@ patched with the workspace and pushed to Artifact Registry; logs come from Cloud
 TorchX's names carry over: the request is a ``GCPBatchJob`` whose ``job_def`` is the
 ``batch_v1.Job`` sent, the handle is ``gcp_batch://SESSION/PROJECT:LOCATION:JOB`` and the options
 ``project`` and ``location`` mean what they meant there. Unlike TorchX, ``${replica_id}`` is each
-task's real index (``BATCH_TASK_INDEX`` in commands, the number itself in env values).
+task's real index (in commands ``$BATCH_TASK_INDEX``, expanded by ``/bin/sh -c``, since GCP Batch
+runs a container command without a shell; in env values the number itself).
 
 The Google libraries are imported when a client is first needed. Clients (or credentials) can be
 injected; otherwise credentials come from ``google.auth.default()`` (Application Default
@@ -18,6 +19,7 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import shlex
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -160,6 +162,18 @@ def job_name(app_name: str) -> str:
 def label_value(value: str) -> str:
     """A label value GCP accepts: lowercase letters, digits, ``_`` and ``-``, 63 at most."""
     return re.sub(r"[^a-z0-9_-]", "_", value.lower())[:63]
+
+
+def task_command(words: list[str]) -> list[str]:
+    """The container's command. GCP Batch runs it without a shell, so a ``${replica_id}``
+    (``$BATCH_TASK_INDEX``) in it would reach the program as those characters: such a command
+    runs under ``/bin/sh -c`` (as GCP's own samples do), every word quoted but the index."""
+    if not any(TASK_INDEX in w for w in words):
+        return words
+    quoted = [
+        '"$BATCH_TASK_INDEX"'.join(shlex.quote(part) for part in w.split(TASK_INDEX)) for w in words
+    ]
+    return ["/bin/sh", "-c", "exec " + " ".join(quoted)]
 
 
 def _label_key(key: str) -> str:
@@ -572,7 +586,7 @@ class GcpBatchScheduler(
             options.append(f"--shm-size={res.memMB}m")
         container = batch_v1.Runnable.Container(
             image_uri=r.image,
-            commands=[r.entrypoint, *r.args],
+            commands=task_command([r.entrypoint, *r.args]),
             entrypoint="",
             options=" ".join(["--net host", *options]),
             volumes=binds,

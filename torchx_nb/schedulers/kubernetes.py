@@ -11,6 +11,7 @@ account, and an ``ApiClient`` can be injected."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -32,7 +33,6 @@ from torchx_nb.schedulers.api import (
     output_env,
     upload_target,
 )
-from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import random_id
 from torchx_nb.specs.api import (
     AppDef,
@@ -43,6 +43,7 @@ from torchx_nb.specs.api import (
     InvalidRunConfigException,
     ReplicaStatus,
     Resource,
+    RetryPolicy,
     Role,
     RoleStatus,
     TorchxNbError,
@@ -130,8 +131,9 @@ def _fmt(job: KubernetesJob) -> str:
 
 
 def normalize(name: str) -> str:
-    """A DNS-1123 label from ``name``: lowercase letters, digits and ``-``."""
-    cleaned = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    """A DNS-1123 label from ``name``: lowercase letters, digits and ``-``, other characters
+    deleted as TorchX does (``worker_Pool`` is ``workerpool``)."""
+    cleaned = re.sub(r"[^a-z0-9-]+", "", name.lower()).strip("-")
     return cleaned[:63].rstrip("-") or "app"
 
 
@@ -172,7 +174,9 @@ def _volumes(role: Role) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bo
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     privileged = False
-    for i, m in enumerate([*role.mounts, *get_device_mounts(role.resource.devices)]):
+    # a Resource's devices go in the limits only, where the device plugin assigns them (as in
+    # TorchX): no hostPath of fixed device files, no privileged pod
+    for i, m in enumerate(role.mounts):
         name = f"mount-{i}"
         if isinstance(m, BindMount):
             volumes.append({"name": name, "hostPath": {"path": m.src_path}})
@@ -305,10 +309,15 @@ def volcano_resource(
             }
             if role.max_retries > 0:
                 task["maxRetry"] = role.max_retries
-                task["policies"] = [
-                    {"event": "PodEvicted", "action": "RestartJob"},
-                    {"event": "PodFailed", "action": "RestartJob"},
-                ]
+                # as TorchX: a REPLICA-policy role restarts its own pod only (no job policy)
+                task["policies"] = (
+                    []
+                    if role.retry_policy == RetryPolicy.REPLICA
+                    else [
+                        {"event": "PodEvicted", "action": "RestartJob"},
+                        {"event": "PodFailed", "action": "RestartJob"},
+                    ]
+                )
             if role.min_replicas is not None:
                 task["minAvailable"] = 1 if i < role.min_replicas else 0
             tasks.append(task)
@@ -327,6 +336,44 @@ def volcano_resource(
         "metadata": {"name": name, "labels": _job_labels(app, name)},
         "spec": spec,
     }
+
+
+def local_images(app: AppDef, image_repo: str | None) -> tuple[AppDef, dict[str, tuple[str, str]]]:
+    """As TorchX: a role image that is a local build (``sha256:HASH``, the Docker daemon's id)
+    becomes ``IMAGE_REPO:HASH``, to be pushed there at submit (a pod can never pull a local
+    id); without ``image_repo`` that is one line naming the fix."""
+    images: dict[str, tuple[str, str]] = {}
+    roles = []
+    for role in app.roles:
+        if role.image.startswith("sha256:"):
+            if not image_repo:
+                raise InvalidRunConfigException(
+                    f"role {role.name!r} runs the local image {role.image[:19]}…, which no pod can"
+                    " pull: pass -cfg image_repo=HOST/REPO to push it there",
+                    "image_repo",
+                )
+            tag = role.image.removeprefix("sha256:")
+            images[role.image] = (image_repo, tag)
+            role = dataclasses.replace(role, image=f"{image_repo}:{tag}")
+        roles.append(role)
+    return dataclasses.replace(app, roles=roles), images
+
+
+def push_local_images(images: Mapping[str, tuple[str, str]]) -> None:
+    """Tag each local image and push it to its repository (the Docker daemon's)."""
+    from torchx_nb.workspace.daemon import docker_client
+
+    client = docker_client()
+    for local, (repo, tag) in images.items():
+        try:
+            client.images.get(local).tag(repo, tag)
+            for event in client.images.push(repo, tag, stream=True, decode=True):
+                if "error" in event:
+                    raise TorchxNbError(f"push of {local[:19]}… to {repo} failed: {event['error']}")
+        except TorchxNbError:
+            raise
+        except Exception as e:
+            raise TorchxNbError(f"cannot push {local[:19]}… to {repo}: {e}") from None
 
 
 def _job_labels(app: AppDef, name: str) -> dict[str, str]:
@@ -579,13 +626,20 @@ class KubernetesScheduler(
         name = normalize(f"{normalize(app.name)[:40]}-{random_id()}")
         api = cfg.api or "volcano"
         namespace = cfg.namespace or "default"
+        if api == "volcano" and not cfg.queue:
+            raise InvalidRunConfigException(
+                "Volcano jobs need a queue: pass -cfg queue=NAME (see `kubectl get queues`), or"
+                " -cfg api=indexed",
+                "queue",
+            )
+        app, images = local_images(app, cfg.image_repo)
         outputs = upload_target(cfg.output_path, name, ("s3", "gs"))
         env = output_env(REMOTE_OUTPUT_DIR, outputs) if outputs else {}
         if api == "indexed":
             job, service = indexed_resources(app, name, cfg, env)
-            req = KubernetesJob({}, job, namespace, api, service, outputs)
+            req = KubernetesJob(images, job, namespace, api, service, outputs)
         else:
-            req = KubernetesJob({}, volcano_resource(app, name, cfg, env), namespace, api)
+            req = KubernetesJob(images, volcano_resource(app, name, cfg, env), namespace, api)
             req.outputs = outputs
         return AppDryRunInfo(req, _fmt)
 
@@ -627,6 +681,8 @@ class KubernetesScheduler(
         req = dryrun_info.request
         queue = str(req.resource["spec"].get("queue") or "") if req.api == "volcano" else ""
         self._check_target(req.namespace, queue)
+        if req.images_to_push:
+            push_local_images(req.images_to_push)
         what = f"cannot create {req.namespace}/{req.name}"
         if req.api == "indexed":
             if req.service:

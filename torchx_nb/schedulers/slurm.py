@@ -201,7 +201,7 @@ class SlurmBatchRequest:
         if self.array:  # one task per trial; the cell runner adds the index to the folder
             groups += f"\n#SBATCH --array={self.array}"
             job_id, outputs_id = TASK_ID_VAR, '"$SLURM_ARRAY_JOB_ID"'
-        srun = " : \\\n    ".join(
+        srun = " :\\\n     ".join(  # TorchX: a group, " :\\", a newline, 5 spaces
             " ".join(r.materialize_srun(job_id)) for r in self.replicas.values()
         )
         return f"""#!/bin/bash

@@ -35,8 +35,10 @@ class MalformedAppHandleException(TorchxNbError):
         )
 
 
-class InvalidRunConfigException(TorchxNbError):
-    """A scheduler option is missing, of the wrong type or otherwise invalid."""
+class InvalidRunConfigException(TorchxNbError, ValueError):
+    """A scheduler option is missing, of the wrong type or otherwise invalid. A ValueError
+    too: where TorchX raised ValueError for a bad option (gcp_batch's GPU count, a role
+    without resources), ``except ValueError`` still catches it."""
 
     def __init__(self, invalid_reason: str, cfg_key: str, cfg: Mapping[str, Any] | None = None):
         super().__init__(invalid_reason)

@@ -115,16 +115,46 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _list(text: str) -> list[str]:
-    return [p for p in text.split(",") if p]
+def _element(tp: Any) -> Callable[[str], Any]:
+    """How one element of a list or dict parameter is read: ``int``, ``float``, ``bool`` or
+    ``str`` as annotated (TorchX decodes ``List[int]`` to ints, not strings)."""
+    if tp is bool:
+        return _bool
+    if tp in (int, float):
+
+        def number(text: str) -> Any:
+            try:
+                return tp(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"expected {tp.__name__} values, got {text!r}"
+                ) from None
+
+        return number
+    return str
 
 
-def _dict(text: str) -> dict[str, str]:
+def _list_of(item: Any) -> Callable[[str], list[Any]]:
+    convert = _element(item)
+
+    def parse(text: str) -> list[Any]:
+        return [convert(p) for p in text.split(",") if p]
+
+    return parse
+
+
+def _dict_of(key: Any, value: Any) -> Callable[[str], dict[Any, Any]]:
     """``K=V,K2=V2``; a value may hold commas (``CUDA_VISIBLE_DEVICES=0,1``), as in TorchX."""
-    try:
-        return dict(split_key_values(text))
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs: {e}") from None
+    key_of, value_of = _element(key), _element(value)
+
+    def parse(text: str) -> dict[Any, Any]:
+        try:
+            pairs = split_key_values(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs: {e}") from None
+        return {key_of(k): value_of(v) for k, v in pairs}
+
+    return parse
 
 
 def _converter(tp: Any) -> tuple[Callable[[str], Any], str]:
@@ -135,9 +165,11 @@ def _converter(tp: Any) -> tuple[Callable[[str], Any], str]:
     if tp in (int, float):
         return tp, tp.__name__.upper()
     if origin in (list, typing.List):  # noqa: UP006
-        return _list, "A,B,..."
+        (item,) = typing.get_args(tp) or (str,)
+        return _list_of(_unwrap_optional(item)), "A,B,..."
     if origin in (dict, typing.Dict):  # noqa: UP006
-        return _dict, "K=V,..."
+        key, value = typing.get_args(tp) or (str, str)
+        return _dict_of(_unwrap_optional(key), _unwrap_optional(value)), "K=V,..."
     return str, "STR"
 
 
@@ -220,6 +252,9 @@ def materialize_appdef(
     positional = list(values.pop(var_pos, None) or []) if var_pos else []
     if positional and positional[0] == "--":
         positional = positional[1:]
+    if var_pos and not positional and defaults and defaults.get(var_pos):
+        # as TorchX: a [component:NAME] default for *args, split on whitespace
+        positional = str(defaults[var_pos]).split()
     return _call_component(fn, sig, var_pos, positional, values, prog)
 
 
