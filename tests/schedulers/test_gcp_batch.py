@@ -74,7 +74,12 @@ def test_request_keeps_torchx_shape_with_real_replica_ids() -> None:
     assert spec.runnables[0].script.text == "/sbin/iptables -A INPUT -j ACCEPT"
     c = spec.runnables[1].container
     assert c.image_uri == "img:1" and c.entrypoint == ""
-    assert list(c.commands) == ["bash", "-c", "echo rank $BATCH_TASK_INDEX of $BATCH_TASK_COUNT"]
+    # the index is expanded by /bin/sh before the program runs (GCP Batch uses no shell)
+    assert list(c.commands) == [
+        "/bin/sh",
+        "-c",
+        "exec bash -c 'echo rank '\"$BATCH_TASK_INDEX\"' of $BATCH_TASK_COUNT'",
+    ]
     assert c.options == "--net host --shm-size=2048m"
     env = dict(spec.environment.variables)
     assert env["RANK0"] == "BATCH_MAIN_NODE_HOSTNAME"
