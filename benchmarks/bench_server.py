@@ -1,7 +1,8 @@
 """The server extension under load, with 100,000 jobs in the store (a real Jupyter server):
 
-- first page: ``GET /torchx-nb/api/jobs?per_page=50`` (the very first request after start, and
-  the median of --requests), beside Jupyter's own ``GET /api/status`` on the same server;
+- first page: ``GET /torchx-nb/api/jobs?per_page=50`` (the very first request, a second after
+  the server answers, as the panel asks once JupyterLab's page has loaded; and the median of
+  --requests), beside Jupyter's own ``GET /api/status`` on the same server;
 - Jupyter's ``GET /api/status`` while 10 clients stream events and a hostile regex
   (``(a+)+$`` over lines of a's) is served over and over, beside the same request idle;
 - the server's CPU while idle for --idle seconds: no client, then 10 event clients connected
@@ -137,6 +138,7 @@ def main() -> int:
         try:
             with jupyter_lab(tmp / "lab", env={"TORCHX_NB_DATA_DIR": str(data)}) as lab:
                 client = Client(lab.url, lab.token)
+                time.sleep(1.0)  # the browser loads JupyterLab before the panel asks
                 first_page = client.get_ms(f"{API}/jobs?per_page=50")
                 pages = [client.get_ms(f"{API}/jobs?per_page=50") for _ in range(args.requests)]
                 status_idle = [client.get_ms("/api/status") for _ in range(args.requests)]

@@ -44,6 +44,7 @@ class TorchxNbApp(ExtensionApp):
     def initialize_settings(self) -> None:
         root = getattr(self.serverapp, "root_dir", None)
         self.jobs = JobService(self.local_interval, self.remote_interval, root_dir=root)
+        self.jobs.warm_up()
         self.log.info("torchx_nb: REST API at /torchx-nb/api/")
         if not panel_installed():
             self.log.warning(NO_PANEL)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import os
 import re
 import secrets
@@ -109,6 +110,17 @@ class JobService:
 
                 self._runner = get_runner()
             return self._runner
+
+    def warm_up(self) -> None:
+        """Open the job store and load the runner in the pool while the server starts, so the
+        panel's first request does not pay for it (nothing waits on it: a failure here is met
+        again, and reported, by the first request)."""
+
+        def warm() -> None:
+            with contextlib.suppress(Exception):
+                self.runner.jobstore.counts()
+
+        self._executor.submit(warm)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in the service's thread pool, off the event loop."""
