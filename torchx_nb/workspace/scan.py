@@ -102,9 +102,8 @@ def _trigger() -> Any:
 def _detectors() -> list[Any]:
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
-    classes: dict[str, Any] = {
-        c.__name__: c for c in get_mapping_from_secret_type_to_class().values()
-    }
+    mapping: dict[str, Any] = get_mapping_from_secret_type_to_class()
+    classes = {c.__name__: c for c in mapping.values()}
     return [classes[name]() for name in DETECTORS if name in classes]
 
 
