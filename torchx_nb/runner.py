@@ -329,9 +329,7 @@ class Runner:
 
         scheduler = request.scheduler or self.default_scheduler(request.default_scheduler)
         sched = self.get_scheduler(scheduler)
-        cfg = dict(request.scheduler_defaults.get(scheduler, {}))
-        cfg.update(self.cfg_from_str(scheduler, *request.cfg))
-        opts = self.resolve_opts(scheduler, self.cfg_with_config_files(scheduler, cfg))
+        opts = self.request_opts(request)
         app = self._request_app(request)
         workspace = request.workspace
         if workspace is None:
@@ -418,6 +416,17 @@ class Runner:
                     stacklevel=2,
                 )
         return handles
+
+    def request_opts(self, request: RunRequest) -> Mapping[str, CfgVal]:
+        """The scheduler options ``request`` runs with: the front end's defaults, then
+        ``-cfg``, then ``.torchxconfig``, resolved against the scheduler's runopts."""
+        scheduler = request.scheduler or self.default_scheduler(request.default_scheduler)
+        cfg = dict(request.scheduler_defaults.get(scheduler, {}))
+        cfg.update(self.cfg_from_str(scheduler, *request.cfg))
+        opts: Mapping[str, CfgVal] = self.resolve_opts(
+            scheduler, self.cfg_with_config_files(scheduler, cfg)
+        )
+        return opts
 
     def request_app(self, request: RunRequest) -> AppDef:
         """The AppDef ``request`` names (nothing built): what a sweep checks before it

@@ -1,7 +1,7 @@
 """Sweeps: one cell (or component) run once per point of a parameter grid, watched and
 gathered as one.
 
-A backend that ``SubmitsArrays`` (Slurm, AWS Batch) gets every trial in one native array job:
+A backend that ``SubmitsArrays`` (Slurm, AWS Batch, Kubernetes' Indexed Jobs) gets every trial in one native array job:
 one submit call, one describe per poll round. Elsewhere each trial is a job of its own,
 at most ``max_parallel`` at once (a driver thread submits the next as one ends). Either way
 each trial has its own handle, logs, state and cancel, and the job store records it under its
@@ -384,7 +384,10 @@ def _plan(runner: Runner, request: SweepRequest) -> _Plan:
         isinstance(sched, SubmitsArrays)
         and _is_cell(run)
         and (request.max_parallel is None or sched.throttles_arrays)
-        and sched.can_array(runner.request_app(replace(run, scheduler=scheduler)))
+        and sched.can_array(
+            runner.request_app(replace(run, scheduler=scheduler)),
+            runner.request_opts(replace(run, scheduler=scheduler)),
+        )
     )
     return _Plan(grid.points(), scheduler, sched if use_array else None)  # type: ignore[arg-type]
 

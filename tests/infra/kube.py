@@ -11,14 +11,17 @@ test-infrastructure.md §6); this serves the parts torchx_nb uses, with Kubernet
 - The controller makes a pod per Volcano task (``NAME-TASK-0``, with the ``svc`` plugin's
   ``VC_<TASK>_HOSTS`` variables) or per completion index of an Indexed Job (hostname
   ``NAME-I``, the ``job-completion-index`` annotation and label, ``$(VAR)`` expansion and
-  ``fieldRef`` env), runs each pod's container in dockerd and reports phases, exit codes and
-  logs back through the API. Volcano's ``RestartJob`` policy and a Job's ``backoffLimit`` are
-  honoured.
+  ``fieldRef`` env, ``JOB_COMPLETION_INDEX``), runs each pod's container in dockerd and
+  reports phases, exit codes and logs back through the API. Volcano's ``RestartJob`` policy and a Job's ``backoffLimit`` are
+  honoured, and so are ``parallelism``, ``backoffLimitPerIndex`` (``completedIndexes`` and
+  ``failedIndexes``) and ``podFailurePolicy``'s ``FailIndex`` on the ``DisruptionTarget`` an
+  eviction (``pods/NAME/eviction``) gives a pod.
 
 Where it differs from a cluster: every pod shares this machine's network and pid namespace, and
 pod DNS names (``NAME-0.NAME``) resolve to 127.0.0.1 through the container's hosts file; there
 is no scheduler, no node, no image pull secret check, no Volcano gang scheduling (pods start as
-soon as they are made); when a pod fails for good, the others are stopped."""
+soon as they are made); when a pod fails for good, the others are stopped (but for
+``backoffLimitPerIndex``)."""
 
 from __future__ import annotations
 
@@ -203,12 +206,14 @@ class KubeFake:
         (r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$", "job"),
         (r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$", "service"),
         (r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$", "pod"),
+        (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$", "eviction"),
     ]
     _PLURAL = {
         "vcjob": "jobs.batch.volcano.sh",
         "job": "jobs.batch",
         "service": "services",
         "pod": "pods",
+        "eviction": "pods/eviction",
     }
 
     def _route(
@@ -245,6 +250,9 @@ class KubeFake:
             )
         if ns not in self.namespaces:
             raise Status(404, "NotFound", f'namespaces "{ns}" not found')
+        if kind == "eviction":
+            self._evict(ns, name)
+            return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
         if verb == "create":
             return 201, self._create(kind, ns, body)
         if verb == "list":
@@ -306,6 +314,20 @@ class KubeFake:
             else:
                 self._drop_owned(kind, ns, name)
                 self.objects.pop((kind, ns, name), None)
+
+    def _evict(self, ns: str, name: str) -> None:
+        """The Eviction API: the pod gets the ``DisruptionTarget`` condition, is stopped, ends
+        ``Failed`` and leaves the API (its owner's controller still counts it, as the Job
+        controller's tracking finalizer lets it)."""
+        with self.lock:
+            pod = self.pods.get((ns, name))
+            if pod is None or ("pod", ns, name) not in self.objects:
+                raise Status(404, "NotFound", f'pods "{name}" not found')
+            self.objects.pop(("pod", ns, name), None)
+        self._kill(pod, failed=True)
+        pod.obj["status"]["conditions"] = [
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+        ]
 
     def _drop_owned(self, kind: str, ns: str, name: str) -> None:
         for key, pod in list(self.pods.items()):
@@ -437,6 +459,9 @@ class KubeFake:
         by_index: dict[int, list[Pod]] = {}
         for p in pods:
             by_index.setdefault(int(p.obj["metadata"]["labels"][INDEX_KEY]), []).append(p)
+        if "backoffLimitPerIndex" in spec:
+            self._advance_per_index(ns, name, obj, by_index)
+            return
         n = int(spec.get("completions") or 1)
         failed = sum(1 for p in pods if p.obj["status"].get("phase") == "Failed")
         status["failed"] = failed
@@ -464,23 +489,89 @@ class KubeFake:
             if any(p.obj["status"].get("phase") in ("Pending", "Running") for p in mine):
                 active += 1
                 continue
-            pod_name = f"{name}-{i}-{secrets.token_hex(3)}"
-            self._make_pod(
-                ("job", name),
-                ns,
-                pod_name,
-                spec["template"],
-                {},
-                hostname=f"{name}-{i}",
-                subdomain=spec["template"]["spec"].get("subdomain", ""),
-                index=i,
-                indexed=True,
-            )
+            self._make_index_pod(ns, name, spec, i)
             active += 1
         status["active"], status["succeeded"] = active, succeeded
         if succeeded == n:
             status["conditions"] = [{"type": "Complete", "status": "True"}]
             status["completionTime"] = _now()
+
+    def _advance_per_index(
+        self, ns: str, name: str, obj: dict[str, Any], by_index: dict[int, list[Pod]]
+    ) -> None:
+        """``backoffLimitPerIndex``: each index retries on its own and fails on its own (a
+        pod matching a ``FailIndex`` rule of ``podFailurePolicy`` fails its index at once);
+        the Job ends when every index has, ``Failed`` (reason ``FailedIndexes``) if any did.
+        At most ``parallelism`` pods run at once."""
+        spec, status = obj["spec"], obj["status"]
+        limit = int(spec["backoffLimitPerIndex"])
+        fail_index_on = {
+            c["type"]
+            for r in (spec.get("podFailurePolicy") or {}).get("rules", [])
+            if r.get("action") == "FailIndex"
+            for c in r.get("onPodConditions", [])
+        }
+        done, failed, active = set(), set(), 0
+        for i, mine in by_index.items():
+            phases = [p.obj["status"].get("phase") for p in mine]
+            conditions = {c["type"] for p in mine for c in p.obj["status"].get("conditions") or []}
+            if "Succeeded" in phases:
+                done.add(i)
+            elif conditions & fail_index_on or phases.count("Failed") > limit:
+                failed.add(i)
+            elif "Pending" in phases or "Running" in phases:
+                active += 1
+        n = int(spec.get("completions") or 1)
+        for i in range(n):
+            if active >= int(spec.get("parallelism") or n):
+                break
+            mine = by_index.get(i, [])
+            if (
+                i in done
+                or i in failed
+                or any(p.obj["status"].get("phase") in ("Pending", "Running") for p in mine)
+            ):
+                continue
+            self._make_index_pod(ns, name, spec, i)
+            active += 1
+        status.update(
+            active=active,
+            succeeded=len(done),
+            failed=sum(
+                1
+                for mine in by_index.values()
+                for p in mine
+                if p.obj["status"].get("phase") == "Failed"
+            ),
+            completedIndexes=",".join(map(str, sorted(done))),
+            failedIndexes=",".join(map(str, sorted(failed))),
+        )
+        if len(done) + len(failed) == n:
+            status["conditions"] = [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "FailedIndexes",
+                    "message": "Job has failed indexes",
+                }
+                if failed
+                else {"type": "Complete", "status": "True"}
+            ]
+            status["completionTime"] = _now()
+
+    def _make_index_pod(self, ns: str, name: str, spec: dict[str, Any], i: int) -> None:
+        """A new pod for completion index ``i`` of the Indexed Job ``name``."""
+        self._make_pod(
+            ("job", name),
+            ns,
+            f"{name}-{i}-{secrets.token_hex(3)}",
+            spec["template"],
+            {},
+            hostname=f"{name}-{i}",
+            subdomain=spec["template"]["spec"].get("subdomain", ""),
+            index=i,
+            indexed=True,
+        )
 
     def _make_pod(
         self,
@@ -501,6 +592,7 @@ class KubeFake:
         if indexed:
             meta["labels"][INDEX_KEY] = str(index)
             meta["annotations"][INDEX_KEY] = str(index)
+            extra_env = {**extra_env, "JOB_COMPLETION_INDEX": str(index)}
         spec = json.loads(json.dumps(template["spec"]))
         spec.update({"hostname": hostname, "subdomain": subdomain, "nodeName": "fake-node"})
         obj = {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}

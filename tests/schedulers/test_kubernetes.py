@@ -345,6 +345,15 @@ def test_an_unknown_app_and_a_refused_token(
         KubernetesScheduler("torchx").describe("default:x")
 
 
+def s3_cell(source: str, image: str, aws_env: Any) -> specs.AppDef:
+    """A cell whose pod uploads to moto's S3 with boto3 lent by this machine's Python
+    (host-path volumes)."""
+    mounts, path = host_python_mounts()
+    return cell(
+        source=source, image=image, memMB=256, mounts=mounts, env={"PATH": path, **aws_env.env}
+    )
+
+
 def test_cell_results_and_outputs_come_back_through_an_object_store(
     kube_env: KubeFake, aws_env: Any, python_in_registry: str, registry: Any, tmp_path: Path
 ) -> None:
@@ -355,7 +364,6 @@ def test_cell_results_and_outputs_come_back_through_an_object_store(
     aws_env.client("s3").create_bucket(
         Bucket="k8s-results", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
     )
-    mounts, path = host_python_mounts()
     ws = tmp_path / "ws"
     ws.mkdir()
     cfg = {
@@ -365,13 +373,7 @@ def test_cell_results_and_outputs_come_back_through_an_object_store(
         "quiet": True,
         "output_path": "s3://k8s-results/runs",
     }
-    a = cell(
-        source=RESULT_CELL,
-        image=python_in_registry,
-        memMB=256,
-        mounts=mounts,
-        env={"PATH": path, **aws_env.env},
-    )
+    a = s3_cell(RESULT_CELL, python_in_registry, aws_env)
     with get_runner() as runner:
         handle = runner.run(a, "kubernetes", cfg, workspace=str(ws))
         assert_round_trip(runner, handle, tmp_path / "dl")
@@ -379,9 +381,105 @@ def test_cell_results_and_outputs_come_back_through_an_object_store(
         assert rec is not None and rec.outputs and rec.outputs.startswith("s3://k8s-results/runs/")
 
 
+def test_an_array_is_one_indexed_job_of_one_replica_trials() -> None:
+    """A sweep under api=indexed: one Job, a completion index per trial, each trial replica 0
+    of its own run; indexes fail on their own, and an evicted pod fails its index for good."""
+    from torchx_nb.schedulers.kubernetes import parse_trial_id
+
+    sched = KubernetesScheduler("torchx")
+    one = app(n=1, max_retries=2)
+    assert sched.can_array(one, {"api": "indexed"})
+    assert not sched.can_array(one, {"queue": "q"})  # Volcano: a job per trial
+    assert not sched.can_array(app(n=2), {"api": "indexed"})
+    info = sched.array_request(dryrun(one, api="indexed"), 4, None)
+    job = info.request.resource
+    assert info.request.service is None and job["kind"] == "Job"
+    spec = job["spec"]
+    assert (spec["completions"], spec["parallelism"], spec["backoffLimitPerIndex"]) == (4, 4, 2)
+    assert "backoffLimit" not in spec
+    assert spec["podFailurePolicy"]["rules"] == [
+        {
+            "action": "FailIndex",
+            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+        }
+    ]
+    env = {e["name"]: e.get("value") for e in spec["template"]["spec"]["containers"][0]["env"]}
+    assert env["TORCHX_REPLICA_ID"] == "0" and "TORCHX_RANK0_HOST" not in env
+    assert "subdomain" not in spec["template"]["spec"]
+    assert sched.array_index_env == "JOB_COMPLETION_INDEX"
+    assert sched.trial_ids("ns:job", 2) == ["ns:job:0", "ns:job:1"]
+    assert parse_trial_id("ns:job:12") == ("ns", "job", 12)
+    assert parse_trial_id("ns:job") == ("ns", "job", None)
+    for bad in ("ns:job:1:2", "ns:job:-1", "ns:Job:1", "ns:job:1234567"):
+        with pytest.raises(ValueError, match="not a kubernetes app id"):
+            parse_trial_id(bad)
+
+
+def test_a_sweep_is_one_indexed_job_whose_trials_end_and_cancel_on_their_own(
+    kube_env: KubeFake, aws_env: Any, python_in_registry: str, registry: Any, tmp_path: Path
+) -> None:
+    """-cfg api=indexed: one Indexed Job holds every trial; each has its own state, log and
+    result (uploaded to moto's S3); a trial that raises fails alone, and cancelling one trial
+    evicts its pod and leaves the others running to their end."""
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import SweepRequest, start
+
+    aws_env.client("s3").create_bucket(
+        Bucket="k8s-sweeps", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = (
+        "import os, time\n"
+        "print('trial lr', os.environ['TORCHX_PARAM_LR'], flush=True)\n"
+        "if lr > 1:\n"
+        "    time.sleep(600)\n"
+        "if lr > 0.5:\n"
+        "    raise ValueError('lr too high')\n"
+        "lr * 10\n"
+    )
+    cfg = [
+        f"api=indexed,image_repo={registry.host}/k8s/sweeps,builder=registry,quiet=True",
+        "output_path=s3://k8s-sweeps/runs",
+    ]
+    a = s3_cell(source, python_in_registry, aws_env)
+    before = {k for k in kube_env.objects if k[0] == "job"}
+    with get_runner() as runner:
+        request = SweepRequest(
+            RunRequest(app=a, scheduler="kubernetes", cfg=cfg, workspace=str(ws)),
+            {"lr": [0.1, 0.2, 0.9, 5]},
+        )
+        sw = start(runner, request)
+        assert sw.array
+        ids = [h.rsplit("/", 1)[1] for h in sw.handles]  # type: ignore[union-attr]
+        job_id = ids[0].rsplit(":", 1)[0]
+        assert ids == [f"{job_id}:{i}" for i in range(4)]
+        slow = sw.handles[3]
+        assert slow is not None
+        wait_for(lambda: "trial lr 5" in "".join(runner.log_lines(slow, "cell", 0)), 120, 0.5)
+        runner.cancel(slow)
+        statuses = sw.wait(timeout=180)
+        assert [s.state if s else None for s in statuses] == [
+            AppState.SUCCEEDED,
+            AppState.SUCCEEDED,
+            AppState.FAILED,
+            AppState.CANCELLED,
+        ], statuses
+        frame = sw.results()
+        assert list(frame["result"][:2]) == [1.0, 2.0]
+        assert frame["error"][2] == "raised ValueError: lr too high"
+        assert "trial lr 0.2" in "".join(runner.log_lines(sw.handles[1], "cell", 0))  # type: ignore[arg-type]
+    namespace, name = parse_app_id(job_id)
+    jobs = {k for k in kube_env.objects if k[0] == "job"} - before
+    assert jobs == {("job", namespace, name)}  # one Job holds the four trials
+    status = kube_env.objects[("job", namespace, name)]["status"]
+    assert (status["completedIndexes"], status["failedIndexes"]) == ("0,1", "2,3")
+    assert any(r.startswith("POST /api/v1/namespaces/default/pods/") for r in kube_env.requests)
+
+
 def test_a_sweep_runs_one_job_per_trial(kube_env: KubeFake, base_images: dict[str, str]) -> None:
-    """Kubernetes: one job per trial (under --max-parallel), each trial's value in its
-    arguments and in $TORCHX_PARAM_<NAME>."""
+    """Kubernetes under Volcano: one job per trial (under --max-parallel), each trial's value
+    in its arguments and in $TORCHX_PARAM_<NAME>."""
     from torchx_nb.runner import RunRequest
     from torchx_nb.sweeps import SweepRequest, start
 

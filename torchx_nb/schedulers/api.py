@@ -293,7 +293,7 @@ class StoresOutputs(abc.ABC):
 
 class SubmitsArrays(abc.ABC):
     """Ability: the trials of a sweep go as one native array job (Slurm's ``--array``, an AWS
-    Batch array job): one submit call for all of them, and one describe call per poll round.
+    Batch array job, a Kubernetes Indexed Job): one submit call for all of them, and one describe call per poll round.
     Each task finds its index in the variable ``array_index_env`` names; each trial keeps an
     id of its own (``trial_ids``) that describe, logs and cancel take."""
 
@@ -302,8 +302,9 @@ class SubmitsArrays(abc.ABC):
     #: whether the backend bounds how many tasks run at once (``max_parallel``)
     throttles_arrays: bool = False
 
-    def can_array(self, app: AppDef) -> bool:
-        """Whether ``app`` can run as array tasks (by default: one role of one replica)."""
+    def can_array(self, app: AppDef, cfg: Mapping[str, Any]) -> bool:
+        """Whether ``app`` can run as array tasks with options ``cfg`` (by default: one role
+        of one replica)."""
         return len(app.roles) == 1 and app.roles[0].num_replicas == 1
 
     @abc.abstractmethod

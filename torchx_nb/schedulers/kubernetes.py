@@ -1,6 +1,7 @@
 """``kubernetes``: an app becomes a Volcano job (TorchX's ``vcjob``: a task per replica) or, on
 the many clusters without Volcano, a plain ``batch/v1`` Indexed Job with a headless Service for
-rendezvous (``-cfg api=indexed``); images are patched with the workspace and pushed to
+rendezvous (``-cfg api=indexed``). With ``api=indexed`` a sweep's trials are one Indexed Job,
+each completion index a trial ``NAMESPACE:NAME:INDEX``; images are patched with the workspace and pushed to
 ``image_repo``; logs come from the pod log API.
 
 TorchX's names carry over: the request is a ``KubernetesJob`` (``resource``, ``images_to_push``),
@@ -27,6 +28,7 @@ from torchx_nb.schedulers.api import (
     Scheduler,
     StoresOutputs,
     Stream,
+    SubmitsArrays,
     TypedOptions,
     filter_regex,
     on_tail_stop,
@@ -143,6 +145,68 @@ def parse_app_id(app_id: str) -> tuple[str, str]:
     if not sep or not _NAME_RE.match(namespace) or not _NAME_RE.match(name):
         raise ValueError(f"not a kubernetes app id {app_id!r}: expected NAMESPACE:NAME")
     return namespace, name
+
+
+def parse_trial_id(app_id: str) -> tuple[str, str, int | None]:
+    """``NAMESPACE:NAME`` or a sweep trial's ``NAMESPACE:NAME:INDEX`` (a completion index of
+    the sweep's Indexed Job) → namespace, name and the index (None for a whole job)."""
+    head, sep, index = app_id.rpartition(":")
+    if sep and head.count(":") == 1 and index.isdigit() and len(index) <= 6:
+        return (*parse_app_id(head), int(index))
+    return (*parse_app_id(app_id), None)
+
+
+def _index_ranges(text: str | None) -> set[int]:
+    """The indexes a Job status lists as ``completedIndexes``/``failedIndexes`` ("1,3-5")."""
+    out: set[int] = set()
+    for part in filter(None, (text or "").split(",")):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _index_of(pod: dict[str, Any]) -> int:
+    labels = pod["metadata"].get("labels") or {}
+    raw = labels.get(LABEL_REPLICA_ID) or labels.get(INDEX_LABEL) or "0"
+    return int(raw) if str(raw).isdigit() else 0
+
+
+def _latest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+
+
+def array_job(job: dict[str, Any], size: int) -> dict[str, Any]:
+    """The one-replica Indexed Job ``job`` made into a sweep of ``size`` trials: a completion
+    index per trial, all started at once, each failing on its own (``backoffLimitPerIndex``:
+    a failed trial neither stops nor fails the others before they end), and a pod evicted
+    through the API fails its index for good (``FailIndex`` on ``DisruptionTarget``): that is
+    how one trial is cancelled. Each trial is replica 0 of its own run."""
+    out = json.loads(json.dumps(job))
+    spec = out["spec"]
+    retries = int(spec.pop("backoffLimit", 0) or 0)
+    spec.update(
+        completions=size,
+        parallelism=size,
+        backoffLimitPerIndex=retries,
+        podFailurePolicy={
+            "rules": [
+                {
+                    "action": "FailIndex",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                }
+            ]
+        },
+    )
+    pod = spec["template"]["spec"]
+    pod.pop("subdomain", None)
+    container = pod["containers"][0]
+    container["env"] = [
+        {"name": "TORCHX_REPLICA_ID", "value": "0"} if e["name"] == "TORCHX_REPLICA_ID" else e
+        for e in container["env"]
+        if e["name"] != RANK0_ENV
+    ]
+    return out
 
 
 def _role_label(text: str) -> str:
@@ -578,11 +642,14 @@ class KubernetesScheduler(
     WorkspaceMixin,
     DescribesMany,
     StoresOutputs,
+    SubmitsArrays,
     Scheduler[KubernetesOpts],
 ):
-    """Volcano jobs or Indexed Jobs; describes many apps with one list per namespace."""
+    """Volcano jobs or Indexed Jobs; describes many apps with one list per namespace. With
+    ``api=indexed`` a sweep's trials are the completion indexes of one Indexed Job."""
 
     opts_type = KubernetesOpts
+    array_index_env = "JOB_COMPLETION_INDEX"
 
     def __init__(self, session_name: str, client: Any = None) -> None:
         super().__init__("kubernetes", session_name)
@@ -592,6 +659,27 @@ class KubernetesScheduler(
 
     def output_url(self, app_id: str, request: KubernetesJob) -> str | None:
         return request.outputs
+
+    def can_array(self, app: AppDef, cfg: Mapping[str, Any]) -> bool:
+        """Indexed Jobs only: a Volcano job has no way to stop one of its tasks, so under
+        ``api=volcano`` each trial is a job of its own, in the queue the user chose."""
+        opts = self.typed(cfg, partial=True)
+        return super().can_array(app, cfg) and (opts.api or "volcano") == "indexed"
+
+    def array_request(
+        self, info: AppDryRunInfo[KubernetesJob], size: int, max_parallel: int | None
+    ) -> AppDryRunInfo[KubernetesJob]:
+        """One Indexed Job of ``size`` completion indexes (``array_job``), no Service: a
+        trial has one replica and needs no rendezvous name."""
+        req = info.request
+        if req.api != "indexed":
+            raise KubernetesError("a sweep is one Indexed Job only with -cfg api=indexed")
+        job = array_job(req.resource, size)
+        return AppDryRunInfo(dataclasses.replace(req, resource=job, service=None), _fmt)
+
+    def trial_ids(self, app_id: str, size: int) -> list[str]:
+        """``NAMESPACE:NAME:INDEX``: the completion indexes of the Indexed Job."""
+        return [f"{app_id}:{i}" for i in range(size)]
 
     def _validate(self, app: AppDef, scheduler: str, cfg: KubernetesOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
@@ -760,10 +848,10 @@ class KubernetesScheduler(
     def describe_many(self, app_ids: list[str]) -> dict[str, DescribeAppResponse | None]:
         """One list each of Volcano jobs, Jobs and pods per namespace (ours, by label)."""
         out: dict[str, DescribeAppResponse | None] = dict.fromkeys(app_ids)
-        by_ns: dict[str, dict[str, str]] = {}
+        by_ns: dict[str, dict[str, list[tuple[str, int | None]]]] = {}
         for app_id in app_ids:
-            namespace, name = parse_app_id(app_id)
-            by_ns.setdefault(namespace, {})[name] = app_id
+            namespace, name, index = parse_trial_id(app_id)
+            by_ns.setdefault(namespace, {}).setdefault(name, []).append((app_id, index))
         for namespace, names in by_ns.items():
             selector = (
                 f"{LABEL_ORGANIZATION}={ORGANIZATION},{LABEL_INSTANCE}={next(iter(names))}"
@@ -777,16 +865,76 @@ class KubernetesScheduler(
                 for pod in self._pods(namespace, selector):
                     owner = (pod["metadata"].get("labels") or {}).get(LABEL_INSTANCE, "")
                     pods.setdefault(owner, []).append(pod)
-            for name, app_id in names.items():
-                if name in jobs:
-                    out[app_id] = self._response(app_id, jobs[name], pods.get(name, []))
-                elif self._cancelled_marker(app_id).exists():
-                    out[app_id] = DescribeAppResponse(
-                        app_id=app_id,
-                        state=AppState.CANCELLED,
-                        msg="cancelled: the job and its pods were deleted",
-                    )
+            for name, ids in names.items():
+                for app_id, index in ids:
+                    out[app_id] = self._read(app_id, index, jobs.get(name), pods.get(name, []))
         return out
+
+    def _read(
+        self, app_id: str, index: int | None, job: dict[str, Any] | None, pods: list[dict[str, Any]]
+    ) -> DescribeAppResponse | None:
+        if job is not None and index is not None:
+            return self._trial_response(app_id, index, job, pods)
+        if job is not None:
+            return self._response(app_id, job, pods)
+        if self._cancelled_marker(app_id).exists():
+            return DescribeAppResponse(
+                app_id=app_id,
+                state=AppState.CANCELLED,
+                msg="cancelled: the job and its pods were deleted",
+            )
+        return None
+
+    def _trial_response(
+        self, app_id: str, index: int, job: dict[str, Any], pods: list[dict[str, Any]]
+    ) -> DescribeAppResponse:
+        """Completion index ``index`` of a sweep's Indexed Job, read as a run of its own: the
+        Job's completed and failed indexes decide its end, its latest pod what it does now."""
+        status = job.get("status") or {}
+        mine = [p for p in pods if _index_of(p) == index]
+        pod = _latest(mine)
+        phase = ((pod or {}).get("status") or {}).get("phase", "Pending")
+        if index in _index_ranges(status.get("completedIndexes")):
+            state, msg = AppState.SUCCEEDED, ""
+        elif index in _index_ranges(status.get("failedIndexes")):
+            state, msg = AppState.FAILED, ""
+            if self._cancelled_marker(app_id).exists():
+                state, msg = AppState.CANCELLED, "cancelled: its pod was evicted"
+        elif job["metadata"].get("deletionTimestamp"):
+            state, msg = AppState.CANCELLED, "deleted"
+        else:
+            state, msg = (AppState.RUNNING if phase == "Running" else AppState.PENDING), ""
+        as_one = {**job, "spec": {**job["spec"], "completions": 1}}
+        relabelled = [
+            {
+                **p,
+                "metadata": {
+                    **p["metadata"],
+                    "labels": {**(p["metadata"].get("labels") or {}), INDEX_LABEL: "0"},
+                },
+            }
+            for p in ([pod] if pod else [])
+        ]
+        roles, statuses = self._roles(as_one, relabelled, False, state)
+        failed = [
+            r.structured_error_msg for s in statuses for r in s.replicas if r.structured_error_msg
+        ]
+        pstatus = (pod or {}).get("status") or {}
+        ended = None
+        if is_terminal(state):
+            for cs in pstatus.get("containerStatuses") or []:
+                ended = _epoch(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=max(len(mine) - 1, 0),
+            msg=msg or ("; ".join(failed) if state == AppState.FAILED else ""),
+            roles=roles,
+            roles_statuses=statuses,
+            metadata=dict(job["metadata"].get("labels") or {}),
+            started=_epoch(pstatus.get("startTime")),
+            ended=ended,
+        )
 
     def _cancelled_marker(self, app_id: str) -> Any:
         """A private file saying we deleted ``app_id``: a deleted job is gone from the API, and
@@ -873,10 +1021,7 @@ class KubernetesScheduler(
         latest: dict[tuple[str, int], dict[str, Any]] = {}
         for pod in pods:
             labels = pod["metadata"].get("labels") or {}
-            key = (
-                labels.get(LABEL_ROLE_NAME, ""),
-                int(labels.get(LABEL_REPLICA_ID) or labels.get(INDEX_LABEL) or 0),
-            )
+            key = (labels.get(LABEL_ROLE_NAME, ""), _index_of(pod))
             have = latest.get(key)
             if have is None or pod["metadata"].get("creationTimestamp", "") >= have["metadata"].get(
                 "creationTimestamp", ""
@@ -935,15 +1080,19 @@ class KubernetesScheduler(
         return out
 
     def _cancel_existing(self, app_id: str) -> None:
-        """Delete the job with its pods (foreground propagation), and an Indexed Job's Service."""
+        """Delete the job with its pods (foreground propagation), and an Indexed Job's Service;
+        a sweep trial's pod is evicted instead, which fails its index for good."""
         from torchx_nb.paths import private_dir
 
-        namespace, name = parse_app_id(app_id)
+        namespace, name, index = parse_trial_id(app_id)
         body = {"propagationPolicy": "Foreground"}
         what = f"cannot delete {app_id}"
         marker = self._cancelled_marker(app_id)
         private_dir(marker.parent)
         marker.touch()
+        if index is not None:
+            self._evict_trial(namespace, name, index)
+            return
         if self._vcjobs(namespace, f"{LABEL_INSTANCE}={name}"):
             call(
                 what,
@@ -962,6 +1111,41 @@ class KubernetesScheduler(
             if getattr(e, "status", None) != 404:
                 raise _kube_error(e, what) from None
 
+    def _evict_trial(self, namespace: str, name: str, index: int, wait: float = 30.0) -> None:
+        """Evict the pod of completion ``index``: the Job controller makes every index's pod at
+        once (parallelism = completions), so a trial cancelled just after the submit waits for
+        its pod to appear, a few seconds at most."""
+        import time
+
+        selector = f"{LABEL_INSTANCE}={name},{INDEX_LABEL}={index}"
+        deadline = time.monotonic() + wait
+        while True:
+            pod = _latest(self._pods(namespace, selector))
+            phase = ((pod or {}).get("status") or {}).get("phase")
+            if pod is not None and phase in ("Succeeded", "Failed"):
+                return
+            if pod is not None:
+                pod_name = pod["metadata"]["name"]
+                eviction = {
+                    "apiVersion": "policy/v1",
+                    "kind": "Eviction",
+                    "metadata": {"name": pod_name, "namespace": namespace},
+                }
+                call(
+                    f"cannot evict pod {pod_name}",
+                    self.kube.core.create_namespaced_pod_eviction,
+                    pod_name,
+                    namespace,
+                    eviction,
+                )
+                return
+            if time.monotonic() > deadline:
+                raise KubernetesError(
+                    f"trial {index} of {namespace}:{name} has no pod after {wait:.0f} s: cancel"
+                    " again, or cancel the whole sweep"
+                )
+            time.sleep(0.5)
+
     def log_iter(
         self,
         app_id: str,
@@ -977,26 +1161,22 @@ class KubernetesScheduler(
         ``should_tail``."""
         if streams not in (None, Stream.COMBINED):
             raise ValueError("the pod log API gives one combined log: drop --streams")
-        namespace, name = parse_app_id(app_id)
+        namespace, name, index = parse_trial_id(app_id)
         desc = self.describe(app_id)
         if desc is None:
             raise ValueError(f"unknown app {app_id!r}")
         pods = self._pods(namespace, f"{LABEL_INSTANCE}={name}")
         label = _role_label(role_name)
-        mine = [
-            p
-            for p in pods
-            if (p["metadata"].get("labels") or {}).get(LABEL_ROLE_NAME) == label
-            and int(
-                (p["metadata"].get("labels") or {}).get(LABEL_REPLICA_ID)
-                or (p["metadata"].get("labels") or {}).get(INDEX_LABEL)
-                or 0
-            )
-            == k
-        ]
-        if not mine:
+        pod = _latest(
+            [
+                p
+                for p in pods
+                if (p["metadata"].get("labels") or {}).get(LABEL_ROLE_NAME) == label
+                and _index_of(p) == (k if index is None else index)
+            ]
+        )
+        if pod is None:
             return iter(())
-        pod = max(mine, key=lambda p: p["metadata"].get("creationTimestamp", ""))
         lines = self._pod_lines(namespace, pod["metadata"]["name"], since, until, should_tail)
         return filter_regex(regex, lines) if regex else lines
 
