@@ -64,3 +64,27 @@ def test_a_grid_over_the_limit_is_refused() -> None:
     with pytest.raises(BadGrid, match=f"the grid has 1600 points, over the limit of {MAX_POINTS}"):
         Grid.of([f"a={values}", f"b={values}"])
     assert len(Grid.of([f"a={values}", f"b={values}"], zipped=True)) == 40
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_an_array_task_finds_its_point_from_the_lists_alone(zipped: bool) -> None:
+    """A native array's tasks receive the grid's names and lists (``Grid.spec``), not its
+    points: the cell runner picks task i's point, the same as ``Grid.points()[i]``, and the
+    variable stays small where the points would not fit an AWS Batch job definition."""
+    import json
+
+    from torchx_nb.apps.cell_main import grid_point
+
+    lists = {
+        "lr": [0.1, 0.01, 0.001, 1e-4],
+        "layers": [1, 2, 3, 4],
+        "act": ["relu", "gelu", "x", "y"],
+    }
+    grid = Grid.of(lists, zipped=zipped)
+    spec = json.loads(json.dumps(grid.spec()))
+    assert [grid_point(spec, i) for i in range(len(grid))] == grid.points()
+    with pytest.raises(RuntimeError, match="outside the grid's"):
+        grid_point(spec, len(grid))
+    big = Grid.of({"learning_rate": [i / 1000 for i in range(1, 41)], "batch": list(range(25))})
+    assert len(big) == MAX_POINTS
+    assert len(json.dumps(big.spec())) < 1024 < 24 * 1024 < len(json.dumps(big.points()))

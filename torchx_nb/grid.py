@@ -111,6 +111,16 @@ class Grid:
             n *= len(values)
         return n
 
+    def spec(self) -> dict[str, object]:
+        """The grid as a native array's tasks receive it (``$TORCHX_NB_GRID``): its names,
+        lists and mode, a size that grows with the lists, not with their product (AWS Batch
+        takes job definitions of at most 24 KiB). The cell runner picks a task's point."""
+        return {
+            "names": self.names,
+            "lists": [list(v) for _, v in self.params],
+            "zip": self.zipped,
+        }
+
     def points(self) -> list[dict[str, Value]]:
         names = self.names
         lists = [v for _, v in self.params]

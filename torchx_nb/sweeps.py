@@ -363,6 +363,7 @@ def _is_cell(run: RunRequest) -> bool:
 
 @dataclass
 class _Plan:
+    grid: Grid
     points: list[dict[str, Value]]
     scheduler: str
     array: SubmitsArrays | None  # the scheduler, when the trials go as one native array
@@ -389,14 +390,14 @@ def _plan(runner: Runner, request: SweepRequest) -> _Plan:
             runner.request_opts(replace(run, scheduler=scheduler)),
         )
     )
-    return _Plan(grid.points(), scheduler, sched if use_array else None)  # type: ignore[arg-type]
+    return _Plan(grid, grid.points(), scheduler, sched if use_array else None)  # type: ignore[arg-type]
 
 
 def _array_request(run: RunRequest, plan: _Plan) -> RunRequest:
     assert plan.array is not None
     env = {
         **run.env,
-        "TORCHX_NB_GRID": json.dumps(plan.points),
+        "TORCHX_NB_GRID": json.dumps(plan.grid.spec()),
         "TORCHX_NB_TRIAL_FROM": plan.array.array_index_env,
     }
     return replace(run, scheduler=plan.scheduler, env=env)

@@ -116,11 +116,29 @@ def _record_error(out: str, exc: BaseException, pickler: Any) -> None:
     _write(out, f"error-{rank}.txt", f"{kind}: {exc}".encode())
 
 
+def grid_point(grid: dict[str, Any], index: int) -> dict[str, Any]:
+    """Point ``index`` of a grid given as its names and lists (``Grid.spec``): with ``zip``
+    the i-th value of each list, else the product's, the last list varying fastest."""
+    names, lists = grid["names"], grid["lists"]
+    size = len(lists[0]) if grid["zip"] else 1
+    if not grid["zip"]:
+        for values in lists:
+            size *= len(values)
+    if not 0 <= index < size:
+        raise RuntimeError(f"torchx_nb: array task {index} is outside the grid's {size} points")
+    if grid["zip"]:
+        return {name: lists[j][index] for j, name in enumerate(names)}
+    picked = [0] * len(names)
+    for j in reversed(range(len(names))):
+        index, picked[j] = divmod(index, len(lists[j]))
+    return {name: lists[j][picked[j]] for j, name in enumerate(names)}
+
+
 def _trial() -> tuple[int | None, dict[str, Any]]:
     """A sweep trial's index and parameters: ``$TORCHX_NB_PARAMS`` (a JSON object: a trial
-    run as its own job), or the point of ``$TORCHX_NB_GRID`` (a JSON list) at the index the
-    native array gives (``$TORCHX_NB_TRIAL_FROM`` names the variable holding it; AWS Batch's
-    child job id ``PARENT:INDEX`` stands in when the index variable is missing)."""
+    run as its own job), or the point of ``$TORCHX_NB_GRID`` (names and lists) at the index
+    the native array gives (``$TORCHX_NB_TRIAL_FROM`` names the variable holding it; AWS
+    Batch's child job id ``PARENT:INDEX`` stands in when the index variable is missing)."""
     import json
 
     params = os.environ.get("TORCHX_NB_PARAMS")
@@ -135,7 +153,7 @@ def _trial() -> tuple[int | None, dict[str, Any]]:
     if not raw.isdigit():
         raise RuntimeError("torchx_nb: this array task has no index: cannot pick its point")
     index = int(raw)
-    return index, json.loads(grid)[index]
+    return index, grid_point(json.loads(grid), index)
 
 
 def _env_value(value: Any) -> str:
