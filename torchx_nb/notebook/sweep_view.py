@@ -109,7 +109,11 @@ class SweepView:
             return
         with self._lock:
             self.statuses[i] = status
-            if status is not None and status.state == AppState.RUNNING:
+            # a trial that ended between two polls was never seen running: its log is
+            # still read (to its end), so its chart line is not missing
+            if status is not None and (
+                status.state == AppState.RUNNING or is_terminal(status.state)
+            ):
                 self._start_metrics(i)
             if (status is None or is_terminal(status.state)) and self._ended_at[i] is None:
                 self._ended_at[i] = status.ended if status and status.ended else time.time()
