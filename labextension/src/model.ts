@@ -28,6 +28,7 @@ export class JobsModel {
   private _pages = 1;
   private _stop: (() => void) | null = null;
   private _load = 0;
+  private _retry = 0;
 
   constructor() {
     this.changed = this._changed;
@@ -64,6 +65,7 @@ export class JobsModel {
       this.total = page.total;
       this.counts = page.counts;
       this.error = '';
+      this._retry = 0;
       this.loaded = true;
       jobs.forEach(j => this.schedulers.add(j.scheduler));
       this._changed.emit();
@@ -73,6 +75,14 @@ export class JobsModel {
         this.error = `Cannot list jobs: ${(e as Error).message}.`;
         this.loaded = true;
         this._changed.emit();
+        // a passing failure (a restart, a busy server) heals by itself: ask again, slower
+        // each time, unless the filters or another load have moved on
+        this._retry = Math.min(this._retry * 2 || 1000, 10_000);
+        window.setTimeout(() => {
+          if (load === this._load) {
+            void this.refresh();
+          }
+        }, this._retry);
       }
     }
   }

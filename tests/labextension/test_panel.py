@@ -93,6 +93,22 @@ def wait_state(page: Any, name: str, state: str, timeout: float = 60) -> None:
     )
 
 
+def wait_rows(page: Any, n: int, timeout: float = 30) -> None:
+    """Until the panel lists ``n`` jobs; else fail with what it shows (its summary line says
+    why a list did not come)."""
+    try:
+        page.wait_for_function(
+            "(n) => document.querySelectorAll('.tnb-job').length === n",
+            arg=n,
+            timeout=timeout * 1000,
+        )
+    except Exception:
+        summary = page.locator(".tnb-summary").first.inner_text()
+        shown = page.locator(".tnb-job .tnb-name").all_inner_texts()
+        page.screenshot(path=str(screenshot_dir() / "panel-wait-rows-failed.png"))
+        pytest.fail(f"the panel did not list {n} jobs in {timeout:g} s: {summary!r}, {shown}")
+
+
 def stored(handle: str, scheduler: str, name: str, state: str, age: float) -> JobRecord:
     """A finished job in the store, as another tool would have left it."""
     now = time.time()
@@ -258,23 +274,61 @@ def test_filters_search_and_empty_match(panel_parts: None, tmp_path: Path, isola
         assert options == ["any scheduler", "aws_batch", "kubernetes", "local_cwd", "slurm"]
 
         panel.locator(".tnb-filter-scheduler").select_option("slurm")
-        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 1")
+        wait_rows(page, 1)
         assert names() == ["train-big"]
         panel.locator(".tnb-filter-scheduler").select_option("")
         panel.locator(".tnb-filter-state").select_option("SUCCEEDED")
-        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 2")
+        wait_rows(page, 2)
         assert names() == ["eval", "prep"]
         panel.locator(".tnb-search").fill("PREP")
-        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 1")
+        wait_rows(page, 1)
         assert names() == ["prep"]
         panel.locator(".tnb-search").fill("nothing-like-this")
         panel.locator(".tnb-empty").wait_for(timeout=10_000)
         assert panel.locator(".tnb-empty").inner_text() == "No job matches."
         panel.locator(".tnb-search").fill("")
         panel.locator(".tnb-filter-state").select_option("")
-        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 4")
+        wait_rows(page, 4)
         assert panel.locator(".tnb-job b, .tnb-job script").count() == 0
         panel.screenshot(path=str(screenshot_dir() / "panel-filters.png"))
+
+
+def test_a_job_list_the_server_could_not_give_comes_by_itself(
+    panel_parts: None, tmp_path: Path, isolated: Path
+) -> None:
+    """The job store is unusable when the panel opens: the panel says why, then lists the jobs
+    once the store is back, with no reload."""
+    store = get_runner().jobstore
+    store.add(stored("local_cwd://torchx/back-1", "local_cwd", "came-back", "SUCCEEDED", age=5))
+    files = [store.path.with_name(store.path.name + sfx) for sfx in ("", "-wal", "-shm")]
+    for f in files:
+        if f.exists():
+            f.rename(f.with_name(f.name + ".aside"))
+    store.path.write_bytes(b"not a database, " * 512)
+    store.path.chmod(0o600)
+
+    def put_back() -> None:
+        store.path.unlink()
+        for f in files:
+            aside = f.with_name(f.name + ".aside")
+            if aside.exists():
+                aside.rename(f)
+
+    root = tmp_path / "lab"
+    with jupyter_lab(root) as lab, chromium_page() as page:
+        try:
+            page.goto(f"{lab.url}/lab?token={lab.token}&reset")
+            page.wait_for_selector(".jp-LabShell", timeout=60_000)
+            panel = open_panel(page)
+            page.wait_for_selector(".tnb-summary.tnb-error", timeout=30_000)
+            said = panel.locator(".tnb-summary").inner_text()
+            assert said.startswith("Cannot list jobs: cannot use the job store"), said
+            assert "file is not a database; move it aside" in said
+        finally:
+            put_back()
+        wait_rows(page, 1)
+        assert panel.locator(".tnb-job .tnb-name").inner_text() == "came-back"
+        assert panel.locator(".tnb-summary").inner_text() == "1 job · 0 running"
 
 
 def test_panel_works_in_notebook_7(panel_parts: None, tmp_path: Path, isolated: Path) -> None:
@@ -403,14 +457,14 @@ def test_a_sweeps_trials_are_grouped_in_the_panel(
         page.goto(f"{lab.url}/lab?token={lab.token}&reset")
         page.wait_for_selector(".jp-LabShell", timeout=60_000)
         panel = open_panel(page)
-        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 3")
+        wait_rows(page, 3)
         chips = panel.locator(".tnb-trial")
         assert sorted(chips.all_inner_texts()) == [
             f"{sw.id} #0\nlr=0.1 depth=3",
             f"{sw.id} #1\nlr=0.2 depth=3",
         ]
         chips.first.locator(".tnb-sweep").click()
-        page.wait_for_function("() => document.querySelectorAll('.tnb-job').length === 2")
+        wait_rows(page, 2)
         assert panel.locator(".tnb-search").input_value() == sw.id
         shown = {li.get_attribute("data-handle") for li in panel.locator(".tnb-job").all()}
         assert shown == set(sw.handles) and other not in shown

@@ -20,9 +20,10 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
 from torchx_nb.errors import one_line
+from torchx_nb.redact import redact_text
 from torchx_nb.runner import NoSuchReplica
 from torchx_nb.server.jobs import JOBS_PAGE_MAX, BadEventId, JobService
-from torchx_nb.specs.api import AppState, UnknownAppException
+from torchx_nb.specs.api import AppState, TorchxNbError, UnknownAppException
 from torchx_nb.user_regex import BadRegex, compile_regex
 
 PREFIX = "/torchx-nb/api"
@@ -69,6 +70,18 @@ class Base(ExtensionHandlerMixin, APIHandler):
         if not low <= value <= high:
             raise tornado.web.HTTPError(400, reason=f"{name} must be in {low}..{high}")
         return value
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Jupyter's JSON error, with our own errors' one line (masked) as the reason: a job
+        store that cannot be used says so and how to fix it, not "Unhandled error"."""
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        if isinstance(exc, TorchxNbError):
+            self.set_header("Content-Type", "application/json")
+            reason = redact_text(one_line(exc))[:500]
+            self.log.warning("torchx_nb: %s", reason)
+            self.finish(json.dumps({"message": reason, "reason": reason}))
+            return
+        super().write_error(status_code, **kwargs)
 
     def write_json(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
