@@ -324,20 +324,10 @@ class Runner:
         the workspace is built and pushed (for a run); without, nothing is (a dry run)."""
         import hashlib
 
-        from torchx_nb import config
-        from torchx_nb.errors import current_folder
-
         scheduler = request.scheduler or self.default_scheduler(request.default_scheduler)
-        sched = self.get_scheduler(scheduler)
         opts = self.request_opts(request)
         app = self._request_app(request)
-        workspace = request.workspace
-        if workspace is None:
-            defaulted = config.cli_defaults("run").get("workspace")
-            workspace = defaulted if defaulted is not None else current_folder()
-            if not isinstance(sched, (WorkspaceMixin, DirWorkspaceMixin)):
-                workspace = ""
-        workspace = None if workspace.strip().lower() in NO_WORKSPACE else workspace
+        workspace = self.request_workspace(request)
         info = self.dryrun(
             app,
             scheduler,
@@ -416,6 +406,21 @@ class Runner:
                     stacklevel=2,
                 )
         return handles
+
+    def request_workspace(self, request: RunRequest) -> str | None:
+        """The folder ``request`` ships: as given, else ``[cli:run] workspace``, else the
+        current folder (for a scheduler that takes one); None for none."""
+        from torchx_nb import config
+        from torchx_nb.errors import current_folder
+
+        scheduler = request.scheduler or self.default_scheduler(request.default_scheduler)
+        workspace = request.workspace
+        if workspace is None:
+            defaulted = config.cli_defaults("run").get("workspace")
+            workspace = defaulted if defaulted is not None else current_folder()
+            if not isinstance(self.get_scheduler(scheduler), (WorkspaceMixin, DirWorkspaceMixin)):
+                workspace = ""
+        return None if workspace.strip().lower() in NO_WORKSPACE else workspace
 
     def request_opts(self, request: RunRequest) -> Mapping[str, CfgVal]:
         """The scheduler options ``request`` runs with: the front end's defaults, then

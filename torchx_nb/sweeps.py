@@ -381,6 +381,12 @@ def _plan(runner: Runner, request: SweepRequest) -> _Plan:
             raise BadGrid(f"-p {name} is also set with --env; give it in one place")
     scheduler = run.scheduler or runner.default_scheduler(run.default_scheduler)
     sched = runner.get_scheduler(scheduler)
+    if _is_cell(run) and runner.request_workspace(replace(run, scheduler=scheduler)) is None:
+        raise BadGrid(
+            "a cell sweep needs a workspace: each trial's values reach the cell through the"
+            " runner that ships in it; drop --workspace none (a component sweep takes ${NAME}"
+            " in its arguments)"
+        )
     use_array = (
         isinstance(sched, SubmitsArrays)
         and _is_cell(run)

@@ -126,6 +126,7 @@ def test_config_traits(ip: object, plugin_path: Path) -> None:
         ("sweep --zip -p a=1,2 -p b=1", "print(1)", "--zip pairs lists of one length"),
         ("sweep -p lr=1 --env lr=2", "print(1)", "-p lr is also set with --env"),
         ("sweep -p lr=1", "  ", "%%torchx sweep: the cell is empty"),
+        ("sweep -p lr=1 --workspace none", "lr", "a cell sweep needs a workspace"),
         ("run 'unclosed", "print(1)", "check the quotes"),
         ("run --workspace /does/not/exist", "print(1)", "is not a folder"),
     ],
