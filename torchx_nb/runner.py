@@ -324,7 +324,7 @@ class Runner:
         the workspace is built and pushed (for a run); without, nothing is (a dry run)."""
         import hashlib
 
-        scheduler = request.scheduler or self.default_scheduler(request.default_scheduler)
+        scheduler = self.request_scheduler(request)
         opts = self.request_opts(request)
         app = self._request_app(request)
         workspace = self.request_workspace(request)
@@ -407,25 +407,30 @@ class Runner:
                 )
         return handles
 
+    def request_scheduler(self, request: RunRequest) -> str:
+        """The scheduler ``request`` runs on: as named, else the front end's default, else
+        ``[cli:run] scheduler``, else local_cwd."""
+        return request.scheduler or self.default_scheduler(request.default_scheduler)
+
     def request_workspace(self, request: RunRequest) -> str | None:
         """The folder ``request`` ships: as given, else ``[cli:run] workspace``, else the
         current folder (for a scheduler that takes one); None for none."""
         from torchx_nb import config
         from torchx_nb.errors import current_folder
 
-        scheduler = request.scheduler or self.default_scheduler(request.default_scheduler)
         workspace = request.workspace
         if workspace is None:
             defaulted = config.cli_defaults("run").get("workspace")
             workspace = defaulted if defaulted is not None else current_folder()
-            if not isinstance(self.get_scheduler(scheduler), (WorkspaceMixin, DirWorkspaceMixin)):
+            sched = self.get_scheduler(self.request_scheduler(request))
+            if not isinstance(sched, (WorkspaceMixin, DirWorkspaceMixin)):
                 workspace = ""
         return None if workspace.strip().lower() in NO_WORKSPACE else workspace
 
     def request_opts(self, request: RunRequest) -> Mapping[str, CfgVal]:
         """The scheduler options ``request`` runs with: the front end's defaults, then
         ``-cfg``, then ``.torchxconfig``, resolved against the scheduler's runopts."""
-        scheduler = request.scheduler or self.default_scheduler(request.default_scheduler)
+        scheduler = self.request_scheduler(request)
         cfg = dict(request.scheduler_defaults.get(scheduler, {}))
         cfg.update(self.cfg_from_str(scheduler, *request.cfg))
         opts: Mapping[str, CfgVal] = self.resolve_opts(

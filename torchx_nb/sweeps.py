@@ -1,10 +1,10 @@
 """Sweeps: one cell (or component) run once per point of a parameter grid, watched and
 gathered as one.
 
-A backend that ``SubmitsArrays`` (Slurm, AWS Batch, Kubernetes' Indexed Jobs) gets every trial in one native array job:
-one submit call, one describe per poll round. Elsewhere each trial is a job of its own,
-at most ``max_parallel`` at once (a driver thread submits the next as one ends). Either way
-each trial has its own handle, logs, state and cancel, and the job store records it under its
+A backend that ``SubmitsArrays`` (Slurm, AWS Batch, Kubernetes' Indexed Jobs) gets every trial
+in one native array job: one submit call, one describe per poll round. Elsewhere each trial is
+a job of its own, at most ``max_parallel`` at once (a driver thread submits the next as one
+ends). Either way each trial has its own handle, logs, state and cancel, and the job store records it under its
 sweep, so ``Sweep.attach`` finds the sweep again after a kernel restart."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from torchx_nb.errors import one_line
@@ -364,9 +365,12 @@ def _is_cell(run: RunRequest) -> bool:
 @dataclass
 class _Plan:
     grid: Grid
-    points: list[dict[str, Value]]
     scheduler: str
     array: SubmitsArrays | None  # the scheduler, when the trials go as one native array
+
+    @cached_property
+    def points(self) -> list[dict[str, Value]]:
+        return self.grid.points()
 
 
 def _plan(runner: Runner, request: SweepRequest) -> _Plan:
@@ -379,9 +383,11 @@ def _plan(runner: Runner, request: SweepRequest) -> _Plan:
     for name in grid.names:
         if name in run.env or env_name(name) in run.env:
             raise BadGrid(f"-p {name} is also set with --env; give it in one place")
-    scheduler = run.scheduler or runner.default_scheduler(run.default_scheduler)
+    scheduler = runner.request_scheduler(run)
     sched = runner.get_scheduler(scheduler)
-    if _is_cell(run) and runner.request_workspace(replace(run, scheduler=scheduler)) is None:
+    run = replace(run, scheduler=scheduler)
+    cell = _is_cell(run)
+    if cell and runner.request_workspace(run) is None:
         raise BadGrid(
             "a cell sweep needs a workspace: each trial's values reach the cell through the"
             " runner that ships in it; drop --workspace none (a component sweep takes ${NAME}"
@@ -389,14 +395,11 @@ def _plan(runner: Runner, request: SweepRequest) -> _Plan:
         )
     use_array = (
         isinstance(sched, SubmitsArrays)
-        and _is_cell(run)
+        and cell
         and (request.max_parallel is None or sched.throttles_arrays)
-        and sched.can_array(
-            runner.request_app(replace(run, scheduler=scheduler)),
-            runner.request_opts(replace(run, scheduler=scheduler)),
-        )
+        and sched.can_array(runner.request_app(run), runner.request_opts(run))
     )
-    return _Plan(grid, grid.points(), scheduler, sched if use_array else None)  # type: ignore[arg-type]
+    return _Plan(grid, scheduler, sched if use_array else None)  # type: ignore[arg-type]
 
 
 def _array_request(run: RunRequest, plan: _Plan) -> RunRequest:

@@ -12,10 +12,11 @@ test-infrastructure.md §6); this serves the parts torchx_nb uses, with Kubernet
   ``VC_<TASK>_HOSTS`` variables) or per completion index of an Indexed Job (hostname
   ``NAME-I``, the ``job-completion-index`` annotation and label, ``$(VAR)`` expansion and
   ``fieldRef`` env, ``JOB_COMPLETION_INDEX``), runs each pod's container in dockerd and
-  reports phases, exit codes and logs back through the API. Volcano's ``RestartJob`` policy and a Job's ``backoffLimit`` are
-  honoured, and so are ``parallelism``, ``backoffLimitPerIndex`` (``completedIndexes`` and
-  ``failedIndexes``) and ``podFailurePolicy``'s ``FailIndex`` on the ``DisruptionTarget`` an
-  eviction (``pods/NAME/eviction``) gives a pod.
+  reports phases, exit codes and logs back through the API. Volcano's ``RestartJob`` policy
+  and a Job's ``backoffLimit`` are honoured, and so are ``parallelism``,
+  ``backoffLimitPerIndex`` (``completedIndexes`` and ``failedIndexes``) and
+  ``podFailurePolicy``'s ``FailIndex`` on the ``DisruptionTarget`` an eviction
+  (``pods/NAME/eviction``) gives a pod.
 
 Where it differs from a cluster: every pod shares this machine's network and pid namespace, and
 pod DNS names (``NAME-0.NAME``) resolve to 127.0.0.1 through the container's hosts file; there
@@ -511,7 +512,9 @@ class KubeFake:
             if r.get("action") == "FailIndex"
             for c in r.get("onPodConditions", [])
         }
-        done, failed, active = set(), set(), 0
+        done: set[int] = set()
+        failed: set[int] = set()
+        busy: set[int] = set()
         for i, mine in by_index.items():
             phases = [p.obj["status"].get("phase") for p in mine]
             conditions = {c["type"] for p in mine for c in p.obj["status"].get("conditions") or []}
@@ -520,22 +523,16 @@ class KubeFake:
             elif conditions & fail_index_on or phases.count("Failed") > limit:
                 failed.add(i)
             elif "Pending" in phases or "Running" in phases:
-                active += 1
+                busy.add(i)
         n = int(spec.get("completions") or 1)
         for i in range(n):
-            if active >= int(spec.get("parallelism") or n):
+            if len(busy) >= int(spec.get("parallelism") or n):
                 break
-            mine = by_index.get(i, [])
-            if (
-                i in done
-                or i in failed
-                or any(p.obj["status"].get("phase") in ("Pending", "Running") for p in mine)
-            ):
-                continue
-            self._make_index_pod(ns, name, spec, i)
-            active += 1
+            if i not in done | failed | busy:
+                self._make_index_pod(ns, name, spec, i)
+                busy.add(i)
         status.update(
-            active=active,
+            active=len(busy),
             succeeded=len(done),
             failed=sum(
                 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+import math
 import os
 import pickle
 import reprlib
@@ -120,10 +121,7 @@ def grid_point(grid: dict[str, Any], index: int) -> dict[str, Any]:
     """Point ``index`` of a grid given as its names and lists (``Grid.spec``): with ``zip``
     the i-th value of each list, else the product's, the last list varying fastest."""
     names, lists = grid["names"], grid["lists"]
-    size = len(lists[0]) if grid["zip"] else 1
-    if not grid["zip"]:
-        for values in lists:
-            size *= len(values)
+    size = len(lists[0]) if grid["zip"] else math.prod(len(values) for values in lists)
     if not 0 <= index < size:
         raise RuntimeError(f"torchx_nb: array task {index} is outside the grid's {size} points")
     if grid["zip"]:

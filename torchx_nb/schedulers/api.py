@@ -293,8 +293,8 @@ class StoresOutputs(abc.ABC):
 
 class SubmitsArrays(abc.ABC):
     """Ability: the trials of a sweep go as one native array job (Slurm's ``--array``, an AWS
-    Batch array job, a Kubernetes Indexed Job): one submit call for all of them, and one describe call per poll round.
-    Each task finds its index in the variable ``array_index_env`` names; each trial keeps an
+    Batch array job, a Kubernetes Indexed Job): one submit call for all of them, and one
+    describe call per poll round. Each task finds its index in the variable ``array_index_env`` names; each trial keeps an
     id of its own (``trial_ids``) that describe, logs and cancel take."""
 
     #: the environment variable holding a task's index in the array

@@ -1,8 +1,8 @@
 """``kubernetes``: an app becomes a Volcano job (TorchX's ``vcjob``: a task per replica) or, on
 the many clusters without Volcano, a plain ``batch/v1`` Indexed Job with a headless Service for
 rendezvous (``-cfg api=indexed``). With ``api=indexed`` a sweep's trials are one Indexed Job,
-each completion index a trial ``NAMESPACE:NAME:INDEX``; images are patched with the workspace and pushed to
-``image_repo``; logs come from the pod log API.
+each completion index a trial ``NAMESPACE:NAME:INDEX``. Images are patched with the workspace
+and pushed to ``image_repo``; logs come from the pod log API.
 
 TorchX's names carry over: the request is a ``KubernetesJob`` (``resource``, ``images_to_push``),
 the handle is ``kubernetes://SESSION/NAMESPACE:NAME``, and the options, labels, resources and
@@ -174,6 +174,30 @@ def _index_of(pod: dict[str, Any]) -> int:
 
 def _latest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+
+
+@dataclass
+class _ArrayState:
+    """What one describe round knows of a sweep's Indexed Job, read once for all its trials:
+    the Job, the indexes that ended each way, and the pods of each index."""
+
+    job: dict[str, Any]
+    completed: set[int]
+    failed: set[int]
+    pods: dict[int, list[dict[str, Any]]]
+
+    @classmethod
+    def of(cls, job: dict[str, Any], pods: list[dict[str, Any]]) -> _ArrayState:
+        status = job.get("status") or {}
+        by_index: dict[int, list[dict[str, Any]]] = {}
+        for pod in pods:
+            by_index.setdefault(_index_of(pod), []).append(pod)
+        return cls(
+            job,
+            _index_ranges(status.get("completedIndexes")),
+            _index_ranges(status.get("failedIndexes")),
+            by_index,
+        )
 
 
 def array_job(job: dict[str, Any], size: int) -> dict[str, Any]:
@@ -866,15 +890,20 @@ class KubernetesScheduler(
                     owner = (pod["metadata"].get("labels") or {}).get(LABEL_INSTANCE, "")
                     pods.setdefault(owner, []).append(pod)
             for name, ids in names.items():
+                job = jobs.get(name)
+                array = None
+                if job is not None and any(i is not None for _, i in ids):
+                    array = _ArrayState.of(job, pods.get(name, []))
                 for app_id, index in ids:
-                    out[app_id] = self._read(app_id, index, jobs.get(name), pods.get(name, []))
+                    if array is not None and index is not None:
+                        out[app_id] = self._trial_response(app_id, index, array)
+                    else:
+                        out[app_id] = self._read(app_id, job, pods.get(name, []))
         return out
 
     def _read(
-        self, app_id: str, index: int | None, job: dict[str, Any] | None, pods: list[dict[str, Any]]
+        self, app_id: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]
     ) -> DescribeAppResponse | None:
-        if job is not None and index is not None:
-            return self._trial_response(app_id, index, job, pods)
         if job is not None:
             return self._response(app_id, job, pods)
         if self._cancelled_marker(app_id).exists():
@@ -885,18 +914,16 @@ class KubernetesScheduler(
             )
         return None
 
-    def _trial_response(
-        self, app_id: str, index: int, job: dict[str, Any], pods: list[dict[str, Any]]
-    ) -> DescribeAppResponse:
+    def _trial_response(self, app_id: str, index: int, array: _ArrayState) -> DescribeAppResponse:
         """Completion index ``index`` of a sweep's Indexed Job, read as a run of its own: the
         Job's completed and failed indexes decide its end, its latest pod what it does now."""
-        status = job.get("status") or {}
-        mine = [p for p in pods if _index_of(p) == index]
+        job = array.job
+        mine = array.pods.get(index, [])
         pod = _latest(mine)
         phase = ((pod or {}).get("status") or {}).get("phase", "Pending")
-        if index in _index_ranges(status.get("completedIndexes")):
+        if index in array.completed:
             state, msg = AppState.SUCCEEDED, ""
-        elif index in _index_ranges(status.get("failedIndexes")):
+        elif index in array.failed:
             state, msg = AppState.FAILED, ""
             if self._cancelled_marker(app_id).exists():
                 state, msg = AppState.CANCELLED, "cancelled: its pod was evicted"
