@@ -108,8 +108,9 @@ def bench_log_flood(lines: int) -> dict[str, float]:
         "lines": float(lines),
         "seconds": elapsed,
         "kernel_cpu_s": cpu,
-        "log_updates_per_s": log_w.update_count / elapsed,
-        "status_updates_per_s": status_w.update_count / elapsed,
+        # n renders at least 0.1 s apart span (n - 1) intervals: the first render is free
+        "log_updates_per_s": max(log_w.update_count - 1, 0) / elapsed,
+        "status_updates_per_s": max(status_w.update_count - 1, 0) / elapsed,
         "lines_kept": float(len(log_w.lines)),
         "peak_rss_growth_mb": (rss1 - rss0) / 1024,
         "threads": float(threading.active_count()),
