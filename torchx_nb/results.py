@@ -168,14 +168,9 @@ class GcsStore:
     @property
     def client(self) -> Any:
         if self._client is None:
-            import os
+            from torchx_nb.schedulers.gcp_batch import storage_client
 
-            from google.cloud import storage  # type: ignore[attr-defined,unused-ignore]
-
-            if os.environ.get("STORAGE_EMULATOR_HOST"):
-                self._client = storage.Client.create_anonymous_client()
-            else:
-                self._client = storage.Client()
+            self._client = storage_client()
         return self._client
 
     def list(self) -> list[OutputFile]:

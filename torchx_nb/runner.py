@@ -825,6 +825,19 @@ class Runner:
 
     stop = cancel
 
+    def cancel_array(self, app_handles: list[AppHandle]) -> None:
+        """Cancel every trial of the native arrays ``app_handles`` belong to that has not
+        ended (a sweep's Cancel all): one call per array where the backend has one."""
+        by_backend: dict[str, list[str]] = {}
+        for handle in app_handles:
+            _, backend, app_id = self._scheduler_and_id(handle)
+            by_backend.setdefault(backend, []).append(app_id)
+        for backend, app_ids in by_backend.items():
+            sched = self.get_scheduler(backend)
+            if not isinstance(sched, SubmitsArrays):
+                raise TorchxNbError(f"{backend} has no native arrays")
+            sched.cancel_arrays(app_ids)
+
     def delete(self, app_handle: AppHandle) -> None:
         sched, _, app_id = self._scheduler_and_id(app_handle)
         sched.delete(app_id)

@@ -1,11 +1,12 @@
 """Sweeps: one cell (or component) run once per point of a parameter grid, watched and
 gathered as one.
 
-A backend that ``SubmitsArrays`` (Slurm, AWS Batch, Kubernetes' Indexed Jobs) gets every trial
-in one native array job: one submit call, one describe per poll round. Elsewhere each trial is
-a job of its own, at most ``max_parallel`` at once (a driver thread submits the next as one
-ends). Either way each trial has its own handle, logs, state and cancel, and the job store records it under its
-sweep, so ``Sweep.attach`` finds the sweep again after a kernel restart."""
+A backend that ``SubmitsArrays`` (Slurm, AWS Batch, Kubernetes' Indexed Jobs, GCP Batch's task
+count) gets every trial in one native array job: one submit call, one describe per poll round.
+Elsewhere each trial is a job of its own, at most ``max_parallel`` at once (a driver thread
+submits the next as one ends). Either way each trial has its own handle, logs, state and
+cancel, and the job store records it under its sweep, so ``Sweep.attach`` finds the sweep again
+after a kernel restart."""
 
 from __future__ import annotations
 
@@ -207,13 +208,21 @@ class Sweep:
         return statuses
 
     def cancel(self) -> None:
-        """Stop submitting trials and cancel every trial not yet ended."""
+        """Stop submitting trials and cancel every trial not yet ended (a native array in
+        one go, where its backend stops a whole array at once)."""
         self.stopped = True
-        for handle, status in zip(self.handles, self.statuses(), strict=True):
-            if handle and (status is None or not is_terminal(status.state)):
-                # one trial that cannot be cancelled does not keep the others
-                with contextlib.suppress(Exception):
-                    self.runner.cancel(handle)
+        live = [
+            handle
+            for handle, status in zip(self.handles, self.statuses(), strict=True)
+            if handle and (status is None or not is_terminal(status.state))
+        ]
+        if self.array and live:
+            self.runner.cancel_array(live)
+            return
+        for handle in live:
+            # one trial that cannot be cancelled does not keep the others
+            with contextlib.suppress(Exception):
+                self.runner.cancel(handle)
 
     def results(self) -> pd.DataFrame:
         """One row per trial, in grid order: its parameters, ``state``, ``exit_code``,

@@ -183,3 +183,121 @@ def test_outputs_are_uploaded_to_an_object_store_url_at_the_end(
         "runs/job-1/.torchx-nb/python.txt",
         "runs/job-1/f.txt",
     ]
+
+
+def _trial_env(gcs: Any, url: str, index: int, poll: str = "0.2") -> dict[str, str]:
+    """What an array task of a GCP Batch sweep gets: the grid, its index, the upload target
+    and the cancel look-up interval."""
+    import json
+    import os
+
+    return {
+        **gcs.env,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "TORCHX_NB_OUTPUT_URL": url,
+        "TORCHX_NB_GRID": json.dumps({"names": ["lr"], "lists": [[0.1, 0.2]], "zip": False}),
+        "TORCHX_NB_TRIAL_FROM": "TASK_INDEX",
+        "TASK_INDEX": str(index),
+        "TORCHX_NB_CANCEL_POLL": poll,
+    }
+
+
+def test_a_trial_stops_when_its_cancel_mark_appears(tmp_path: Path, gcs_env: Any) -> None:
+    """The cancel mark under the trial's upload target ends a running trial within one look
+    (exit 170), its outputs so far uploaded; a mark already there ends it before the cell
+    runs."""
+    import time
+
+    from torchx_nb.apps.cell_main import CANCELLED_EXIT
+
+    bucket = gcs_env.bucket("cell-cancel")
+    source = (
+        "import os, time\n"
+        "open(os.environ['TORCHX_OUTPUT_DIR'] + '/partial.txt', 'w').write(str(lr))\n"
+        "print('running', lr, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    role = cell(source=source).roles[0]
+    files = cell_files(role, None)
+    assert files is not None
+    folder = tmp_path / "job"
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    script = next(n for n in files if n.startswith(".torchx-cell-"))
+    out = tmp_path / "out"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TORCHX_OUTPUT_DIR": str(out),
+        **_trial_env(gcs_env, "gs://cell-cancel/runs/job-1/", 1),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(folder / RUNNER), str(folder / script)],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / "1" / "partial.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None
+        bucket.blob("runs/job-1/1/.torchx-nb/cancel").upload_from_string(b"x")
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == CANCELLED_EXIT, stderr
+    assert stdout == "running 0.2\n"
+    assert "torchx_nb: this trial was cancelled" in stderr
+    assert bucket.blob("runs/job-1/1/partial.txt").download_as_bytes() == b"0.2"
+
+    bucket.blob("runs/job-1/0/.torchx-nb/cancel").upload_from_string(b"x")
+    env0 = _trial_env(gcs_env, "gs://cell-cancel/runs/job-1/", 0)
+    ran, _ = run_cell(tmp_path / "t0", source, env=env0)
+    assert ran.returncode == CANCELLED_EXIT
+    assert ran.stdout == "" and "cancelled before it started" in ran.stderr
+
+
+def test_a_trial_whose_cancel_mark_cannot_be_looked_for_runs_on(
+    tmp_path: Path, gcs_env: Any
+) -> None:
+    """An unreachable object store is one warning; the cell still runs and keeps its value
+    (the upload at the end then retries, as google-cloud-storage does: not waited for here)."""
+    import time
+
+    from tests.infra.dockerd import free_port
+
+    role = cell(source="lr * 10").roles[0]
+    files = cell_files(role, None)
+    assert files is not None
+    folder = tmp_path / "job"
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    script = next(n for n in files if n.startswith(".torchx-cell-"))
+    out = tmp_path / "out"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TORCHX_OUTPUT_DIR": str(out),
+        **_trial_env(gcs_env, "gs://nowhere/runs/job-1/", 0),
+        "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{free_port()}",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(folder / RUNNER), str(folder / script)],
+        cwd=folder,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / "0" / ".torchx-nb" / "result.pkl").exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        _, stderr = proc.communicate(timeout=10)
+    assert stderr.count("cannot look for this trial's cancel mark") == 1, stderr
+    assert load_result(LocalStore(f"file://{out / '0'}"), ended(), "h") == 1.0

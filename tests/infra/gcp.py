@@ -12,15 +12,18 @@ google-cloud-logging clients (REST transport) and google-auth.
 - **Running jobs:** each task's container runnable runs in our dockerd with host networking and
   the ``BATCH_*`` variables (task index and count, hosts file, main node hostname). States go
   QUEUED → SCHEDULED → RUNNING → SUCCEEDED/FAILED from the containers' exit codes, with
-  ``maxRetryCount`` retries per task. Unlike GCP's VMs, all tasks share this machine's network
-  and pid namespace (``BATCH_MAIN_NODE_HOSTNAME`` is 127.0.0.1). When a task has failed for good, the others are stopped and
-  the job is FAILED. Script runnables are recorded but not run: they configure a VM, and here
+  ``maxRetryCount`` retries per task, at most ``parallelism`` tasks at once. Unlike GCP's VMs,
+  all tasks share this machine's network and pid namespace (``BATCH_MAIN_NODE_HOSTNAME`` is
+  127.0.0.1). As on GCP, a task that fails for good leaves the others running; the job is
+  FAILED once every task has ended and one of them failed. Script runnables are recorded but not run: they configure a VM, and here
   there is none. ``maxRunDuration`` is not enforced.
 - **Logging v2:** ``entries:list`` over ``batch_task_logs`` entries written from the
   containers' stdout (INFO) and stderr (ERROR), labelled ``job_uid`` and ``task_id`` as Batch
   labels them.
 - **Faults:** ``fail_next(n, status)`` answers the next ``n`` API calls with an error;
-  ``denied_projects`` get PERMISSION_DENIED; ``strict_filters`` refuses every list filter."""
+  ``denied_projects`` get PERMISSION_DENIED; ``strict_filters`` refuses every list filter.
+- **Without Docker** (benchmarks): tasks of ``idle_projects`` run until cancelled, those of
+  ``timed_projects`` for the given seconds, then succeed; neither starts a container."""
 
 from __future__ import annotations
 
@@ -184,6 +187,7 @@ class FakeTask:
         self.container: Any = None
         self.pumps: list[threading.Thread] = []
         self.exit_code: int | None = None
+        self.started = 0.0
 
 
 class FakeJob:
@@ -218,6 +222,8 @@ class GcpFake:
         self.strict_filters = False
         self.faults: list[tuple[int, str, bool]] = []
         self.idle_projects: set[str] = set()
+        # project -> seconds: its tasks run that long without a container, then succeed
+        self.timed_projects: dict[str, float] = {}
         self.lock = threading.RLock()
         self.stopping = threading.Event()
         self.server: ThreadingHTTPServer | None = None
@@ -340,6 +346,8 @@ class GcpFake:
     def _kind(path: str) -> str:
         if path.endswith("/tasks"):
             return "tasks"
+        if "/tasks/" in path:
+            return "task"
         if path.endswith(":cancel"):
             return "cancel"
         if path.endswith("/jobs"):
@@ -400,7 +408,8 @@ class GcpFake:
         if rest == "/locations" and method == "GET":
             return self._locations(project)
         m = re.match(
-            r"^/locations/([^/]+)/jobs(?:/([^/:]+))?(:cancel|/taskGroups/([^/]+)/tasks)?$", rest
+            r"^/locations/([^/]+)/jobs(?:/([^/:]+))?(:cancel|/taskGroups/([^/]+)/tasks(?:/(\d+))?)?$",
+            rest,
         )
         if m is None:
             raise ApiError(404, "NOT_FOUND", f"no route {method} {path}")
@@ -420,7 +429,7 @@ class GcpFake:
         if tail == ":cancel" and method == "POST":
             return self._cancel(name)
         if tail and tail.startswith("/taskGroups") and method == "GET":
-            return self._list_tasks(name)
+            return self._list_tasks(name, m.group(5))
         if tail is None and method == "GET":
             return self._job_json(self._job(name))
         if tail is None and method == "DELETE":
@@ -492,10 +501,13 @@ class GcpFake:
             return job.name
         raise ApiError(400, "INVALID_ARGUMENT", f"Unsupported filter field {field!r}")
 
-    def _list_tasks(self, name: str) -> bytes:
+    def _list_tasks(self, name: str, one: str | None = None) -> bytes:
+        """The job's tasks (all in one page), or task ``one`` alone (get)."""
         from google.cloud import batch_v1
 
         job = self._job(name)
+        if one is not None and int(one) >= len(job.tasks):
+            raise ApiError(404, "NOT_FOUND", f"Task {one} of {name} not found")
         with self.lock:
             tasks = [
                 batch_v1.Task(
@@ -506,7 +518,10 @@ class GcpFake:
                     ),
                 )
                 for t in job.tasks
+                if one is None or t.index == int(one)
             ]
+        if one is not None:
+            return to_json(tasks[0])
         return to_json(batch_v1.ListTasksResponse(tasks=tasks))
 
     def _operation(self, name: str) -> bytes:
@@ -718,21 +733,21 @@ class GcpFake:
         if job.state == "QUEUED":
             with self.lock:
                 self._job_event(job, "SCHEDULED")
+            return
+        if job.state == "SCHEDULED" and job.project in self.idle_projects:
+            with self.lock:
                 for task in job.tasks:
                     self._task_event(job, task, "ASSIGNED")
-            return
-        if job.state == "SCHEDULED":
-            for task in job.tasks:
-                if job.project in self.idle_projects:
-                    with self.lock:
-                        self._task_event(job, task, "RUNNING")  # runs until cancelled
-                else:
-                    self._start(job, task)
-            with self.lock:
+                    self._task_event(job, task, "RUNNING")  # runs until cancelled
                 self._job_event(job, "RUNNING")
             return
-        failed: FakeTask | None = None
+        timed = self.timed_projects.get(job.project)
         for task in job.tasks:
+            if timed is not None and task.state == "RUNNING":
+                if time.monotonic() - task.started >= timed:
+                    with self.lock:
+                        self._task_event(job, task, "SUCCEEDED", 0)
+                continue
             if task.state != "RUNNING" or task.container is None:
                 continue
             task.container.reload()
@@ -753,18 +768,29 @@ class GcpFake:
                     self._task_event(job, task, "ASSIGNED")
                 self._start(job, task)
             else:
+                # as on GCP, a task that fails for good leaves its siblings running
                 with self.lock:
                     self._task_event(job, task, "FAILED", code)
-                failed = task
-        if failed is not None:
-            for task in job.tasks:
-                if task.state == "RUNNING":
-                    self._kill(task)
+        # at most ``parallelism`` tasks run at once; the next waits for a free slot
+        group = job.job.task_groups[0]
+        limit = int(group.parallelism or 0) or len(job.tasks)
+        running = sum(1 for t in job.tasks if t.state in ("ASSIGNED", "RUNNING"))
+        for task in job.tasks:
+            if running >= limit:
+                break
+            if task.state == "PENDING":
+                with self.lock:
+                    self._task_event(job, task, "ASSIGNED")
+                if timed is not None:
+                    task.started = time.monotonic()
                     with self.lock:
-                        self._task_event(job, task, "FAILED", 143)
-                elif task.state in ("PENDING", "ASSIGNED"):
-                    with self.lock:
-                        self._task_event(job, task, "UNEXECUTED")
+                        self._task_event(job, task, "RUNNING")
+                else:
+                    self._start(job, task)
+                running += 1
+        if job.state == "SCHEDULED":
+            with self.lock:
+                self._job_event(job, "RUNNING")
         states = {t.state for t in job.tasks}
         if states <= {"SUCCEEDED", "FAILED", "UNEXECUTED"}:
             with self.lock:

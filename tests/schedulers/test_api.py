@@ -13,6 +13,7 @@ from torchx_nb.schedulers.api import (
     DescribeAppResponse,
     ListAppResponse,
     Scheduler,
+    SubmitsArrays,
     filter_regex,
     split_lines,
     split_lines_iterator,
@@ -78,6 +79,27 @@ def test_scheduler_lifecycle_defaults() -> None:
         s._validate(app, "rec", {})
     s.close()
     s.close()
+
+
+class RecordingArrays(SubmitsArrays, Recording):
+    def array_request(
+        self, info: specs.AppDryRunInfo[Any], size: int, max_parallel: int | None
+    ) -> specs.AppDryRunInfo[Any]:
+        return info
+
+    def trial_ids(self, app_id: str, size: int) -> list[str]:
+        return [f"{app_id}_{i}" for i in range(size)]
+
+    def _cancel_existing(self, app_id: str) -> None:
+        if app_id.endswith("_1"):
+            raise RuntimeError("it has just ended")
+        super()._cancel_existing(app_id)
+
+
+def test_cancelling_arrays_by_default_cancels_each_trial_one_failing_not_keeping_others() -> None:
+    s = RecordingArrays()
+    s.cancel_arrays(s.trial_ids("id-1", 3))
+    assert s.cancelled == ["id-1_0", "id-1_2"]
 
 
 def test_factories_are_lazy_and_include_local_cwd() -> None:

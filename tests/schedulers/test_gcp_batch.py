@@ -563,9 +563,155 @@ def test_cell_results_and_outputs_come_back_through_gcs(
         assert rec is not None and rec.outputs and rec.outputs.startswith("gs://gcp-results/runs/")
 
 
+def test_an_array_is_one_job_with_a_task_count_of_one_replica_trials() -> None:
+    """A cell sweep with a gs:// output_path: one task group of N tasks at most max_parallel
+    at once, each task replica 0 of its own run, its cell runner told to look for its cancel
+    mark; trial ids are PROJECT:LOCATION:JOB:INDEX."""
+    from torchx_nb.schedulers.gcp_batch import CANCEL_POLL_ENV, parse_trial_id
+
+    sched = GcpBatchScheduler("torchx")
+    one = app(n=1)
+    gs = {"project": PROJECT, "output_path": "gs://b/runs"}
+    assert sched.can_array(one, gs)
+    assert not sched.can_array(one, {"project": PROJECT})  # nowhere for a cancel mark
+    assert not sched.can_array(app(n=2), gs)
+    info = sched.array_request(dryrun(one, output_path="gs://b/runs"), 5, 2)
+    group = info.request.job_def.task_groups[0]
+    assert (group.task_count, group.parallelism, group.require_hosts_file) == (5, 2, False)
+    assert list(group.task_environments) == []
+    env = dict(group.task_spec.environment.variables)
+    assert env["TORCHX_REPLICA_IDX"] == "0" and env["IDX"] == "0"
+    assert env[CANCEL_POLL_ENV] == "5"
+    assert env["TORCHX_NB_OUTPUT_URL"] == f"gs://b/runs/{info.request.name}/"
+    assert (
+        sched.array_request(dryrun(one, output_path="gs://b/r"), 3, None)
+        .request.job_def.task_groups[0]
+        .parallelism
+        == 3
+    )
+    assert sched.array_index_env == "BATCH_TASK_INDEX" and sched.throttles_arrays
+    assert sched.trial_ids("p:us-east1:job-1", 2) == ["p:us-east1:job-1:0", "p:us-east1:job-1:1"]
+    assert parse_trial_id("torchx-test:us-east1:job-1:12") == (
+        "torchx-test",
+        "us-east1",
+        "job-1",
+        12,
+    )
+    assert parse_trial_id("example.com:proj:us-east1:job-1:3")[0] == "example.com:proj"
+    assert parse_trial_id("example.com:proj:us-east1:job-1")[3] is None
+    for bad in ("p1:us-east1:job:x:1", "p1:us-east1:Job:1", "p1:us-east1:1", "p1::job:1"):
+        with pytest.raises(ValueError, match="not a gcp_batch app id"):
+            parse_trial_id(bad)
+
+
+def test_a_sweep_is_one_job_whose_trials_end_and_cancel_on_their_own(
+    gcp_env: GcpFake,
+    gcs_env: Any,
+    gar_registry: TokenProxy,
+    python_in_registry: str,
+    tmp_path: Path,
+) -> None:
+    """One GCP Batch job holds five trials, two at a time: each has its own state, log and
+    result (uploaded to the GCS emulator); a trial that raises fails alone while the others
+    run on; a trial cancelled before it started ends at once, a running one within the cell
+    runner's look for its mark, and Cancel all is one cancel_job call."""
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import SweepRequest, start
+    from torchx_nb.sweeps import dryrun as sweep_dryrun
+
+    gcs_env.bucket("gcp-sweeps")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = (
+        "import os, time\n"
+        "print('trial lr', os.environ['TORCHX_PARAM_LR'], flush=True)\n"
+        "if lr > 1:\n"
+        "    time.sleep(600)\n"
+        "if lr > 0.5:\n"
+        "    raise ValueError('lr too high')\n"
+        "lr * 10\n"
+    )
+    mounts, path = host_python_mounts()
+    a = cell(
+        source=source,
+        image=python_in_registry,
+        memMB=256,
+        mounts=mounts,
+        env={"PATH": path, **gcs_env.env},
+    )
+    cfg = [
+        f"image_repo={gar_registry.host}/{PROJECT}/sweeps,builder=registry,quiet=True",
+        "output_path=gs://gcp-sweeps/runs",
+    ]
+    request = SweepRequest(
+        RunRequest(app=a, scheduler="gcp_batch", cfg=cfg, workspace=str(ws)),
+        {"lr": [0.1, 5, 0.9, 7, 9]},
+        max_parallel=2,
+    )
+    with get_runner() as runner:
+        shown = sweep_dryrun(runner, request)
+        assert "gcp_batch sweep of 5 trials, one native array job" in shown
+        assert '"parallelism": "2"' in shown and '"taskCount": "5"' in shown
+        creates = gcp_env.requests["POST jobs"]
+        sw = start(runner, request)
+        assert sw.array and gcp_env.requests["POST jobs"] == creates + 1
+        ids = [h.rsplit("/", 1)[1] for h in sw.handles]  # type: ignore[union-attr]
+        job_id = ids[0].rsplit(":", 1)[0]
+        assert ids == [f"{job_id}:{i}" for i in range(5)]
+        h = sw.handles
+
+        def state(i: int) -> AppState | None:
+            status = runner.status(h[i])  # type: ignore[arg-type]
+            return status.state if status else None
+
+        # trial 3 waits for a slot: cancelled now, it ends before it starts
+        runner.cancel(h[3])  # type: ignore[arg-type]
+        assert state(3) == AppState.CANCELLED
+        # one job describe and one task list answer for every trial
+        before = dict(gcp_env.requests)
+        sw.statuses()
+        calls = {k: v - before.get(k, 0) for k, v in gcp_env.requests.items()}
+        assert {k: v for k, v in calls.items() if v} == {"GET job": 1, "GET tasks": 1}
+        # trial 2 (starts once trial 0 ends) fails; trial 4 then runs beside trial 1
+        wait_for(lambda: state(2) == AppState.FAILED, 180, 0.5)
+        wait_for(lambda: state(4) == AppState.RUNNING, 120, 0.5)
+        assert state(1) == AppState.RUNNING
+        runner.cancel(h[1])  # type: ignore[arg-type]
+        wait_for(lambda: state(1) == AppState.CANCELLED, 60, 0.5)
+        assert state(4) == AppState.RUNNING
+        cancels = gcp_env.requests["POST cancel"]
+        sw.cancel()
+        assert gcp_env.requests["POST cancel"] == cancels + 1
+        statuses = sw.wait(timeout=120)
+        assert [s.state if s else None for s in statuses] == [
+            AppState.SUCCEEDED,
+            AppState.CANCELLED,
+            AppState.FAILED,
+            AppState.CANCELLED,
+            AppState.CANCELLED,
+        ], statuses
+        assert statuses[3] is not None and statuses[1] is not None
+        frame = sw.results()
+        assert frame["result"][0] == 1.0
+        assert frame["error"][2] == "raised ValueError: lr too high"
+        assert "trial lr 0.9" in "".join(runner.log_lines(h[2], "cell", 0))  # type: ignore[arg-type]
+        trial1 = "".join(runner.log_lines(h[1], "cell", 0))  # type: ignore[arg-type]
+        assert "trial lr 5" in trial1 and "this trial was cancelled" in trial1
+        # trial 3 started once a slot was free, saw its mark and ran no cell
+        trial3 = "".join(runner.log_lines(h[3], "cell", 0))  # type: ignore[arg-type]
+        assert "trial lr" not in trial3 and "cancelled before it started" in trial3
+        with pytest.raises(GcpError, match="is one task of a sweep's job"):
+            runner.delete(h[0])  # type: ignore[arg-type]
+    project, location, name = parse_app_id(job_id)
+    job = gcp_env.jobs[f"projects/{project}/locations/{location}/jobs/{name}"]
+    assert job.state == "CANCELLED"
+    assert [t.events[-1]["exit_code"] for t in job.tasks[:4]] == [0, 170, 1, 170]
+
+
 def test_a_sweep_runs_one_job_per_trial(gcp_env: GcpFake, base_images: dict[str, str]) -> None:
-    """GCP Batch has no array of jobs we can cancel one task of: a sweep is one job per
-    trial, each with its value substituted into the arguments."""
+    """A component sweep (and a cell sweep without a gs:// output_path, where a trial's cancel
+    mark would go) is one job per trial, each with its value substituted into the
+    arguments."""
     from torchx_nb.runner import RunRequest
     from torchx_nb.sweeps import SweepRequest, start
 

@@ -8,6 +8,12 @@ with a short repr beside it; a rank whose cell raises writes its exception and t
 and exits 1. With ``$TORCHX_NB_OUTPUT_URL`` (``s3://`` or ``gs://``) the output folder is
 uploaded there at the end, with boto3 or google-cloud-storage from the image.
 
+An array task whose backend cannot stop one task (GCP Batch) is given
+``$TORCHX_NB_CANCEL_POLL`` (seconds): the runner looks that often for a cancel mark
+(``.torchx-nb/cancel`` under its upload target) and, once it is there, uploads what the cell
+wrote so far and exits with ``CANCELLED_EXIT`` — at once, before the cell runs, if the mark was
+there first.
+
 Standalone on purpose: it ships into images that do not have torchx_nb, with the kernel's own
 cloudpickle beside it (so both sides pickle alike); only the standard library is imported here.
 """
@@ -21,12 +27,16 @@ import os
 import pickle
 import reprlib
 import sys
+import threading
+import time
 import traceback
 from typing import Any
 
 CELL = "<cell>"
 OWN = ".torchx-nb"
 REPR_CHARS = 300
+CANCEL_MARK = "cancel"  # in OWN under a trial's upload target: "stop this trial"
+CANCELLED_EXIT = 170  # the exit status of a trial stopped by its cancel mark
 
 
 def _cloudpickle() -> Any:
@@ -173,6 +183,16 @@ def run(script: str, args: list[str]) -> int:
             os.environ["TORCHX_NB_OUTPUT_URL"] = f"{url.rstrip('/')}/{index}/"
     os.makedirs(folder, exist_ok=True)  # the cell may write there at once
     out = os.path.join(folder, OWN)
+    url = os.environ.get("TORCHX_NB_OUTPUT_URL", "")
+    poll = os.environ.get("TORCHX_NB_CANCEL_POLL", "")
+    if url and poll:
+        mark = f"{url.rstrip('/')}/{OWN}/{CANCEL_MARK}"
+        if _looked_for(mark, warn=True):
+            sys.stderr.write("torchx_nb: this trial was cancelled before it started\n")
+            return CANCELLED_EXIT
+        threading.Thread(
+            target=_watch_cancel, args=(mark, float(poll), folder, url), daemon=True
+        ).start()
     with open(script, encoding="utf-8") as f:
         source = f.read()
     linecache.cache[CELL] = (len(source), None, source.splitlines(keepends=True), CELL)
@@ -215,10 +235,71 @@ def run(script: str, args: list[str]) -> int:
     return 0
 
 
+def _split(url: str) -> tuple[str, str, str]:
+    scheme, _, rest = url.partition("://")
+    bucket, _, key = rest.partition("/")
+    return scheme, bucket, key
+
+
+def _gcs() -> Any:
+    from google.cloud import storage  # type: ignore[attr-defined,unused-ignore]
+
+    try:
+        return storage.Client()
+    except Exception:
+        if not os.environ.get("STORAGE_EMULATOR_HOST"):
+            raise
+        return storage.Client.create_anonymous_client()
+
+
+def cancel_requested(url: str) -> bool:
+    """Whether the object ``url`` (``gs://`` or ``s3://``) exists: a trial's cancel mark."""
+    scheme, bucket, key = _split(url)
+    if scheme == "gs":
+        # no retries of its own: the watcher looks again in a few seconds anyway
+        return bool(_gcs().bucket(bucket).blob(key).exists(timeout=10, retry=None))
+    if scheme == "s3":
+        import boto3
+
+        try:
+            boto3.client("s3").head_object(Bucket=bucket, Key=key)
+        except Exception as e:
+            if "404" in str(e) or "Not Found" in str(e):
+                return False
+            raise
+        return True
+    return False
+
+
+def _looked_for(mark: str, warn: bool) -> bool:
+    """Whether the cancel mark is there; a look that fails is a warning (the first one only)
+    and counts as no mark: the cell runs on rather than fail for a storage hiccup."""
+    try:
+        return cancel_requested(mark)
+    except Exception as e:
+        if warn:
+            sys.stderr.write(f"torchx_nb: cannot look for this trial's cancel mark: {e}\n")
+        return False
+
+
+def _watch_cancel(mark: str, every: float, folder: str, url: str) -> None:
+    """Look for ``mark`` every ``every`` seconds; once it is there, upload the outputs so far
+    and end the process (and so the task) with ``CANCELLED_EXIT``."""
+    while True:
+        time.sleep(every)
+        if _looked_for(mark, warn=False):
+            sys.stderr.write("torchx_nb: this trial was cancelled\n")
+            sys.stderr.flush()
+            try:
+                upload(folder, url)
+            except Exception as e:
+                sys.stderr.write(f"torchx_nb: the outputs were not uploaded to {url}: {e}\n")
+            os._exit(CANCELLED_EXIT)
+
+
 def upload(folder: str, url: str) -> None:
     """Copy every file under ``folder`` to ``url`` (``s3://B/PREFIX`` or ``gs://B/PREFIX``)."""
-    scheme, _, rest = url.partition("://")
-    bucket, _, prefix = rest.partition("/")
+    scheme, bucket, prefix = _split(url)
     prefix = prefix.strip("/")
     files = [
         os.path.join(root, name) for root, _, names in os.walk(folder) for name in sorted(names)
@@ -231,15 +312,7 @@ def upload(folder: str, url: str) -> None:
             key = f"{prefix}/{os.path.relpath(path, folder)}".lstrip("/")
             client.upload_file(path, bucket, key)
     elif scheme == "gs":
-        from google.cloud import storage  # type: ignore[attr-defined,unused-ignore]
-
-        try:
-            gcs = storage.Client()
-        except Exception:
-            if not os.environ.get("STORAGE_EMULATOR_HOST"):
-                raise
-            gcs = storage.Client.create_anonymous_client()
-        target = gcs.bucket(bucket)
+        target = _gcs().bucket(bucket)
         for path in files:
             key = f"{prefix}/{os.path.relpath(path, folder)}".lstrip("/")
             target.blob(key).upload_from_filename(path)

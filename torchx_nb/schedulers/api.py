@@ -293,9 +293,10 @@ class StoresOutputs(abc.ABC):
 
 class SubmitsArrays(abc.ABC):
     """Ability: the trials of a sweep go as one native array job (Slurm's ``--array``, an AWS
-    Batch array job, a Kubernetes Indexed Job): one submit call for all of them, and one
-    describe call per poll round. Each task finds its index in the variable ``array_index_env`` names; each trial keeps an
-    id of its own (``trial_ids``) that describe, logs and cancel take."""
+    Batch array job, a Kubernetes Indexed Job, a GCP Batch job's task count): one submit call
+    for all of them, and one describe call per poll round. Each task finds its index in the
+    variable ``array_index_env`` names; each trial keeps an id of its own (``trial_ids``) that
+    describe, logs and cancel take."""
 
     #: the environment variable holding a task's index in the array
     array_index_env: str = ""
@@ -317,6 +318,32 @@ class SubmitsArrays(abc.ABC):
     @abc.abstractmethod
     def trial_ids(self, app_id: str, size: int) -> list[str]:
         """The id of each task of the array submitted as ``app_id``, in index order."""
+
+    def cancel_arrays(self, trial_ids: list[str]) -> None:
+        """Cancel every trial of the arrays ``trial_ids`` belong to that has not ended (a
+        sweep's Cancel all): by default each trial on its own, one that cannot be cancelled
+        (it has just ended) not keeping the others; a backend that stops a whole array in one
+        call does that."""
+        for trial_id in trial_ids:
+            with contextlib.suppress(Exception):
+                self._cancel_existing(trial_id)  # type: ignore[attr-defined]
+
+
+def cancel_mark(backend: str, app_id: str) -> Path:
+    """A private file saying we cancelled ``app_id`` on ``backend``: what the backend's API
+    cannot tell afterwards (a deleted Kubernetes job is gone; a GCP Batch task has no cancel of
+    its own) stays known to every later describe on this machine."""
+    from torchx_nb.paths import data_dir
+
+    return data_dir() / backend / "cancelled" / app_id.replace(":", "_").replace("/", "_")
+
+
+def mark_cancelled(backend: str, app_id: str) -> None:
+    from torchx_nb.paths import private_dir
+
+    mark = cancel_mark(backend, app_id)
+    private_dir(mark.parent)
+    mark.touch()
 
 
 def trial_output(base: str | None, index: int) -> str | None:

@@ -12,7 +12,12 @@ The Google libraries are imported when a client is first needed. Clients (or cre
 injected; otherwise credentials come from ``google.auth.default()`` (Application Default
 Credentials) and the API endpoints from ``TORCHX_NB_GCP_BATCH_ENDPOINT`` and
 ``TORCHX_NB_GCP_LOGGING_ENDPOINT`` when set (private or regional endpoints). Both clients use the
-REST transport: one code path, whether the endpoint is Google's or a loopback test server."""
+REST transport: one code path, whether the endpoint is Google's or a loopback test server.
+
+A cell sweep with an ``output_path`` goes as one job with a task count (``SubmitsArrays``): each
+trial is a task, ``PROJECT:LOCATION:JOB:INDEX``. GCP Batch runs the tasks independently (one
+that fails leaves the others running) but has no call that stops one task, so a trial's cancel
+is a mark in the job's bucket that the cell runner looks for (``$TORCHX_NB_CANCEL_POLL``)."""
 
 from __future__ import annotations
 
@@ -26,7 +31,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from torchx_nb.apps.cell_main import CANCEL_MARK, CANCELLED_EXIT
+from torchx_nb.apps.cell_main import OWN as CELL_OWN
 from torchx_nb.schedulers.api import (
+    OUTPUT_URL_ENV,
     REMOTE_OUTPUT_DIR,
     DescribeAppResponse,
     DescribesMany,
@@ -34,10 +42,14 @@ from torchx_nb.schedulers.api import (
     Scheduler,
     StoresOutputs,
     Stream,
+    SubmitsArrays,
     TypedOptions,
+    cancel_mark,
     filter_regex,
+    mark_cancelled,
     output_env,
     tail_wait,
+    trial_output,
     upload_target,
 )
 from torchx_nb.schedulers.ids import random_id
@@ -75,6 +87,8 @@ SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 DEFAULT_LOCATION = "us-central1"
 FIREWALL_SCRIPT = "/sbin/iptables -A INPUT -j ACCEPT"
 LOG_POLL_SECONDS = 3.0  # Cloud Logging allows 60 entries.list calls a minute per project
+CANCEL_POLL_ENV = "TORCHX_NB_CANCEL_POLL"
+CANCEL_POLL_SECONDS = 5  # how often an array task's cell runner looks for its cancel mark
 
 JOB_STATES = {
     "STATE_UNSPECIFIED": AppState.UNKNOWN,
@@ -195,6 +209,25 @@ def parse_app_id(app_id: str) -> tuple[str, str, str]:
     if not _JOB_ID_RE.match(name):
         raise ValueError(f"not a gcp_batch app id {app_id!r}: bad job name")
     return project, location, name
+
+
+def parse_trial_id(app_id: str) -> tuple[str, str, str, int | None]:
+    """``PROJECT:LOCATION:JOB`` or a sweep trial's ``PROJECT:LOCATION:JOB:INDEX`` → its parts
+    (the index None for a job); a job id never ends in digits alone, so the two cannot mix."""
+    head, _, last = app_id.rpartition(":")
+    if head and last.isdigit():
+        return (*parse_app_id(head), int(last))
+    return (*parse_app_id(app_id), None)
+
+
+def storage_client(credentials: Any = None) -> Any:
+    """google-cloud-storage's client: anonymous against an emulator (``STORAGE_EMULATOR_HOST``),
+    else with ``credentials`` (default: Application Default Credentials)."""
+    from google.cloud import storage  # type: ignore[attr-defined,unused-ignore]
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        return storage.Client.create_anonymous_client()
+    return storage.Client(project=default_project(), credentials=credentials)
 
 
 def parse_duration(text: str) -> int:
@@ -323,6 +356,7 @@ class GcpClients:
     ) -> None:
         self._batch = batch_client
         self._logging = logging_client
+        self._storage: Any = None
         self._credentials = credentials
         self.retry_timeout = retry_timeout
         self.timeout = timeout
@@ -369,10 +403,20 @@ class GcpClients:
             )
         return self._logging
 
+    @property
+    def storage(self) -> Any:
+        """google-cloud-storage's client (a trial's cancel mark goes in the job's bucket)."""
+        if self._storage is None:
+            self._storage = storage_client(self._credentials)
+        return self._storage
+
     @staticmethod
     def endpoint(api: str) -> str:
-        """Where calls to ``api`` (batch or logging) go."""
-        env = LOGGING_ENDPOINT_ENV if api == "logging" else BATCH_ENDPOINT_ENV
+        """Where calls to ``api`` (batch, logging or storage) go."""
+        env = {
+            "logging": LOGGING_ENDPOINT_ENV,
+            "storage": "STORAGE_EMULATOR_HOST",
+        }.get(api, BATCH_ENDPOINT_ENV)
         return os.environ.get(env, "").strip() or f"{api}.googleapis.com"
 
     def call(
@@ -463,11 +507,15 @@ class GcpBatchScheduler(
     WorkspaceMixin,
     DescribesMany,
     StoresOutputs,
+    SubmitsArrays,
     Scheduler[GcpBatchOpts],
 ):
-    """One GCP Batch job per app; describes many jobs with one list call per location."""
+    """One GCP Batch job per app; describes many jobs with one list call per location; a
+    sweep's trials are the tasks of one job."""
 
     opts_type = GcpBatchOpts
+    array_index_env = "BATCH_TASK_INDEX"
+    throttles_arrays = True
 
     def __init__(
         self,
@@ -484,6 +532,40 @@ class GcpBatchScheduler(
 
     def output_url(self, app_id: str, request: GCPBatchJob) -> str | None:
         return request.outputs
+
+    def can_array(self, app: AppDef, cfg: Mapping[str, Any]) -> bool:
+        """One role of one replica, with a ``gs://`` ``output_path``: a trial's cancel is a
+        mark in that bucket (GCP Batch has no call that stops one task)."""
+        opts = self.typed(cfg, partial=True)
+        return super().can_array(app, cfg) and str(opts.output_path or "").startswith("gs://")
+
+    def array_request(
+        self, info: AppDryRunInfo[GCPBatchJob], size: int, max_parallel: int | None
+    ) -> AppDryRunInfo[GCPBatchJob]:
+        """One task group of ``size`` tasks, ``parallelism`` = ``max_parallel``: each task a
+        run of its own (replica 0, no hosts file), its cell runner told to look for its
+        cancel mark."""
+        from google.cloud import batch_v1
+
+        req = info.request
+        job = batch_v1.Job.deserialize(batch_v1.Job.serialize(req.job_def))
+        group = job.task_groups[0]
+        env = dict(group.task_spec.environment.variables)
+        for own in group.task_environments[:1]:
+            env.update(own.variables)
+        env[CANCEL_POLL_ENV] = str(CANCEL_POLL_SECONDS)
+        group.task_spec.environment = batch_v1.Environment(variables=env)
+        group.task_environments = []
+        group.task_count = size
+        group.parallelism = min(size, max_parallel or size)
+        group.require_hosts_file = False
+        return AppDryRunInfo(
+            GCPBatchJob(req.name, req.project, req.location, job, req.outputs), _fmt
+        )
+
+    def trial_ids(self, app_id: str, size: int) -> list[str]:
+        """``PROJECT:LOCATION:JOB:INDEX``: task ``INDEX`` of the job."""
+        return [f"{app_id}:{i}" for i in range(size)]
 
     def _validate(self, app: AppDef, scheduler: str, cfg: GcpBatchOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
@@ -743,33 +825,40 @@ class GcpBatchScheduler(
         )
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        project, location, name = parse_app_id(app_id)
-        job = self.gcp.call(f"cannot describe {app_id}", self._get, project, location, name)
-        if job is None:
-            return None
-        return self._response(app_id, job, self._tasks(job))
+        return self._describe([app_id], every_task=True)[app_id]
 
     def describe_many(self, app_ids: list[str]) -> dict[str, DescribeAppResponse | None]:
         """One list of active jobs per project and location (every page), one get for each job
-        that has left that list, and a task list only for jobs whose tasks differ in state."""
+        that has left that list, and a task list only for jobs whose tasks differ in state or
+        that hold sweep trials (one list per job, however many of its trials are asked)."""
+        return self._describe(app_ids, every_task=False)
+
+    def _describe(
+        self, app_ids: list[str], every_task: bool
+    ) -> dict[str, DescribeAppResponse | None]:
         out: dict[str, DescribeAppResponse | None] = dict.fromkeys(app_ids)
-        groups: dict[tuple[str, str], dict[str, str]] = {}
+        groups: dict[tuple[str, str], dict[str, list[tuple[str, int | None]]]] = {}
         for app_id in app_ids:
-            project, location, name = parse_app_id(app_id)
-            groups.setdefault((project, location), {})[name] = app_id
+            project, location, name, index = parse_trial_id(app_id)
+            groups.setdefault((project, location), {}).setdefault(name, []).append((app_id, index))
         for (project, location), names in groups.items():
             active = self._active_jobs(project, location) if len(names) > 1 else {}
-            for name, app_id in names.items():
+            for name, ids in names.items():
                 job = active.get(name)
                 if job is None:
                     job = self.gcp.call(
-                        f"cannot describe {app_id}", self._get, project, location, name
+                        f"cannot describe {ids[0][0]}", self._get, project, location, name
                     )
                 if job is None:
                     continue
-                counts = _counts(job)
-                tasks = self._tasks(job) if len([c for c in counts.values() if c]) > 1 else None
-                out[app_id] = self._response(app_id, job, tasks)
+                trials = any(index is not None for _, index in ids)
+                mixed = len([c for c in _counts(job).values() if c]) > 1
+                tasks = self._tasks(job) if trials or mixed or every_task else None
+                for app_id, index in ids:
+                    if index is None:
+                        out[app_id] = self._response(app_id, job, tasks)
+                    else:
+                        out[app_id] = self._trial_response(app_id, job, tasks or [], index)
         return out
 
     def _list_jobs(self, parent: str, filter_: str) -> Iterator[Any]:
@@ -803,39 +892,14 @@ class GcpBatchScheduler(
 
     def _response(self, app_id: str, job: Any, tasks: list[Any] | None) -> DescribeAppResponse:
         state = JOB_STATES.get(job.status.state.name, AppState.UNKNOWN)
-        group = job.task_groups[0] if job.task_groups else None
-        spec = group.task_spec if group else None
-        env = dict(spec.environment.variables) if spec else {}
-        container = (
-            next((r.container for r in spec.runnables if r.container), None) if spec else None
-        )
-        role_name = env.get("TORCHX_ROLE_NAME", "node")
-        count = int(group.task_count) if group else 0
-        commands = list(container.commands) if container else [""]
-        role = Role(
-            name=role_name,
-            image=container.image_uri if container else "",
-            entrypoint=commands[0] if commands else "",
-            args=commands[1:],
-            num_replicas=count,
-            env=env,
-            resource=Resource(
-                cpu=int(spec.compute_resource.cpu_milli // 1000) if spec else 1,
-                gpu=0,
-                memMB=int(spec.compute_resource.memory_mib) if spec else 0,
-            ),
-            max_retries=int(spec.max_retry_count) if spec else 0,
-        )
+        role = _role(job)
+        role_name, count = role.name, role.num_replicas
         replicas = self._replicas(job, tasks, role_name, count, state)
-        project, location, name = parse_app_id(app_id)
         resp = DescribeAppResponse(
             app_id=app_id,
             state=state,
             num_restarts=max((r.num_restarts for r in replicas), default=0),
-            ui_url=(
-                f"https://console.cloud.google.com/batch/jobsDetail/regions/{location}/jobs/"
-                f"{name}/details?project={project}"
-            ),
+            ui_url=_console_url(app_id),
             roles=[role],
             roles_statuses=[RoleStatus(role_name, replicas)],
             metadata=dict(job.labels),
@@ -858,32 +922,65 @@ class GcpBatchScheduler(
             rstate = TASK_STATES.get(only, state) if only else _replica_default(state)
             return [ReplicaStatus(i, rstate, role, f"task-{i}") for i in range(count)]
         out = [ReplicaStatus(i, _replica_default(state), role, f"task-{i}") for i in range(count)]
-        for task in tasks:
-            idx = int(task.name.rsplit("/", 1)[-1])
-            if idx >= count:
-                continue
-            tstate = TASK_STATES.get(task.status.state.name, AppState.UNKNOWN)
-            events = list(task.status.status_events)
-            exit_code = None
-            for ev in reversed(events):
-                if ev.task_execution and ev.task_execution.exit_code:
-                    exit_code = int(ev.task_execution.exit_code)
-                    break
-            rep = ReplicaStatus(idx, tstate, role, f"task-{idx}", exit_code=exit_code)
-            rep.num_restarts = max(
-                sum(1 for ev in events if ev.task_state.name == "RUNNING") - 1, 0
-            )
-            if tstate == AppState.FAILED:
-                last = events[-1].description if events else ""
-                rep.structured_error_msg = (
-                    f"FAILED (exit code {exit_code})" if exit_code is not None else "FAILED"
-                ) + (f": {last}" if last else "")
-            out[idx] = rep
+        for idx, task in _by_index(tasks).items():
+            if idx < count:
+                out[idx] = _task_replica(task, idx, role)
         return out
 
+    def _trial_response(
+        self, app_id: str, job: Any, tasks: list[Any], index: int
+    ) -> DescribeAppResponse:
+        """Task ``index`` of a sweep's job, read as a run of its own (replica 0). A trial
+        that failed with the cell runner's ``CANCELLED_EXIT``, or that we marked cancelled, or
+        that had not ended when its whole job was cancelled, is CANCELLED; a marked trial that
+        has not started yet is too (its cell runner exits as soon as it starts)."""
+        role = _role(job)
+        role.num_replicas = 1
+        task = _by_index(tasks).get(index)
+        rep = (
+            _task_replica(task, 0, role.name)
+            if task is not None
+            else ReplicaStatus(0, AppState.PENDING, role.name, "task-0")
+        )
+        events = list(task.status.status_events) if task is not None else []
+        state, msg = rep.state, rep.structured_error_msg
+        marked = cancel_mark("gcp_batch", app_id).exists()
+        cancelled_at = _cancelled_at(job)
+        ended_at = _ts(events[-1].event_time) if events and is_terminal(state) else None
+        if state == AppState.FAILED and (rep.exit_code == CANCELLED_EXIT or marked):
+            state, msg = AppState.CANCELLED, "cancelled"
+        elif cancelled_at is not None and state != AppState.SUCCEEDED:
+            if not is_terminal(state) or ended_at is None or ended_at >= cancelled_at:
+                state, msg = AppState.CANCELLED, "cancelled with its sweep's job"
+        elif marked and state == AppState.PENDING:
+            state, msg = AppState.CANCELLED, "cancelled before it started"
+        elif marked and state == AppState.RUNNING:
+            msg = f"cancel requested: the trial stops within {CANCEL_POLL_SECONDS} s"
+        rep.state = state
+        started = next(
+            (_ts(ev.event_time) for ev in events if ev.task_state.name == "RUNNING"), None
+        )
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=rep.num_restarts,
+            msg=msg,
+            ui_url=_console_url(app_id),
+            roles=[role],
+            roles_statuses=[RoleStatus(role.name, [rep])],
+            metadata=dict(job.labels),
+            started=started,
+            ended=(ended_at or _ts(job.update_time)) if is_terminal(state) else None,
+        )
+
     def _cancel_existing(self, app_id: str) -> None:
-        """``cancel_job`` where the API has it; else (older API versions) delete the job."""
-        project, location, name = parse_app_id(app_id)
+        """``cancel_job`` where the API has it; else (older API versions) delete the job. A
+        sweep trial gets a cancel mark in its job's bucket instead: its cell runner looks for
+        it every few seconds (and at its start) and ends the task."""
+        project, location, name, index = parse_trial_id(app_id)
+        if index is not None:
+            self._cancel_trial(app_id, project, location, name, index)
+            return
         full = f"projects/{project}/locations/{location}/jobs/{name}"
         cancel = getattr(self.gcp.batch, "cancel_job", None)
         if cancel is not None:
@@ -894,6 +991,52 @@ class GcpBatchScheduler(
                 if e.reason != "MethodNotImplemented":
                     raise
         self.gcp.call(f"cannot delete {app_id}", self.gcp.batch.delete_job, name=full)
+
+    def _cancel_trial(
+        self, app_id: str, project: str, location: str, name: str, index: int
+    ) -> None:
+        job = self.gcp.call(f"cannot describe {app_id}", self._get, project, location, name)
+        if job is None:
+            raise GcpError(f"cannot cancel {app_id}: GCP Batch has no job {name}")
+        base = dict(job.task_groups[0].task_spec.environment.variables).get(OUTPUT_URL_ENV)
+        if not base or not base.startswith("gs://"):
+            raise GcpError(
+                f"cannot cancel {app_id} alone: its job keeps no outputs in a bucket, where"
+                f" a trial's cancel mark goes; cancel the whole sweep (or job"
+                f" {project}:{location}:{name})"
+            )
+        mark = f"{trial_output(base, index)}{CELL_OWN}/{CANCEL_MARK}"
+        bucket, _, key = mark.removeprefix("gs://").partition("/")
+        self.gcp.call(
+            f"cannot write the cancel mark {mark}",
+            lambda: (
+                self.gcp.storage.bucket(bucket)
+                .blob(key)
+                .upload_from_string(b"cancelled by torchx_nb\n")
+            ),
+            api="storage",
+        )
+        mark_cancelled("gcp_batch", app_id)
+
+    def cancel_arrays(self, trial_ids: list[str]) -> None:
+        """Cancel the job of these trials once (``cancel_job``): its tasks that have ended
+        keep their end, and the others are marked cancelled here."""
+        jobs: dict[str, list[str]] = {}
+        for trial_id in trial_ids:
+            project, location, name, _ = parse_trial_id(trial_id)
+            jobs.setdefault(f"{project}:{location}:{name}", []).append(trial_id)
+        for job_id, trials in jobs.items():
+            for trial_id in trials:
+                mark_cancelled("gcp_batch", trial_id)
+            self._cancel_existing(job_id)
+
+    def _delete_existing(self, app_id: str) -> None:
+        if parse_trial_id(app_id)[3] is not None:
+            raise GcpError(
+                f"{app_id} is one task of a sweep's job: cancel it, or delete the job"
+                f" {app_id.rpartition(':')[0]}"
+            )
+        self._cancel_existing(app_id)
 
     def log_iter(
         self,
@@ -909,7 +1052,7 @@ class GcpBatchScheduler(
         """Replica ``k``'s lines from Cloud Logging (``batch_task_logs``, its task's entries):
         stdout is logged at INFO severity and stderr at ERROR, so ``streams`` picks by
         severity."""
-        project, location, name = parse_app_id(app_id)
+        project, location, name, index = parse_trial_id(app_id)
         job = self.gcp.call(f"cannot describe {app_id}", self._get, project, location, name)
         if job is None:
             raise ValueError(f"unknown app {app_id!r}")
@@ -917,8 +1060,11 @@ class GcpBatchScheduler(
         env = dict(group.task_spec.environment.variables)
         if role_name != env.get("TORCHX_ROLE_NAME", role_name):
             raise ValueError(f"{app_id} has no role {role_name!r}")
-        if not 0 <= k < int(group.task_count):
-            raise ValueError(f"{app_id} has no replica {k} (it has {group.task_count})")
+        count = 1 if index is not None else int(group.task_count)
+        if not 0 <= k < count:
+            raise ValueError(f"{app_id} has no replica {k} (it has {count})")
+        if index is not None:  # a sweep trial: its task's log
+            k = index
         filt = [
             f'logName="projects/{project}/logs/{LOG_NAME}"',
             f'labels.job_uid="{job.uid}"',
@@ -932,7 +1078,7 @@ class GcpBatchScheduler(
             filt.append(f'timestamp<="{_rfc3339(until)}"')
         # google-cloud-logging reads only the last 24 hours unless the filter names a time
         start = since or datetime.fromtimestamp(_ts(job.create_time) or 0, timezone.utc)
-        lines = self._log_lines(project, location, name, filt, start, should_tail)
+        lines = self._log_lines(project, location, name, filt, start, should_tail, index)
         return filter_regex(regex, lines) if regex else lines
 
     def _log_lines(
@@ -943,7 +1089,10 @@ class GcpBatchScheduler(
         filt: list[str],
         since: datetime,
         should_tail: bool,
+        task: int | None = None,
     ) -> Iterator[str]:
+        """Entries from ``since`` on; with ``should_tail`` until the job (or a sweep trial's
+        ``task``: its siblings may run on) has ended."""
         cursor = _rfc3339(since)
         seen: set[str] = set()
         ended_at: float | None = None
@@ -972,15 +1121,24 @@ class GcpBatchScheduler(
                 return
             if ended_at is not None and time.monotonic() - ended_at >= LOG_POLL_SECONDS:
                 return
-            if ended_at is None:
-                job = self.gcp.call("cannot describe the job", self._get, project, location, name)
-                if job is None or is_terminal(
-                    JOB_STATES.get(job.status.state.name, AppState.UNKNOWN)
-                ):
-                    # Cloud Logging may receive the last lines after the job ended: one more look
-                    ended_at = time.monotonic()
+            if ended_at is None and self._has_ended(project, location, name, task):
+                # Cloud Logging may receive the last lines after the job ended: one more look
+                ended_at = time.monotonic()
             if tail_wait(LOG_POLL_SECONDS):
                 return
+
+    def _has_ended(self, project: str, location: str, name: str, task: int | None) -> bool:
+        job = self.gcp.call("cannot describe the job", self._get, project, location, name)
+        if job is None or is_terminal(JOB_STATES.get(job.status.state.name, AppState.UNKNOWN)):
+            return True
+        if task is None:
+            return False
+        found = self.gcp.call(
+            "cannot describe the task",
+            self.gcp.batch.get_task,
+            name=f"{job.name}/taskGroups/{TASK_GROUP}/tasks/{task}",
+        )
+        return found.status.state.name in ("SUCCEEDED", "FAILED")
 
     def list(self, cfg: GcpBatchOpts | None = None) -> list[ListAppResponse]:
         """Our jobs (labelled ``torchx_version``) in every location, or in ``cfg.location``
@@ -1065,6 +1223,74 @@ def _mounts(role: Role) -> tuple[list[Any], list[str], list[str]]:
     return volumes, binds, options
 
 
+def _role(job: Any) -> Role:
+    """The app's one role as the job holds it (a replica per task)."""
+    group = job.task_groups[0] if job.task_groups else None
+    spec = group.task_spec if group else None
+    env = dict(spec.environment.variables) if spec else {}
+    container = next((r.container for r in spec.runnables if r.container), None) if spec else None
+    commands = list(container.commands) if container else [""]
+    return Role(
+        name=env.get("TORCHX_ROLE_NAME", "node"),
+        image=container.image_uri if container else "",
+        entrypoint=commands[0] if commands else "",
+        args=commands[1:],
+        num_replicas=int(group.task_count) if group else 0,
+        env=env,
+        resource=Resource(
+            cpu=int(spec.compute_resource.cpu_milli // 1000) if spec else 1,
+            gpu=0,
+            memMB=int(spec.compute_resource.memory_mib) if spec else 0,
+        ),
+        max_retries=int(spec.max_retry_count) if spec else 0,
+    )
+
+
+def _console_url(app_id: str) -> str:
+    project, location, name, _ = parse_trial_id(app_id)
+    return (
+        f"https://console.cloud.google.com/batch/jobsDetail/regions/{location}/jobs/{name}"
+        f"/details?project={project}"
+    )
+
+
+def _by_index(tasks: Iterable[Any] | None) -> dict[int, Any]:
+    return {int(t.name.rsplit("/", 1)[-1]): t for t in tasks or ()}
+
+
+def _task_replica(task: Any, idx: int, role: str) -> ReplicaStatus:
+    """Replica ``idx`` from a task: its state, last exit code, restarts and failure."""
+    tstate = TASK_STATES.get(task.status.state.name, AppState.UNKNOWN)
+    events = list(task.status.status_events)
+    exit_code = None
+    for ev in reversed(events):
+        if ev.task_execution and ev.task_execution.exit_code:
+            exit_code = int(ev.task_execution.exit_code)
+            break
+    rep = ReplicaStatus(idx, tstate, role, f"task-{idx}", exit_code=exit_code)
+    rep.num_restarts = max(sum(1 for ev in events if ev.task_state.name == "RUNNING") - 1, 0)
+    if tstate == AppState.FAILED:
+        last = events[-1].description if events else ""
+        rep.structured_error_msg = (
+            f"FAILED (exit code {exit_code})" if exit_code is not None else "FAILED"
+        ) + (f": {last}" if last else "")
+    return rep
+
+
+def _job_event_time(job: Any, *states: str) -> float | None:
+    """When the job first moved to one of ``states`` (from its status events)."""
+    for ev in job.status.status_events:
+        if ev.description.rstrip(".").split(" for job")[0].rsplit(" to ", 1)[-1] in states:
+            return _ts(ev.event_time)
+    return None
+
+
+def _cancelled_at(job: Any) -> float | None:
+    if job.status.state.name not in ("CANCELLATION_IN_PROGRESS", "CANCELLED"):
+        return None
+    return _job_event_time(job, "CANCELLATION_IN_PROGRESS", "CANCELLED") or _ts(job.update_time)
+
+
 def _counts(job: Any) -> dict[str, int]:
     for status in job.status.task_groups.values():
         return {str(k): int(v) for k, v in status.counts.items()}
@@ -1085,10 +1311,7 @@ def _ts(value: Any) -> float | None:
 
 
 def _started(job: Any) -> float | None:
-    for ev in job.status.status_events:
-        if ev.description.rstrip(".").split(" for job")[0].endswith("to RUNNING"):
-            return _ts(ev.event_time)
-    return None
+    return _job_event_time(job, "RUNNING")
 
 
 def _rfc3339(value: datetime) -> str:

@@ -30,7 +30,9 @@ from torchx_nb.schedulers.api import (
     Stream,
     SubmitsArrays,
     TypedOptions,
+    cancel_mark,
     filter_regex,
+    mark_cancelled,
     on_tail_stop,
     output_env,
     upload_target,
@@ -906,7 +908,7 @@ class KubernetesScheduler(
     ) -> DescribeAppResponse | None:
         if job is not None:
             return self._response(app_id, job, pods)
-        if self._cancelled_marker(app_id).exists():
+        if cancel_mark("kubernetes", app_id).exists():
             return DescribeAppResponse(
                 app_id=app_id,
                 state=AppState.CANCELLED,
@@ -925,7 +927,7 @@ class KubernetesScheduler(
             state, msg = AppState.SUCCEEDED, ""
         elif index in array.failed:
             state, msg = AppState.FAILED, ""
-            if self._cancelled_marker(app_id).exists():
+            if cancel_mark("kubernetes", app_id).exists():
                 state, msg = AppState.CANCELLED, "cancelled: its pod was evicted"
         elif job["metadata"].get("deletionTimestamp"):
             state, msg = AppState.CANCELLED, "deleted"
@@ -962,14 +964,6 @@ class KubernetesScheduler(
             started=_epoch(pstatus.get("startTime")),
             ended=ended,
         )
-
-    def _cancelled_marker(self, app_id: str) -> Any:
-        """A private file saying we deleted ``app_id``: a deleted job is gone from the API, and
-        without it a later describe (another process, the notebook's poller) could not tell a
-        cancelled job from an unknown one."""
-        from torchx_nb.paths import data_dir
-
-        return data_dir() / "kubernetes" / "cancelled" / app_id.replace(":", "_")
 
     def _response(
         self, app_id: str, job: dict[str, Any], pods: list[dict[str, Any]]
@@ -1109,14 +1103,10 @@ class KubernetesScheduler(
     def _cancel_existing(self, app_id: str) -> None:
         """Delete the job with its pods (foreground propagation), and an Indexed Job's Service;
         a sweep trial's pod is evicted instead, which fails its index for good."""
-        from torchx_nb.paths import private_dir
-
         namespace, name, index = parse_trial_id(app_id)
         body = {"propagationPolicy": "Foreground"}
         what = f"cannot delete {app_id}"
-        marker = self._cancelled_marker(app_id)
-        private_dir(marker.parent)
-        marker.touch()
+        mark_cancelled("kubernetes", app_id)
         if index is not None:
             self._evict_trial(namespace, name, index)
             return
