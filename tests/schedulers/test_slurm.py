@@ -471,6 +471,51 @@ def test_cell_results_and_outputs_from_the_job_folder_and_in_place(
     assert not [f.path for f in collect_workspace(str(ws)).files if "torchx-nb" in f.path]
 
 
+def test_cancel_all_is_one_scancel_of_the_array(
+    slurm_env: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's Cancel all: one ``scancel ARRAYID``; the trial that had ended keeps its end,
+    the others are CANCELLED, running or still pending."""
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.schedulers import slurm
+    from torchx_nb.sweeps import SweepRequest, start
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = "import time\nif n > 0:\n    time.sleep(120)\nn\n"
+    request = SweepRequest(
+        RunRequest(cell=source, scheduler="slurm", workspace=str(ws)),
+        ["n=0,1,2,3"],
+        max_parallel=2,
+    )
+    calls: list[list[str]] = []
+    real = slurm.run_slurm
+
+    def counting(argv: list[str], env: object = None) -> str:
+        calls.append(argv)
+        return real(argv, env)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(slurm, "run_slurm", counting)
+    with get_runner() as runner:
+        sw = start(runner, request)
+        assert sw.array
+        h = sw.handles
+        wait_for(lambda: runner.status(h[0]).state == AppState.SUCCEEDED, 60)  # type: ignore[arg-type,union-attr]
+        wait_for(lambda: runner.status(h[1]).state == AppState.RUNNING, 60)  # type: ignore[arg-type,union-attr]
+        calls.clear()
+        sw.cancel()
+        assert [c for c in calls if c[0] == "scancel"] == [
+            ["scancel", h[0].rsplit("/", 1)[1].split("_")[0]]
+        ]  # type: ignore[union-attr]
+        statuses = sw.wait(timeout=60)
+        assert [s.state if s else None for s in statuses] == [
+            AppState.SUCCEEDED,
+            AppState.CANCELLED,
+            AppState.CANCELLED,
+            AppState.CANCELLED,
+        ], statuses
+
+
 def test_a_sweep_is_one_job_array_with_a_handle_per_task(
     slurm_env: SlurmCluster, tmp_path: Path
 ) -> None:

@@ -190,9 +190,8 @@ def run(script: str, args: list[str]) -> int:
         if _looked_for(mark, warn=True):
             sys.stderr.write("torchx_nb: this trial was cancelled before it started\n")
             return CANCELLED_EXIT
-        threading.Thread(
-            target=_watch_cancel, args=(mark, float(poll), folder, url), daemon=True
-        ).start()
+        every = max(float(poll), 0.1) if poll.replace(".", "", 1).isdigit() else 5.0
+        threading.Thread(target=_watch_cancel, args=(mark, every, folder, url), daemon=True).start()
     with open(script, encoding="utf-8") as f:
         source = f.read()
     linecache.cache[CELL] = (len(source), None, source.splitlines(keepends=True), CELL)
