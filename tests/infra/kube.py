@@ -16,7 +16,9 @@ test-infrastructure.md §6); this serves the parts torchx_nb uses, with Kubernet
   and a Job's ``backoffLimit`` are honoured, and so are ``parallelism``,
   ``backoffLimitPerIndex`` (``completedIndexes`` and ``failedIndexes``) and
   ``podFailurePolicy``'s ``FailIndex`` on the ``DisruptionTarget`` an eviction
-  (``pods/NAME/eviction``) gives a pod.
+  (``pods/NAME/eviction``) gives a pod, and (with ``backoffLimitPerIndex``) a PATCH of
+  ``spec.suspend``: the running pods are deleted, no new one starts, and the Job is
+  ``Suspended`` with its ended indexes kept.
 
 Where it differs from a cluster: every pod shares this machine's network and pid namespace, and
 pod DNS names (``NAME-0.NAME``) resolve to 127.0.0.1 through the container's hosts file; there
@@ -241,7 +243,9 @@ class KubeFake:
         if kind == "vcjob" and not self.volcano:
             raise Status(404, "NotFound", "the server could not find the requested resource")
         ns, name = m.group(1), m.group(2)
-        verb = {"POST": "create", "DELETE": "delete"}.get(method, "get" if name else "list")
+        verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch"}.get(
+            method, "get" if name else "list"
+        )
         if (verb, kind) in self.forbidden:
             raise Status(
                 403,
@@ -264,6 +268,13 @@ class KubeFake:
             raise Status(404, "NotFound", f'{self._PLURAL[kind]} "{name}" not found')
         if verb == "delete":
             self._delete(kind, ns, name, body)
+        if verb == "patch":
+            if kind != "job" or set(body) != {"spec"} or set(body["spec"]) != {"suspend"}:
+                raise Status(
+                    422, "Invalid", f"this server patches only a Job's spec.suspend: {body}"
+                )
+            with self.lock:
+                obj["spec"]["suspend"] = bool(body["spec"]["suspend"])
         return 200, obj
 
     def _create(self, kind: str, ns: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -525,8 +536,25 @@ class KubeFake:
             elif "Pending" in phases or "Running" in phases:
                 busy.add(i)
         n = int(spec.get("completions") or 1)
+        if spec.get("suspend"):  # its running pods are deleted (no failure), no new one starts
+            for i in busy:
+                for pod in self._owned("job", ns, name):
+                    labels = pod.obj["metadata"]["labels"]
+                    if int(labels[INDEX_KEY]) == i and pod.obj["status"].get("phase") in (
+                        "Pending",
+                        "Running",
+                    ):
+                        self._kill(pod)
+                        with self.lock:
+                            key = (ns, pod.obj["metadata"]["name"])
+                            self.pods.pop(key, None)
+                            self.objects.pop(("pod", *key), None)
+            busy = set()
+            status["conditions"] = [
+                {"type": "Suspended", "status": "True", "reason": "JobSuspended"}
+            ]
         for i in range(n):
-            if len(busy) >= int(spec.get("parallelism") or n):
+            if spec.get("suspend") or len(busy) >= int(spec.get("parallelism") or n):
                 break
             if i not in done | failed | busy:
                 self._make_index_pod(ns, name, spec, i)

@@ -419,8 +419,9 @@ def test_a_sweep_is_one_indexed_job_whose_trials_end_and_cancel_on_their_own(
     kube_env: KubeFake, aws_env: Any, python_in_registry: str, registry: Any, tmp_path: Path
 ) -> None:
     """-cfg api=indexed: one Indexed Job holds every trial; each has its own state, log and
-    result (uploaded to moto's S3); a trial that raises fails alone, and cancelling one trial
-    evicts its pod and leaves the others running to their end."""
+    result (uploaded to moto's S3); a trial that raises fails alone, cancelling one trial
+    evicts its pod and leaves the others running to their end, and Cancel all suspends the
+    Job once (the ended trials keep their end)."""
     from torchx_nb.runner import RunRequest
     from torchx_nb.sweeps import SweepRequest, start
 
@@ -447,22 +448,37 @@ def test_a_sweep_is_one_indexed_job_whose_trials_end_and_cancel_on_their_own(
     with get_runner() as runner:
         request = SweepRequest(
             RunRequest(app=a, scheduler="kubernetes", cfg=cfg, workspace=str(ws)),
-            {"lr": [0.1, 0.2, 0.9, 5]},
+            {"lr": [0.1, 0.2, 0.9, 5, 9]},
         )
         sw = start(runner, request)
         assert sw.array
         ids = [h.rsplit("/", 1)[1] for h in sw.handles]  # type: ignore[union-attr]
         job_id = ids[0].rsplit(":", 1)[0]
-        assert ids == [f"{job_id}:{i}" for i in range(4)]
+        assert ids == [f"{job_id}:{i}" for i in range(5)]
         slow = sw.handles[3]
         assert slow is not None
         wait_for(lambda: "trial lr 5" in "".join(runner.log_lines(slow, "cell", 0)), 120, 0.5)
         runner.cancel(slow)
+
+        def ended(i: int) -> bool:
+            status = runner.status(sw.handles[i])  # type: ignore[arg-type]
+            return status is not None and status.state.name in ("SUCCEEDED", "FAILED", "CANCELLED")
+
+        wait_for(lambda: all(ended(i) for i in range(4)), 180, 0.5)
+        last = runner.status(sw.handles[4])  # type: ignore[arg-type]
+        assert last is not None and last.state == AppState.RUNNING
+        sent = len(kube_env.requests)
+        sw.cancel()
+        during = kube_env.requests[sent:]
+        assert [r for r in during if not r.startswith("GET ")] == [
+            f"PATCH /apis/batch/v1/namespaces/default/jobs/{job_id.split(':')[1]}"
+        ], during
         statuses = sw.wait(timeout=180)
         assert [s.state if s else None for s in statuses] == [
             AppState.SUCCEEDED,
             AppState.SUCCEEDED,
             AppState.FAILED,
+            AppState.CANCELLED,
             AppState.CANCELLED,
         ], statuses
         frame = sw.results()

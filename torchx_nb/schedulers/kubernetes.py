@@ -707,6 +707,25 @@ class KubernetesScheduler(
         """``NAMESPACE:NAME:INDEX``: the completion indexes of the Indexed Job."""
         return [f"{app_id}:{i}" for i in range(size)]
 
+    def cancel_arrays(self, trial_ids: list[str]) -> None:
+        """Suspend each Indexed Job once (``spec.suspend``): the Job controller deletes its
+        running pods and starts no more, and indexes that ended keep their end (the Job and
+        its record stay, where deleting it would lose them)."""
+        jobs: dict[tuple[str, str], list[str]] = {}
+        for trial_id in trial_ids:
+            namespace, name, _ = parse_trial_id(trial_id)
+            jobs.setdefault((namespace, name), []).append(trial_id)
+        for (namespace, name), trials in jobs.items():
+            for trial_id in trials:
+                mark_cancelled("kubernetes", trial_id)
+            call(
+                f"cannot suspend {namespace}:{name}",
+                self.kube.batch.patch_namespaced_job,
+                name,
+                namespace,
+                {"spec": {"suspend": True}},
+            )
+
     def _validate(self, app: AppDef, scheduler: str, cfg: KubernetesOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
         cfg = self.typed(cfg or {})
@@ -931,6 +950,8 @@ class KubernetesScheduler(
                 state, msg = AppState.CANCELLED, "cancelled: its pod was evicted"
         elif job["metadata"].get("deletionTimestamp"):
             state, msg = AppState.CANCELLED, "deleted"
+        elif job["spec"].get("suspend"):
+            state, msg = AppState.CANCELLED, "cancelled with its sweep's Job (suspended)"
         else:
             state, msg = (AppState.RUNNING if phase == "Running" else AppState.PENDING), ""
         as_one = {**job, "spec": {**job["spec"], "completions": 1}}
