@@ -21,6 +21,7 @@ cloudpickle beside it (so both sides pickle alike); only the standard library is
 from __future__ import annotations
 
 import ast
+import functools
 import linecache
 import math
 import os
@@ -240,7 +241,9 @@ def _split(url: str) -> tuple[str, str, str]:
     return scheme, bucket, key
 
 
+@functools.cache
 def _gcs() -> Any:
+    """google-cloud-storage's client, made once (the cancel watcher looks every few seconds)."""
     from google.cloud import storage  # type: ignore[attr-defined,unused-ignore]
 
     try:
@@ -252,22 +255,13 @@ def _gcs() -> Any:
 
 
 def cancel_requested(url: str) -> bool:
-    """Whether the object ``url`` (``gs://`` or ``s3://``) exists: a trial's cancel mark."""
+    """Whether the object ``url`` exists: a trial's cancel mark (``gs://``: only GCP Batch,
+    which cannot stop one task of a job, gives its tasks one)."""
     scheme, bucket, key = _split(url)
-    if scheme == "gs":
-        # no retries of its own: the watcher looks again in a few seconds anyway
-        return bool(_gcs().bucket(bucket).blob(key).exists(timeout=10, retry=None))
-    if scheme == "s3":
-        import boto3
-
-        try:
-            boto3.client("s3").head_object(Bucket=bucket, Key=key)
-        except Exception as e:
-            if "404" in str(e) or "Not Found" in str(e):
-                return False
-            raise
-        return True
-    return False
+    if scheme != "gs":
+        raise ValueError(f"a cancel mark is looked for in gs:// only, not {url!r}")
+    # no retries of its own: the watcher looks again in a few seconds anyway
+    return bool(_gcs().bucket(bucket).blob(key).exists(timeout=10, retry=None))
 
 
 def _looked_for(mark: str, warn: bool) -> bool:
