@@ -17,13 +17,9 @@ from torchx_nb.results import result_repr as repr_of
 from torchx_nb.specs.api import AppState, AppStatus, TorchxNbError
 
 
-def run_cell(
-    tmp_path: Path,
-    source: str,
-    env: dict[str, str] | None = None,
-    push: bytes | None = None,
-    python: list[str] | None = None,
-) -> tuple[subprocess.CompletedProcess[str], LocalStore]:
+def job_folder(tmp_path: Path, source: str, push: bytes | None = None) -> tuple[Path, str]:
+    """The files a cell job ships (the runner, the cell, the pushed variables) written to
+    ``tmp_path/job``; the folder and the cell's file name."""
     role = cell(source=source).roles[0]
     files = cell_files(role, push)
     assert files is not None
@@ -31,7 +27,17 @@ def run_cell(
     for name, data in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
-    script = next(n for n in files if n.startswith(".torchx-cell-"))
+    return folder, next(n for n in files if n.startswith(".torchx-cell-"))
+
+
+def run_cell(
+    tmp_path: Path,
+    source: str,
+    env: dict[str, str] | None = None,
+    push: bytes | None = None,
+    python: list[str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], LocalStore]:
+    folder, script = job_folder(tmp_path, source, push)
     out = tmp_path / "out"
     full_env = {"PATH": "/usr/bin:/bin", "TORCHX_OUTPUT_DIR": str(out), **(env or {})}
     if push is not None:
@@ -217,14 +223,7 @@ def test_a_trial_stops_when_its_cancel_mark_appears(tmp_path: Path, gcs_env: Any
         "print('running', lr, flush=True)\n"
         "time.sleep(60)\n"
     )
-    role = cell(source=source).roles[0]
-    files = cell_files(role, None)
-    assert files is not None
-    folder = tmp_path / "job"
-    for name, data in files.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_bytes(data)
-    script = next(n for n in files if n.startswith(".torchx-cell-"))
+    folder, script = job_folder(tmp_path, source)
     out = tmp_path / "out"
     env = {
         "PATH": "/usr/bin:/bin",
@@ -269,14 +268,7 @@ def test_a_trial_whose_cancel_mark_cannot_be_looked_for_runs_on(
 
     from tests.infra.dockerd import free_port
 
-    role = cell(source="lr * 10").roles[0]
-    files = cell_files(role, None)
-    assert files is not None
-    folder = tmp_path / "job"
-    for name, data in files.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_bytes(data)
-    script = next(n for n in files if n.startswith(".torchx-cell-"))
+    folder, script = job_folder(tmp_path, "lr * 10")
     out = tmp_path / "out"
     env = {
         "PATH": "/usr/bin:/bin",

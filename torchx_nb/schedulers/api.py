@@ -319,14 +319,31 @@ class SubmitsArrays(abc.ABC):
     def trial_ids(self, app_id: str, size: int) -> list[str]:
         """The id of each task of the array submitted as ``app_id``, in index order."""
 
+    def array_of(self, trial_id: str) -> str:
+        """The id of the array job ``trial_id`` is a task of (by default: all before its
+        last ``:``)."""
+        return trial_id.rpartition(":")[0]
+
+    def stop_array(self, array_id: str, trial_ids: list[str]) -> bool:
+        """Stop, in one call, the tasks of ``array_id`` that have not ended (``trial_ids``:
+        those asked for), and return True; False (the default) where the backend has no such
+        call, and each trial is cancelled on its own."""
+        return False
+
     def cancel_arrays(self, trial_ids: list[str]) -> None:
         """Cancel every trial of the arrays ``trial_ids`` belong to that has not ended (a
-        sweep's Cancel all): by default each trial on its own, one that cannot be cancelled
-        (it has just ended) not keeping the others; a backend that stops a whole array in one
-        call does that."""
+        sweep's Cancel all): one ``stop_array`` per array where the backend has it, else each
+        trial on its own, one that cannot be cancelled (it has just ended) not keeping the
+        others."""
+        arrays: dict[str, list[str]] = {}
         for trial_id in trial_ids:
-            with contextlib.suppress(Exception):
-                self._cancel_existing(trial_id)  # type: ignore[attr-defined]
+            arrays.setdefault(self.array_of(trial_id), []).append(trial_id)
+        for array_id, trials in arrays.items():
+            if self.stop_array(array_id, trials):
+                continue
+            for trial_id in trials:
+                with contextlib.suppress(Exception):
+                    self._cancel_existing(trial_id)  # type: ignore[attr-defined]
 
 
 def cancel_mark(backend: str, app_id: str) -> Path:

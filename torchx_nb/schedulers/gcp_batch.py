@@ -854,11 +854,12 @@ class GcpBatchScheduler(
                 trials = any(index is not None for _, index in ids)
                 mixed = len([c for c in _counts(job).values() if c]) > 1
                 tasks = self._tasks(job) if trials or mixed or every_task else None
+                by_index = _by_index(tasks) if trials else {}  # once for all the job's trials
                 for app_id, index in ids:
                     if index is None:
                         out[app_id] = self._response(app_id, job, tasks)
                     else:
-                        out[app_id] = self._trial_response(app_id, job, tasks or [], index)
+                        out[app_id] = self._trial_response(app_id, job, by_index, index)
         return out
 
     def _list_jobs(self, parent: str, filter_: str) -> Iterator[Any]:
@@ -928,15 +929,16 @@ class GcpBatchScheduler(
         return out
 
     def _trial_response(
-        self, app_id: str, job: Any, tasks: list[Any], index: int
+        self, app_id: str, job: Any, tasks: dict[int, Any], index: int
     ) -> DescribeAppResponse:
         """Task ``index`` of a sweep's job, read as a run of its own (replica 0). A trial
         that failed with the cell runner's ``CANCELLED_EXIT``, or that we marked cancelled, or
         that had not ended when its whole job was cancelled, is CANCELLED; a marked trial that
-        has not started yet is too (its cell runner exits as soon as it starts)."""
+        has not started yet is too (its cell runner exits as soon as it starts). ``tasks``: the
+        job's tasks by index, read once for all its trials."""
         role = _role(job)
         role.num_replicas = 1
-        task = _by_index(tasks).get(index)
+        task = tasks.get(index)
         rep = (
             _task_replica(task, 0, role.name)
             if task is not None
@@ -1018,17 +1020,13 @@ class GcpBatchScheduler(
         )
         mark_cancelled("gcp_batch", app_id)
 
-    def cancel_arrays(self, trial_ids: list[str]) -> None:
-        """Cancel the job of these trials once (``cancel_job``): its tasks that have ended
-        keep their end, and the others are marked cancelled here."""
-        jobs: dict[str, list[str]] = {}
+    def stop_array(self, array_id: str, trial_ids: list[str]) -> bool:
+        """``cancel_job`` once: the tasks that have ended keep their end, and the others are
+        marked cancelled here."""
         for trial_id in trial_ids:
-            project, location, name, _ = parse_trial_id(trial_id)
-            jobs.setdefault(f"{project}:{location}:{name}", []).append(trial_id)
-        for job_id, trials in jobs.items():
-            for trial_id in trials:
-                mark_cancelled("gcp_batch", trial_id)
-            self._cancel_existing(job_id)
+            mark_cancelled("gcp_batch", trial_id)
+        self._cancel_existing(array_id)
+        return True
 
     def _delete_existing(self, app_id: str) -> None:
         if parse_trial_id(app_id)[3] is not None:

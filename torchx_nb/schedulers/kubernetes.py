@@ -707,24 +707,21 @@ class KubernetesScheduler(
         """``NAMESPACE:NAME:INDEX``: the completion indexes of the Indexed Job."""
         return [f"{app_id}:{i}" for i in range(size)]
 
-    def cancel_arrays(self, trial_ids: list[str]) -> None:
-        """Suspend each Indexed Job once (``spec.suspend``): the Job controller deletes its
-        running pods and starts no more, and indexes that ended keep their end (the Job and
-        its record stay, where deleting it would lose them)."""
-        jobs: dict[tuple[str, str], list[str]] = {}
+    def stop_array(self, array_id: str, trial_ids: list[str]) -> bool:
+        """Suspend the Indexed Job (``spec.suspend``): the Job controller deletes its running
+        pods and starts no more, and indexes that ended keep their end (the Job and its record
+        stay, where deleting it would lose them)."""
+        namespace, name = parse_app_id(array_id)
         for trial_id in trial_ids:
-            namespace, name, _ = parse_trial_id(trial_id)
-            jobs.setdefault((namespace, name), []).append(trial_id)
-        for (namespace, name), trials in jobs.items():
-            for trial_id in trials:
-                mark_cancelled("kubernetes", trial_id)
-            call(
-                f"cannot suspend {namespace}:{name}",
-                self.kube.batch.patch_namespaced_job,
-                name,
-                namespace,
-                {"spec": {"suspend": True}},
-            )
+            mark_cancelled("kubernetes", trial_id)
+        call(
+            f"cannot suspend {array_id}",
+            self.kube.batch.patch_namespaced_job,
+            name,
+            namespace,
+            {"spec": {"suspend": True}},
+        )
+        return True
 
     def _validate(self, app: AppDef, scheduler: str, cfg: KubernetesOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)

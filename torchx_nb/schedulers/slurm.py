@@ -383,12 +383,15 @@ class SlurmScheduler(
     def trial_ids(self, app_id: str, size: int) -> list[str]:
         return [f"{app_id}_{i}" for i in range(size)]
 
-    def cancel_arrays(self, trial_ids: list[str]) -> None:
-        """One ``scancel ARRAYID`` for all: Slurm cancels the array's tasks that have not
-        ended, and those that have keep their end."""
-        arrays = sorted({check_job_id(t).partition("_")[0] for t in trial_ids}, key=int)
-        if arrays:
-            run_slurm(["scancel", *arrays], self._command_env())
+    def array_of(self, trial_id: str) -> str:
+        """``ARRAYID`` of ``ARRAYID_INDEX``."""
+        return check_job_id(trial_id).partition("_")[0]
+
+    def stop_array(self, array_id: str, trial_ids: list[str]) -> bool:
+        """``scancel ARRAYID``: Slurm cancels the array's tasks that have not ended, and those
+        that have keep their end."""
+        run_slurm(["scancel", check_job_id(array_id)], self._command_env())
+        return True
 
     def output_url(self, app_id: str, request: SlurmBatchRequest) -> str | None:
         """The job's folder under the job folder (or the workspace), on the shared
