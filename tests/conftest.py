@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from torchx_nb import specs
+from torchx_nb.jobstore import JobRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = ROOT / "tests" / "fixtures" / "plugin"
@@ -142,3 +143,20 @@ def cli_error(*args: str, timeout: float = 60, env: dict[str, str] | None = None
     lines = stderr.strip().splitlines()
     assert len(lines) == 1, stderr
     return lines[0]
+
+
+def stored(handle: str, scheduler: str, name: str, state: str, age: float) -> JobRecord:
+    """A finished job in the store, as another tool would have left it."""
+    now = time.time()
+    return JobRecord(
+        handle=handle,
+        scheduler=scheduler,
+        session="torchx",
+        app_id=handle.rsplit("/", 1)[-1],
+        name=name,
+        image="",
+        submitted=now - age,
+        state=state,
+        updated=now,
+        ended=now,
+    )

@@ -21,6 +21,19 @@ def record(handle: str, submitted: float = 0.0, scheduler: str = "local_cwd") ->
     )
 
 
+def rec(
+    handle: str,
+    name: str = "n",
+    state: str = "SUBMITTED",
+    submitted: float = 0.0,
+    updated: float = 0.0,
+) -> JobRecord:
+    import dataclasses
+
+    base = record(handle, submitted)
+    return dataclasses.replace(base, name=name, state=state, updated=updated or base.updated)
+
+
 def test_default_path_follows_env(tmp_path: Path, monkeypatch: object) -> None:
     import os
 
@@ -72,3 +85,111 @@ def test_concurrent_writers_from_several_processes(tmp_path: Path) -> None:
         assert p.exitcode == 0
     rows = JobStore(path).list()
     assert len(rows) == 160 and {r.state for r in rows} == {"RUNNING"}
+
+
+def test_changes_follow_the_stores_counter_not_clocks(tmp_path: Path) -> None:
+    """A writer whose clock is an hour ahead does not hide later changes: the store numbers
+    every insert and state write itself."""
+    store = JobStore(tmp_path / "jobs.db")
+    start = store.changes(10**12)
+    assert start.rev == 0 and start.records == []
+    future = time.time() + 3600
+    store.add(rec("local_cwd://torchx/future", state="SUCCEEDED", updated=future))
+    store.add(rec("local_cwd://torchx/now"))
+    store.update_state("local_cwd://torchx/now", "RUNNING")
+    found = store.changes(0)
+    assert [(r.handle, r.rev) for r in found.records] == [
+        ("local_cwd://torchx/future", 1),
+        ("local_cwd://torchx/now", 3),
+    ]
+    assert found.rev == 3
+    store.update_state("local_cwd://torchx/now", "RUNNING")  # no change, no new number
+    assert store.changes(3).records == []
+    store.delete("local_cwd://torchx/future")
+    store.update_state("local_cwd://torchx/now", "SUCCEEDED")
+    later = store.changes(3)
+    assert [(r.handle, r.state, r.rev) for r in later.records] == [
+        ("local_cwd://torchx/now", "SUCCEEDED", 4)
+    ]
+    # a raw SQL writer (another tool, an older torchx_nb) is numbered too
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "jobs.db")
+    db.execute("UPDATE jobs SET state = 'FAILED' WHERE handle = 'local_cwd://torchx/now'")
+    db.commit()
+    db.close()
+    assert [r.rev for r in store.changes(4).records] == [5]
+
+
+def test_a_store_whose_file_vanished_is_made_again_private(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    path = tmp_path / "jobs.db"
+    store = JobStore(path)
+    store.add(rec("local_cwd://torchx/a"))
+    first = store.changes(0).store_id
+    for sfx in ("", "-wal", "-shm"):
+        if Path(f"{path}{sfx}").exists():
+            os.rename(f"{path}{sfx}", f"{path}{sfx}.aside")
+    assert store.list() == []
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    again = store.changes(0)
+    assert again.store_id != first and again.rev == 0
+    store.add(rec("local_cwd://torchx/b"))
+    assert [r.handle for r in store.list()] == ["local_cwd://torchx/b"]
+    # an empty file left in its place (no tables) is given the schema, not a 500 forever
+    path.unlink()
+    path.touch(mode=0o600)
+    assert store.list() == []
+    store.add(rec("local_cwd://torchx/c"))
+    assert store.get("local_cwd://torchx/c") is not None
+
+
+def test_a_stale_wal_is_not_replayed_into_a_new_store(tmp_path: Path) -> None:
+    import shutil
+
+    path = tmp_path / "jobs.db"
+    store = JobStore(path)
+    store.add(rec("local_cwd://torchx/old"))
+    shutil.copy(path, tmp_path / "copy.db")
+    path.unlink()
+    Path(f"{path}-wal").write_bytes(b"\0" * 4096)
+    assert store.list() == []
+    assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").read_bytes()[:4] != b"\0" * 4
+
+
+def test_search_folds_every_alphabet_and_pages_by_keyset(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.db")
+    base = time.time()
+    store.add(rec("local_cwd://torchx/u", name="Überprüfung-Ärger", submitted=base))
+    for q in ("überpr", "ÜBERPRÜ", "ärger", "berpr"):
+        assert [r.handle for r in store.page(text=q)[0]] == ["local_cwd://torchx/u"], q
+    for i in range(10):
+        store.add(rec(f"local_cwd://torchx/k{i}", name="k", submitted=base - 100))  # all tied
+    first, total = store.page(text="k", limit=4)
+    assert total == 10
+    walked = [r.handle for r in first]
+    last = first[-1]
+    while True:
+        store.add(rec(f"local_cwd://torchx/new{len(walked)}", name="k", submitted=base + 1))
+        page, _ = store.page(text="k", limit=4, after=(last.submitted, last.handle))
+        if not page:
+            break
+        walked += [r.handle for r in page]
+        last = page[-1]
+    assert sorted(walked) == sorted(f"local_cwd://torchx/k{i}" for i in range(10))
+
+
+def test_rows_written_without_our_fold_are_still_found(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = JobStore(tmp_path / "jobs.db")
+    db = sqlite3.connect(tmp_path / "jobs.db")
+    db.execute(
+        "INSERT INTO jobs (handle, scheduler, session, app_id, name, submitted, state, updated)"
+        " VALUES ('slurm://torchx/9', 'slurm', 'torchx', '9', 'Raw-Writer', 1, 'RUNNING', 1)"
+    )
+    db.commit()
+    db.close()
+    assert [r.handle for r in store.page(text="raw-w")[0]] == ["slurm://torchx/9"]

@@ -131,3 +131,30 @@ def test_config_files_fill_cfg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         cfg = runner.cfg_with_config_files("local_cwd", {"log_dir": "/explicit"})
     assert cfg == {"log_dir": "/explicit", "prepend_cwd": True}
     assert os.environ["TORCHXCONFIG"] == str(conf)
+
+
+def test_a_state_the_store_could_not_take_is_written_at_the_next_look(tmp_path: Path) -> None:
+    """The job store is write-locked past its timeout when a job's end is seen: the status
+    call still answers (one warning), and the end is written once the lock is gone."""
+    import sqlite3
+    import warnings
+
+    from torchx_nb.jobstore import JobStore
+
+    store = JobStore(tmp_path / "jobs.db", timeout=0.2)
+    with Runner(jobstore=store) as runner:
+        handle = runner.run(sh("true"), "local_cwd", {})
+        holder = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                status = runner.wait(handle, wait_interval=0.1, timeout=30)
+            assert status is not None and status.state == AppState.SUCCEEDED
+            assert any("could not update the job store" in str(w.message) for w in caught)
+            assert store.get(handle).state != "SUCCEEDED"  # type: ignore[union-attr]
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+        runner.status(handle)
+        assert store.get(handle).state == "SUCCEEDED"  # type: ignore[union-attr]

@@ -1,7 +1,13 @@
 """The job store: a SQLite record of every submission, so jobs outlive the kernel that ran them.
 
 ``%torchx list``, the REST API and the side panel read it. Several processes (kernels, the
-Jupyter server, the CLI) write it at once: WAL mode and a busy timeout make that safe."""
+Jupyter server, the CLI) write it at once: WAL mode and a busy timeout make that safe.
+
+Watchers follow what changed by a counter the store assigns (``rev``, bumped by triggers on
+every insert and state write, whoever writes), never by wall-clock times: machines and
+processes disagree about the time. Text search folds case with Python's ``str.lower`` into a
+stored column, so a query matches the same rows whatever its alphabet (SQLite's ``lower()``
+folds ASCII only), and the server's event stream uses the same fold (``search_text``)."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib import parse as urllib_parse
 
 from torchx_nb.paths import JOBSTORE_ENV, check_private, jobstore_path, private_dir
 from torchx_nb.specs.api import TorchxNbError
@@ -37,16 +44,41 @@ CREATE TABLE IF NOT EXISTS jobs (
     outputs TEXT,
     sweep TEXT,
     trial INTEGER,
-    params TEXT
+    params TEXT,
+    rev INTEGER,
+    search TEXT
 );
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('rev', 0);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('id', abs(random()) % 1000000000000);
 CREATE INDEX IF NOT EXISTS jobs_submitted ON jobs (submitted);
 CREATE INDEX IF NOT EXISTS jobs_scheduler ON jobs (scheduler, submitted);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, submitted);
 CREATE INDEX IF NOT EXISTS jobs_updated ON jobs (updated);
 """
 # created after the added columns exist (a store of an earlier version gets them first)
-_INDEXES = "CREATE INDEX IF NOT EXISTS jobs_sweep ON jobs (sweep, trial);"
-_ADDED_COLUMNS = {"outputs": "TEXT", "sweep": "TEXT", "trial": "INTEGER", "params": "TEXT"}
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS jobs_sweep ON jobs (sweep, trial);
+CREATE INDEX IF NOT EXISTS jobs_rev ON jobs (rev);
+CREATE INDEX IF NOT EXISTS jobs_keyset ON jobs (submitted, handle);
+CREATE TRIGGER IF NOT EXISTS jobs_rev_insert AFTER INSERT ON jobs BEGIN
+    UPDATE meta SET value = value + 1 WHERE key = 'rev';
+    UPDATE jobs SET rev = (SELECT value FROM meta WHERE key = 'rev') WHERE rowid = NEW.rowid;
+END;
+CREATE TRIGGER IF NOT EXISTS jobs_rev_update AFTER UPDATE OF state, msg, ended, outputs ON jobs
+BEGIN
+    UPDATE meta SET value = value + 1 WHERE key = 'rev';
+    UPDATE jobs SET rev = (SELECT value FROM meta WHERE key = 'rev') WHERE rowid = NEW.rowid;
+END;
+"""
+_ADDED_COLUMNS = {
+    "outputs": "TEXT",
+    "sweep": "TEXT",
+    "trial": "INTEGER",
+    "params": "TEXT",
+    "rev": "INTEGER",
+    "search": "TEXT",
+}
 _ACTIVE = "state NOT IN ('SUCCEEDED','FAILED','CANCELLED')"
 # jobs worth watching: not ended, and still known to their scheduler (a positive list, so the
 # state index serves the query)
@@ -80,6 +112,7 @@ class JobRecord:
     sweep: str | None = None  # the sweep this job is a trial of
     trial: int | None = None  # its index in the sweep's grid
     params: str | None = None  # its point of the grid, as JSON
+    rev: int | None = None  # the store's change counter at this record's last write
 
     @property
     def is_terminal(self) -> bool:
@@ -90,6 +123,32 @@ default_path = jobstore_path
 
 
 Records = list[JobRecord]
+_FIELDS = tuple(JobRecord.__dataclass_fields__)
+
+
+def search_text(handle: str, name: str, notebook: str | None, sweep: str | None) -> str:
+    """What a text search looks in, case folded: the one definition the store's query and the
+    server's live matching share."""
+    return f"{handle} {name} {notebook or ''} {sweep or ''}".lower()
+
+
+def fold_query(text: str) -> str:
+    """A search query folded as ``search_text`` folds what it searches."""
+    return text.lower()
+
+
+def _record(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(**{k: row[k] for k in _FIELDS})
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What changed in the store after a counter value: the store's identity (a store made
+    anew restarts its counter), its counter now, and the changed records, oldest first."""
+
+    store_id: int
+    rev: int
+    records: list[JobRecord]
 
 
 class JobStoreError(TorchxNbError):
@@ -106,29 +165,62 @@ class JobStore:
     def __init__(self, path: str | os.PathLike[str] | None = None, timeout: float = 30.0) -> None:
         self.path = Path(path) if path else default_path()
         self.timeout = timeout
-        if path or os.environ.get(JOBSTORE_ENV):
+        self._explicit = bool(path or os.environ.get(JOBSTORE_ENV))
+        self._uri = "file:" + urllib_parse.quote(str(self.path.absolute())) + "?mode=rw"
+        self._make()
+
+    def _make(self) -> None:
+        """Create the file (0600, in a private folder) if it is missing, and bring its schema
+        up to date: at open, and again when the file vanished while we ran (moved aside,
+        deleted), so nobody ever gets a world-readable empty file that SQLite made."""
+        if self._explicit:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         else:
             private_dir(self.path.parent)
         if not self.path.exists():
             with contextlib.suppress(FileExistsError):
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                for suffix in ("-wal", "-shm"):  # left by the file that went: never replay them
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(f"{self.path}{suffix}")
         check_private(self.path)
-        with self._connect() as db:
+        with self._connect(make=False) as db:
             db.executescript(_SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
             for column, kind in _ADDED_COLUMNS.items():
                 if column not in columns:  # a store made by an earlier version
                     db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
             db.executescript(_INDEXES)
+            if "search" not in columns:
+                db.create_function("tnb_search", 4, search_text, deterministic=True)
+                db.execute(
+                    "UPDATE jobs SET search = tnb_search(handle, name, notebook, sweep)"
+                    " WHERE search IS NULL"
+                )
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self, make: bool = True) -> Iterator[sqlite3.Connection]:
+        """A short-lived connection that never creates the file (``mode=rw``): a store whose
+        file disappeared, or one left without our tables, is made again properly first."""
         try:
-            db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            db = sqlite3.connect(self._uri, timeout=self.timeout, isolation_level=None, uri=True)
+        except sqlite3.OperationalError as e:
+            if make and not self.path.exists():
+                self._make()
+                db = sqlite3.connect(
+                    self._uri, timeout=self.timeout, isolation_level=None, uri=True
+                )
+            else:
+                raise self._error(e) from e
         except sqlite3.Error as e:
             raise self._error(e) from e
         try:
+            if make and not _has_tables(db):
+                db.close()
+                self._make()
+                db = sqlite3.connect(
+                    self._uri, timeout=self.timeout, isolation_level=None, uri=True
+                )
             db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
@@ -159,6 +251,8 @@ class JobStore:
     def add(self, record: JobRecord) -> None:
         """Insert (or replace) a submission."""
         row = asdict(record)
+        row.pop("rev")
+        row["search"] = search_text(record.handle, record.name, record.notebook, record.sweep)
         cols = ", ".join(row)
         marks = ", ".join(f":{k}" for k in row)
         with self._connect() as db:
@@ -185,7 +279,7 @@ class JobStore:
         with self._connect() as db:
             db.row_factory = sqlite3.Row
             row = db.execute("SELECT * FROM jobs WHERE handle = ?", (handle,)).fetchone()
-        return JobRecord(**dict(row)) if row else None
+        return _record(row) if row else None
 
     def trials(self, sweep: str) -> list[JobRecord]:
         """The trials of one sweep, in grid order."""
@@ -194,7 +288,7 @@ class JobStore:
             rows = db.execute(
                 "SELECT * FROM jobs WHERE sweep = ? ORDER BY trial", (sweep,)
             ).fetchall()
-        return [JobRecord(**dict(r)) for r in rows]
+        return [_record(r) for r in rows]
 
     def list(
         self,
@@ -221,7 +315,7 @@ class JobStore:
         with self._connect() as db:
             db.row_factory = sqlite3.Row
             rows = db.execute(sql, args).fetchall()
-        return [JobRecord(**dict(r)) for r in rows]
+        return [_record(r) for r in rows]
 
     def page(
         self,
@@ -231,10 +325,13 @@ class JobStore:
         text: str | None = None,
         offset: int = 0,
         limit: int = 50,
+        after: tuple[float, str] | None = None,
     ) -> tuple[Records, int]:
-        """One page of matching submissions, newest first, and how many match in all: an
-        indexed, bounded query, whatever the size of the store. ``text`` is a case-insensitive
-        substring of the handle, name, notebook or sweep."""
+        """One page of matching submissions, newest first (ties by handle), and how many match
+        in all: an indexed, bounded query, whatever the size of the store. ``text`` is a
+        case-insensitive substring of the handle, name, notebook or sweep. ``after`` is the
+        (submitted, handle) of the last row already shown: the page continues from there, so
+        jobs submitted meanwhile never repeat or push a row out (keyset paging)."""
         where: Strings = []
         args: Values = []
         if scheduler:
@@ -247,36 +344,54 @@ class JobStore:
             where.append(f"notebook IN ({', '.join('?' * len(notebooks))})")
             args.extend(notebooks)
         if text:
+            # a row written without our fold (raw SQL, an older torchx_nb) falls back to
+            # SQLite's ASCII one rather than vanishing from every search
             where.append(
-                "instr(lower(handle || ' ' || name || ' ' || coalesce(notebook, '') || ' '"
-                " || coalesce(sweep, '')), ?) > 0"
+                "instr(coalesce(search, lower(handle || ' ' || name || ' '"
+                " || coalesce(notebook, '') || ' ' || coalesce(sweep, ''))), ?) > 0"
             )
-            args.append(text.lower())
+            args.append(fold_query(text))
         cond = (" WHERE " + " AND ".join(where)) if where else ""
+        page_where = list(where)
+        page_args = list(args)
+        if after is not None:
+            page_where.append("(submitted, handle) < (?, ?)")
+            page_args.extend(after)
+            offset = 0
+        page_cond = (" WHERE " + " AND ".join(page_where)) if page_where else ""
         with self._connect() as db:
             db.row_factory = sqlite3.Row
             total = db.execute(f"SELECT COUNT(*) FROM jobs{cond}", args).fetchone()[0]
             rows = db.execute(
-                f"SELECT * FROM jobs{cond} ORDER BY submitted DESC LIMIT ? OFFSET ?",
-                [*args, limit, offset],
+                f"SELECT * FROM jobs{page_cond} ORDER BY submitted DESC, handle DESC"
+                " LIMIT ? OFFSET ?",
+                [*page_args, limit, offset],
             ).fetchall()
-        return [JobRecord(**dict(r)) for r in rows], int(total)
+        return [_record(r) for r in rows], int(total)
 
     def counts(self) -> dict[str, int]:
         """How many submissions are in each state."""
         with self._connect() as db:
             return {s: n for s, n in db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")}
 
-    def changed_since(self, updated: float, limit: int = 1000) -> Records:
-        """Submissions written (added or updated) at or after ``updated``, oldest change
-        first, at most ``limit``."""
+    def changes(self, after: int, limit: int = 1000) -> Changes:
+        """Submissions written (added, or their state, message or outputs changed) after the
+        store's counter was ``after``, oldest change first, at most ``limit``."""
         with self._connect() as db:
             db.row_factory = sqlite3.Row
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
             rows = db.execute(
-                "SELECT * FROM jobs WHERE updated >= ? ORDER BY updated LIMIT ?", (updated, limit)
+                "SELECT * FROM jobs WHERE rev > ? ORDER BY rev LIMIT ?", (after, limit)
             ).fetchall()
-        return [JobRecord(**dict(r)) for r in rows]
+        return Changes(int(meta["id"]), int(meta["rev"]), [_record(r) for r in rows])
 
     def delete(self, handle: str) -> None:
         with self._connect() as db:
             db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))
+
+
+def _has_tables(db: sqlite3.Connection) -> bool:
+    return (
+        db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+        is not None
+    )

@@ -783,16 +783,20 @@ class Runner:
         return local
 
     def _record_state(self, app_handle: AppHandle, status: AppStatus) -> None:
+        """Write a changed state to the job store. A state is remembered as written only once
+        the store took it: a write that fails (the store locked past its timeout) is tried
+        again at the next status call, so a job's end is never lost."""
         state = status.state.name
         if self._last_state.get(app_handle) == state:
             return
-        self._last_state[app_handle] = state
         try:
             msg = message_text(status.msg) or None
             ended = status.ended if status.is_terminal() else None
             self.jobstore.update_state(app_handle, state, msg, ended=ended)
         except Exception as e:  # the store is a convenience; never fail a status call on it
             warnings.warn(f"could not update the job store: {e}", stacklevel=2)
+            return
+        self._last_state[app_handle] = state
 
     def wait(
         self, app_handle: AppHandle, wait_interval: float = 10, timeout: float | None = None

@@ -39,6 +39,9 @@ export interface IJob {
   sweep?: string | null;
   trial?: number | null;
   params?: Record<string, string | number | boolean> | null;
+  /** On the event stream of a filtered list: whether the row passes the filters (the
+   * server's own rules, the same as its search). */
+  match?: boolean;
 }
 
 export interface IReplica {
@@ -60,6 +63,8 @@ export interface IJobsPage {
   total: number;
   page: number;
   per_page: number;
+  /** Where the next page starts (keyset paging), or null after the last. */
+  next: string | null;
   counts: Record<string, number>;
   event_id: string;
 }
@@ -109,6 +114,16 @@ function jobPath(handle: string, suffix = ''): string {
   return `jobs/${encodeURIComponent(handle)}${suffix}`;
 }
 
+/** A refused request: its HTTP status and the server's one-line reason. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string
+  ) {
+    super(message);
+  }
+}
+
 async function call<T>(path: string, init: RequestInit = {}, query = {}): Promise<T> {
   const response = await ServerConnection.makeRequest(url(path, query), init, settings());
   const text = await response.text();
@@ -120,19 +135,21 @@ async function call<T>(path: string, init: RequestInit = {}, query = {}): Promis
   }
   if (!response.ok) {
     if (response.status === 404 && body === null) {
-      throw new Error(
+      throw new ApiError(
+        404,
         'the torchx_nb server extension is not enabled ' +
           '(run: jupyter server extension enable torchx_nb.server, then restart Jupyter)'
       );
     }
     const reason = body?.reason || body?.message;
-    throw new Error(reason || `${response.status} ${response.statusText}`);
+    throw new ApiError(response.status, reason || `${response.status} ${response.statusText}`);
   }
   return body as T;
 }
 
-export function listJobs(filters: IFilters, page = 1, perPage = 100): Promise<IJobsPage> {
-  return call<IJobsPage>('jobs', {}, { ...filters, page, per_page: perPage });
+/** One page of jobs, newest first; `after` (a page's `next`) continues after its last row. */
+export function listJobs(filters: IFilters, perPage = 100, after?: string | null): Promise<IJobsPage> {
+  return call<IJobsPage>('jobs', {}, { ...filters, per_page: perPage, after: after ?? undefined });
 }
 
 export function getJob(handle: string): Promise<IJobDetail> {
@@ -178,16 +195,23 @@ export interface IEventHandlers {
 /**
  * Follows `/events` with `@microsoft/fetch-event-source` (server-sent events read through
  * JupyterLab's ServerConnection, so Jupyter's auth header and cookies are sent), resuming after
- * the last event id on reconnection, retrying with backoff. Returns a function that stops it.
+ * the last event id on reconnection, retrying with backoff. The filters make the server say
+ * of each row whether it belongs to the list. Returns a function that stops it.
  */
-export function followEvents(lastEventId: string, on: IEventHandlers): () => void {
+export function followEvents(
+  lastEventId: string,
+  filters: IFilters,
+  on: IEventHandlers
+): () => void {
   const abort = new AbortController();
   const s = settings();
   let delay = 500;
-  void fetchEventSource(url('events'), {
+  void fetchEventSource(url('events', { ...filters }), {
     signal: abort.signal,
     openWhenHidden: true,
-    headers: lastEventId ? { 'Last-Event-ID': lastEventId } : {},
+    // the library keeps the id it last saw under this same lowercase key: one header, never
+    // two ids joined by a comma (which a restarted server could only refuse)
+    headers: lastEventId ? { 'last-event-id': lastEventId } : {},
     fetch: (input: RequestInfo | URL, init?: RequestInit) =>
       ServerConnection.makeRequest(String(input), { ...init, cache: 'no-store' }, s),
     async onopen(response: Response): Promise<void> {

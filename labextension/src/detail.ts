@@ -2,6 +2,7 @@
 import { Widget } from '@lumino/widgets';
 
 import {
+  ApiError,
   getJob,
   getLogs,
   getOutputs,
@@ -81,11 +82,23 @@ export class JobView extends Widget {
     return this._job;
   }
 
+  /** Whether the job was deleted from the job store while this view was open. */
+  get gone(): boolean {
+    return this._gone;
+  }
+
   async refresh(): Promise<void> {
+    if (this._gone) {
+      return;
+    }
     try {
       this._job = await getJob(this.handle);
     } catch (e) {
-      this._head.replaceChildren(el('div', 'tnb-error', (e as Error).message));
+      if (isGone(e)) {
+        this._markGone();
+      } else {
+        this._head.replaceChildren(el('div', 'tnb-error', (e as Error).message));
+      }
       return;
     }
     this._renderHead(this._job);
@@ -98,6 +111,29 @@ export class JobView extends Widget {
       this._logsStarted = true;
       void this._followLogs();
     }
+  }
+
+  /** The job left the job store (deleted): stop asking, say so, and offer nothing to do. */
+  private _markGone(): void {
+    this._gone = true;
+    this._generation += 1;
+    window.clearTimeout(this._timer);
+    const title = el('div', 'tnb-detail-title');
+    title.append(badge('GONE'), el('span', 'tnb-detail-name', this._job?.name ?? this.title.label));
+    const cancel = el('button', 'tnb-cancel jp-mod-styled jp-mod-warn', 'Cancel job');
+    cancel.disabled = true;
+    const actions = el('div', 'tnb-detail-actions');
+    actions.append(cancel);
+    title.append(actions);
+    const why = el(
+      'div',
+      'tnb-gone',
+      `${this.handle} is no longer in the job store (it was deleted); there is nothing more to show.`
+    );
+    this._head.replaceChildren(title, why);
+    this._replicas.replaceChildren();
+    this._followState.textContent = 'stopped';
+    this._followState.classList.remove('tnb-following');
   }
 
   private _renderHead(job: IJobDetail): void {
@@ -261,12 +297,16 @@ export class JobView extends Widget {
       }
       this._log.classList.remove('tnb-error');
     } catch (e) {
+      if (isGone(e)) {
+        this._markGone();
+        return;
+      }
       this._log.textContent = (e as Error).message;
       this._log.classList.add('tnb-error');
     }
     this._followState.textContent = live ? 'following' : 'ended';
     this._followState.classList.toggle('tnb-following', live);
-    if (live && generation === this._generation) {
+    if (live && generation === this._generation && !this._gone) {
       this._timer = window.setTimeout(() => void this._followLogs(), FOLLOW_MS);
     }
   }
@@ -285,4 +325,10 @@ export class JobView extends Widget {
   private _generation = 0;
   private _logsStarted = false;
   private _disposedFlag = false;
+  private _gone = false;
+}
+
+/** A 404 saying the job is not in the job store (not one its scheduler forgot). */
+function isGone(e: unknown): boolean {
+  return e instanceof ApiError && e.status === 404 && e.message === 'no such job';
 }

@@ -26,6 +26,7 @@ export class JobsModel {
   private _changed = new Signal<JobsModel, void>(this);
   private _jobChanged = new Signal<JobsModel, IJob>(this);
   private _pages = 1;
+  private _next: string | null = null;
   private _stop: (() => void) | null = null;
   private _load = 0;
   private _retry = 0;
@@ -51,17 +52,20 @@ export class JobsModel {
     try {
       let jobs: IJob[] = [];
       let page = null;
+      let first = null;
       for (let p = 1; p <= this._pages; p++) {
-        page = await listJobs(this.filters, p, PAGE);
+        page = await listJobs(this.filters, PAGE, page?.next);
+        first = first ?? page;
         jobs = jobs.concat(page.jobs);
-        if (jobs.length >= page.total) {
+        if (!page.next) {
           break;
         }
       }
-      if (load !== this._load || !page) {
+      if (load !== this._load || !page || !first) {
         return;
       }
       this.jobs = jobs;
+      this._next = page.next;
       this.total = page.total;
       this.counts = page.counts;
       this.error = '';
@@ -69,7 +73,7 @@ export class JobsModel {
       this.loaded = true;
       jobs.forEach(j => this.schedulers.add(j.scheduler));
       this._changed.emit();
-      this._follow(page.event_id);
+      this._follow(first.event_id);
     } catch (e) {
       if (load === this._load) {
         this.error = `Cannot list jobs: ${(e as Error).message}.`;
@@ -93,9 +97,33 @@ export class JobsModel {
     void this.refresh();
   }
 
-  loadMore(): void {
-    this._pages += 1;
-    void this.refresh();
+  /** The next page, after the last row shown (keyset paging: no row twice, none skipped). */
+  async loadMore(): Promise<void> {
+    const load = this._load;
+    const next = this._next;
+    if (!next) {
+      return;
+    }
+    try {
+      const page = await listJobs(this.filters, PAGE, next);
+      if (load !== this._load || next !== this._next) {
+        return;
+      }
+      this._pages += 1;
+      const shown = new Set(this.jobs.map(j => j.handle));
+      this.jobs = this.jobs.concat(page.jobs.filter(j => !shown.has(j.handle)));
+      this._next = page.next;
+      this.total = page.total;
+      page.jobs.forEach(j => this.schedulers.add(j.scheduler));
+    } catch (e) {
+      this.error = `Cannot list jobs: ${(e as Error).message}.`;
+    }
+    this._changed.emit();
+  }
+
+  /** Whether more rows match than are shown. */
+  get more(): boolean {
+    return this._next !== null;
   }
 
   dispose(): void {
@@ -104,36 +132,34 @@ export class JobsModel {
     Signal.clearData(this);
   }
 
-  private _matches(job: IJob): boolean {
-    const { scheduler, state, q } = this.filters;
-    if (scheduler && job.scheduler !== scheduler) {
-      return false;
-    }
-    if (state && job.state !== state) {
-      return false;
-    }
-    if (q) {
-      const text = `${job.handle} ${job.name} ${job.notebook ?? ''}`.toLowerCase();
-      if (!text.includes(q.toLowerCase())) {
-        return false;
-      }
-    }
-    return true;
+  /** A row older than the last one shown while more pages exist: "Load more" brings it. */
+  private _beyondShown(job: IJob): boolean {
+    const last = this.jobs[this.jobs.length - 1];
+    return (
+      this._next !== null &&
+      last !== undefined &&
+      (job.submitted < last.submitted ||
+        (job.submitted === last.submitted && job.handle < last.handle))
+    );
   }
 
   private _upsert(job: IJob): void {
     this.schedulers.add(job.scheduler);
     const index = this.jobs.findIndex(j => j.handle === job.handle);
-    const matches = this._matches(job);
+    // the server says whether a row belongs to the filtered list (its own search rules)
+    const matches = job.match ?? true;
+    delete job.match;
     if (index >= 0 && matches) {
       this.jobs[index] = job;
     } else if (index >= 0) {
       this.jobs.splice(index, 1);
       this.total -= 1;
     } else if (matches) {
-      this.jobs.push(job);
-      this.jobs.sort((a, b) => b.submitted - a.submitted);
       this.total += 1;
+      if (!this._beyondShown(job)) {
+        this.jobs.push(job);
+        this.jobs.sort((a, b) => b.submitted - a.submitted || (a.handle < b.handle ? 1 : -1));
+      }
     }
     this._jobChanged.emit(job);
   }
@@ -150,7 +176,7 @@ export class JobsModel {
         }, 30);
       }
     };
-    this._stop = followEvents(eventId, {
+    this._stop = followEvents(eventId, this.filters, {
       job: row => {
         this._upsert(row);
         flush();

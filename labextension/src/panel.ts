@@ -50,7 +50,7 @@ export class JobsPanel extends Widget {
     this._list = el('ul', 'tnb-jobs');
     this.node.append(this._list);
     this._more = el('button', 'tnb-more jp-mod-styled', 'Load more');
-    this._more.onclick = () => this.model.loadMore();
+    this._more.onclick = () => void this.model.loadMore();
     this.node.append(this._more);
 
     let timer = 0;
@@ -124,7 +124,7 @@ export class JobsPanel extends Widget {
       empty.dataset.handle = '';
       this._list.append(empty);
     }
-    this._more.hidden = m.jobs.length >= m.total;
+    this._more.hidden = !m.more;
   }
 
   private _fill(li: HTMLLIElement, job: IJob): void {

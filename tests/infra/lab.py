@@ -115,9 +115,12 @@ def jupyter_lab(
     root: Path,
     env: dict[str, str] | None = None,
     app: str = "jupyterlab",
+    port: int | None = None,
+    token: str | None = None,
 ) -> Iterator[Lab]:
     """Start ``jupyter lab`` (or ``app="notebook"``: Notebook 7) serving ``root`` on a free
-    loopback port, with torchx_nb's server and lab extensions on; stop it at the end."""
+    loopback port, with torchx_nb's server and lab extensions on; stop it at the end. A
+    ``port`` and ``token`` of a server stopped before start it again as it was (a restart)."""
     root.mkdir(parents=True, exist_ok=True)
     home = root.parent / f"{root.name}-jupyter"
     for sub in ("config", "data", "runtime", "settings", "workspaces"):
@@ -126,8 +129,8 @@ def jupyter_lab(
     # JupyterLab must not restore a previous layout nor show news/announcements.
     overrides = home / "data" / "lab-settings"
     overrides.mkdir(exist_ok=True)
-    port = _free_port()
-    token = secrets.token_hex(16)
+    port = port or _free_port()
+    token = token or secrets.token_hex(16)
     log = home / "lab.log"
     full_env = {
         **os.environ,

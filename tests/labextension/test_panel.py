@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.infra.fixtures import missing
+from tests.conftest import stored
 from tests.infra.lab import (
     NotebookPage,
     chromium_page,
     jupyter_lab,
-    lab_missing,
     screenshot_dir,
     write_notebook,
 )
-from torchx_nb.jobstore import JobRecord
 from torchx_nb.runner import get_runner
 
 pytestmark = pytest.mark.slow
@@ -61,24 +58,31 @@ OBSERVER = """() => {
 }"""
 
 
-@pytest.fixture
-def panel_parts() -> Iterator[None]:
-    reason = lab_missing(panel=True)
-    if reason:
-        missing(reason)
-    yield
-    runner = get_runner()
-    for rec in runner.jobstore.list():
-        if not rec.is_terminal:
-            runner.cancel(rec.handle)
-
-
 def open_panel(page: Any) -> Any:
     page.evaluate(
         "async () => { await window.jupyterapp.commands.execute('torchx-nb:open-panel'); }"
     )
     page.wait_for_selector(".tnb-panel .tnb-summary", timeout=30_000)
     return page.locator(".tnb-panel")
+
+
+def open_lab(page: Any, url: str, token: str) -> Any:
+    """JupyterLab at ``url`` in a fresh layout, with the panel open."""
+    page.goto(f"{url}/lab?token={token}&reset")
+    page.wait_for_selector(".jp-LabShell", timeout=60_000)
+    return open_panel(page)
+
+
+def open_job_view(page: Any, name: str, log_test: str) -> Any:
+    """A click on the job's row; waits until its view's log passes ``log_test`` (a JS
+    expression over ``text``)."""
+    row(page, name).locator(".tnb-name").click()
+    page.wait_for_function(
+        f"() => {{ const text = document.querySelector('.tnb-detail .tnb-log')?.textContent;"
+        f" return text !== undefined && ({log_test}); }}",
+        timeout=60_000,
+    )
+    return page.locator(".tnb-detail")
 
 
 def row(page: Any, name: str) -> Any:
@@ -107,23 +111,6 @@ def wait_rows(page: Any, n: int, timeout: float = 30) -> None:
         shown = page.locator(".tnb-job .tnb-name").all_inner_texts()
         page.screenshot(path=str(screenshot_dir() / "panel-wait-rows-failed.png"))
         pytest.fail(f"the panel did not list {n} jobs in {timeout:g} s: {summary!r}, {shown}")
-
-
-def stored(handle: str, scheduler: str, name: str, state: str, age: float) -> JobRecord:
-    """A finished job in the store, as another tool would have left it."""
-    now = time.time()
-    return JobRecord(
-        handle=handle,
-        scheduler=scheduler,
-        session="torchx",
-        app_id=handle.rsplit("/", 1)[-1],
-        name=name,
-        image="",
-        submitted=now - age,
-        state=state,
-        updated=now,
-        ended=now,
-    )
 
 
 def panel_rows(page: Any) -> dict[str, str]:
@@ -364,11 +351,10 @@ def test_job_view_result_outputs_download_and_first_seconds(
     through the browser; a running job with no output yet says so; a local_cwd job shows no
     image; the header says connecting… until the event stream opens; the filter menus show
     their whole text at the panel's default width."""
-    from tests.result_checks import RESULT_CELL
+    from tests.result_checks import RESULT_CELL, result_workspace
     from torchx_nb.components.cell import cell
 
-    ws = tmp_path / "ws"
-    ws.mkdir()
+    ws = result_workspace(tmp_path)
     with get_runner() as runner:
         done = runner.run(cell(source=RESULT_CELL, name="scored"), "local_cwd", {}, str(ws))
         assert runner.wait(done, wait_interval=0.2).state.name == "SUCCEEDED"  # type: ignore[union-attr]
@@ -403,13 +389,7 @@ def test_job_view_result_outputs_download_and_first_seconds(
         assert clipped == [], clipped
         panel.screenshot(path=str(screenshot_dir() / "panel-default-width.png"))
 
-        row(page, "quiet").locator(".tnb-name").click()
-        view = page.locator(".tnb-detail")
-        page.wait_for_function(
-            "() => document.querySelector('.tnb-detail .tnb-log').textContent"
-            " === '(no output yet)'",
-            timeout=30_000,
-        )
+        view = open_job_view(page, "quiet", "text === '(no output yet)'")
         assert view.locator(".tnb-fact-image").count() == 0
         runner = get_runner()
         runner.cancel(quiet)

@@ -11,79 +11,17 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, shell_app
-from tests.infra.lab import Lab, jupyter_lab, lab_missing
-from torchx_nb import specs
+from tests.conftest import ROOT
+from tests.infra.lab import Lab, lab_missing
+from tests.server.api_client import API, DOC, conforms, enc, get, request, sh, sse, validate
 from torchx_nb.runner import get_runner
 
-API = "/torchx-nb/api"
-DOC = json.loads((ROOT / "torchx_nb" / "server" / "openapi.json").read_text())
-
 pytestmark = pytest.mark.slow
-
-
-def conforms(body: Any, path: str, method: str = "get", status: str = "200") -> None:
-    """``body`` matches the OpenAPI document's response schema for that operation."""
-    import jsonschema
-
-    content = DOC["paths"][path][method]["responses"][status]["content"]["application/json"]
-    schema = {**content["schema"], "components": DOC["components"]}
-    jsonschema.Draft202012Validator(schema).validate(body)
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    reason = lab_missing()
-    if reason:
-        from tests.infra.fixtures import missing
-
-        missing(reason)
-    # jupyter_lab() installs the server extension's config file as `pip install` does
-    root = tmp_path_factory.mktemp("rest") / "root"
-    data = root.parent / "data"
-    with jupyter_lab(root, env={"TORCHX_NB_DATA_DIR": str(data)}) as server:
-        server.data_dir = data  # type: ignore[attr-defined]
-        yield server
-
-
-@pytest.fixture
-def store(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This test's runner writes to the server's job store."""
-    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(lab.data_dir))  # type: ignore[attr-defined]
-    return lab.data_dir  # type: ignore[attr-defined,no-any-return]
-
-
-def request(
-    lab: Lab, method: str, path: str, headers: dict[str, str] | None = None, token: bool = True
-) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection(urllib.parse.urlsplit(lab.url).netloc, timeout=30)
-    hdrs = {"Authorization": f"token {lab.token}"} if token else {}
-    hdrs.update(headers or {})
-    conn.request(method, path, headers=hdrs, body=b"" if method == "POST" else None)
-    resp = conn.getresponse()
-    body = resp.read()
-    conn.close()
-    return resp.status, dict(resp.getheaders()), body
-
-
-def get(lab: Lab, path: str) -> Any:
-    status, _, body = request(lab, "GET", path)
-    assert status == 200, body
-    return json.loads(body)
-
-
-def enc(handle: str) -> str:
-    return urllib.parse.quote(handle, safe="")
-
-
-def sh(name: str, script: str) -> specs.AppDef:
-    return shell_app(script, name=name, role="main")
 
 
 def test_every_endpoint_needs_jupyter_auth(lab: Lab) -> None:
@@ -189,30 +127,6 @@ def test_jobs_filters_pages_detail_logs_and_cancel(lab: Lab, store: Path) -> Non
     while get(lab, f"{API}/jobs/{enc(sleeper)}")["state"] != "CANCELLED":
         assert time.monotonic() < deadline
         time.sleep(0.2)
-
-
-def sse(text: str) -> list[tuple[str, Any]]:
-    """Server-sent event blocks as (event, data) pairs, with ``("id", value)`` for ids."""
-    events: list[tuple[str, Any]] = []
-    for block in text.split("\n\n"):
-        kind, data = "message", []
-        for line in block.splitlines():
-            if line.startswith("event: "):
-                kind = line[7:]
-            elif line.startswith("data: "):
-                data.append(line[6:])
-            elif line.startswith("id: "):
-                events.append(("id", line[4:]))
-        if data:
-            events.append((kind, json.loads("\n".join(data))))
-    return events
-
-
-def validate(body: Any, schema_name: str) -> None:
-    import jsonschema
-
-    schema = {**DOC["components"]["schemas"][schema_name], "components": DOC["components"]}
-    jsonschema.Draft202012Validator(schema).validate(body)
 
 
 def test_event_stream_pushes_state_changes(lab: Lab, store: Path) -> None:
@@ -370,7 +284,6 @@ def test_openapi_document_is_served_and_is_openapi_3(lab: Lab) -> None:
 
 
 def test_the_wheel_enables_the_extension(tmp_path: Path) -> None:
-    from tests.infra.lab import lab_missing
 
     reason = lab_missing(panel=True)
     if reason:

@@ -628,6 +628,12 @@ class SlurmScheduler(
         ``-j``; we filter ourselves, which also keeps the call count at one)."""
         out = run_slurm(["squeue", "--json", "--me"], self._command_env())
         doc = json.loads(out or "{}")
+        failed = errors(doc)
+        if failed:  # squeue exits 0 with an empty list when the controller does not answer
+            raise SlurmError(
+                f"squeue: {'; '.join(failed)[:300]}: the Slurm controller does not answer;"
+                " check it with `scontrol ping`"
+            )
         return parse_jobs(doc)
 
     def _sacct(self, ids: Iterable[str], extra: list[str] | None = None) -> dict[str, Job] | None:

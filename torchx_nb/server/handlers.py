@@ -20,9 +20,17 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
 from torchx_nb.errors import one_line
+from torchx_nb.jobstore import JobStoreError
 from torchx_nb.redact import redact_text
 from torchx_nb.runner import NoSuchReplica
-from torchx_nb.server.jobs import JOBS_PAGE_MAX, BadEventId, JobService
+from torchx_nb.server.jobs import (
+    JOBS_PAGE_MAX,
+    BadCursor,
+    BadEventId,
+    JobEnded,
+    JobService,
+    matches,
+)
 from torchx_nb.specs.api import AppState, TorchxNbError, UnknownAppException
 from torchx_nb.user_regex import BadRegex, compile_regex
 
@@ -83,6 +91,34 @@ class Base(ExtensionHandlerMixin, APIHandler):
             return
         super().write_error(status_code, **kwargs)
 
+    async def work(
+        self, what: str, unavailable: int, fn: Any, *args: Any, missing: str = "no such job"
+    ) -> Any:
+        """``fn(*args)`` in the job service's pool, its errors mapped to statuses in one place:
+        a job its scheduler no longer knows (or a replica it lacks) is 404, one that has ended
+        is 409, a job store that cannot be used is 500 with the fix, and a scheduler that
+        cannot be reached or used is ``unavailable`` (502 or 503), each with its one-line
+        reason (masked). ``None`` from ``fn`` is 404: no such job in the store."""
+        try:
+            body = await self.jobs().run(fn, *args)
+        except (UnknownAppException, NoSuchReplica) as e:
+            raise tornado.web.HTTPError(404, reason=self.reason(e)) from None
+        except JobEnded as e:
+            raise tornado.web.HTTPError(409, reason=self.reason(e)) from None
+        except JobStoreError:
+            raise
+        except Exception as e:
+            raise tornado.web.HTTPError(
+                unavailable, reason=f"{what} unavailable: {self.reason(e)}"
+            ) from None
+        if body is None:
+            raise tornado.web.HTTPError(404, reason=missing)
+        return body
+
+    @staticmethod
+    def reason(e: BaseException) -> str:
+        return redact_text(one_line(e))[:300]
+
     def write_json(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
@@ -97,17 +133,22 @@ class JobsHandler(Base):
         state = self.text_arg("state")
         if state is not None and state.upper() not in STATES:
             raise tornado.web.HTTPError(400, reason=f"state is one of {', '.join(sorted(STATES))}")
+        after = self.exact_arg("after") or None
         service = self.jobs()
         service.touch()
-        body = await service.run(
-            service.page,
-            self.text_arg("scheduler", _SCHEDULER),
-            state,
-            self.text_arg("notebook"),
-            self.text_arg("q"),
-            page,
-            per_page,
-        )
+        try:
+            body = await service.run(
+                service.page,
+                self.text_arg("scheduler", _SCHEDULER),
+                state,
+                self.text_arg("notebook"),
+                self.text_arg("q"),
+                page,
+                per_page,
+                after,
+            )
+        except BadCursor as e:
+            raise tornado.web.HTTPError(400, reason=str(e)) from None
         self.write_json(body)
 
 
@@ -116,10 +157,7 @@ class JobHandler(Base):
     async def get(self, raw: str) -> None:
         handle = self.handle_arg(raw)
         service = self.jobs()
-        body = await service.run(service.detail, handle)
-        if body is None:
-            raise tornado.web.HTTPError(404, reason="no such job")
-        self.write_json(body)
+        self.write_json(await self.work("job", 502, service.detail, handle))
 
 
 class LogsHandler(Base):
@@ -146,17 +184,7 @@ class LogsHandler(Base):
             self.int_arg("end", 0, 0, 10_000_000),
         )
         service = self.jobs()
-        try:
-            body = await service.run(service.logs, *args)
-        except (UnknownAppException, NoSuchReplica) as e:
-            raise tornado.web.HTTPError(404, reason=one_line(e)[:300]) from None
-        except Exception as e:
-            raise tornado.web.HTTPError(
-                502, reason=f"logs unavailable: {one_line(e)[:300]}"
-            ) from None
-        if body is None:
-            raise tornado.web.HTTPError(404, reason="no such job")
-        self.write_json(body)
+        self.write_json(await self.work("logs", 502, service.logs, *args))
 
 
 class ResultHandler(Base):
@@ -166,15 +194,7 @@ class ResultHandler(Base):
     async def get(self, raw: str) -> None:
         handle = self.handle_arg(raw)
         service = self.jobs()
-        try:
-            body = await service.run(service.result, handle)
-        except Exception as e:
-            raise tornado.web.HTTPError(
-                502, reason=f"outputs unavailable: {one_line(e)[:300]}"
-            ) from None
-        if body is None:
-            raise tornado.web.HTTPError(404, reason="no such job")
-        self.write_json(body)
+        self.write_json(await self.work("outputs", 502, service.result, handle))
 
 
 class OutputsHandler(Base):
@@ -182,15 +202,7 @@ class OutputsHandler(Base):
     async def get(self, raw: str) -> None:
         handle = self.handle_arg(raw)
         service = self.jobs()
-        try:
-            body = await service.run(service.outputs, handle)
-        except Exception as e:
-            raise tornado.web.HTTPError(
-                502, reason=f"outputs unavailable: {one_line(e)[:300]}"
-            ) from None
-        if body is None:
-            raise tornado.web.HTTPError(404, reason="no such job")
-        self.write_json(body)
+        self.write_json(await self.work("outputs", 502, service.outputs, handle))
 
 
 class OutputFileHandler(Base):
@@ -205,15 +217,9 @@ class OutputFileHandler(Base):
         if not name or len(name) > 4096 or "\0" in name:
             raise tornado.web.HTTPError(400, reason="not an output path")
         service = self.jobs()
-        try:
-            found = await service.run(service.open_output, handle, name)
-        except Exception as e:
-            raise tornado.web.HTTPError(
-                502, reason=f"outputs unavailable: {one_line(e)[:300]}"
-            ) from None
-        if found is None:
-            raise tornado.web.HTTPError(404, reason="no such job or output file")
-        stream, size = found
+        stream, size = await self.work(
+            "outputs", 502, service.open_output, handle, name, missing="no such job or output file"
+        )
         base = name.rsplit("/", 1)[-1]
         self.set_header("Content-Type", "application/octet-stream")
         self.set_header("Content-Length", str(size))
@@ -233,11 +239,16 @@ class OutputFileHandler(Base):
 
 
 class CancelHandler(Base):
+    """202 once the scheduler was asked to stop the job; 404 for a job not in the store or no
+    longer known to its scheduler, 409 for one that has already ended, 503 when its scheduler
+    cannot be reached or used here (not installed, unreachable, unknown)."""
+
     @tornado.web.authenticated
     async def post(self, raw: str) -> None:
         handle = self.handle_arg(raw)
         service = self.jobs()
-        if not await service.run(service.cancel, handle):
+        found = await self.work("scheduler", 503, service.cancel, handle)
+        if not found:
             raise tornado.web.HTTPError(404, reason="no such job")
         self.write_json({"handle": handle, "cancel": "requested"}, status=202)
 
@@ -247,10 +258,14 @@ class EventsHandler(Base):
     ``counts`` event with the jobs per state, each batch with an id to resume from
     (``Last-Event-ID`` or ``?last_event_id=``). Without an id, or with one from another server
     or before a restart, the stream starts with a ``reset`` event (reload the list with
-    ``GET /jobs``) and the jobs not yet ended."""
+    ``GET /jobs``) and the jobs not yet ended. With a jobs page's filters (``scheduler``,
+    ``state``, ``q``), each job row also says whether it ``match``es them, by the store's own
+    rules, so a filtered list stays what a reload would show."""
 
     _closed = False
     _counted = False
+    _filtered = False
+    _filters: tuple[str | None, str | None, str | None] = (None, None, None)
 
     def on_connection_close(self) -> None:
         """The client left: stop counting it at once (the poller stops after the last)."""
@@ -272,6 +287,11 @@ class EventsHandler(Base):
         except BadEventId as e:
             raise tornado.web.HTTPError(400, reason=str(e)) from None
         once = self.get_argument("once", "0") == "1"
+        state = self.text_arg("state")
+        if state is not None and state.upper() not in STATES:
+            raise tornado.web.HTTPError(400, reason=f"state is one of {', '.join(sorted(STATES))}")
+        self._filters = (self.text_arg("scheduler", _SCHEDULER), state, self.text_arg("q"))
+        self._filtered = any(self._filters)
         self.set_header("Content-Type", "text/event-stream")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")
@@ -303,6 +323,8 @@ class EventsHandler(Base):
         self, service: JobService, version: int, rows: list[dict[str, Any]], counts: bool
     ) -> None:
         for row in rows:
+            if self._filtered:
+                row = {**row, "match": matches(row, *self._filters)}
             self.write(f"event: job\ndata: {json.dumps(row)}\n\n")
         if counts:
             self.write(f"event: counts\ndata: {json.dumps(await service.run(service.counts))}\n\n")

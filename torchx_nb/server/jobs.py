@@ -9,8 +9,9 @@ are bounded and indexed; user regexes run on RE2 (linear time); tails are read f
 While an event-stream client is connected, or for ``LEASE_S`` after a jobs page was asked
 for, a poller refreshes the jobs not yet ended (local ones every ``local_interval``, remote ones
 every ``remote_interval``, one batched call per scheduler through the runner's refresher) and
-reads what changed in the store since its last look (an index on ``updated``), so its cost
-follows the active jobs, not the store's size. Then it stops: an idle server costs nothing."""
+reads what changed in the store since its last look (the store's own change counter, indexed:
+never wall-clock times, which machines disagree about), so its cost follows the active jobs,
+not the store's size. Then it stops: an idle server costs nothing."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import contextlib
 import os
 import re
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,8 +30,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from torchx_nb.errors import one_line
+from torchx_nb.jobstore import fold_query, search_text
 from torchx_nb.redact import redact, redact_lines, redact_text
-from torchx_nb.specs.api import message_text
+from torchx_nb.specs.api import AppState, TorchxNbError, message_text
 
 JOBS_PAGE_MAX = 500
 LOG_LINES_MAX = 5000
@@ -43,6 +46,52 @@ T = TypeVar("T")
 
 class BadEventId(ValueError):
     """A Last-Event-ID that this stream never sent."""
+
+
+class BadCursor(ValueError):
+    """An ``after`` cursor that no jobs page gave."""
+
+
+class JobEnded(TorchxNbError):
+    """Cancel of a job that has already ended: nothing was done."""
+
+    def __init__(self, handle: str, state: str) -> None:
+        super().__init__(f"{handle} has already ended ({state}); there is nothing to cancel")
+        self.state = state
+
+
+_CURSOR = re.compile(r"(-?[0-9]{1,20}(?:\.[0-9]{1,20})?(?:[eE][-+]?[0-9]{1,3})?):([\s\S]{1,1000})")
+
+
+def page_cursor(submitted: float, handle: str) -> str:
+    """The position after one row of a jobs page (keyset paging): ``SUBMITTED:HANDLE``, a
+    plain value a client may also write itself (everything before the newest job)."""
+    return f"{submitted!r}:{handle}"
+
+
+def parse_cursor(text: str) -> tuple[float, str]:
+    """A ``page_cursor`` back to (submitted, handle); anything else is ``BadCursor``."""
+    m = _CURSOR.fullmatch(text)
+    if m is None:
+        raise BadCursor("after must be SUBMITTED:HANDLE, as a jobs page's next gives it")
+    return float(m.group(1)), m.group(2)
+
+
+def matches(
+    row: dict[str, Any], scheduler: str | None, state: str | None, text: str | None
+) -> bool:
+    """Whether a job row passes a jobs page's filters: the same test as the store's query
+    (``search_text`` and ``fold_query`` are the store's own fold), so a row that changes
+    live stays in, or leaves, a filtered list exactly as a reload would show it."""
+    if scheduler and row["scheduler"] != scheduler:
+        return False
+    if state and row["state"] != state.upper():
+        return False
+    if text:
+        found = search_text(row["handle"], row["name"], row.get("notebook"), row.get("sweep"))
+        if fold_query(text) not in found:
+            return False
+    return True
 
 
 def notebook_path(notebook: str | None, root_dir: str | None) -> str | None:
@@ -94,7 +143,9 @@ class JobService:
         self._floor = 0
         self._log: list[tuple[int, dict[str, Any]]] = []
         self._seen: dict[str, tuple[str, str]] = {}
-        self._cursor = time.time()
+        self._rev: int | None = None
+        self._store_id: int | None = None
+        self._rev_lock = threading.Lock()
         self._wakeup: asyncio.Event | None = None
         self._poller: asyncio.Task[None] | None = None
         self._clients = 0
@@ -143,8 +194,12 @@ class JobService:
         text: str | None,
         page: int,
         per_page: int,
+        after: str | None = None,
     ) -> dict[str, Any]:
-        """Newest first, filtered, one page; ``total`` counts every match."""
+        """Newest first, filtered, one page; ``total`` counts every match. ``after`` (a page's
+        ``next``) continues after its last row, so a walk never repeats or skips a row while
+        jobs are submitted."""
+        self._start_rev()
         store = self.runner.jobstore
         notebooks = self._notebook_spellings(notebook) if notebook else None
         records, total = store.page(
@@ -154,12 +209,15 @@ class JobService:
             text=text or None,
             offset=(page - 1) * per_page,
             limit=per_page,
+            after=parse_cursor(after) if after else None,
         )
+        last = records[-1] if len(records) == per_page else None
         return {
             "jobs": [self.row(r) for r in records],
             "total": total,
             "page": page,
             "per_page": per_page,
+            "next": page_cursor(last.submitted, last.handle) if last else None,
             "counts": store.counts(),
             "event_id": self.event_id(self._version),
         }
@@ -301,9 +359,15 @@ class JobService:
         return self.runner.output_store(handle).open(path), sizes[path]
 
     def cancel(self, handle: str) -> bool:
+        """Ask the job's scheduler to stop it. False: no such job in the store. A job that has
+        already ended is ``JobEnded``; one its scheduler no longer knows is
+        ``UnknownAppException``; a scheduler that cannot be reached or used raises its own
+        error (the handler maps each to its status)."""
         if self.runner.jobstore.get(handle) is None:
             return False
-        self.runner.cancel(handle)
+        status = self.runner.cancel(handle)
+        if status.state in (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED):
+            raise JobEnded(handle, status.state.name)
         return True
 
     # -- the change feed
@@ -327,7 +391,31 @@ class JobService:
         return version
 
     def active_rows(self) -> list[dict[str, Any]]:
+        self._start_rev()
         return [self.row(r) for r in self.runner.jobstore.list(active_only=True)]
+
+    def _start_rev(self) -> None:
+        """Take the store's counter as the feed's start, once, before the first page or
+        stream reads the store (so nothing written after that read is missed)."""
+        with self._rev_lock:
+            if self._rev is None:
+                found = self.runner.jobstore.changes(sys.maxsize)
+                self._rev, self._store_id = found.rev, found.store_id
+
+    def _changed_records(self) -> list[Any]:
+        """The records written since the last look, by the store's counter. A store made anew
+        (moved aside, deleted) restarts its counter: everything in it is then new."""
+        self._start_rev()
+        store = self.runner.jobstore
+        with self._rev_lock:
+            found = store.changes(self._rev or 0)
+            if found.store_id != self._store_id:
+                self._store_id = found.store_id
+                self._seen.clear()
+                found = store.changes(0)
+            for rec in found.records:
+                self._rev = max(self._rev or 0, rec.rev or 0)
+            return found.records
 
     def _refresh(self) -> list[dict[str, Any]]:
         """One poll: refresh the jobs not yet ended that are due, then the rows whose state or
@@ -342,10 +430,8 @@ class JobService:
         if due:
             runner.refresh(due, record_unknown=True)
         self.polls += 1
-        since = self._cursor - 1.0  # writers' clocks and commit order may lag a little
         changed = []
-        for rec in runner.jobstore.changed_since(since):
-            self._cursor = max(self._cursor, rec.updated)
+        for rec in self._changed_records():
             key = (rec.state, rec.msg or "")
             if self._seen.get(rec.handle) != key:
                 self._seen[rec.handle] = key
@@ -420,4 +506,13 @@ class JobService:
         return self._version, list(latest.values())
 
 
-__all__ = ["JOBS_PAGE_MAX", "BadEventId", "JobService"]
+__all__ = [
+    "JOBS_PAGE_MAX",
+    "BadCursor",
+    "BadEventId",
+    "JobEnded",
+    "JobService",
+    "matches",
+    "page_cursor",
+    "parse_cursor",
+]
