@@ -11,6 +11,7 @@ import pytest
 # a value of a class defined in the cell (cloudpickle carries it by value), a nested file and a
 # file at the top of $TORCHX_OUTPUT_DIR
 RESULT_CELL = """import collections, os
+import tnb_wsmod  # a module of the cell's own workspace (result_workspace writes it)
 out = os.environ["TORCHX_OUTPUT_DIR"]
 os.makedirs(out + "/ckpt", exist_ok=True)
 with open(out + "/ckpt/weights.bin", "wb") as f:
@@ -18,14 +19,24 @@ with open(out + "/ckpt/weights.bin", "wb") as f:
 with open(out + "/metrics.json", "w") as f:
     f.write('{"acc": 0.9}')
 Score = collections.namedtuple("Score", "acc rank")
-Score(0.9, int(os.environ.get("RANK", "0")))
+Score(tnb_wsmod.ACC, int(os.environ.get("RANK", "0")))
 """
-RAISE_CELL = """def check(n):
-    raise ValueError(f"bad input {n}")
+RAISE_CELL = """from tnb_wsmod import ACC
+def check(n):
+    raise ValueError(f"bad input {n} (ACC {ACC})")
 
 check(7)
 """
 FILES = ["ckpt/weights.bin", "metrics.json"]
+
+
+def result_workspace(tmp_path: Path) -> Path:
+    """The folder RESULT_CELL runs from: it holds the module the cell imports, as a notebook's
+    folder holds its helpers."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "tnb_wsmod.py").write_text("ACC = 0.9\n")
+    return ws
 
 
 def assert_round_trip(runner: Any, handle: str, dest: Path, timeout: float = 180) -> None:
@@ -47,9 +58,9 @@ def assert_raises_remotely(runner: Any, handle: str, timeout: float = 180) -> No
     from torchx_nb.notebook.handle import JobHandle
     from torchx_nb.results import RemoteTraceback
 
-    with pytest.raises(ValueError, match="bad input 7") as info:
+    with pytest.raises(ValueError, match=r"bad input 7 \(ACC 0\.9\)") as info:
         JobHandle(handle, runner).result(timeout=timeout)
     cause = info.value.__cause__
     assert isinstance(cause, RemoteTraceback)
-    assert 'File "<cell>", line 4, in <module>' in cause.text
-    assert 'File "<cell>", line 2, in check' in cause.text
+    assert 'File "<cell>", line 5, in <module>' in cause.text
+    assert 'File "<cell>", line 3, in check' in cause.text

@@ -199,3 +199,40 @@ def test_wait_returns_after_the_cell_shows_the_end_even_with_a_slow_poller(
     assert 'data-state="SUCCEEDED"' in status["text/html"]
     assert status["text/plain"].startswith("local_cwd://torchx/")
     assert "done" in logs["text/plain"]
+
+
+def test_warnings_still_show_after_a_cell_scans_its_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``%%torchx`` dry run scans the notebook's folder for secrets (detect-secrets, whose
+    import used to route every warning to a logger with no handler): the secret that ships on
+    request is named, and the user's own warnings still show afterwards."""
+    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(tmp_path / "data"))  # a cold scan cache
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
+    token = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
+    (tmp_path / ".env").write_text(f"GITHUB_TOKEN={token}\n")
+    (tmp_path / ".torchxignore").write_text("!.env\n")
+    nb = new_notebook(
+        cells=[
+            new_code_cell("%load_ext torchx_nb"),
+            new_code_cell("%%torchx run -s local_docker --image base:1 --dryrun\nprint(1)"),
+            new_code_cell("import warnings\nwarnings.warn('mine, after the scan')"),
+        ]
+    )
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+
+    def stderr(cell: nbformat.NotebookNode) -> str:
+        return "".join(
+            o["text"]
+            for o in cell.outputs
+            if o.get("output_type") == "stream" and o["name"] == "stderr"
+        )
+
+    said = stderr(nb.cells[1])
+    assert (
+        ".env holds a GitHub Token on line 1 and ships because .torchxignore re-includes it" in said
+    )
+    assert token not in str(nb.cells[1].outputs)
+    assert "UserWarning: mine, after the scan" in stderr(nb.cells[2])

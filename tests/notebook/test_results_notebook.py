@@ -98,3 +98,30 @@ def test_results_notebook(mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyP
     later = execute(later, tmp_path)
     assert text_of(later.cells[1]).startswith(value)
     assert text_of(later.cells[2]).strip() == "0.158"
+
+
+@pytest.mark.parametrize("scheduler", ["local_cwd", "slurm"])
+def test_a_cell_imports_its_folders_modules_and_pushes_their_objects(
+    scheduler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """The notebook's folder holds ``shapes.py``: a ``%%torchx run`` cell imports it, and an
+    object of its class travels with ``--push`` (on Slurm, run in place: no job_dir)."""
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
+    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(tmp_path / "data"))
+    if scheduler == "slurm":
+        request.getfixturevalue("slurm_env")  # the private cluster, as the user's login node
+    (tmp_path / "shapes.py").write_text(
+        "class Box:\n    def __init__(self, side):\n        self.side = side\n\n"
+        "def area(box):\n    return box.side ** 2\n"
+    )
+    cells = [
+        "%load_ext torchx_nb",
+        "from shapes import Box\nbox = Box(7)",
+        f"%%torchx run -s {scheduler} --wait --push box -o job\nimport shapes\nshapes.area(box)",
+        "job.result()",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb = execute(nb, tmp_path)
+    ran = text_of(cell_with(nb, "%%torchx run"))
+    assert "SUCCEEDED" in ran and "ModuleNotFoundError" not in ran, ran
+    assert text_of(cell_with(nb, "job.result()")).strip() == "49"

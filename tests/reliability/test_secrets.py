@@ -398,3 +398,46 @@ def test_docker_builder_context_refuses_a_file_swapped_for_a_symlink(tmp_path: P
     (ws_root / "notes.txt").symlink_to(secret)
     with pytest.raises(Exception, match="changed while the workspace was packed"):
         build_context(files, {})
+
+
+def test_a_cli_dry_run_names_every_reincluded_secret_on_a_cold_cache(tmp_path: Path) -> None:
+    """The first scan (no cache yet) imports detect-secrets; its warnings are still printed,
+    and the dry run's workspace section lists each re-included secret file."""
+    from tests.conftest import cli
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    token = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
+    (ws / ".env").write_text(f"GITHUB_TOKEN={token}\n")
+    (ws / "id_ed25519").write_text("not really a key\n")
+    (ws / ".torchxignore").write_text("!.env\n!id_ed25519\n")
+    (ws / "main.py").write_text("print(1)\n")
+    code, out, err = cli(
+        "run",
+        "--dryrun",
+        "-s",
+        "local_docker",
+        "--workspace",
+        str(ws),
+        "utils.python",
+        "--script",
+        "main.py",
+        env={"TORCHX_NB_DATA_DIR": str(tmp_path / "data")},
+    )
+    assert code == 0, err
+    warned = [line for line in err.splitlines() if "re-includes it" in line]
+    assert warned == [
+        "torchx-nb: warning: .env looks like a secret (**/.env) and ships because"
+        " .torchxignore re-includes it; remove the '!' line unless the job needs it",
+        "torchx-nb: warning: id_ed25519 looks like a secret (**/id_ed25519*) and ships because"
+        " .torchxignore re-includes it; remove the '!' line unless the job needs it",
+        "torchx-nb: warning: .env holds a GitHub Token on line 1 and ships because"
+        " .torchxignore re-includes it; remove the '!' line unless the job needs it",
+    ], err
+    section = out.split("secrets that ship because .torchxignore re-includes them:\n", 1)[1]
+    assert section.splitlines()[:3] == [
+        "  .env  [looks like a secret (**/.env)]",
+        "  id_ed25519  [looks like a secret (**/id_ed25519*)]",
+        "  .env  [holds a GitHub Token on line 1]",
+    ]
+    assert token not in out + err

@@ -246,14 +246,14 @@ def test_cell_results_and_outputs_come_back_through_s3(
         RESULT_CELL,
         assert_raises_remotely,
         assert_round_trip,
+        result_workspace,
     )
 
     s3 = aws_env.client("s3")
     s3.create_bucket(
         Bucket="batch-results", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
     )
-    ws = tmp_path / "ws"
-    ws.mkdir()
+    ws = result_workspace(tmp_path)
     mounts, path = host_python_mounts()
     cfg = {
         "queue": queue,

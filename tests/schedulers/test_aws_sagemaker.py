@@ -396,14 +396,13 @@ def test_cell_results_come_back_from_the_default_bucket_beside_sagemakers_model(
     lent through volumes), beside SageMaker's own ``output/model.tar.gz``, which
     ``outputs()`` lists and ``download()`` fetches too."""
     from tests.infra.sagemaker_runner import run_training_job, upload_model
-    from tests.result_checks import RESULT_CELL
+    from tests.result_checks import RESULT_CELL, result_workspace
     from torchx_nb.notebook.handle import JobHandle
 
     mounts, path = _python_mounts()
-    ws = tmp_path / "ws"
-    ws.mkdir()
+    ws = result_workspace(tmp_path)
     source = RESULT_CELL.replace(
-        "Score(0.9", "open('/opt/ml/model/w.txt', 'w').write('m')\nScore(0.9"
+        "Score(tnb_wsmod", "open('/opt/ml/model/w.txt', 'w').write('m')\nScore(tnb_wsmod"
     )
     app = cell(source=source, image=python_in_registry, env={"PATH": path, **aws_env.env})
     with get_runner() as runner:

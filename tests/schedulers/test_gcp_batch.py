@@ -531,11 +531,11 @@ def test_cell_results_and_outputs_come_back_through_gcs(
         RESULT_CELL,
         assert_raises_remotely,
         assert_round_trip,
+        result_workspace,
     )
 
     gcs_env.bucket("gcp-results")
-    ws = tmp_path / "ws"
-    ws.mkdir()
+    ws = result_workspace(tmp_path)
     mounts, path = host_python_mounts()
     cfg = {
         "image_repo": f"{gar_registry.host}/{PROJECT}/results",

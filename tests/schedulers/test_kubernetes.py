@@ -359,13 +359,12 @@ def test_cell_results_and_outputs_come_back_through_an_object_store(
 ) -> None:
     """``-cfg output_path=s3://…`` on Kubernetes: the pod uploads its output folder (moto's
     S3, boto3 lent through host-path volumes)."""
-    from tests.result_checks import RESULT_CELL, assert_round_trip
+    from tests.result_checks import RESULT_CELL, assert_round_trip, result_workspace
 
     aws_env.client("s3").create_bucket(
         Bucket="k8s-results", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
     )
-    ws = tmp_path / "ws"
-    ws.mkdir()
+    ws = result_workspace(tmp_path)
     cfg = {
         "queue": "default",
         "image_repo": f"{registry.host}/k8s/results",

@@ -225,14 +225,14 @@ def test_results_come_back_survive_a_new_runner_and_a_cancel_has_none(
         RESULT_CELL,
         assert_raises_remotely,
         assert_round_trip,
+        result_workspace,
     )
     from torchx_nb.components.cell import cell
     from torchx_nb.notebook.handle import JobHandle
     from torchx_nb.results import NoResult
     from torchx_nb.runner import Runner, get_runner
 
-    ws = tmp_path / "ws"
-    ws.mkdir()
+    ws = result_workspace(tmp_path)
     with get_runner() as runner:
         ok = runner.run(cell(source=RESULT_CELL), "local_cwd", {}, workspace=str(ws))
         bad = runner.run(cell(source=RAISE_CELL), "local_cwd", {}, workspace=str(ws))

@@ -247,11 +247,11 @@ def test_cell_results_and_outputs_come_back_from_the_container(
         RESULT_CELL,
         assert_raises_remotely,
         assert_round_trip,
+        result_workspace,
     )
     from torchx_nb.components.cell import cell
 
-    ws = tmp_path / "ws"
-    ws.mkdir()
+    ws = result_workspace(tmp_path)
     cfg = {"network": "host", "builder": "docker", "quiet": True}
     with get_runner() as runner:
         ok = runner.run(

@@ -445,11 +445,11 @@ def test_cell_results_and_outputs_from_the_job_folder_and_in_place(
         RESULT_CELL,
         assert_raises_remotely,
         assert_round_trip,
+        result_workspace,
     )
     from torchx_nb.components.cell import cell
 
-    ws = tmp_path / "ws"
-    ws.mkdir()
+    ws = result_workspace(tmp_path)
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     with get_runner() as runner:
@@ -463,7 +463,7 @@ def test_cell_results_and_outputs_from_the_job_folder_and_in_place(
         assert rec is not None and rec.outputs
         assert rec.outputs.startswith(f"file://{jobs}/")
     hidden = ws / ".torchx-nb-outputs"
-    others = {p.name for p in ws.iterdir()} - {".torchx-nb-outputs"}
+    others = {p.name for p in ws.iterdir()} - {".torchx-nb-outputs", "tnb_wsmod.py"}
     assert hidden.is_dir() and all(n.startswith("slurm-") for n in others), others
     assert stat.S_IMODE((hidden / "cells").stat().st_mode) == 0o700
     from torchx_nb.workspace.collect import collect_workspace

@@ -198,7 +198,12 @@ def run(script: str, args: list[str]) -> int:
     linecache.cache[CELL] = (len(source), None, source.splitlines(keepends=True), CELL)
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__, **params}
     sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    # the job runs in its workspace: its modules come first, as '' does in a kernel, then the
+    # cell's own folder (on local_cwd and Slurm a private one, outside the workspace)
+    for path in (os.path.dirname(os.path.abspath(script)), os.getcwd()):
+        if path in sys.path:
+            sys.path.remove(path)
+        sys.path.insert(0, path)
     tree = ast.parse(source, CELL)
     last = tree.body[-1] if tree.body else None
     wants_value = isinstance(last, ast.Expr) and not source.rstrip().endswith(";")

@@ -192,6 +192,10 @@ class WorkspaceFiles:
             lines.append(f"  {_human(f.size):>9}  {f.path}" + (f" -> {f.link}" if f.link else ""))
         if len(self.files) > max_rows:
             lines.append(f"  ... and {len(self.files) - max_rows} more")
+        if self.shipped_secrets:
+            lines.append(f"secrets that ship because {self.ignore_file} re-includes them:")
+            for path, why in self.shipped_secrets:
+                lines.append(f"  {path}  [{why}]")
         if self.excluded:
             lines.append(f"left out ({len(self.excluded)}):")
             for path, why in self.excluded[:max_rows]:

@@ -99,7 +99,26 @@ def _trigger() -> Any:
 
 
 @cache
+def _import_detect_secrets() -> None:
+    """Import detect-secrets without its side effect: its logging module calls
+    ``logging.captureWarnings(True)`` at import, which would send every Python warning after
+    the first scan (ours about secrets that ship, and the user's own) to a logger with no
+    handler, for the rest of the process. Warnings stay routed as they were."""
+    import logging
+    import warnings
+
+    before = warnings.showwarning
+    import detect_secrets.core.plugins.util
+    import detect_secrets.filters.heuristic  # noqa: F401
+
+    if warnings.showwarning is not before:
+        logging.captureWarnings(False)
+        warnings.showwarning = before
+
+
+@cache
 def _detectors() -> list[Any]:
+    _import_detect_secrets()
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
     mapping: dict[str, Any] = get_mapping_from_secret_type_to_class()
@@ -128,6 +147,7 @@ def _real_value(value: str) -> bool:
 def _filtered(secret: str, line: str, plugin: Any) -> bool:
     """detect-secrets' own heuristics for values that are not secrets (templates, ids,
     ``$VAR``, indirect references)."""
+    _import_detect_secrets()
     from detect_secrets.filters import heuristic as h
 
     return bool(
