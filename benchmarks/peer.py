@@ -19,30 +19,25 @@ def cache_dir() -> Path:
 
 def ensure_torchx_venv(extras: tuple[str, ...] = ()) -> Path:
     """Path of the ``torchx`` executable of a virtualenv holding ``torchx==0.7.0`` (plus
-    ``extras``, e.g. boto3 for its AWS schedulers)."""
+    ``extras``, e.g. boto3 for its AWS schedulers), made on first use; the extras are
+    installed whether the virtualenv is new or was made by an earlier benchmark."""
     root = cache_dir() / f"torchx-{TORCHX_VERSION}"
     exe = root / "bin" / "torchx"
     marker = root / ".installed"
-    if marker.exists() and exe.exists():
-        for extra in extras:
-            flag = root / f".extra-{extra}"
-            if not flag.exists():
-                subprocess.run(
-                    [
-                        str(root / "bin" / "python"),
-                        "-m",
-                        "pip",
-                        "install",
-                        "--quiet",
-                        "--disable-pip-version-check",
-                        extra,
-                    ],
-                    check=True,
-                )
-                flag.write_text(extra)
-        return exe
-    print(f"creating a virtualenv with torchx=={TORCHX_VERSION} in {root} ...", file=sys.stderr)
-    venv.EnvBuilder(with_pip=True, clear=True).create(root)
+    if not (marker.exists() and exe.exists()):
+        print(f"creating a virtualenv with torchx=={TORCHX_VERSION} in {root} ...", file=sys.stderr)
+        venv.EnvBuilder(with_pip=True, clear=True).create(root)
+        _pip(root, f"torchx=={TORCHX_VERSION}")
+        marker.write_text(TORCHX_VERSION)
+    for extra in extras:
+        flag = root / f".extra-{extra}"
+        if not flag.exists():
+            _pip(root, extra)
+            flag.write_text(extra)
+    return exe
+
+
+def _pip(root: Path, requirement: str) -> None:
     subprocess.run(
         [
             str(root / "bin" / "python"),
@@ -51,9 +46,7 @@ def ensure_torchx_venv(extras: tuple[str, ...] = ()) -> Path:
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            f"torchx=={TORCHX_VERSION}",
+            requirement,
         ],
         check=True,
     )
-    marker.write_text(TORCHX_VERSION)
-    return exe

@@ -51,6 +51,14 @@ def test_product_is_in_order_the_last_list_fastest_and_zip_pairs() -> None:
         (["a=1,2", "b=1"], True, "--zip pairs lists of one length; these differ (a: 2, b: 1)"),
         ({"a": []}, False, "-p a has no values"),
         ({"a": [[1]]}, False, "is not an int, float, bool or str"),
+        (["__builtins__=1"], False, "-p __builtins__: names with two underscores on each side"),
+        ({"__name__": [1]}, False, "-p __name__: names with two underscores on each side"),
+        (["state=1,2"], False, "-p state: 'state' is a column of the sweep's results"),
+        ({"result": [1]}, False, "'result' is a column of the sweep's results"),
+        (["handle=a"], False, "'handle' is a column"),
+        (["trial=1"], False, "'trial' is a column"),
+        (["exit_code=1"], False, "'exit_code' is a column"),
+        (["error=1"], False, "'error' is a column"),
     ],
 )
 def test_bad_grids_are_one_line(params: object, zipped: bool, message: str) -> None:

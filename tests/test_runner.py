@@ -158,3 +158,20 @@ def test_a_state_the_store_could_not_take_is_written_at_the_next_look(tmp_path: 
             holder.close()
         runner.status(handle)
         assert store.get(handle).state == "SUCCEEDED"  # type: ignore[union-attr]
+
+
+def test_outputs_of_an_ended_job_whose_folder_was_deleted_say_so(tmp_path: Path) -> None:
+    import shutil
+
+    from torchx_nb.components.cell import cell
+    from torchx_nb.results import NoResult
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with get_runner() as runner:
+        handle = runner.run(cell(source="1"), "local_cwd", {}, workspace=str(ws))
+        runner.wait(handle, wait_interval=0.1, timeout=60)
+        assert runner.outputs(handle) == []
+        shutil.rmtree(runner.output_store(handle).root)
+        with pytest.raises(NoResult, match="no longer exists: it was deleted or moved"):
+            runner.outputs(handle)

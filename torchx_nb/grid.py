@@ -49,10 +49,23 @@ def parse_param(spec: str) -> tuple[str, list[Value]]:
     return name, [typed(v) for v in items]
 
 
+# the columns of a sweep's results() beside its parameters: a parameter may not shadow one
+RESULT_COLUMNS = ("trial", "state", "exit_code", "result", "error", "handle")
+
+
 def check_name(name: str) -> None:
+    """A parameter name: a Python identifier that is neither a dunder (``__builtins__``,
+    ``__name__``: the cell's namespace needs them) nor a column of ``results()``."""
     if not name.isidentifier() or keyword.iskeyword(name) or not name.isascii():
         raise BadGrid(
             f"-p {name!r}: a parameter name must be a Python identifier (letters, digits, _)"
+        )
+    if name.startswith("__") and name.endswith("__"):
+        raise BadGrid(f"-p {name}: names with two underscores on each side are Python's; rename it")
+    if name in RESULT_COLUMNS:
+        raise BadGrid(
+            f"-p {name}: {name!r} is a column of the sweep's results"
+            f" ({', '.join(RESULT_COLUMNS)}); rename the parameter"
         )
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import posixpath
+import secrets
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +25,9 @@ OWN = ".torchx-nb/"
 RESULT = ".torchx-nb/result.pkl"
 RESULT_REPR = ".torchx-nb/result.txt"
 PYTHON = ".torchx-nb/python.txt"
+EXIT = ".torchx-nb/exit.txt"
 CHUNK = 1 << 20
+SHORT_CHARS = 1000  # the most of a short repr or an error line any surface reads
 
 
 class NoResult(TorchxNbError):
@@ -99,8 +103,6 @@ class LocalStore:
         if not target.is_relative_to(self.root.resolve()):
             raise TorchxNbError(f"output {path!r} is outside the job's output folder")
         with open_regular(target) as (f, _):
-            import os
-
             return os.fdopen(os.dup(f.fileno()), "rb")
 
 
@@ -140,8 +142,6 @@ class S3Store:
 
 def _aws_env() -> tuple[str | None, ...]:
     """What picks an S3 endpoint and identity from the environment (the client cache's key)."""
-    import os
-
     names = ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID")
     return tuple(os.environ.get(n) for n in names)
 
@@ -200,9 +200,20 @@ def store_for(url: str) -> OutputStore:
     raise TorchxNbError(f"unknown output location {url!r}")
 
 
-def _read(store: OutputStore, path: str) -> bytes:
+def _read(store: OutputStore, path: str, limit: int | None = None) -> bytes:
+    """The file's bytes; with ``limit``, at most that many (a job may have written 50 MB
+    where a short line was expected)."""
     with contextlib.closing(store.open(path)) as f:
-        return f.read()
+        return f.read() if limit is None else f.read(limit)
+
+
+def _short(store: OutputStore, path: str) -> str:
+    """A short text the job wrote (a repr, an error line), cut at SHORT_CHARS."""
+    data = _read(store, path, 4 * SHORT_CHARS + 1)
+    text = data.decode(errors="replace")
+    if len(text) > SHORT_CHARS:
+        return text[:SHORT_CHARS] + "…"
+    return text
 
 
 def outputs(store: OutputStore) -> list[OutputFile]:
@@ -215,44 +226,82 @@ def result_repr(store: OutputStore) -> str | None:
     there is neither (no unpickling: safe for the REST API)."""
     names = {f.path for f in store.list() if f.path.startswith(OWN)}
     if RESULT_REPR in names:
-        return _read(store, RESULT_REPR).decode(errors="replace")
+        return _short(store, RESULT_REPR)
     errors = sorted(n for n in names if n.startswith(f"{OWN}error-") and n.endswith(".txt"))
     if errors:
-        return "raised " + _read(store, errors[0]).decode(errors="replace")
+        return "raised " + _short(store, errors[0])
     return None
 
 
 def load_result(store: OutputStore, status: AppStatus | None, handle: str) -> Any:
     """The cell's value; the exception it raised (with the remote traceback as its cause:
-    every rank's); or ``NoResult`` saying how the job ended."""
+    every rank's), or a ``RemoteError`` with its type and message when this kernel cannot
+    rebuild it; or ``NoResult`` saying how the job ended."""
     import cloudpickle
 
+    ended = status is not None and is_terminal(status.state)
+    if ended and isinstance(store, LocalStore) and not store.root.is_dir():
+        raise NoResult(folder_gone(store, handle))
     names = {f.path for f in store.list() if f.path.startswith(OWN)}
     if PYTHON in names:
-        _check_python(_read(store, PYTHON).decode(errors="replace").strip(), handle)
+        _check_python(_short(store, PYTHON).strip(), handle)
     errors = sorted(
         (n for n in names if n.startswith(f"{OWN}error-") and n.endswith(".pkl")),
         key=lambda n: int(n.removeprefix(f"{OWN}error-").removesuffix(".pkl") or 0),
     )
     if errors:
         records = [(n, _unpickle(cloudpickle, _read(store, n), handle)) for n in errors]
-        first = records[0][1]
-        exc = first.get("exception")
-        if not isinstance(exc, BaseException):
-            exc = RemoteError(f"the cell raised {first['type']}: {first['message']}")
         text = "".join(
             (
                 f"[rank {n.removeprefix(f'{OWN}error-').removesuffix('.pkl')}] "
                 if len(records) > 1
                 else ""
             )
-            + r["traceback"]
+            + str(r.get("traceback", ""))
             for n, r in records
         )
-        raise exc from RemoteTraceback(text)
+        raise _exception(cloudpickle, records[0][1]) from RemoteTraceback(text)
     if RESULT in names:
         return _unpickle(cloudpickle, _read(store, RESULT), handle)["value"]
-    raise NoResult(no_result_reason(status, handle))
+    raise NoResult(no_result_reason(status, handle, _ended_how(store, names)))
+
+
+def _exception(pickler: Any, record: dict[str, Any]) -> BaseException:
+    """The exception the cell raised, rebuilt here when this kernel can; else a
+    ``RemoteError`` with its type and message (the traceback goes with it either way)."""
+    exc = record.get("exception")  # written by an earlier cell runner
+    pickled = record.get("pickled")
+    if isinstance(pickled, bytes):
+        try:
+            exc = pickler.loads(pickled)
+        except Exception:
+            exc = None
+    if isinstance(exc, BaseException):
+        return exc
+    kind = str(record.get("type", "Exception"))[:200]
+    message = str(record.get("message", ""))[:SHORT_CHARS]
+    return RemoteError(f"the cell raised {kind}: {message}")
+
+
+def _ended_how(store: OutputStore, names: set[str]) -> str | None:
+    """What the cell runner's files say of a job that left no result: the cell called
+    ``sys.exit``, or it ended its process before its last line (``os._exit``, a crash);
+    None when the cell runner never started there."""
+    if EXIT in names:
+        return f"the cell called sys.exit({_short(store, EXIT).strip()[:100]}) before its last line"
+    if PYTHON in names:
+        return (
+            "the cell's process ended before its last line finished (os._exit in the cell, a"
+            " kill or a crash)"
+        )
+    return None
+
+
+def folder_gone(store: LocalStore, handle: str) -> str:
+    return (
+        f"{handle}'s output folder {store.root} no longer exists: it was deleted or moved"
+        " after the job ended"
+    )
 
 
 def _unpickle(pickler: Any, data: bytes, handle: str) -> Any:
@@ -283,8 +332,9 @@ def _check_python(theirs: str, handle: str) -> None:
         )
 
 
-def no_result_reason(status: AppStatus | None, handle: str) -> str:
-    """One line: how the job ended, since it left no result."""
+def no_result_reason(status: AppStatus | None, handle: str, how: str | None = None) -> str:
+    """One line: how the job ended, since it left no result. ``how``: what the cell runner's
+    own files say (``_ended_how``)."""
     if status is None:
         return f"{handle} left no result and its scheduler no longer knows it"
     if not is_terminal(status.state):
@@ -295,13 +345,17 @@ def no_result_reason(status: AppStatus | None, handle: str) -> str:
         for r in rs.replicas
         if r.exit_code not in (None, 0)
     ]
-    how = f" ({', '.join(codes)})" if codes else ""
+    ended = f"{handle} ended {status.state.name}" + (f" ({', '.join(codes)})" if codes else "")
+    if how is not None:
+        return f"{ended} without a result: {how}"
+    if status.state.name != "SUCCEEDED":
+        return (
+            f"{ended} without a result: it was killed, ran out of memory or was cancelled"
+            " before its cell finished"
+        )
     return (
-        f"{handle} ended {status.state.name}{how} without a result: it was killed, ran out of"
-        " memory or was cancelled before its cell finished"
-        if status.state.name != "SUCCEEDED"
-        else f"{handle} SUCCEEDED without a result: it did not run a cell under torchx_nb's"
-        " cell runner (a component, or a cell without a workspace)"
+        f"{ended} without a result: nothing of torchx_nb's cell runner is in its output folder"
+        " (a component rather than a cell, or the folder was emptied)"
     )
 
 
@@ -319,14 +373,15 @@ def download(store: OutputStore, dest: Path, progress: Any = None) -> Path:
         target = dest / _safe(f.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         done = 0
-        tmp = target.with_name(f".{target.name}.part")
+        # a name of this download's own: two kernels may download into one folder at once
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
         with contextlib.closing(store.open(f.path)) as src, open(tmp, "wb") as out:
             for chunk in iter_chunks(src):
                 out.write(chunk)
                 done += len(chunk)
                 if progress is not None:
                     progress(done, f.size, f.path)
-        tmp.replace(target)
+        tmp.replace(target)  # atomic: a reader sees one whole file, the last one written
         if progress is not None and f.size == 0:
             progress(0, 0, f.path)
     return dest

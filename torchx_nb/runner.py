@@ -918,10 +918,16 @@ class Runner:
         return result_repr(store_for(record.outputs))
 
     def outputs(self, app_handle: AppHandle) -> Any:
-        """The files the job wrote to ``$TORCHX_OUTPUT_DIR`` (``OutputFile``: path, size)."""
-        from torchx_nb.results import outputs
+        """The files the job wrote to ``$TORCHX_OUTPUT_DIR`` (``OutputFile``: path, size). A
+        local folder that is gone after the job ended is ``NoResult``, not an empty list."""
+        from torchx_nb.results import LocalStore, NoResult, folder_gone, outputs
 
-        return outputs(self.output_store(app_handle))
+        store = self.output_store(app_handle)
+        if isinstance(store, LocalStore) and not store.root.is_dir():
+            record = self.jobstore.get(app_handle)
+            if record is not None and record.is_terminal:
+                raise NoResult(folder_gone(store, app_handle))
+        return outputs(store)
 
     def download(self, app_handle: AppHandle, dest: str | Path, progress: Any = None) -> Path:
         """Copy the job's output files into ``dest``, keeping their paths; returns ``dest``."""

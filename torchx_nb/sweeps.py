@@ -144,6 +144,7 @@ class Sweep:
         self.metric_specs = list(metrics)
         self._handles = handles
         self._lock = threading.Lock()
+        self._submitting = threading.Lock()  # held while one trial is prepared and submitted
         self._driver: _Driver | None = None
         self.error: str | None = None  # why the driver stopped submitting, if it failed
         self.stopped = False  # cancelled (or --fail-fast): no more trials are submitted
@@ -209,13 +210,16 @@ class Sweep:
 
     def cancel(self) -> None:
         """Stop submitting trials and cancel every trial not yet ended (a native array in
-        one go, where its backend stops a whole array at once)."""
+        one go, where its backend stops a whole array at once). A trial being prepared at
+        that moment (a slow image build) is waited for and cancelled with the rest: no
+        trial runs on after ``cancel()``."""
         self.stopped = True
-        live = [
-            handle
-            for handle, status in zip(self.handles, self.statuses(), strict=True)
-            if handle and (status is None or not is_terminal(status.state))
-        ]
+        with self._submitting:
+            live = [
+                handle
+                for handle, status in zip(self.handles, self.statuses(), strict=True)
+                if handle and (status is None or not is_terminal(status.state))
+            ]
         if self.array and live:
             self.runner.cancel_array(live)
             return
@@ -350,8 +354,11 @@ class _Driver(threading.Thread):
                     return
                 free = (self.max_parallel or len(self.pending)) - running
                 while free > 0 and self.pending and not sweep.stopped:
-                    i, request = self.pending.pop(0)
-                    sweep._set_handle(i, self.submit(i, request))
+                    with sweep._submitting:
+                        if sweep.stopped:
+                            break
+                        i, request = self.pending.pop(0)
+                        sweep._set_handle(i, self.submit(i, request))
                     free -= 1
                     delay = 0.1
                 time.sleep(delay)

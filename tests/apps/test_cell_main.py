@@ -65,6 +65,9 @@ def ended(state: AppState = AppState.SUCCEEDED) -> AppStatus:
         ("x = 1", None),  # the last statement is not an expression
         ("import math\nif True:\n    y = 2\nmath.sqrt(y * 8)", 4.0),
         ("[i * i for i in range(4)]  # a comment after it", [0, 1, 4, 9]),
+        ("1+1  # note;", 2),  # a ; in the trailing comment is not IPython's suppression
+        ("x = [1, 2]\nx;  # hidden", None),
+        ("'a;'", "a;"),
         ("class P:\n    def __init__(self): self.v = 3\nP()", "P"),
         ("f = lambda n: n + 1\nf", "lambda"),
     ],
@@ -293,3 +296,138 @@ def test_a_trial_whose_cancel_mark_cannot_be_looked_for_runs_on(
         _, stderr = proc.communicate(timeout=10)
     assert stderr.count("cannot look for this trial's cancel mark") == 1, stderr
     assert load_result(LocalStore(f"file://{out / '0'}"), ended(), "h") == 1.0
+
+
+def test_an_exception_the_kernel_cannot_rebuild_keeps_its_type_message_and_traceback(
+    tmp_path: Path,
+) -> None:
+    """``MyErr(1, 2)`` pickles in the job but cannot be rebuilt here (its ``__init__`` needs
+    two arguments): a RemoteError with its type and message, the cell's traceback as cause."""
+    source = (
+        "class MyErr(Exception):\n"
+        "    def __init__(self, a, b):\n"
+        "        super().__init__(f'{a} and {b} disagree')\n"
+        "raise MyErr(1, 2)\n"
+    )
+    proc, store = run_cell(tmp_path, source)
+    assert proc.returncode == 1
+    with pytest.raises(RemoteError) as info:
+        load_result(store, ended(AppState.FAILED), "h")
+    assert str(info.value) == "the cell raised MyErr: 1 and 2 disagree"
+    cause = info.value.__cause__
+    assert isinstance(cause, RemoteTraceback) and 'File "<cell>", line 4' in cause.text
+    assert repr_of(store) == "raised MyErr: 1 and 2 disagree"
+
+
+def test_a_syntax_error_is_the_cells_exception(tmp_path: Path) -> None:
+    proc, store = run_cell(tmp_path, "x = 1\nif x\n    print(x)\n")
+    assert proc.returncode == 1
+    with pytest.raises(SyntaxError) as info:
+        load_result(store, ended(AppState.FAILED), "h")
+    assert info.value.lineno == 2
+    assert 'File "<cell>", line 2' in str(info.value.__cause__)
+    assert (repr_of(store) or "").startswith("raised SyntaxError: expected ':'")
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("import sys\nsys.exit(0)\n1", "the cell called sys.exit(0) before its last line"),
+        (
+            "import os\nos._exit(0)\n1",
+            "the cell's process ended before its last line finished (os._exit in the cell, a"
+            " kill or a crash)",
+        ),
+    ],
+)
+def test_a_cell_that_exits_early_is_told_as_such(tmp_path: Path, source: str, said: str) -> None:
+    proc, store = run_cell(tmp_path, source)
+    assert proc.returncode == 0
+    with pytest.raises(NoResult) as info:
+        load_result(store, ended(), "h")
+    assert str(info.value) == f"h ended SUCCEEDED without a result: {said}"
+
+
+def test_a_deleted_output_folder_is_said_so(tmp_path: Path) -> None:
+    import shutil
+
+    proc, store = run_cell(tmp_path, "1")
+    assert proc.returncode == 0
+    shutil.rmtree(store.root)
+    with pytest.raises(NoResult, match=r"output folder .* no longer exists: it was deleted"):
+        load_result(store, ended(), "h")
+
+
+def test_result_text_is_read_as_a_bounded_prefix(tmp_path: Path) -> None:
+    """A cell that writes 50 MB where the short repr goes, then ends before the runner caps
+    it: every reader gets at most SHORT_CHARS of it."""
+    from torchx_nb.results import SHORT_CHARS
+
+    source = (
+        "import os\n"
+        "own = os.path.join(os.environ['TORCHX_OUTPUT_DIR'], '.torchx-nb')\n"
+        "os.makedirs(own, exist_ok=True)\n"
+        "for name in ('result.txt', 'error-0.txt'):\n"
+        "    with open(os.path.join(own, name), 'w') as f:\n"
+        "        f.write('x' * (50 << 20))\n"
+        "os._exit(0)\n"
+    )
+    proc, store = run_cell(tmp_path, source)
+    assert proc.returncode == 0
+    text = repr_of(store)
+    assert text is not None and len(text) == SHORT_CHARS + 1 and text.endswith("…")
+    (store.root / ".torchx-nb" / "result.txt").unlink()
+    text = repr_of(store)
+    assert text is not None and text.startswith("raised xxx")
+    assert len(text) == len("raised ") + SHORT_CHARS + 1
+
+
+@pytest.mark.parametrize(
+    ("source", "line"),
+    [
+        ("%time x = 1\nx", "line 1 of the cell, '%time x = 1', is an IPython magic"),
+        (
+            "import os\n!pip install requests",
+            "line 2 of the cell, '!pip install requests', is a shell escape",
+        ),
+        ("x = 1\n%%bash\necho", "line 2 of the cell, '%%bash', is an IPython magic"),
+    ],
+)
+def test_magics_and_shell_escapes_are_refused_before_submit(source: str, line: str) -> None:
+    with pytest.raises(ValueError) as info:
+        cell(source=source)
+    assert str(info.value).startswith(line + ": a job runs plain Python")
+
+
+def test_a_percent_or_bang_inside_python_is_not_a_magic() -> None:
+    cell(source='s = """\n%time not a magic\n!nor this\n"""\nx = 10 % 3')
+
+
+def test_two_downloads_into_one_folder_do_not_trip_on_each_other(tmp_path: Path) -> None:
+    import threading
+
+    from torchx_nb.results import download
+
+    proc, store = run_cell(
+        tmp_path,
+        "import os\nopen(os.environ['TORCHX_OUTPUT_DIR'] + '/w.bin', 'wb').write(os.urandom(3 << 20))",
+    )
+    assert proc.returncode == 0
+    dest = tmp_path / "dl"
+    errors: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            for _ in range(5):
+                download(store, dest)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=fetch) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert (dest / "w.bin").read_bytes() == (store.root / "w.bin").read_bytes()
+    assert [p.name for p in dest.iterdir()] == ["w.bin"]

@@ -21,6 +21,7 @@ cloudpickle beside it (so both sides pickle alike); only the standard library is
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import linecache
 import math
@@ -111,17 +112,20 @@ def _record_python(out: str) -> None:
 def _record_error(out: str, exc: BaseException, pickler: Any) -> None:
     kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
     kind = kind.removeprefix("builtins.").removeprefix("__main__.")
+    try:
+        message = str(exc)
+    except Exception as e:  # a __str__ that raises
+        message = f"<str() failed: {e}>"
     record: dict[str, Any] = {
         "type": kind,
-        "message": str(exc),
+        "message": message,
         "traceback": _cell_traceback(exc),
-        "exception": None,
+        "pickled": None,
     }
-    try:
-        pickler.dumps(exc)
-        record["exception"] = exc
-    except Exception:
-        pass  # the type and message still reach the kernel (as a RemoteError)
+    # apart from the text: a kernel that cannot rebuild the exception (an __init__ with several
+    # arguments, a type only the job can import) still gets type, message and traceback
+    with contextlib.suppress(Exception):
+        record["pickled"] = pickler.dumps(exc)
     rank = _rank()
     _record_python(out)
     _write(out, f"error-{rank}.pkl", pickler.dumps(record))
@@ -165,6 +169,29 @@ def _trial() -> tuple[int | None, dict[str, Any]]:
     return index, grid_point(json.loads(grid), index)
 
 
+def _ends_with_semicolon(source: str) -> bool:
+    """IPython's rule: a cell whose last token (comments aside) is ``;`` shows no value."""
+    import io
+    import tokenize
+
+    skip = {
+        tokenize.COMMENT,
+        tokenize.NL,
+        tokenize.NEWLINE,
+        tokenize.ENDMARKER,
+        tokenize.INDENT,
+        tokenize.DEDENT,
+    }
+    last = None
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type not in skip:
+                last = tok
+    except (tokenize.TokenError, SyntaxError):
+        return source.rstrip().endswith(";")
+    return last is not None and last.type == tokenize.OP and last.string == ";"
+
+
 def _env_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -184,6 +211,7 @@ def run(script: str, args: list[str]) -> int:
             os.environ["TORCHX_NB_OUTPUT_URL"] = f"{url.rstrip('/')}/{index}/"
     os.makedirs(folder, exist_ok=True)  # the cell may write there at once
     out = os.path.join(folder, OWN)
+    _record_python(out)  # also says the cell runner started: a missing result is then the cell's
     url = os.environ.get("TORCHX_NB_OUTPUT_URL", "")
     poll = os.environ.get("TORCHX_NB_CANCEL_POLL", "")
     if url and poll:
@@ -204,11 +232,11 @@ def run(script: str, args: list[str]) -> int:
         if path in sys.path:
             sys.path.remove(path)
         sys.path.insert(0, path)
-    tree = ast.parse(source, CELL)
-    last = tree.body[-1] if tree.body else None
-    wants_value = isinstance(last, ast.Expr) and not source.rstrip().endswith(";")
-    body = tree.body[:-1] if wants_value else tree.body
     try:
+        tree = ast.parse(source, CELL)
+        last = tree.body[-1] if tree.body else None
+        wants_value = isinstance(last, ast.Expr) and not _ends_with_semicolon(source)
+        body = tree.body[:-1] if wants_value else tree.body
         push = os.environ.get("TORCHX_NB_PUSH")
         if push:
             with open(push, "rb") as f:
@@ -219,7 +247,9 @@ def run(script: str, args: list[str]) -> int:
         if wants_value:
             assert isinstance(last, ast.Expr)
             value = eval(compile(ast.Expression(body=last.value), CELL, "eval"), namespace)
-    except SystemExit:
+    except SystemExit as exc:
+        if _rank() == 0:
+            _write(out, "exit.txt", repr(exc.code).encode()[:200])
         raise
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):

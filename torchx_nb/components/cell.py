@@ -50,6 +50,7 @@ def cell(
     """
     if not source.strip():
         raise ValueError("the cell is empty: write the Python code to run below the magic line")
+    refuse_magics(source)
     size = len(source.encode())
     if size > MAX_SOURCE_BYTES:
         raise ValueError(
@@ -96,6 +97,27 @@ def cell(
             )
         ],
     )
+
+
+def refuse_magics(source: str) -> None:
+    """IPython magics (``%time``, ``%%bash``) and shell escapes (``!pip``) do not run in a
+    job, which runs plain Python: one line naming the first, before anything is built. Any
+    other syntax error is left to the job's own Python (it may be newer than the kernel's),
+    where it comes back as the cell's exception."""
+    import ast
+
+    try:
+        ast.parse(source)
+    except SyntaxError:
+        for number, line in enumerate(source.splitlines(), 1):
+            text = line.strip()
+            if text.startswith(("%", "!")):
+                kind = "a shell escape" if text.startswith("!") else "an IPython magic"
+                raise ValueError(
+                    f"line {number} of the cell, {text[:60]!r}, is {kind}: a job runs plain"
+                    " Python, so magics and ! lines do not run there (use subprocess.run for a"
+                    " shell command)"
+                ) from None
 
 
 def cell_source(role: specs.Role) -> str | None:

@@ -1,0 +1,41 @@
+"""The benchmarks' peer virtualenv (benchmarks/peer.py): a first run installs the extras its
+benchmark asks for, as a later run does (bench_aws_list needs boto3 in TorchX's venv)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def test_a_new_peer_virtualenv_gets_its_extras(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import peer
+
+    installed: list[str] = []
+
+    class Builder:
+        def __init__(self, **_: object) -> None: ...
+
+        def create(self, root: Path) -> None:
+            (Path(root) / "bin").mkdir(parents=True)
+
+    def pip(root: Path, requirement: str) -> None:
+        installed.append(requirement)
+        if requirement.startswith("torchx=="):
+            (root / "bin" / "torchx").write_text("")
+
+    monkeypatch.setenv("TORCHX_NB_BENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(peer.venv, "EnvBuilder", Builder)
+    monkeypatch.setattr(peer, "_pip", pip)
+    exe = peer.ensure_torchx_venv(("boto3",))
+    assert installed == [f"torchx=={peer.TORCHX_VERSION}", "boto3"]
+    assert exe == tmp_path / f"torchx-{peer.TORCHX_VERSION}" / "bin" / "torchx"
+    peer.ensure_torchx_venv(("boto3",))
+    assert installed == [f"torchx=={peer.TORCHX_VERSION}", "boto3"]  # cached: nothing again
+    sys.modules.pop("peer", None)
