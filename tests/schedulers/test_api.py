@@ -146,3 +146,20 @@ def test_a_torchx_style_plugin_scheduler_runs_end_to_end(plugin_path: object) ->
 
         with pytest.raises(ValueError, match="tx_style runs at most 4 replicas per role"):
             runner.dryrun_component("utils.echo", ["--num_replicas", "5"], "tx_style")
+
+
+def test_a_torchx_style_workspace_scheduler_subclasses_and_builds_its_workspace() -> None:
+    """TorchX's api_test: ``class S(Scheduler[T], WorkspaceMixin[None])`` overriding
+    ``build_workspace_and_update_role``; ``submit(..., workspace=...)`` calls it."""
+    from torchx_nb.workspace import WorkspaceMixin
+
+    class WithWorkspace(Recording, WorkspaceMixin[None]):
+        def build_workspace_and_update_role(
+            self, role: specs.Role, workspace: str, cfg: Mapping[str, Any]
+        ) -> None:
+            role.image = f"{workspace}-built"
+
+    sched = WithWorkspace()
+    app = specs.AppDef("app", roles=[specs.Role("r", image="base", entrypoint="true")])
+    assert sched.submit(app, {}, workspace="ws") == "id-1"
+    assert app.roles[0].image == "ws-built"

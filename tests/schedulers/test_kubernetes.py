@@ -110,7 +110,7 @@ def test_volcano_request_is_torchx_s() -> None:
     ]
     volumes = pod["spec"]["volumes"]
     assert volumes[0] == {"name": "dshm", "emptyDir": {"medium": "Memory"}}
-    assert volumes[2]["persistentVolumeClaim"] == {"claimName": "my-pvc", "readOnly": False}
+    assert volumes[2]["persistentVolumeClaim"] == {"claimName": "my-pvc"}  # as TorchX
     ps = pod["spec"]
     assert ps["nodeSelector"] == {
         "pool": "a100",
@@ -556,7 +556,7 @@ def test_a_local_image_id_is_pushed_to_image_repo(
     )[0].id
     assert image_id.startswith("sha256:")
     a = shell_app("cat /marker", image_id)
-    with pytest.raises(Exception, match="runs the local image sha256:.* pass -cfg image_repo"):
+    with pytest.raises(KeyError, match="runs the local image sha256:.* pass -cfg image_repo"):
         dryrun(a, queue="default")
     repo = f"{registry.host}/k8s/local"
     info = dryrun(a, queue="default", image_repo=repo)
@@ -568,3 +568,17 @@ def test_a_local_image_id_is_pushed_to_image_repo(
     app_id = sched.schedule(info)
     wait_for(lambda: sched.describe(app_id).state == AppState.SUCCEEDED, 60)  # type: ignore[union-attr]
     assert list(sched.log_iter(app_id, "r")) == ["built-locally\n"]
+
+
+def test_a_local_image_without_image_repo_is_a_key_error_as_in_torchx() -> None:
+    """TorchX raises KeyError there: ``except KeyError`` still catches ours, which is also an
+    InvalidRunConfigException naming the option, and reads as one unquoted line."""
+    from torchx_nb.schedulers.kubernetes import local_images
+    from torchx_nb.specs.api import InvalidRunConfigException
+
+    app = shell_app("true", "sha256:" + "ab" * 32)
+    with pytest.raises(KeyError) as info:
+        local_images(app, None)
+    assert isinstance(info.value, InvalidRunConfigException) and info.value.cfg_key == "image_repo"
+    assert str(info.value).startswith("role 'r' runs the local image sha256:abab")
+    assert str(info.value).endswith("pass -cfg image_repo=HOST/REPO to push it there")

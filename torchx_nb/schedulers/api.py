@@ -100,7 +100,8 @@ class Scheduler(abc.ABC, Generic[T]):
         opts = self.resolve_opts(cfg)  # type: ignore[arg-type]
         folder: LocalWorkspace | None = None
         if workspace and isinstance(self, WorkspaceMixin):
-            self.patch_image(app.roles[0], workspace, opts, {})
+            # TorchX's entry point, which a scheduler written for TorchX overrides
+            self.build_workspace_and_update_role(app.roles[0], workspace, opts)
         elif workspace and isinstance(self, DirWorkspaceMixin):
             folder = LocalWorkspace(workspace)
         elif workspace:

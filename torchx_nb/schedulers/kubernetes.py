@@ -275,7 +275,8 @@ def _volumes(role: Role) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bo
             volumes.append(
                 {
                     "name": name,
-                    "persistentVolumeClaim": {"claimName": m.src, "readOnly": m.read_only},
+                    # as TorchX: read-only-ness is the volumeMount's
+                    "persistentVolumeClaim": {"claimName": m.src},
                 }
             )
             mounts.append({"name": name, "mountPath": m.dst_path, "readOnly": m.read_only})
@@ -428,6 +429,14 @@ def volcano_resource(
     }
 
 
+class LocalImageWithoutRepo(InvalidRunConfigException, KeyError):
+    """A local image and no ``image_repo`` to push it to: a ``KeyError`` too, as TorchX raises
+    there, so ``except KeyError`` still catches it; its message reads unquoted."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def local_images(app: AppDef, image_repo: str | None) -> tuple[AppDef, dict[str, tuple[str, str]]]:
     """As TorchX: a role image that is a local build (``sha256:HASH``, the Docker daemon's id)
     becomes ``IMAGE_REPO:HASH``, to be pushed there at submit (a pod can never pull a local
@@ -437,7 +446,7 @@ def local_images(app: AppDef, image_repo: str | None) -> tuple[AppDef, dict[str,
     for role in app.roles:
         if role.image.startswith("sha256:"):
             if not image_repo:
-                raise InvalidRunConfigException(
+                raise LocalImageWithoutRepo(
                     f"role {role.name!r} runs the local image {role.image[:19]}…, which no pod can"
                     " pull: pass -cfg image_repo=HOST/REPO to push it there",
                     "image_repo",

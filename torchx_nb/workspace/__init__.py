@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from torchx_nb.specs.api import Role, TorchxNbError, runopts
 from torchx_nb.specs.structured_opts import StructuredOpts
@@ -26,6 +26,9 @@ class WorkspaceOpts(StructuredOpts):
     """hide build and push output"""
 
 
+T = TypeVar("T")
+
+
 def _workspace_opts(cfg: Mapping[str, Any]) -> WorkspaceOpts:
     """The workspace options out of a scheduler's options (typed or a plain mapping)."""
     if isinstance(cfg, WorkspaceOpts):
@@ -34,11 +37,14 @@ def _workspace_opts(cfg: Mapping[str, Any]) -> WorkspaceOpts:
     return WorkspaceOpts.from_cfg({k: v for k, v in cfg.items() if k in keys and v is not None})
 
 
-class WorkspaceMixin:
+class WorkspaceMixin(Generic[T]):
     """Ability: the scheduler runs images, and a workspace is patched onto the role's image:
     the workspace collected (secrets left out), files generated for the job (the cell as a
     script) added, pushed to ``image_repo`` when the scheduler needs it in a registry.
-    TorchX's name; its options are ``WorkspaceOpts``."""
+    TorchX's name, generic as TorchX's is (``WorkspaceMixin[None]``: ``T`` is what a
+    push plan holds), so a scheduler written for TorchX subclasses it unchanged and its own
+    ``build_workspace_and_update_role`` is what ``submit`` calls; its options are
+    ``WorkspaceOpts``."""
 
     #: remote schedulers need the patched image in a registry; local_docker does not
     pushes_image: bool = True
