@@ -63,6 +63,8 @@ def ended(state: AppState = AppState.SUCCEEDED) -> AppStatus:
         ("x = 6 * 7\nx", 42),
         ("x = 6 * 7\nx;", None),  # a trailing ; hides the value, as in IPython
         ("x = 1", None),  # the last statement is not an expression
+        ("for i in range(2):\n    pass", None),
+        ("print('hi')", None),  # print's value is None
         ("import math\nif True:\n    y = 2\nmath.sqrt(y * 8)", 4.0),
         ("[i * i for i in range(4)]  # a comment after it", [0, 1, 4, 9]),
         ("1+1  # note;", 2),  # a ; in the trailing comment is not IPython's suppression
@@ -82,6 +84,8 @@ def test_the_last_expression_is_the_result(tmp_path: Path, source: str, value: A
         assert got(1) == 2
     else:
         assert got == value
+    if value is None:  # nothing to show, as IPython shows no Out for None
+        assert repr_of(store) is None
 
 
 def test_an_exception_comes_back_with_the_cells_traceback(tmp_path: Path) -> None:

@@ -390,6 +390,8 @@ def test_job_view_result_outputs_download_and_first_seconds(
         panel.screenshot(path=str(screenshot_dir() / "panel-default-width.png"))
 
         view = open_job_view(page, "quiet", "text === '(no output yet)'")
+        box = view.locator(".tnb-log").bounding_box()
+        assert box is not None and box["height"] < 60, box  # one line, not a tall empty box
         assert view.locator(".tnb-fact-image").count() == 0
         runner = get_runner()
         runner.cancel(quiet)

@@ -119,9 +119,13 @@ def test_a_cell_imports_its_folders_modules_and_pushes_their_objects(
         "from shapes import Box\nbox = Box(7)",
         f"%%torchx run -s {scheduler} --wait --push box -o job\nimport shapes\nshapes.area(box)",
         "job.result()",
+        f"%%torchx run -s {scheduler} --wait -o quiet\nimport shapes\nprint(shapes.area(shapes.Box(2)))",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb = execute(nb, tmp_path)
     ran = text_of(cell_with(nb, "%%torchx run"))
     assert "SUCCEEDED" in ran and "ModuleNotFoundError" not in ran, ran
     assert text_of(cell_with(nb, "job.result()")).strip() == "49"
+    assert "result: 49" in ran
+    quiet = text_of(cell_with(nb, "-o quiet"))
+    assert "SUCCEEDED" in quiet and "4\n" in quiet and "result:" not in quiet, quiet

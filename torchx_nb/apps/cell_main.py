@@ -4,7 +4,7 @@
 variables the kernel pushed, ``$TORCHX_NB_PUSH``), as IPython would: the value of the last
 statement when it is an expression (and the cell does not end with ``;``) is the job's result.
 Rank 0 (``$RANK``, torchrun's) writes it with cloudpickle to ``$TORCHX_OUTPUT_DIR/.torchx-nb/``
-with a short repr beside it; a rank whose cell raises writes its exception and traceback there
+with a short repr beside it (none for ``None``: nothing to show); a rank whose cell raises writes its exception and traceback there
 and exits 1. With ``$TORCHX_NB_OUTPUT_URL`` (``s3://`` or ``gs://``) the output folder is
 uploaded there at the end, with boto3 or google-cloud-storage from the image.
 
@@ -266,7 +266,8 @@ def run(script: str, args: list[str]) -> int:
             return 1
         _record_python(out)
         _write(out, "result.pkl", data)
-        _write(out, "result.txt", _short_repr(value).encode())
+        if value is not None:  # as IPython, which shows no Out for None: nothing to show
+            _write(out, "result.txt", _short_repr(value).encode())
     return 0
 
 
