@@ -171,3 +171,36 @@ def test_a_corrupt_or_foreign_result_is_one_line(tmp_path: Path) -> None:
     (root / ".torchx-nb" / "result.pkl").write_bytes(pickle.dumps([1, 2]))
     with pytest.raises(TorchxNbError, match="is not one torchx_nb's cell runner wrote"):
         load_result(store, ok, "h")
+
+
+def test_metric_times_are_when_lines_were_written_or_not_known(aws_env: Any) -> None:
+    """Points parsed after the fact carry their line's time where the backend kept it
+    (CloudWatch events, here moto's), and NaT where it did not (a local log file), never the
+    time they were parsed."""
+    import pandas as pd
+
+    from torchx_nb.metrics import MetricLog, parse_metric
+    from torchx_nb.schedulers.aws_common import cloudwatch_events
+
+    logs = aws_env.client("logs")
+    logs.create_log_group(logGroupName="/aws/batch/job")
+    logs.create_log_stream(logGroupName="/aws/batch/job", logStreamName="train/0")
+    import time
+
+    base = (int(time.time()) - 3600) * 1000  # CloudWatch takes events of the last 14 days
+    logs.put_log_events(
+        logGroupName="/aws/batch/job",
+        logStreamName="train/0",
+        logEvents=[
+            {"timestamp": base + i * 60_000, "message": f"loss: {1 / (i + 1)}"} for i in range(3)
+        ],
+    )
+    lines = list(cloudwatch_events(logs, "/aws/batch/job", "train/0"))
+    frame = MetricLog([parse_metric("loss=loss: ([0-9.]+)")]).feed_all(lines).frame()
+    assert list(frame["value"]) == [1.0, 0.5, 1 / 3]
+    assert [t.timestamp() for t in frame["time"]] == [base / 1000 + i * 60 for i in range(3)]
+
+    plain = MetricLog([parse_metric("loss=loss: ([0-9.]+)$")]).feed_all(["loss: 2\n", "loss: 1\n"])
+    frame = plain.frame()
+    assert list(frame["value"]) == [2.0, 1.0] and frame["time"].isna().all()
+    assert isinstance(frame["time"].dtype, pd.DatetimeTZDtype)

@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 import re
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.log_line import LogLine
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,7 +104,7 @@ class MetricLog:
         """Parse one log line; returns how many points it added."""
         if not self.specs:
             return 0
-        text = line[:MAX_LINE]
+        text = line[:MAX_LINE].rstrip("\r\n")
         added = 0
         for spec in self.specs:
             m = spec.pattern.search(text)
@@ -134,8 +134,11 @@ class MetricLog:
         return added
 
     def feed_all(self, lines: Iterable[str]) -> MetricLog:
+        """Parse lines read after the fact: each point gets the time its line was written
+        where the backend kept it (``LogLine``), else none (NaT in ``frame()``): the time of
+        parsing would say nothing."""
         for line in lines:
-            self.feed(line, time.time())
+            self.feed(line, LogLine.time_of(line))
         return self
 
     def points(self) -> list[Point]:
@@ -150,7 +153,8 @@ class MetricLog:
         return out
 
     def frame(self) -> pd.DataFrame:
-        """A DataFrame with columns name, step, value, time (local time the line was read)."""
+        """A DataFrame with columns name, step, value, time (local time: when the line was
+        written, or was read while followed live; NaT where neither is known)."""
         import pandas as pd
 
         points = self.points()

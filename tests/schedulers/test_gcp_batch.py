@@ -5,6 +5,7 @@ container in our dockerd."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -298,6 +299,11 @@ def test_failure_retries_cancel_list_and_logs(
     assert list(sched.log_iter(failing, "r", streams=Stream.STDOUT)) == ["out\n"]
     assert list(sched.log_iter(failing, "r", streams=Stream.STDERR)) == ["err\n"]
     assert list(sched.log_iter(failing, "r", regex="^e")) == ["err\n"]
+    from torchx_nb.specs.log_line import LogLine
+
+    # each line keeps its Cloud Logging entry's time
+    stamps = [LogLine.time_of(line) for line in sched.log_iter(failing, "r")]
+    assert all(t is not None and abs(time.time() - t) < 600 for t in stamps), stamps
     later = datetime.now(timezone.utc) + timedelta(hours=1)
     earlier = datetime.now(timezone.utc) - timedelta(hours=1)
     assert list(sched.log_iter(failing, "r", since=later)) == []

@@ -230,6 +230,11 @@ def test_failure_retry_cancel_list_and_logs(
     assert list(sched.log_iter(failing, "r", since=later)) == []
     assert list(sched.log_iter(failing, "r", until=earlier)) == []
     assert sorted(sched.log_iter(failing, "r", since=earlier, until=later)) == ["err\n", "out\n"]
+    from torchx_nb.specs.log_line import LogLine
+
+    # each line keeps the time the API server stamped on it (timestamps=true)
+    stamps = [LogLine.time_of(line) for line in sched.log_iter(failing, "r")]
+    assert all(t is not None and earlier.timestamp() < t < later.timestamp() for t in stamps)
     with pytest.raises(ValueError, match="one combined log"):
         sched.log_iter(failing, "r", streams=Stream.STDERR)
 

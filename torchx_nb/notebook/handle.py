@@ -141,7 +141,7 @@ class JobHandle:
             return self.live_metrics.frame()
         log = MetricLog(self.metric_specs)
         if log:
-            log.feed_all(line.rstrip("\n") for line in self._raw_lines(role, k))
+            log.feed_all(self._raw_lines(role, k))
         return log.frame()
 
     def __repr__(self) -> str:

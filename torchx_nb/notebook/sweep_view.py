@@ -22,6 +22,7 @@ from torchx_nb.notebook.widgets import (
     display_with_text,
 )
 from torchx_nb.specs.api import AppState, AppStatus, is_terminal
+from torchx_nb.specs.log_line import LogLine
 from torchx_nb.sweeps import sweep_rows, sweep_summary, sweep_text
 
 
@@ -134,7 +135,7 @@ class SweepView:
                 for line in self.runner.log_lines(handle, role, 0, should_tail=True):
                     if reader.stopped:
                         return
-                    log.feed(line, time.time())
+                    log.feed(line, LogLine.time_of(line) or time.time())
                     self._request_render()
 
         self._readers[i] = _Reader(read)

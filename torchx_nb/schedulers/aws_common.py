@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.log_line import LogLine
 from torchx_nb.version import __version__
 
 
@@ -113,7 +114,8 @@ def cloudwatch_events(
     token: list[str | None] | None = None,
 ) -> Iterator[str]:
     """Lines of one stream from where ``token[0]`` left off (updated as pages are read), until
-    the end of what is there now. A missing stream yields nothing."""
+    the end of what is there now, each a ``LogLine`` with its event's time. A missing stream
+    yields nothing."""
     token = token if token is not None else [None]
     while True:
         args: dict[str, Any] = {
@@ -135,7 +137,11 @@ def cloudwatch_events(
                 return
             raise aws_error(e, f"cannot read the log {group}/{stream}") from None
         for event in resp.get("events", []):
-            yield event["message"].rstrip("\n") + "\n"
+            stamp = event.get("timestamp")
+            yield LogLine(
+                event["message"].rstrip("\n") + "\n",
+                stamp / 1000 if isinstance(stamp, (int, float)) else None,
+            )
         nxt = resp.get("nextForwardToken")
         if not nxt or nxt == token[0]:
             return

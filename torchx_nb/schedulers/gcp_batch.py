@@ -69,6 +69,7 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
 )
+from torchx_nb.specs.log_line import LogLine
 from torchx_nb.specs.named_resources_gcp import machine_type_for
 from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
@@ -1114,7 +1115,7 @@ class GcpBatchScheduler(
                 cursor = stamp
                 seen.add(entry.insert_id)
                 text = entry.payload if isinstance(entry.payload, str) else str(entry.payload)
-                yield text if text.endswith("\n") else text + "\n"
+                yield LogLine(text if text.endswith("\n") else text + "\n", _ts(entry.timestamp))
             if not should_tail:
                 return
             if ended_at is not None and time.monotonic() - ended_at >= LOG_POLL_SECONDS:

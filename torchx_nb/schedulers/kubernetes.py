@@ -55,6 +55,7 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
 )
+from torchx_nb.specs.log_line import LogLine
 from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
@@ -1256,7 +1257,7 @@ class KubernetesScheduler(
             for line in lines.flush():
                 out = _after_timestamp(line, since, until)
                 if out is not None:
-                    yield out if out.endswith("\n") else out + "\n"
+                    yield out if out.endswith("\n") else LogLine(out + "\n", LogLine.time_of(out))
         except Exception:
             if follow:
                 return
@@ -1285,7 +1286,7 @@ def _after_timestamp(line: str, since: datetime | None, until: datetime | None) 
         return None
     if until and when > until.astimezone(timezone.utc):
         return None
-    return rest
+    return LogLine(rest, when.timestamp())
 
 
 def _epoch(text: Any) -> float | None:

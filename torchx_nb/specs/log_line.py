@@ -1,0 +1,27 @@
+"""A log line that knows when it was written.
+
+``log_iter`` yields strings, as TorchX's does; where a backend keeps each line's time
+(CloudWatch, Cloud Logging, the Kubernetes pod log with ``timestamps=true``) the string is a
+``LogLine``, which is still a ``str`` everywhere a string goes, and carries ``time`` (seconds
+since the epoch). Local and Slurm log files keep no times: their lines are plain strings."""
+
+from __future__ import annotations
+
+
+class LogLine(str):
+    """A ``str`` with the time its line was written (``None``: not known)."""
+
+    time: float | None
+
+    def __new__(cls, text: str, time: float | None = None) -> LogLine:
+        line = super().__new__(cls, text)
+        line.time = time
+        return line
+
+    @staticmethod
+    def time_of(line: str) -> float | None:
+        """When ``line`` was written, if its backend said."""
+        return line.time if isinstance(line, LogLine) else None
+
+
+__all__ = ["LogLine"]
