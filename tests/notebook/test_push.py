@@ -38,4 +38,4 @@ def test_values_round_trip_and_refusals() -> None:
         pickle_push({"big": b"x" * (1 << 20)}, ["big"], limit=1 << 19)
     with pytest.raises(TorchxNbError, match="are 0.6 MiB pickled together, over the 0.5 MiB"):
         pickle_push({"a": b"x" * 300_000, "b": b"y" * 300_000}, ["a", "b"], limit=1 << 19)
-    assert PUSH_LIMIT == 64 * 1024 * 1024  # the README's figure
+    assert PUSH_LIMIT == 64 * 1024 * 1024  # the figure in docs/results.md

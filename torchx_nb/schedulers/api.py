@@ -224,7 +224,7 @@ OptsT = TypeVar("OptsT", bound="StructuredOpts")
 class TypedOptions(Generic[OptsT]):
     """Ability: the scheduler's options are one typed structure, a ``StructuredOpts``
     dataclass (``opts_type``): its runopts table (and so the CLI help, ``.torchxconfig`` and
-    the README's lists) comes from it, the Runner builds it once from the options given, and
+    the docs' option tables) comes from it, the Runner builds it once from the options given, and
     the dry run, ``_validate`` and ``list`` read its attributes."""
 
     opts_type: ClassVar[type[StructuredOpts]]

@@ -1,8 +1,8 @@
-"""Writes the README's option tables (between ``<!-- options:begin -->`` and
-``<!-- options:end -->``) from each built-in backend's typed options: the same structure the
-runopts table, the CLI's ``runopts`` and ``.torchxconfig`` templates come from.
+"""Writes the option tables of docs/schedulers/index.md (between ``<!-- options:begin -->``
+and ``<!-- options:end -->``) from each built-in backend's typed options: the same structure
+the runopts table, the CLI's ``runopts`` and ``.torchxconfig`` templates come from.
 
-Usage: python scripts/readme_options.py [--check]   (--check: exit 1 if the README is stale)"""
+Usage: python scripts/docs_options.py [--check]   (--check: exit 1 if the page is stale)"""
 
 from __future__ import annotations
 
@@ -50,10 +50,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    path = ROOT / "README.md"
+    path = ROOT / "docs" / "schedulers" / "index.md"
     text = path.read_text()
     if BEGIN not in text or END not in text:
-        print(f"README.md has no {BEGIN} ... {END} block")
+        print(f"{path} has no {BEGIN} ... {END} block")
         return 1
     new = render(text)
     if args.check:
