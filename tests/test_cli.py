@@ -62,11 +62,26 @@ def test_failed_job_exits_non_zero_with_reason() -> None:
 
 
 def test_dryrun_prints_request_and_submits_nothing(isolated: Path) -> None:
-    code, out, err = cli(
-        "run", "--dryrun", "utils.sh", "--env", "DB_PASSWORD=hunter2", "--", "true"
-    )
+    """A few lines first (what runs where, what ships, how big the request is); the whole
+    request, masked, with --json."""
+    args = ("run", "--dryrun", "utils.sh", "--env", "DB_PASSWORD=hunter2", "--", "true")
+    code, out, err = cli(*args)
     assert code == 0, err
-    assert "dryrun" in out and '"role_params"' in out and "hunter2" not in out
+    lines = out.splitlines()
+    assert lines[:3] == [
+        "dry run on local_cwd: nothing built, pushed or submitted",
+        "program:   sh -c true",
+        "runs:      sh: 1 replica · 1 cpu, 1024 MB",
+    ]
+    assert lines[3] == f"ships:     runs in {isolated} (nothing is copied)"
+    assert lines[4].startswith("request:   ") and lines[4].endswith(
+        " KB; the whole request: --json"
+    )
+    assert len(lines) == 5 and "hunter2" not in out
+    code, out, err = cli(*args[:2], "--json", *args[2:])
+    assert code == 0, err
+    assert out.startswith("dry run on local_cwd:") and "the whole request (" in out
+    assert '"role_params"' in out and "hunter2" not in out
     code, out, _ = cli("list")
     assert out.strip().splitlines() == ["HANDLE  STATE  NAME  SUBMITTED  DURATION"]
 
@@ -193,8 +208,9 @@ def test_result_and_outputs_commands(isolated: Path, tmp_path: Path) -> None:
     assert missing.startswith("torchx-nb: error: unknown app 'local_cwd://torchx/nope-123'")
     echo = cli("run", "--wait", "utils.echo", "--msg", "hi")[1].splitlines()[0]
     assert cli_error("result", echo) == (
-        f"torchx-nb: error: {echo} SUCCEEDED without a result: it did not run a cell under"
-        " torchx_nb's cell runner (a component, or a cell without a workspace)"
+        f"torchx-nb: error: {echo} ended SUCCEEDED without a result: nothing of torchx_nb's"
+        " cell runner is in its output folder (a component rather than a cell, or the folder"
+        " was emptied)"
     )
 
 

@@ -107,6 +107,7 @@ RANKS = {
     "runner": 5,
     "logtail": 6,
     "joblist": 6,
+    "dryrun_summary": 6,
     "run_args": 6,
     "sweeps": 6,
     "testing": 6,

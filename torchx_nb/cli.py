@@ -67,6 +67,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="with --wait on a local scheduler, do not print the logs",
     )
     run.add_argument("--parent_run_id", default=None, help="id of the parent run, for trackers")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="with --dryrun, also print the whole request and the workspace's files",
+    )
     run.add_argument("component", help="component name, or path/to/file.py:function")
     run.add_argument(
         "component_args",
@@ -198,10 +203,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _runner() as runner:
         prepared = runner.prepare(request, build=not args.dryrun)
         if args.dryrun:
-            print(f"=== {prepared.scheduler} request (dryrun; nothing built or submitted) ===")
-            print(prepared.info)
-            if prepared.info.workspace_preview:
-                print(prepared.info.workspace_preview)
+            from torchx_nb.dryrun_summary import summarize
+
+            summary = summarize(runner, prepared, whole="--json")
+            print(summary.full() if args.json else summary.text())
             return 0
         handle = runner.submit(prepared)
         print(handle, flush=True)

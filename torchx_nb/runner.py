@@ -385,7 +385,7 @@ class Runner:
                 app_id=task_id,
                 name=app.name,
                 image=app.roles[0].image
-                if app.roles and not isinstance(sched, DirWorkspaceMixin)
+                if app.roles and self.uses_images(prepared.scheduler)
                 else "",
                 submitted=now,
                 state=AppState.SUBMITTED.name,
@@ -629,10 +629,7 @@ class Runner:
             session=self._name,
             app_id=app_id,
             name=app.name,
-            # a job that runs from a folder (local_cwd, Slurm) uses no image
-            image=app.roles[0].image
-            if app.roles and not isinstance(sched, DirWorkspaceMixin)
-            else "",
+            image=app.roles[0].image if app.roles and self.uses_images(scheduler) else "",
             submitted=now,
             state=AppState.SUBMITTED.name,
             updated=now,
@@ -766,6 +763,11 @@ class Runner:
     def _record_unknown(self, app_handle: AppHandle) -> None:
         with contextlib.suppress(Exception):
             self.jobstore.update_state(app_handle, AppState.UNKNOWN.name)
+
+    def uses_images(self, scheduler: str) -> bool:
+        """Whether the scheduler runs images; one that runs from a folder (local_cwd, Slurm:
+        ``DirWorkspaceMixin``) ignores ``role.image``."""
+        return not isinstance(self.get_scheduler(scheduler), DirWorkspaceMixin)
 
     def is_local(self, handle_or_scheduler: str) -> bool:
         """Whether the scheduler (named, or of a handle) runs jobs on this machine, where a

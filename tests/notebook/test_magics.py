@@ -64,7 +64,7 @@ def test_distributed_cell_dryrun_shows_torchrun(
             "torchx", "run --dryrun -j 2x2 --env API_TOKEN=abc123", "print(1)\n"
         )
     text = cap.stdout + "".join(o.data.get("text/plain", "") for o in cap.outputs)
-    assert "dryrun; nothing built or submitted" in text
+    assert text.startswith("dry run on local_cwd: nothing built, pushed or submitted\n")
     assert "--no-python python " in text and "abc123" not in text
     assert "/.torchx-nb/cell_main.py" in text and "/.torchx-cell-" in text
     df = ip.run_line_magic("torchx", "list")  # type: ignore[attr-defined]

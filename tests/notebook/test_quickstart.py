@@ -60,9 +60,20 @@ def test_quickstart_runs_headless(
     metrics = text_of(cell_with(nb, "trained.metrics()"))
     assert metrics.startswith("SUCCEEDED\n") and "loss" in metrics and "0.200" in metrics
 
-    dry = text_of(cell_with(nb, "--dryrun"))
-    assert "dryrun; nothing built or submitted" in dry and "--no-python" in dry
-    assert "hf_not_shown" not in dry
+    dry_cell = cell_with(nb, "--dryrun")
+    dry = text_of(dry_cell)
+    assert dry.startswith(
+        "dry run on local_cwd: nothing built, pushed or submitted\n"
+        "program:   a cell of 2 lines, run by the cell runner under torchrun\n"
+        "runs:      cell: 2 replicas · "
+    ), dry
+    assert "--no-python" in dry and "hf_not_shown" not in dry  # the whole request follows
+    (shown,) = [
+        o["data"]["text/html"] for o in dry_cell.outputs if "text/html" in o.get("data", {})
+    ]
+    summary, rest = shown.split("<details>", 1)
+    assert len(summary.split("</pre>")[0].splitlines()) == 5, summary  # five lines, not 130
+    assert "the whole request (" in rest and "--no-python" in rest and "hf_not_shown" not in shown
 
     assert "CANCELLED" in text_of(cell_with(nb, "%torchx cancel sleeper"))
     assert "hello from a component" in text_of(cell_with(nb, "utils.echo"))

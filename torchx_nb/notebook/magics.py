@@ -451,7 +451,7 @@ class TorchxMagics(Magics):
         runner = self.runner
         if args.dryrun:
             prepared = runner.prepare(request)
-            self._show_dryrun(prepared.scheduler, prepared.info)
+            self._show_dryrun(prepared)
             return None
         with self._progress():
             prepared = runner.prepare(request, build=True)
@@ -530,13 +530,16 @@ class TorchxMagics(Magics):
 
         return ProgressBar("downloading", "downloaded", "the outputs", "files")
 
-    def _show_dryrun(self, scheduler: str, info: Any) -> None:
+    def _show_dryrun(self, prepared: Any) -> None:
+        """The compact summary, then the whole request and the workspace's files collapsed
+        (the plain-text fallback, for headless runs, holds everything)."""
         from IPython.display import display
 
-        text = f"{scheduler} request (dryrun; nothing built or submitted):\n{info}"
-        if info.workspace_preview:
-            text += "\n" + info.workspace_preview
-        display({"text/plain": text}, raw=True)
+        from torchx_nb.dryrun_summary import summarize
+        from torchx_nb.notebook.render import dryrun_html
+
+        summary = summarize(self.runner, prepared, whole="below (collapsed)")
+        display({"text/plain": summary.full(), "text/html": dryrun_html(summary)}, raw=True)
 
     def _watch(self, job: Any, wait: bool) -> None:
         from IPython.display import display

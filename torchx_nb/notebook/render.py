@@ -7,9 +7,13 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from torchx_nb.redact import redact_text
 from torchx_nb.specs.api import AppStatus, display_url, message_text
+
+if TYPE_CHECKING:
+    from torchx_nb.dryrun_summary import DryRunSummary
 
 STATE_COLOURS = {
     "SUCCEEDED": "#1a7f37",
@@ -249,3 +253,20 @@ def sweep_table_html(
         '<table class="torchx-nb-sweep" style="border-collapse:collapse;font-size:90%">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     )
+
+
+def dryrun_html(summary: DryRunSummary) -> str:
+    """A dry run as HTML: the summary, then the whole request and the workspace's files in
+    collapsed sections (``<details>``, which needs no script and survives a saved notebook)."""
+    parts = [f"<pre>{html.escape(summary.text())}</pre>"]
+    size = len(summary.request.encode())
+    parts.append(
+        f"<details><summary>the whole request ({size / 1024:.1f} KB)</summary>"
+        f"<pre>{html.escape(summary.request)}</pre></details>"
+    )
+    if summary.ships:
+        parts.append(
+            "<details><summary>what ships</summary>"
+            f"<pre>{html.escape(summary.ships)}</pre></details>"
+        )
+    return '<div class="torchx-nb-dryrun">' + "".join(parts) + "</div>"

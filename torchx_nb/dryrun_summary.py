@@ -1,0 +1,112 @@
+"""What a dry run shows first: a few lines saying what runs where, what ships and how big the
+request is, so that a ``-j 2x2`` cell's dry run is five lines instead of 130 of JSON. The
+whole request (exactly what would be sent, secret-looking values masked) and the workspace's
+file table come after it: behind ``--json`` in the CLI, in collapsed sections in the
+notebook. The sections follow the prepared run: the program, where it runs, the workspace,
+the request."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from torchx_nb.components.cell import cell_source
+from torchx_nb.redact import redact, redact_text
+from torchx_nb.runner import PreparedRun, Runner
+from torchx_nb.specs.api import Role
+
+_LEFT_OUT = re.compile(r"^left out \((\d+)\):$", re.M)
+_SECRETS_HEAD = "secrets that ship because "
+
+
+@dataclass(frozen=True)
+class DryRunSummary:
+    """The compact lines, and the long parts they stand for."""
+
+    lines: list[str]
+    request: str  # the scheduler's whole request, as it prints it
+    ships: str | None  # the workspace's table of files, when there is a workspace
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def full(self) -> str:
+        """Everything: the summary, the whole request, the workspace table."""
+        parts = [self.text(), "", f"the whole request ({_size(self.request)}):", self.request]
+        if self.ships:
+            parts += ["", self.ships]
+        return "\n".join(parts)
+
+
+def summarize(runner: Runner, prepared: PreparedRun, whole: str = "--json") -> DryRunSummary:
+    """The dry run of ``prepared`` in a few lines; ``whole`` says where the whole request is
+    (the CLI's ``--json``, the notebook's collapsed section)."""
+    app = prepared.app
+    images = runner.uses_images(prepared.scheduler)
+    request = str(prepared.info)
+    ships = prepared.info.workspace_preview
+    lines = [
+        f"dry run on {prepared.scheduler}: nothing built, pushed or submitted",
+        f"program:   {_program(app.roles)}",
+        f"runs:      {'; '.join(_role(r, images) for r in app.roles)}",
+        f"ships:     {_ships(ships, prepared.workspace)}",
+    ]
+    lines += _secret_lines(ships)
+    lines.append(f"request:   {_size(request)}; the whole request: {whole}")
+    return DryRunSummary([redact_text(line) for line in lines], request, ships)
+
+
+def _program(roles: list[Role]) -> str:
+    source = cell_source(roles[0]) if roles else None
+    if source is not None:
+        n = len(source.splitlines())
+        line = " ".join([roles[0].entrypoint, *roles[0].args[:4]])
+        torchrun = " under torchrun" if "torchrun" in line or "distributed.run" in line else ""
+        return f"a cell of {n} line{'s' if n != 1 else ''}, run by the cell runner{torchrun}"
+    first = roles[0]
+    command = " ".join(str(a) for a in redact([first.entrypoint, *first.args]))
+    return command if len(command) <= 100 else command[:99] + "…"
+
+
+def _role(role: Role, images: bool) -> str:
+    res = role.resource
+    n = role.num_replicas
+    parts = [f"{role.name}: {n} replica{'s' if n != 1 else ''}"]
+    if images and role.image:
+        parts.append(f"image {role.image}")
+    need = [f"{res.cpu:g} cpu", f"{res.memMB} MB"]
+    if res.gpu:
+        need.append(f"{res.gpu} gpu")
+    parts.append(", ".join(need))
+    return " · ".join(parts)
+
+
+def _ships(preview: str | None, workspace: str | None) -> str:
+    if not workspace:
+        return "nothing (no workspace: the program travels in the request)"
+    if not preview:
+        return f"runs in {workspace} (nothing is copied)"
+    first = preview.splitlines()[0]
+    left = _LEFT_OUT.search(preview)
+    return first + (f"; {left.group(1)} left out" if left else "")
+
+
+def _secret_lines(preview: str | None) -> list[str]:
+    """The re-included secrets, always in the summary: nobody should miss them."""
+    if not preview or _SECRETS_HEAD not in preview:
+        return []
+    block = preview[preview.index(_SECRETS_HEAD) :].splitlines()
+    out = [block[0]]
+    for line in block[1:]:
+        if not line.startswith("  "):
+            break
+        out.append(line)
+    return out
+
+
+def _size(text: str) -> str:
+    n = len(text.encode())
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB"
+
+
+__all__ = ["DryRunSummary", "summarize"]
