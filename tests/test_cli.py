@@ -242,3 +242,55 @@ def test_sweep_command(isolated: Path) -> None:
     from torchx_nb.runner import get_runner
 
     assert len(get_runner().jobstore.list()) == 2  # nothing submitted by the refused lines
+
+
+def test_watch_follows_a_job_submitted_by_another_process(isolated: Path) -> None:
+    """``torchx-nb watch`` finds a job from the job store and follows it as ``run --wait``
+    does: its lines, its end, the exit status; a sweep's id waits for every trial."""
+    code, out, err = cli("run", "utils.sh", "--", "sh", "-c", "echo first; sleep 2; echo second")
+    assert code == 0, err
+    handle = out.strip()
+    code, out, err = cli("watch", handle)
+    assert code == 0, err
+    assert out.splitlines() == ["sh/0 first", "sh/0 second"], out  # as run --wait prints them
+    assert err.strip().endswith(f"{handle} SUCCEEDED")
+    code, out, err = cli("run", "utils.sh", "--", "sh", "-c", "echo bad; exit 3")
+    handle = out.strip()
+    code, out, err = cli("watch", "--no-log", handle)
+    assert code == 1 and out == ""
+    assert f"{handle} FAILED" in err and "exit" in err, err
+    code, out, err = cli("watch", "local_cwd://torchx/never-was-1")
+    assert code != 0 and err.strip().splitlines()[-1].startswith(
+        "torchx-nb: error: unknown app 'local_cwd://torchx/never-was-1'"
+    ), err
+    code, out, err = cli("sweep", "-p", "n=1,2", "utils.sh", "--", "true")
+    assert code == 0, err
+    sweep_id = err.split(":")[1].strip()
+    code, out, err = cli("watch", sweep_id)
+    assert code == 0, err
+    assert sweep_id in out and out.count("SUCCEEDED") == 2, out
+
+
+def test_a_failed_cell_shows_its_failure_card(isolated: Path) -> None:
+    """``status`` of a cell that raised: the card says which replica, what it raised, its exit
+    code and its last lines; ``watch`` ends with the same headline."""
+    from torchx_nb.components.cell import cell
+    from torchx_nb.runner import get_runner
+
+    with get_runner() as runner:
+        handle = runner.run(
+            cell(source="print('loading', flush=True)\nraise ValueError('boom')"),
+            "local_cwd",
+            {},
+            workspace=str(isolated),
+        )
+        runner.wait(handle, wait_interval=0.1, timeout=60)
+    code, out, err = cli("status", handle)
+    assert code == 0, err
+    card = out[out.index("cell/0 raised") :].splitlines()
+    assert card[0] == "cell/0 raised ValueError: boom (exit code 1)"
+    assert card[1] == "  last lines:" and card[2] == "    loading"
+    assert card[-1] == "    ValueError: boom"
+    code, out, err = cli("watch", "--no-log", handle)
+    assert code == 1
+    assert "torchx-nb: cell/0 raised ValueError: boom (exit code 1)" in err, err

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
 from torchx_nb.errors import current_folder
+from torchx_nb.redact import redact_text
 from torchx_nb.specs.api import TorchxNbError
 
 PROG = "torchx-nb"
@@ -113,6 +114,11 @@ def _build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
 
+    watch = sub.add_parser(
+        "watch", help="follow a job (or a sweep) submitted earlier to its end, as run --wait"
+    )
+    watch.add_argument("target", help="SCHEDULER://SESSION/APP_ID, or a sweep's id (sweep-...)")
+    watch.add_argument("--no-log", dest="no_log", action="store_true", help="do not print logs")
     res = sub.add_parser("result", help="wait for a cell job and print its value")
     res.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
     res.add_argument("--timeout", type=float, default=None, metavar="S", help="wait at most S s")
@@ -189,7 +195,6 @@ def _replicas(
 
 def cmd_run(args: argparse.Namespace) -> int:
     from torchx_nb.run_args import run_request
-    from torchx_nb.specs.api import AppState, is_terminal, message_text
 
     comp_args = list(args.component_args)
     if comp_args and comp_args[0] == "--":
@@ -214,17 +219,49 @@ def cmd_run(args: argparse.Namespace) -> int:
         show_logs = args.log or (args.wait and local and not args.no_log)
         if not (args.wait or args.log):
             return 0
-        if show_logs:
-            _print_logs(runner, handle, _replicas(runner, handle), sys.stdout, tail=True)
-        status = runner.wait(handle, wait_interval=1)
-        if status is None:
-            raise CliError(f"{handle} disappeared from {prepared.scheduler} while waiting")
-        print(f"{PROG}: {handle} {status.state}", file=sys.stderr)
-        if is_terminal(status.state) and status.state != AppState.SUCCEEDED:
-            if message_text(status.msg):
-                print(f"{PROG}: {status.msg}", file=sys.stderr)
-            return 1
-        return 0
+        return _follow_to_end(runner, handle, show_logs)
+
+
+def _follow_to_end(runner: Any, handle: str, show_logs: bool) -> int:
+    """Print the job's logs (with ``show_logs``) and wait for its end; its final state on
+    stderr, and why when it did not succeed. 0 for SUCCEEDED, else 1."""
+    from torchx_nb.specs.api import AppState, is_terminal, message_text
+
+    if show_logs:
+        _print_logs(runner, handle, _replicas(runner, handle), sys.stdout, tail=True)
+    status = runner.wait(handle, wait_interval=1)
+    if status is None:
+        raise CliError(f"{handle} disappeared from its scheduler while waiting")
+    print(f"{PROG}: {handle} {status.state}", file=sys.stderr)
+    if is_terminal(status.state) and status.state != AppState.SUCCEEDED:
+        cards = runner.failure_cards(handle, status, lines=0 if show_logs else 5)
+        for card in cards:
+            print(f"{PROG}: {redact_text(card.text())}", file=sys.stderr)
+        if not cards and message_text(status.msg):
+            print(f"{PROG}: {status.msg}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Follow a job submitted earlier (from any process) to its end, as ``run --wait``
+    does; a sweep (its id): wait for every trial and print the table."""
+    from torchx_nb.specs.api import AppState, UnknownAppException, parse_app_handle
+
+    with _runner() as runner:
+        if args.target.startswith("sweep-"):
+            from torchx_nb.sweeps import Sweep, sweep_text
+
+            sw = Sweep.attach(runner, args.target)
+            statuses = sw.wait()
+            print(sweep_text(sw.id, sw.points, sw.handles, statuses, sw.array, sw.stopped))
+            ok = all(s is not None and s.state == AppState.SUCCEEDED for s in statuses)
+            return 0 if ok else 1
+        handle = args.target
+        parse_app_handle(handle)
+        if runner.status(handle) is None:
+            raise UnknownAppException(handle)
+        return _follow_to_end(runner, handle, show_logs=not args.no_log)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -278,6 +315,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         if status is None:
             raise UnknownAppException(args.app_handle)
         print(replace(status, ui_url=display_url(status.ui_url)).format())
+        for card in runner.failure_cards(args.app_handle, status):
+            print(redact_text(card.text()))
     return 0
 
 
@@ -459,6 +498,7 @@ def cmd_configure(args: argparse.Namespace) -> int:
 COMMANDS = {
     "builtins": cmd_builtins,
     "run": cmd_run,
+    "watch": cmd_watch,
     "sweep": cmd_sweep,
     "status": cmd_status,
     "describe": cmd_describe,

@@ -233,6 +233,19 @@ def result_repr(store: OutputStore) -> str | None:
     return None
 
 
+def exception_lines(store: OutputStore) -> dict[int, str]:
+    """Each failing rank's exception as the job wrote it (``TYPE: message``, bounded), by rank:
+    for a failure card; nothing is unpickled."""
+    out: dict[int, str] = {}
+    for f in store.list():
+        name = f.path.removeprefix(OWN)
+        if f.path.startswith(f"{OWN}error-") and name.endswith(".txt"):
+            rank = name.removeprefix("error-").removesuffix(".txt")
+            if rank.isdigit():
+                out[int(rank)] = _short(store, f.path)
+    return out
+
+
 def load_result(store: OutputStore, status: AppStatus | None, handle: str) -> Any:
     """The cell's value; the exception it raised (with the remote traceback as its cause:
     every rank's), or a ``RemoteError`` with its type and message when this kernel cannot
@@ -393,6 +406,7 @@ __all__ = [
     "RemoteError",
     "RemoteTraceback",
     "download",
+    "exception_lines",
     "load_result",
     "outputs",
     "result_repr",

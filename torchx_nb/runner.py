@@ -70,6 +70,7 @@ from torchx_nb.specs.api import (
     parse_app_handle,
     runopts,
 )
+from torchx_nb.specs.failure import FailureCard
 from torchx_nb.workspace import WorkspaceMixin
 
 DEFAULT_SESSION = "torchx"
@@ -918,6 +919,47 @@ class Runner:
         if record is None or not record.outputs:
             return None
         return result_repr(store_for(record.outputs))
+
+    def failure_cards(
+        self, app_handle: AppHandle, status: AppStatus | None = None, lines: int = 5
+    ) -> list[FailureCard]:
+        """A card per failing replica of a FAILED job, the first failure first: one that
+        raised, then one that ran out of memory, then other exit codes, then replicas killed
+        by a signal (usually the others being stopped). Each holds its exit code and signal,
+        the exception line the cell runner wrote for it, and its last ``lines`` log lines
+        (masked). Any part its backend cannot give is left out, never guessed."""
+        from torchx_nb.redact import redact_lines
+        from torchx_nb.results import exception_lines, store_for
+
+        if status is None:
+            status = self.status(app_handle)
+        if status is None or status.state != AppState.FAILED:
+            return []
+        raised: dict[int, str] = {}
+        record = self.jobstore.get(app_handle)
+        if record is not None and record.outputs:
+            with contextlib.suppress(Exception):
+                raised = exception_lines(store_for(record.outputs))
+        failing = [
+            (rs.role, r) for rs in status.roles for r in rs.replicas if r.state == AppState.FAILED
+        ]
+        cards = []
+        for i, (role, rep) in enumerate(failing):
+            exception = raised.get(rep.id)
+            if exception is None and i == 0 and raised:  # ranks need not be replica ids (-j)
+                exception = raised[min(raised)]
+            tail: list[str] = []
+            if lines > 0:
+                with contextlib.suppress(Exception):
+                    found = self.log_tail(app_handle, role, rep.id, lines)
+                    tail = [line.rstrip("\n") for line in redact_lines(found)]
+            cards.append(FailureCard(role, rep.id, rep.exit_code, rep.oom, exception, tail))
+
+        def first(card: FailureCard) -> tuple[int, str, int]:
+            rank = 0 if card.exception else 1 if card.oom else 3 if card.signal else 2
+            return rank, card.role, card.replica
+
+        return sorted(cards, key=first)
 
     def outputs(self, app_handle: AppHandle) -> Any:
         """The files the job wrote to ``$TORCHX_OUTPUT_DIR`` (``OutputFile``: path, size). A

@@ -52,10 +52,24 @@ export interface IReplica {
   msg?: string;
 }
 
+/** Why one replica failed: its headline, and its last log lines (masked). */
+export interface IFailureCard {
+  role: string;
+  replica: number;
+  exit_code?: number | null;
+  signal?: string | null;
+  oom: boolean;
+  exception?: string | null;
+  last_lines: string[];
+  headline: string;
+}
+
 export interface IJobDetail extends IJob {
   ui_url?: string | null;
   error?: string;
   roles: { role: string; replicas: IReplica[] }[];
+  /** Once the job failed: a card per failing replica, the first failure first. */
+  failures: IFailureCard[];
 }
 
 export interface IJobsPage {

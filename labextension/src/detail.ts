@@ -176,9 +176,11 @@ export class JobView extends Widget {
     if (job.ui_url && !/^https?:\/\//.test(job.ui_url)) {
       add('Log folder', job.ui_url.replace(/^file:\/\//, ''));
     }
-    add('Message', job.msg);
+    if (!job.failures?.length) {
+      add('Message', job.msg);
+    }
     add('Error', job.error);
-    this._head.replaceChildren(title, facts);
+    this._head.replaceChildren(title, facts, ...failureCards(job));
   }
 
   private _renderReplicas(job: IJobDetail): void {
@@ -326,6 +328,18 @@ export class JobView extends Widget {
   private _logsStarted = false;
   private _disposedFlag = false;
   private _gone = false;
+}
+
+/** A card per failing replica: its headline, and its last lines as text. */
+function failureCards(job: IJobDetail): HTMLElement[] {
+  return (job.failures ?? []).map(card => {
+    const node = el('div', 'tnb-failure');
+    node.append(el('div', 'tnb-failure-headline', card.headline));
+    if (card.last_lines.length) {
+      node.append(el('pre', 'tnb-failure-lines', card.last_lines.join('\n')));
+    }
+    return node;
+  });
 }
 
 /** A 404 saying the job is not in the job store (not one its scheduler forgot). */

@@ -230,3 +230,36 @@ def test_a_deleted_jobs_view_stops_asking_and_says_so(
             assert asked == [], asked
     finally:
         runner.cancel(handle)
+
+
+def test_a_failed_jobs_view_shows_its_failure_card(
+    panel_parts: None, tmp_path: Path, isolated: Path
+) -> None:
+    from torchx_nb.components.cell import cell
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with get_runner() as runner:
+        handle = runner.run(
+            cell(
+                source="print('loading data', flush=True)\nraise ValueError('boom')", name="broke"
+            ),
+            "local_cwd",
+            {},
+            str(ws),
+        )
+        runner.wait(handle, wait_interval=0.1, timeout=60)
+    root = tmp_path / "lab"
+    root.mkdir()
+    with jupyter_lab(root) as lab, chromium_page() as page:
+        open_lab(page, lab.url, lab.token)
+        wait_rows(page, 1)
+        view = open_job_view(page, "broke", "text.includes('boom')")
+        view.locator(".tnb-failure").wait_for(timeout=15_000)
+        assert view.locator(".tnb-failure-headline").inner_text() == (
+            "cell/0 raised ValueError: boom (exit code 1)"
+        )
+        lines = view.locator(".tnb-failure-lines").inner_text()
+        assert lines.startswith("loading data") and lines.endswith("ValueError: boom")
+        assert view.locator(".tnb-fact-message").count() == 0  # the card replaces it
+        view.screenshot(path=str(screenshot_dir() / "job-view-failure-card.png"))

@@ -238,3 +238,33 @@ def test_warnings_still_show_after_a_cell_scans_its_workspace(
     )
     assert token not in str(nb.cells[1].outputs)
     assert "UserWarning: mine, after the scan" in stderr(nb.cells[2])
+
+
+def test_a_failed_cell_shows_its_failure_card_in_the_snapshot_and_in_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The widget's snapshot replaces the plain 'exited with code 1' with the card: the
+    replica, what it raised, its exit code, its last lines; --wait ends on the same headline."""
+    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "1")
+    failing = "print('loading', flush=True)\nraise ValueError('boom')"
+    nb = new_notebook(
+        cells=[
+            new_code_cell("%load_ext torchx_nb"),
+            new_code_cell(f"%%torchx run -o job\n{failing}"),
+            new_code_cell("job.wait(timeout=60).state.name"),
+            new_code_cell("%config TorchxMagics.widgets = 'text'"),
+            new_code_cell(f"%%torchx run --wait\n{failing}"),
+        ]
+    )
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    snapshot = [o for o in nb.cells[1].outputs if "text/html" in o.get("data", {})]
+    shown = "".join(o["data"]["text/html"] for o in snapshot)
+    plain = "".join(o["data"]["text/plain"] for o in snapshot)
+    assert "cell/0 raised ValueError: boom (exit code 1)" in shown, shown
+    assert "loading" in shown and "exited with code 1" not in shown
+    assert "cell/0 raised ValueError: boom (exit code 1)" in plain and "last lines:" in plain
+    waited = "".join(o.get("text", "") for o in nb.cells[4].outputs)
+    assert "FAILED: cell/0 raised ValueError: boom (exit code 1)" in waited, waited

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli, wait_for
+from tests.conftest import ROOT, cli, shell_app, wait_for
 from tests.infra.slurm import SlurmCluster
 from torchx_nb import specs
 from torchx_nb.runner import get_runner
@@ -281,7 +281,10 @@ def test_failed_job_is_requeued_up_to_max_retries(slurm_env: SlurmCluster) -> No
             return s if ok and s.msg != specs.NONE else None  # type: ignore[union-attr]
 
         status = wait_for(requeued, timeout=120)  # type: ignore[assignment]
-        assert status.msg == "pending: BeginTime"
+        assert (
+            status.msg
+            == "pending (BeginTime): it waits for its start time (--begin); it starts then"
+        )
         # Slurm makes a requeued batch job eligible only ~2 minutes later (as on any cluster);
         # the test lets it start now instead of waiting
         slurm_env.run("scontrol", "update", f"JobId={job}", "StartTime=now")
@@ -577,3 +580,58 @@ def test_a_sweep_is_one_job_array_with_a_handle_per_task(
         check=True,
     ).stdout.split()
     assert sorted(out) == [f"{array_id}_{i}" for i in range(4)]
+
+
+def test_why_a_job_waits_is_said_in_words_with_the_next_step(slurm_env: SlurmCluster) -> None:
+    """A job held by an administrator, then one queued behind exclusive jobs on every node:
+    Slurm's reason codes become words and the next step (the code stays in the text)."""
+    blockers = [
+        slurm_env.run(
+            "sbatch", "--parsable", "--exclusive", "-N1", "--wrap", "sleep 120"
+        ).stdout.strip()
+        for _ in range(2)
+    ]
+    try:
+        with get_runner() as runner:
+            handle = runner.run(shell_app("true", "", name="queued"), "slurm", {})
+            job = handle.rsplit("/", 1)[1]
+
+            def reason() -> str | None:
+                s = runner.status(handle)
+                msg = s.msg if s is not None and s.state == AppState.PENDING else ""
+                return msg if msg and msg != specs.NONE else None
+
+            said = wait_for(reason, timeout=60)
+            assert said in (
+                "pending (Resources): the nodes, CPUs, memory or GPUs it asks for are in use by"
+                " other jobs; it starts when they free up",
+                "pending (Priority): jobs of higher priority wait ahead of it in the partition;"
+                " it starts after them",
+            ), said
+            slurm_env.run("scontrol", "hold", job)
+            held = wait_for(lambda: (reason() or "").startswith("pending (JobHeld") or None, 30)
+            assert held
+            assert runner.status(handle).msg == (  # type: ignore[union-attr]
+                "pending (JobHeldAdmin): an administrator holds it; it will not start until"
+                f" released: ask an administrator to `scontrol release {job}`"
+            )
+            runner.cancel(handle)
+    finally:
+        slurm_env.run("scancel", *blockers, check=False)
+
+
+def test_every_slurm_reason_reads_as_words() -> None:
+    from torchx_nb.schedulers.slurm_reasons import pending_reason
+
+    assert pending_reason("JobHeldUser", "12") == (
+        "pending (JobHeldUser): it is held (by you, or held at submit); release it with"
+        " `scontrol release 12`"
+    )
+    assert pending_reason("QOSMaxJobsPerUserLimit", "3").startswith(
+        "pending (QOSMaxJobsPerUserLimit): a limit of its QOS holds it"
+    )
+    assert "association" in pending_reason("AssocGrpCpuLimit", "3")
+    assert "can never start" in pending_reason("PartitionTimeLimit", "3")
+    assert pending_reason("SomethingNew", "7") == (
+        "pending: SomethingNew (Slurm's reason; `scontrol show job 7` says more)"
+    )

@@ -337,3 +337,33 @@ def test_cancel_with_slurm_unreachable_or_kubernetes_missing_is_503(tmp_path: Pa
             " pip install 'torchx_nb[kubernetes]'"
         )
         assert "Traceback" not in server.log_text()
+
+
+def test_a_failed_jobs_detail_carries_its_failure_cards(
+    lab: Lab, store: Path, tmp_path: Path
+) -> None:
+    from torchx_nb.components.cell import cell
+
+    with get_runner() as runner:
+        handle = runner.run(
+            cell(
+                source="print('token=ghp_' + 'a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8', flush=True)\n"
+                "raise KeyError('missing')"
+            ),
+            "local_cwd",
+            {},
+            workspace=str(tmp_path),
+        )
+        runner.wait(handle, wait_interval=0.1, timeout=60)
+    detail = get(lab, f"{API}/jobs/{enc(handle)}")
+    conforms(detail, "/torchx-nb/api/jobs/{handle}")
+    (card,) = detail["failures"]
+    assert card["headline"] == "cell/0 raised KeyError: 'missing' (exit code 1)"
+    assert (card["role"], card["replica"], card["exit_code"], card["oom"]) == ("cell", 0, 1, False)
+    assert card["exception"] == "KeyError: 'missing'"
+    assert card["last_lines"][-1] == "KeyError: 'missing'"
+    assert "ghp_" not in json.dumps(detail)  # the last lines are masked
+    with get_runner() as runner:
+        ok = runner.run(sh("fine", "true"), "local_cwd", {})
+        runner.wait(ok, wait_interval=0.1, timeout=60)
+    assert get(lab, f"{API}/jobs/{enc(ok)}")["failures"] == []

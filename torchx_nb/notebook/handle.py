@@ -17,6 +17,7 @@ from torchx_nb.schedulers.api import Stream
 from torchx_nb.specs.api import (
     AppDef,
     AppStatus,
+    TorchxNbError,
     UnknownAppException,
     is_terminal,
     parse_app_handle,
@@ -69,6 +70,18 @@ class JobHandle:
     def cancel(self) -> None:
         """Ask the scheduler to stop the job; returns at once."""
         self._runner.cancel(self.handle)
+
+    def watch(self) -> None:
+        """Show the live widgets again in this notebook (after a kernel restart, or in another
+        notebook): ``%torchx watch`` for this job. Without widgets it follows the job in text
+        until it ends."""
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is None:
+            raise TorchxNbError("watch() shows widgets in a notebook: run it in a kernel")
+        shell.extension_manager.load_extension("torchx_nb")
+        shell.run_line_magic("torchx", f"watch {self.handle}")
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the job to end, then return its cell's value (the last expression, as

@@ -36,6 +36,7 @@ COMMANDS = (
     "runopts",
     "schedulers",
     "workspace",
+    "watch",
 )
 WIDGETS_ENV = "TORCHX_NB_WIDGETS"
 
@@ -194,6 +195,20 @@ def _line_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("args", nargs=argparse.REMAINDER, help="the component's arguments")
 
 
+def _watch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "target", help="a job's handle or -o variable, or a sweep's id (sweep-...) or variable"
+    )
+    p.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="chart a metric from the log (repeatable)",
+    )
+    p.add_argument("--help", action="help", help="show this help")
+
+
 def _no_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--help", action="help", help="show this help")
 
@@ -216,6 +231,7 @@ PARSERS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "list": _list_args,
     "runopts": _runopts_args,
     "schedulers": _no_args,
+    "watch": _watch_args,
 }
 
 
@@ -487,6 +503,12 @@ class TorchxMagics(Magics):
         if out:
             assert self.shell is not None
             self.shell.user_ns[out] = sw
+        self._show_sweep(sw, args.wait)
+        return None
+
+    def _show_sweep(self, sw: Any, wait: bool) -> None:
+        """The live sweep view (a table of trials while they run, text without widgets); with
+        ``wait``, block until every trial has ended."""
         if self._widget_mode():
             from torchx_nb.notebook.poller import get_poller
             from torchx_nb.notebook.sweep_view import SweepView
@@ -498,8 +520,8 @@ class TorchxMagics(Magics):
         else:
             from torchx_nb.sweeps import sweep_text
 
-            print(sweep_text(sw.id, sw.points, sw.handles, [None] * len(sw.points), sw.array))
-        if args.wait:
+            print(sweep_text(sw.id, sw.points, sw.handles, sw.statuses(), sw.array))
+        if wait:
             try:
                 sw.wait()
             except KeyboardInterrupt:
@@ -598,7 +620,12 @@ class TorchxMagics(Magics):
             return
         state = status.state.name if status else "UNKNOWN"
         line = f"{job.handle} {state}"
-        if status and status.state != AppState.SUCCEEDED and message_text(status.msg):
+        cards = runner.failure_cards(job.handle, status, lines=0) if status else []
+        if cards:
+            from torchx_nb.redact import redact_text
+
+            line += ": " + "; ".join(redact_text(card.headline()) for card in cards)
+        elif status and status.state != AppState.SUCCEEDED and message_text(status.msg):
             line += f": {status.msg}"
         print(line)
         if job.view is None:  # the widget's snapshot shows it otherwise
@@ -625,6 +652,7 @@ class TorchxMagics(Magics):
         from IPython.display import display
 
         from torchx_nb.notebook.render import elapsed, status_html
+        from torchx_nb.redact import redact_text
         from torchx_nb.specs.api import UnknownAppException
 
         handle = self._resolve_handle(args.handle)
@@ -633,10 +661,12 @@ class TorchxMagics(Magics):
             raise UnknownAppException(handle)
         record = self.runner.jobstore.get(handle)
         seconds = elapsed(record.submitted, status, record.ended) if record else None
+        cards = self.runner.failure_cards(handle, status)
+        plain = f"{handle}\n{status.format()}" + "".join(f"\n{c.text()}" for c in cards)
         display(
             {
-                "text/plain": f"{handle}\n{status.format()}",
-                "text/html": status_html(handle, status, seconds),
+                "text/plain": redact_text(plain),
+                "text/html": status_html(handle, status, seconds, "", cards),
             },
             raw=True,
         )
@@ -690,6 +720,26 @@ class TorchxMagics(Magics):
             job = JobHandle(self._resolve_handle(token), self.runner)
         job.progress = self._download_progress
         return job
+
+    def _do_watch(self, args: argparse.Namespace, cell: str | None) -> None:
+        """The live widgets again, for a job or a sweep submitted earlier: after a kernel
+        restart, or from another notebook. Without widgets it follows the job as ``--wait``
+        does (a sweep: until every trial has ended)."""
+        from torchx_nb.metrics import parse_metric
+        from torchx_nb.specs.api import UnknownAppException
+        from torchx_nb.sweeps import Sweep
+
+        token = args.target
+        value = self.shell.user_ns.get(token) if self.shell and token.isidentifier() else None
+        if isinstance(value, Sweep) or (value is None and token.startswith("sweep-")):
+            sw = value if isinstance(value, Sweep) else Sweep.attach(self.runner, token)
+            self._show_sweep(sw, wait=not self._widget_mode())
+            return
+        job = self._job(token)
+        if self.runner.jobstore.get(job.handle) is None and self.runner.status(job.handle) is None:
+            raise UnknownAppException(job.handle)
+        job.metric_specs = [*job.metric_specs, *(parse_metric(m) for m in args.metric)]
+        self._watch(job, wait=not self._widget_mode())
 
     def _do_result(self, args: argparse.Namespace, cell: str | None) -> Any:
         job = self._job(args.handle)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from torchx_nb.redact import redact_text
 from torchx_nb.specs.api import AppStatus, display_url, message_text
+from torchx_nb.specs.failure import FailureCard
 
 if TYPE_CHECKING:
     from torchx_nb.dryrun_summary import DryRunSummary
@@ -130,18 +131,43 @@ def status_html(
     status: AppStatus | None,
     seconds: float | None = None,
     note: str = "",
+    failures: Sequence[FailureCard] = (),
 ) -> str:
     """Header, then the details."""
-    return status_header_html(handle, status, seconds, note) + status_details_html(status)
+    return status_header_html(handle, status, seconds, note) + status_details_html(status, failures)
 
 
-def status_details_html(status: AppStatus | None) -> str:
-    """Message, UI link and the roles-by-replicas table."""
+def failures_html(failures: Sequence[FailureCard]) -> str:
+    """A card per failing replica: its headline, then its last lines (masked, as text)."""
+    cards = []
+    for card in failures:
+        tail = (
+            f'<pre style="margin:2px 0 4px 1em;font-size:85%">'
+            f"{html.escape(redact_text(chr(10).join(card.last_lines)))}</pre>"
+            if card.last_lines
+            else ""
+        )
+        cards.append(
+            f'<div class="torchx-nb-failure"><b>{html.escape(redact_text(card.headline()))}</b>'
+            f"{tail}</div>"
+        )
+    return "".join(cards)
+
+
+def failures_text(failures: Sequence[FailureCard]) -> list[str]:
+    return [f"  {line}" for card in failures for line in redact_text(card.text()).splitlines()]
+
+
+def status_details_html(status: AppStatus | None, failures: Sequence[FailureCard] = ()) -> str:
+    """Message (or, once a job failed, a card per failing replica), UI link and the
+    roles-by-replicas table."""
     if status is None:
         return ""
     parts = []
     msg = message_text(status.msg)
-    if msg:
+    if failures:
+        parts.append(failures_html(failures))
+    elif msg:
         parts.append(f"<small>{html.escape(msg[:1000])}</small>")
     link = link_html(status.ui_url)
     if link:
@@ -149,8 +175,14 @@ def status_details_html(status: AppStatus | None) -> str:
     return "<br>".join(["", *parts]) + replica_table_html(status)
 
 
-def status_text(handle: str, status: AppStatus | None, seconds: float | None = None) -> str:
-    """The plain-text status: handle, state, elapsed time, replicas, message, UI link."""
+def status_text(
+    handle: str,
+    status: AppStatus | None,
+    seconds: float | None = None,
+    failures: Sequence[FailureCard] = (),
+) -> str:
+    """The plain-text status: handle, state, elapsed time, replicas, message (or the failure
+    cards), UI link."""
     head = f"{handle} {state_name(status)}"
     if seconds is not None:
         head += f" (elapsed {fmt_elapsed(seconds)})"
@@ -160,7 +192,9 @@ def status_text(handle: str, status: AppStatus | None, seconds: float | None = N
         extra += f" restarts={restarts}" if restarts else ""
         lines.append(f"  {role}/{k}: {state}{extra}" + (f" on {host}" if host else ""))
     if status is not None:
-        if message_text(status.msg):
+        if failures:
+            lines += failures_text(failures)
+        elif message_text(status.msg):
             lines.append(f"  {message_text(status.msg)}")
         if status.ui_url:
             url = status.ui_url

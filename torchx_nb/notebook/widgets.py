@@ -28,6 +28,7 @@ from torchx_nb.metrics import MetricLog
 from torchx_nb.notebook import render
 from torchx_nb.redact import LineMasker, redact_text
 from torchx_nb.specs.api import AppState, AppStatus, is_terminal
+from torchx_nb.specs.failure import FailureCard
 
 WIDGETS_ENV = "TORCHX_NB_WIDGETS"
 MIN_REFRESH_S = 0.1
@@ -128,6 +129,7 @@ class StatusWidget:
         self._seen_end: float | None = None
         self._metrics_version = -1
         self.result: str | None = None  # the short repr of the cell's value, once ended
+        self.failures: list[FailureCard] = []  # once it failed: a card per failing replica
         self._lock = threading.RLock()
         record = runner.jobstore.get(handle)
         self.submitted = record.submitted if record else time.time()
@@ -153,8 +155,8 @@ class StatusWidget:
         return render.elapsed(self.submitted, self.status, self._seen_end)
 
     def text(self) -> str:
-        text = render.status_text(self.handle, self.status, self.seconds())
-        if self.result is not None:
+        text = render.status_text(self.handle, self.status, self.seconds(), self.failures)
+        if self.result is not None and not self.failures:
             text += f"\n  {render.result_line(self.result)}"
         if self.metrics:
             text += "\n" + render.metrics_text(self.metrics.series())
@@ -165,8 +167,8 @@ class StatusWidget:
         charts = render.metrics_svg(self.metrics.series()) if self.metrics else ""
         return (
             '<div class="torchx-nb-snapshot" style="line-height:1.4">'
-            f"{render.status_html(self.handle, self.status, self.seconds())}"
-            f"{render.result_html(self.result)}"
+            f"{render.status_html(self.handle, self.status, self.seconds(), '', self.failures)}"
+            f"{'' if self.failures else render.result_html(self.result)}"
             f"{'<br>' + charts if charts else ''}</div>"
         )
 
@@ -608,6 +610,8 @@ class JobView:
             self.logs.wait_reader(5)
         with contextlib.suppress(Exception):  # an unreachable store leaves the line out
             self.status.result = self.runner.result_repr(self.handle)
+        with contextlib.suppress(Exception):
+            self.status.failures = self.runner.failure_cards(self.handle, self.status.status)
         status_bundle = {"text/html": self.status.html(), "text/plain": self.status.text()}
         self._display.update(status_bundle, raw=True)
         if self.logs is not None and self._log_display is not None:

@@ -1102,7 +1102,15 @@ class KubernetesScheduler(
                     if term:
                         exit_code = term.get("exitCode")
                         why = term.get("reason", "") or term.get("message", "")
-            rep = ReplicaStatus(idx, rstate, role_name, host, hostaddr=addr, exit_code=exit_code)
+            rep = ReplicaStatus(
+                idx,
+                rstate,
+                role_name,
+                host,
+                hostaddr=addr,
+                exit_code=exit_code,
+                oom=why == "OOMKilled" and rstate == AppState.FAILED,
+            )
             if rstate == AppState.FAILED:
                 rep.structured_error_msg = f"FAILED (exit code {exit_code})" + (
                     f": {why}" if why else ""

@@ -424,12 +424,16 @@ class LocalDockerScheduler(
             states.append(state)
             info = c.attrs.get("State", {})
             code = info.get("ExitCode") if is_terminal(state) else None
+            oom = bool(info.get("OOMKilled")) and state == AppState.FAILED
             if state in (AppState.FAILED, AppState.CANCELLED):
-                failures.append(f"{role_name}/{replica} exited with code {code}")
+                failures.append(
+                    f"{role_name}/{replica} "
+                    + ("ran out of memory (OOMKilled)" if oom else f"exited with code {code}")
+                )
             started.append(docker_time(info.get("StartedAt")))
             ended.append(docker_time(info.get("FinishedAt")) if is_terminal(state) else None)
             statuses.setdefault(role_name, []).append(
-                ReplicaStatus(replica, state, role_name, c.name, exit_code=code)
+                ReplicaStatus(replica, state, role_name, c.name, exit_code=code, oom=oom)
             )
             if role_name not in roles:
                 spec = _role_from_label(c.labels.get(LABEL_SPEC, ""))

@@ -44,6 +44,7 @@ from torchx_nb.schedulers.api import (
 )
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.slurm_json import Job, combined_state, errors, parse_jobs
+from torchx_nb.schedulers.slurm_reasons import pending_reason
 from torchx_nb.specs.api import (
     NONE,
     NULL_RESOURCE,
@@ -719,6 +720,7 @@ class SlurmScheduler(
                     structured_error_msg=msg,
                     exit_code=comp.exit_code if is_terminal(state) else None,
                     num_restarts=comp.restarts,
+                    oom="OUT_OF_MEMORY" in comp.state_text,
                 )
             )
         state = combined_state(c.state for c in job.components)
@@ -732,7 +734,7 @@ class SlurmScheduler(
             ]
             msg = "; ".join(failed) or lead.state_text
         elif state == AppState.PENDING and lead.reason:
-            msg = f"pending: {lead.reason}"
+            msg = pending_reason(lead.reason, app_id)
         ends = [c.end for c in job.components if c.end]
         return DescribeAppResponse(
             app_id=app_id,

@@ -285,8 +285,10 @@ class JobService:
                 }
                 for r in status.roles
             ]
+            out["failures"] = [c.to_json() for c in self.runner.failure_cards(handle, status)]
         else:
             out.setdefault("roles", [])
+        out.setdefault("failures", [])
         return redact(out)
 
     def logs(

@@ -292,6 +292,7 @@ class ReplicaStatus:
     hostaddr: str | None = None
     exit_code: int | None = None
     num_restarts: int = 0
+    oom: bool = False  # its scheduler says it was killed for running out of memory
 
     def __post_init__(self) -> None:
         if self.hostaddr is None:
