@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from targets import Targets  # noqa: E402
 
+from tests.conftest import stored  # noqa: E402
 from tests.infra.lab import (  # noqa: E402
     NotebookPage,
     chromium_page,
@@ -35,7 +36,6 @@ from tests.infra.lab import (  # noqa: E402
     lab_missing,
     write_notebook,
 )
-from tests.labextension.test_panel import stored  # noqa: E402
 
 TARGET_PAGE_MS = 100.0
 TARGET_CHANGE_S = 2.0

@@ -104,6 +104,7 @@ RANKS = {
     "jobstore": 4,
     "config": 4,
     "results": 4,
+    "notices": 4,
     "runner": 5,
     "logtail": 6,
     "joblist": 6,

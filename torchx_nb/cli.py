@@ -531,7 +531,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _build_parser().parse_args(argv)
         current_folder()
-        return COMMANDS[args.cmd](args)
+        try:
+            return COMMANDS[args.cmd](args)
+        finally:
+            from torchx_nb.notices import drain
+
+            drain()  # a job-end notice this command claimed goes out before it exits
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

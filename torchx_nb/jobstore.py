@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     trial INTEGER,
     params TEXT,
     rev INTEGER,
-    search TEXT
+    search TEXT,
+    notified REAL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('rev', 0);
@@ -78,6 +79,7 @@ _ADDED_COLUMNS = {
     "params": "TEXT",
     "rev": "INTEGER",
     "search": "TEXT",
+    "notified": "REAL",
 }
 _ACTIVE = "state NOT IN ('SUCCEEDED','FAILED','CANCELLED')"
 # jobs worth watching: not ended, and still known to their scheduler (a positive list, so the
@@ -384,6 +386,17 @@ class JobStore:
                 "SELECT * FROM jobs WHERE rev > ? ORDER BY rev LIMIT ?", (after, limit)
             ).fetchall()
         return Changes(int(meta["id"]), int(meta["rev"]), [_record(r) for r in rows])
+
+    def claim_notice(self, handle: str) -> bool:
+        """Claim the job-end notice of an ended job: True for the one caller that gets it
+        (one atomic update: two watchers in two processes never both send it)."""
+        with self._connect() as db:
+            cur = db.execute(
+                "UPDATE jobs SET notified = ? WHERE handle = ? AND notified IS NULL"
+                " AND state IN ('SUCCEEDED','FAILED','CANCELLED')",
+                (time.time(), handle),
+            )
+            return cur.rowcount == 1
 
     def delete(self, handle: str) -> None:
         with self._connect() as db:

@@ -800,6 +800,34 @@ class Runner:
             warnings.warn(f"could not update the job store: {e}", stacklevel=2)
             return
         self._last_state[app_handle] = state
+        if status.is_terminal():
+            self._notice(app_handle, status)
+
+    def _notice(self, app_handle: AppHandle, status: AppStatus) -> None:
+        """The job-end notice, when one is configured: claimed in the job store (so one
+        watcher sends it, whichever sees the end first), then built and sent on the
+        notifier's thread, never this one's."""
+        from torchx_nb.notices import notifier, notify_url, payload
+
+        try:
+            url = notify_url()
+            if url is None or not self.jobstore.claim_notice(app_handle):
+                return
+        except Exception as e:
+            warnings.warn(f"no job-end notice for {app_handle}: {e}", stacklevel=3)
+            return
+
+        def build() -> dict[str, Any]:
+            rec = self.jobstore.get(app_handle)
+            cards = (
+                self.failure_cards(app_handle, status) if status.state == AppState.FAILED else []
+            )
+            name = rec.name if rec else parse_app_handle(app_handle).app_id
+            ended = (rec.ended if rec else None) or status.ended or time.time()
+            duration = ended - rec.submitted if rec else None
+            return payload(app_handle, name, status.state.name, duration, cards)
+
+        notifier().submit(url, build)
 
     def wait(
         self, app_handle: AppHandle, wait_interval: float = 10, timeout: float | None = None

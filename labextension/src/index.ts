@@ -14,6 +14,7 @@ import {
   Dialog,
   ICommandPalette,
   MainAreaWidget,
+  Notification,
   showDialog,
   WidgetTracker
 } from '@jupyterlab/apputils';
@@ -101,6 +102,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
       app.shell.activateById(view.id);
     };
+
+    // one notification per job end seen live, in Lab's notification center, with a way to
+    // the job's view (a failure stays until dismissed)
+    model.jobEnded.connect((_, job) => {
+      const type =
+        job.state === 'SUCCEEDED' ? 'success' : job.state === 'FAILED' ? 'error' : 'info';
+      Notification.emit(`${job.name} ${job.state} (${job.scheduler})`, type, {
+        autoClose: job.state === 'FAILED' ? false : 8000,
+        actions: [{ label: 'Open', callback: () => openJob(job.handle) }]
+      });
+    });
 
     const panel = new JobsPanel(model, { openJob, openNotebook, cancel });
     panel.title.icon = ICON;

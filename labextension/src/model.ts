@@ -11,6 +11,8 @@ const PAGE = 100;
 export class JobsModel {
   readonly changed: ISignal<JobsModel, void>;
   readonly jobChanged: ISignal<JobsModel, IJob>;
+  /** A job seen running (or submitted) while the panel watched has ended: once per job. */
+  readonly jobEnded: ISignal<JobsModel, IJob>;
 
   jobs: IJob[] = [];
   total = 0;
@@ -25,6 +27,10 @@ export class JobsModel {
 
   private _changed = new Signal<JobsModel, void>(this);
   private _jobChanged = new Signal<JobsModel, IJob>(this);
+  private _jobEnded = new Signal<JobsModel, IJob>(this);
+  /** Every job's last known state, whatever the filters, to tell an end seen live. */
+  private _states = new Map<string, string>();
+  private _since = Date.now() / 1000;
   private _pages = 1;
   private _next: string | null = null;
   private _stop: (() => void) | null = null;
@@ -34,6 +40,7 @@ export class JobsModel {
   constructor() {
     this.changed = this._changed;
     this.jobChanged = this._jobChanged;
+    this.jobEnded = this._jobEnded;
   }
 
   get running(): number {
@@ -71,7 +78,12 @@ export class JobsModel {
       this.error = '';
       this._retry = 0;
       this.loaded = true;
-      jobs.forEach(j => this.schedulers.add(j.scheduler));
+      jobs.forEach(j => {
+        this.schedulers.add(j.scheduler);
+        if (!this._states.has(j.handle)) {
+          this._states.set(j.handle, j.state);
+        }
+      });
       this._changed.emit();
       this._follow(first.event_id);
     } catch (e) {
@@ -143,7 +155,21 @@ export class JobsModel {
     );
   }
 
+  /** An end seen live: the job was known not to have ended, or it is new to this panel and
+   * ended after the panel started watching (a job that ran between two polls). */
+  private _noteEnd(job: IJob): void {
+    const before = this._states.get(job.handle);
+    this._states.set(job.handle, job.state);
+    if (!TERMINAL.has(job.state) || (before !== undefined && TERMINAL.has(before))) {
+      return;
+    }
+    if (before !== undefined || (job.ended ?? 0) >= this._since) {
+      this._jobEnded.emit(job);
+    }
+  }
+
   private _upsert(job: IJob): void {
+    this._noteEnd(job);
     this.schedulers.add(job.scheduler);
     const index = this.jobs.findIndex(j => j.handle === job.handle);
     // the server says whether a row belongs to the filtered list (its own search rules)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import stored
+from tests.conftest import shell_app, stored
 from tests.infra.lab import chromium_page, jupyter_lab, screenshot_dir
 from tests.infra.tcp_relay import tcp_relay
 from tests.labextension.test_panel import (
@@ -263,3 +263,39 @@ def test_a_failed_jobs_view_shows_its_failure_card(
         assert lines.startswith("loading data") and lines.endswith("ValueError: boom")
         assert view.locator(".tnb-fact-message").count() == 0  # the card replaces it
         view.screenshot(path=str(screenshot_dir() / "job-view-failure-card.png"))
+
+
+def test_a_job_end_is_one_notice_and_a_lab_notification(
+    panel_parts: None, tmp_path: Path, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's poller sees a job end: the webhook gets one notice (the submitting
+    process watches too, but one claim wins), and the panel puts a notification in Lab's
+    notification center whose Open button opens the job's view."""
+    from tests.infra.webhook import webhook_receiver
+    from torchx_nb import notices
+
+    root = tmp_path / "lab"
+    root.mkdir()
+    with webhook_receiver() as hook:
+        monkeypatch.setenv(notices.NOTIFY_ENV, hook.url)
+        with jupyter_lab(root, env={notices.NOTIFY_ENV: hook.url}) as lab, chromium_page() as page:
+            open_lab(page, lab.url, lab.token)
+            wait_live(page)
+            with get_runner() as runner:
+                handle = runner.run(
+                    shell_app("sleep 2; echo done", name="noticed"), "local_cwd", {}
+                )
+            toast = page.locator(".Toastify__toast", has_text="noticed SUCCEEDED (local_cwd)")
+            toast.wait_for(timeout=30_000)
+            page.screenshot(path=str(screenshot_dir() / "panel-job-end-notification.png"))
+            toast.get_by_role("button", name="Open").click()
+            page.locator(".tnb-detail .tnb-detail-name", has_text="noticed").wait_for(
+                timeout=15_000
+            )
+            deadline = time.monotonic() + 15
+            while not hook.posts and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(2)  # a second notice would have come by now
+            (body,) = hook.bodies()
+            assert body["handle"] == handle and body["state"] == "SUCCEEDED"
+            assert body["text"].startswith(f"noticed ({handle}) SUCCEEDED after 0:0")

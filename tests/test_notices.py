@@ -1,0 +1,132 @@
+"""Job-end notices: the payload (masked, Slack-compatible), the URL masked wherever shown,
+one sender per job end even with several watchers in several processes, retries, and one
+warning line for a webhook that stays down. Real local_cwd jobs and a real HTTP receiver."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli
+from tests.infra.webhook import webhook_receiver
+from torchx_nb import notices
+from torchx_nb.components.cell import cell
+from torchx_nb.jobstore import JobStore
+from torchx_nb.runner import get_runner
+from torchx_nb.specs.failure import FailureCard
+
+
+def test_the_payload_is_masked_and_reads_in_slack() -> None:
+    card = FailureCard(
+        "cell",
+        0,
+        1,
+        exception="ValueError: boom",
+        last_lines=["HF_TOKEN=hf_abcdefghijklmnopqrstuvwx123"],
+    )
+    body = notices.payload("local_cwd://torchx/train-1", "train", "FAILED", 83.2, [card])
+    assert body["text"].startswith(
+        "train (local_cwd://torchx/train-1) FAILED after 1:23: cell/0 raised ValueError: boom (exit code 1)"
+    )
+    assert "hf_abcdefghijklmnopqrstuvwx123" not in str(body)
+    assert body["failure"]["headline"] == "cell/0 raised ValueError: boom (exit code 1)"
+    assert (body["handle"], body["state"], body["duration"]) == (
+        "local_cwd://torchx/train-1",
+        "FAILED",
+        83.2,
+    )
+    ok = notices.payload("h", "n", "SUCCEEDED", 2, [])
+    assert ok["failure"] is None and ok["text"] == "n (h) SUCCEEDED after 0:02"
+
+
+def test_the_url_is_masked_where_shown_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (
+        notices.shown_url("https://hooks.slack.com/services/T0/B0/XYZ")
+        == "https://hooks.slack.com/****"
+    )
+    assert notices.shown_url("https://user:pw@example.test/x") == "https://example.test/****"
+    monkeypatch.setenv(notices.NOTIFY_ENV, "ftp://example.test/x")
+    with pytest.raises(
+        notices.NotifyError, match=r"^the notice URL 'ftp://example.test/\*\*\*\*' is not"
+    ):
+        notices.notify_url()
+    monkeypatch.delenv(notices.NOTIFY_ENV)
+    assert notices.notify_url() is None
+
+
+def _claim(path: str, handle: str, out: multiprocessing.Queue[bool]) -> None:
+    out.put(JobStore(path).claim_notice(handle))
+
+
+def test_one_claim_wins_across_processes(tmp_path: Path) -> None:
+    from tests.test_jobstore import rec
+
+    path = str(tmp_path / "jobs.db")
+    JobStore(path).add(rec("local_cwd://torchx/x", state="SUCCEEDED"))
+    out: multiprocessing.Queue[bool] = multiprocessing.Queue()
+    procs = [
+        multiprocessing.Process(target=_claim, args=(path, "local_cwd://torchx/x", out))
+        for _ in range(6)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    assert sorted(out.get(timeout=5) for _ in procs) == [False] * 5 + [True]
+    assert JobStore(path).claim_notice("local_cwd://torchx/x") is False
+
+
+def test_a_job_end_sends_one_notice_with_two_watchers(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel-side runner and a CLI ``watch`` both see the end; one notice goes out, with
+    the failure card of a failed cell."""
+    with webhook_receiver() as hook:
+        monkeypatch.setenv(notices.NOTIFY_ENV, hook.url)
+        with get_runner() as runner:
+            handle = runner.run(
+                cell(
+                    source="print('step 1', flush=True)\nraise RuntimeError('diverged')", name="fit"
+                ),
+                "local_cwd",
+                {},
+                workspace=str(isolated),
+            )
+            code, _, err = cli("watch", "--no-log", handle)
+            assert code == 1, err
+            runner.wait(handle, wait_interval=0.1, timeout=30)
+            notices.drain()
+            time.sleep(0.5)
+        (body,) = hook.bodies()
+        assert body["state"] == "FAILED" and body["handle"] == handle and body["name"] == "fit"
+        assert body["failure"]["headline"] == "cell/0 raised RuntimeError: diverged (exit code 1)"
+        assert body["failure"]["last_lines"][0] == "step 1"
+        assert "T0-SECRET-PATH" not in err
+
+
+def test_a_webhook_that_stays_down_is_retried_then_one_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(notices, "RETRIES", (0.05, 0.05))
+    with webhook_receiver() as hook:
+        hook.fail = True
+        sender = notices.Notifier()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                sender.submit(hook.url, lambda: {"text": "x"})
+            sender.drain(10)
+        assert len(hook.posts) == 6  # 3 tries each
+        said = [str(w.message) for w in caught]
+        assert said == [
+            f"the job-end notice to http://127.0.0.1:{hook.url.split(':')[2].split('/')[0]}/**** failed:"
+            " HTTPError: HTTP Error 500: Internal Server Error (set TORCHX_NB_DEBUG=1 to see the traceback)"
+        ], said
+        hook.fail = False
+        sender.submit(hook.url, lambda: {"text": "back"})
+        sender.drain(10)
+        assert hook.bodies()[-1] == {"text": "back"} and sender.sent == 1

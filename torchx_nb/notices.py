@@ -1,0 +1,199 @@
+"""One notice when a job ends: a webhook (``$TORCHX_NB_NOTIFY_URL`` or ``.torchxconfig``'s
+``[notify] url``) gets JSON with the handle, name, state, duration and, for a failed job, its
+first failure card, plus a Slack-compatible ``text``.
+
+Whichever watcher sees the end first sends it (the Jupyter server's poller, a kernel's poller,
+a CLI waiting on the job): the notice is claimed in the job store before it is sent, so two
+watchers never both send it. Sending runs on a thread of its own, retried with backoff while
+the process lives, so a slow or failing webhook never holds up a watcher; a webhook that keeps
+failing gives one warning line. Everything in the payload is masked, and so is the URL
+wherever it is shown."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+import urllib.request
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from torchx_nb.redact import redact, redact_text
+from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.failure import FailureCard
+
+NOTIFY_ENV = "TORCHX_NB_NOTIFY_URL"
+RETRIES = (1.0, 2.0, 4.0, 8.0, 16.0)
+TIMEOUT_S = 10.0
+
+
+class NotifyError(TorchxNbError):
+    """The notice URL cannot be used."""
+
+
+def notify_url() -> str | None:
+    """Where notices go: ``$TORCHX_NB_NOTIFY_URL``, else ``[notify] url`` in .torchxconfig;
+    None: no notices."""
+    url = os.environ.get(NOTIFY_ENV)
+    if url is None:
+        from torchx_nb.config import read_section
+
+        url = read_section("notify").get("url")
+    url = (url or "").strip()
+    if not url:
+        return None
+    if not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
+        raise NotifyError(
+            f"the notice URL {shown_url(url)!r} is not an http(s) URL: fix {NOTIFY_ENV} or"
+            " [notify] url in .torchxconfig"
+        )
+    return url
+
+
+def shown_url(url: str) -> str:
+    """The URL as it may be shown: a webhook's path is its secret (Slack, Teams), so only the
+    scheme and host are kept."""
+    scheme, sep, rest = url.partition("://")
+    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    return f"{scheme}{sep}{host}/****" if sep else "****"
+
+
+def payload(
+    handle: str,
+    name: str,
+    state: str,
+    duration: float | None,
+    cards: list[FailureCard],
+) -> dict[str, Any]:
+    """What the webhook receives, masked; ``text`` is what a Slack-style hook shows."""
+    minutes, seconds = divmod(int(duration or 0), 60)
+    took = f"{minutes}:{seconds:02d}"
+    text = f"{name} ({handle}) {state} after {took}"
+    failure = cards[0].to_json() if cards else None
+    if cards:
+        text += f": {cards[0].headline()}"
+        if cards[0].last_lines:
+            text += "\n```\n" + "\n".join(cards[0].last_lines[-5:]) + "\n```"
+    body = {
+        "handle": handle,
+        "name": name,
+        "state": state,
+        "duration": duration,
+        "failure": failure,
+        "text": text,
+    }
+    masked: dict[str, Any] = redact(body)
+    masked["text"] = redact_text(text)
+    return masked
+
+
+def post(url: str, body: dict[str, Any]) -> None:
+    """One POST of ``body`` as JSON; an HTTP error or a refused connection raises."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "User-Agent": "torchx_nb"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
+        resp.read()
+
+
+class Notifier:
+    """Sends notices from a daemon thread of its own: ``submit(url, build)`` returns at once;
+    ``build()`` (which may read logs for the failure card) runs on that thread too."""
+
+    def __init__(self, sender: Callable[[str, dict[str, Any]], None] = post) -> None:
+        self._send = sender
+        self._queue: queue.Queue[tuple[str, Callable[[], dict[str, Any]]]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+        self.sent = 0
+
+    def submit(self, url: str, build: Callable[[], dict[str, Any]]) -> None:
+        self._queue.put((url, build))
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name="torchx-nb-notices"
+                )
+                self._thread.start()
+
+    def drain(self, timeout: float = 30.0) -> None:
+        """Wait until every notice queued so far was sent or given up (a CLI about to exit)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _run(self) -> None:
+        while True:
+            url, build = self._queue.get()
+            try:
+                self._deliver(url, build)
+            finally:
+                self._queue.task_done()
+
+    def _deliver(self, url: str, build: Callable[[], dict[str, Any]]) -> None:
+        try:
+            body = build()
+        except Exception as e:
+            self._warn(url, e)
+            return
+        for delay in (*RETRIES, None):
+            try:
+                self._send(url, body)
+                self.sent += 1
+                return
+            except Exception as e:
+                if delay is None:
+                    self._warn(url, e)
+                    return
+                time.sleep(delay)
+
+    def _warn(self, url: str, e: BaseException) -> None:
+        if url in self._warned:
+            return
+        self._warned.add(url)
+        from torchx_nb.errors import one_line
+
+        warnings.warn(
+            f"the job-end notice to {shown_url(url)} failed: {redact_text(one_line(e))}",
+            stacklevel=2,
+        )
+
+
+_notifier: Notifier | None = None
+_notifier_lock = threading.Lock()
+
+
+def notifier() -> Notifier:
+    """This process's one sender."""
+    global _notifier
+    with _notifier_lock:
+        if _notifier is None:
+            _notifier = Notifier()
+        return _notifier
+
+
+def drain(timeout: float = 30.0) -> None:
+    """Wait for the notices this process queued, if it queued any."""
+    with _notifier_lock:
+        current = _notifier
+    if current is not None:
+        current.drain(timeout)
+
+
+__all__ = [
+    "NOTIFY_ENV",
+    "Notifier",
+    "NotifyError",
+    "drain",
+    "notifier",
+    "notify_url",
+    "payload",
+    "shown_url",
+]
