@@ -183,19 +183,22 @@ def test_metric_times_are_when_lines_were_written_or_not_known(aws_env: Any) -> 
     from torchx_nb.schedulers.aws_common import cloudwatch_events
 
     logs = aws_env.client("logs")
-    logs.create_log_group(logGroupName="/aws/batch/job")
-    logs.create_log_stream(logGroupName="/aws/batch/job", logStreamName="train/0")
+    import uuid
+
+    group = f"/test/metric-times/{uuid.uuid4().hex}"  # moto is shared by the whole run
+    logs.create_log_group(logGroupName=group)
+    logs.create_log_stream(logGroupName=group, logStreamName="train/0")
     import time
 
     base = (int(time.time()) - 3600) * 1000  # CloudWatch takes events of the last 14 days
     logs.put_log_events(
-        logGroupName="/aws/batch/job",
+        logGroupName=group,
         logStreamName="train/0",
         logEvents=[
             {"timestamp": base + i * 60_000, "message": f"loss: {1 / (i + 1)}"} for i in range(3)
         ],
     )
-    lines = list(cloudwatch_events(logs, "/aws/batch/job", "train/0"))
+    lines = list(cloudwatch_events(logs, group, "train/0"))
     frame = MetricLog([parse_metric("loss=loss: ([0-9.]+)")]).feed_all(lines).frame()
     assert list(frame["value"]) == [1.0, 0.5, 1 / 3]
     assert [t.timestamp() for t in frame["time"]] == [base / 1000 + i * 60 for i in range(3)]

@@ -221,7 +221,9 @@ def test_dryrun_without_project_names_the_fix(
     ]
     (tmp_path / "configurations").mkdir()
     (tmp_path / "configurations" / "config_default").write_text("[core]\nproject = from-gcloud\n")
-    code, stdout, stderr = cli("run", "-s", "gcp_batch", "--dryrun", "utils.echo", "--msg", "hi")
+    code, stdout, stderr = cli(
+        "run", "-s", "gcp_batch", "--dryrun", "--json", "utils.echo", "--msg", "hi"
+    )
     assert code == 0, stderr
     assert '"parent": "projects/from-gcloud/locations/us-central1"' in stdout
 
