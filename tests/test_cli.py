@@ -83,7 +83,7 @@ def test_dryrun_prints_request_and_submits_nothing(isolated: Path) -> None:
     assert out.startswith("dry run on local_cwd:") and "the whole request (" in out
     assert '"role_params"' in out and "hunter2" not in out
     code, out, _ = cli("list")
-    assert out.strip().splitlines() == ["HANDLE  STATE  NAME  SUBMITTED  DURATION"]
+    assert out.strip().splitlines() == ["HANDLE  STATE  NAME  SUBMITTED  DURATION  QUEUED  RAN"]
 
 
 @pytest.mark.parametrize(

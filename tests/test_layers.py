@@ -105,6 +105,7 @@ RANKS = {
     "config": 4,
     "results": 4,
     "notices": 4,
+    "phases": 4,
     "runner": 5,
     "logtail": 6,
     "joblist": 6,

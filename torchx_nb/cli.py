@@ -408,28 +408,23 @@ def _fmt_time(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
-def _fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = int(seconds)
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     from torchx_nb.joblist import job_rows
 
     with _runner() as runner:
         rows = job_rows(runner, scheduler=args.scheduler, limit=None if args.all else args.limit)
-    headers = ["HANDLE", "STATE", "NAME", "SUBMITTED", "DURATION"]
+    from torchx_nb.phases import fmt_duration
+
+    headers = ["HANDLE", "STATE", "NAME", "SUBMITTED", "DURATION", "QUEUED", "RAN"]
     table = [
         [
             r["handle"],
             r["state"],
             r["name"],
             _fmt_time(r["submitted"]),
-            _fmt_duration(r["duration"]),
+            fmt_duration(r["duration"]),
+            fmt_duration(r["queued"]),
+            fmt_duration(r["ran"]),
         ]
         for r in rows
     ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from torchx_nb.phases import queue_and_run
 from torchx_nb.runner import Runner
 from torchx_nb.specs.api import AppStatus, is_terminal
 
@@ -16,7 +17,8 @@ def job_rows(
     limit: int | None = 50,
     refresh: bool = True,
 ) -> list[dict[str, Any]]:
-    """Newest first: handle, scheduler, name, state, submitted, duration (seconds), msg.
+    """Newest first: handle, scheduler, name, state, submitted, duration, queued and ran
+    (seconds: the duration split at the job's start), msg.
     Jobs only the scheduler knows take their times from its describe (start → end).
 
     Records not yet terminal are refreshed with ``status`` (and the store updated); with a
@@ -48,6 +50,8 @@ def job_rows(
                         stored = runner.jobstore.get(rec.handle)
                         ended = stored.ended if stored else now
         end = ended if ended else now
+        stored = runner.jobstore.get(rec.handle) if rec.handle in fresh else rec
+        queued, ran = queue_and_run(stored or rec, now)
         rows[rec.handle] = {
             "handle": rec.handle,
             "scheduler": rec.scheduler,
@@ -55,6 +59,8 @@ def job_rows(
             "state": state,
             "submitted": rec.submitted,
             "duration": max(0.0, end - rec.submitted),
+            "queued": queued,
+            "ran": ran,
             "msg": msg,
             "notebook": rec.notebook,
         }
@@ -71,6 +77,8 @@ def job_rows(
             "state": app.state.name,
             "submitted": started,
             "duration": max(0.0, (ended or now) - started) if started else None,
+            "queued": None,
+            "ran": max(0.0, (ended or now) - started) if started else None,
             "msg": "",
             "notebook": None,
         }

@@ -47,7 +47,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     params TEXT,
     rev INTEGER,
     search TEXT,
-    notified REAL
+    notified REAL,
+    started REAL,
+    build_seconds REAL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('rev', 0);
@@ -80,6 +82,8 @@ _ADDED_COLUMNS = {
     "rev": "INTEGER",
     "search": "TEXT",
     "notified": "REAL",
+    "started": "REAL",
+    "build_seconds": "REAL",
 }
 _ACTIVE = "state NOT IN ('SUCCEEDED','FAILED','CANCELLED')"
 # jobs worth watching: not ended, and still known to their scheduler (a positive list, so the
@@ -115,6 +119,8 @@ class JobRecord:
     trial: int | None = None  # its index in the sweep's grid
     params: str | None = None  # its point of the grid, as JSON
     rev: int | None = None  # the store's change counter at this record's last write
+    started: float | None = None  # when it started running (the scheduler's time, or first seen)
+    build_seconds: float | None = None  # how long its image took to build and push
 
     @property
     def is_terminal(self) -> bool:
@@ -261,7 +267,12 @@ class JobStore:
             db.execute(f"INSERT OR REPLACE INTO jobs ({cols}) VALUES ({marks})", row)
 
     def update_state(
-        self, handle: str, state: str, msg: str | None = None, ended: float | None = None
+        self,
+        handle: str,
+        state: str,
+        msg: str | None = None,
+        ended: float | None = None,
+        started: float | None = None,
     ) -> None:
         """Record the latest state seen; the end time (``ended``, else now) is set once, when it
         turns terminal. Only a real change is written (so ``updated`` says when something
@@ -271,10 +282,11 @@ class JobStore:
         with self._connect() as db:
             db.execute(
                 "UPDATE jobs SET state = ?, updated = ?, msg = COALESCE(?, msg),"
+                " started = COALESCE(started, ?),"
                 " ended = CASE WHEN ended IS NULL AND ? IN ('SUCCEEDED','FAILED','CANCELLED')"
                 " THEN ? ELSE ended END"
                 f" WHERE handle = ? AND {_ACTIVE} AND (state != ? OR msg != COALESCE(?, msg))",
-                (state, now, msg, state, ended or now, handle, state, msg),
+                (state, now, msg, started, state, ended or now, handle, state, msg),
             )
 
     def get(self, handle: str) -> JobRecord | None:

@@ -377,36 +377,59 @@ class Runner:
         ):
             handle = make_app_handle(prepared.scheduler, self._name, task_id)
             self._apps[handle] = app
-            self._last_state[handle] = AppState.SUBMITTED.name
             handles.append(handle)
-            row = JobRecord(
-                handle=handle,
-                scheduler=prepared.scheduler,
-                session=self._name,
-                app_id=task_id,
-                name=app.name,
-                image=app.roles[0].image
-                if app.roles and self.uses_images(prepared.scheduler)
-                else "",
-                submitted=now,
-                state=AppState.SUBMITTED.name,
-                updated=now,
-                cell_hash=prepared.record.get("cell_hash"),
-                notebook=prepared.record.get("notebook"),
-                workspace=prepared.record.get("workspace"),
+            self._record_submission(
+                handle,
+                prepared.scheduler,
+                task_id,
+                app,
+                now,
+                prepared.record,
                 outputs=trial_output(base, i),
                 sweep=sweep,
                 trial=i,
                 params=params,
+                build_seconds=prepared.info.build_seconds,
             )
-            try:
-                self.jobstore.add(row)
-            except Exception as e:
-                warnings.warn(
-                    f"{handle} was submitted but could not be recorded in the job store ({e})",
-                    stacklevel=2,
-                )
         return handles
+
+    def _record_submission(
+        self,
+        handle: AppHandle,
+        scheduler: str,
+        app_id: str,
+        app: AppDef,
+        submitted: float,
+        record: Mapping[str, str | None],
+        **fields: Any,
+    ) -> None:
+        """The one job-record builder: a submission into the job store (a store that cannot
+        take it is one warning: the job runs, and its handle is printed)."""
+        row = JobRecord(
+            handle=handle,
+            scheduler=scheduler,
+            session=self._name,
+            app_id=app_id,
+            name=app.name,
+            # a job that runs from a folder (local_cwd, Slurm) uses no image
+            image=app.roles[0].image if app.roles and self.uses_images(scheduler) else "",
+            submitted=submitted,
+            state=AppState.SUBMITTED.name,
+            updated=submitted,
+            cell_hash=record.get("cell_hash"),
+            notebook=record.get("notebook"),
+            workspace=record.get("workspace"),
+            **fields,
+        )
+        try:
+            self.jobstore.add(row)  # SQLite's busy timeout waits for other writers
+        except Exception as e:
+            warnings.warn(
+                f"{handle} was submitted but could not be recorded in the job store ({e});"
+                " keep this handle to follow the job",
+                stacklevel=3,
+            )
+        self._last_state[handle] = AppState.SUBMITTED.name
 
     def request_scheduler(self, request: RunRequest) -> str:
         """The scheduler ``request`` runs on: as named, else the front end's default, else
@@ -528,10 +551,14 @@ class Runner:
         sched._pre_build_validate(app, scheduler, opts)
         folder: LocalWorkspace | None = None
         preview: str | None = None
+        built: float | None = None
         if workspace:
+            began = time.monotonic()
             folder, preview = self._use_workspace(
                 sched, scheduler, app, workspace, opts, build_workspace, push
             )
+            if build_workspace and isinstance(sched, WorkspaceMixin):
+                built = time.monotonic() - began  # the job's first phase, before submit
         elif push is not None:
             raise TorchxNbError(
                 "--push sends variables with the cell's files, which need a workspace: drop"
@@ -544,6 +571,7 @@ class Runner:
         info = sched.submit_dryrun(app, opts, folder)
         info._scheduler = scheduler
         info.workspace_preview = preview
+        info.build_seconds = built
         return info
 
     def _use_workspace(
@@ -623,34 +651,19 @@ class Runner:
                 outputs = sched.output_url(app_id, dryrun_info.request)
         app = dryrun_info._app or AppDef(name=app_id)
         self._apps[handle] = app
-        now = time.time()
-        row = JobRecord(
-            handle=handle,
-            scheduler=scheduler,
-            session=self._name,
-            app_id=app_id,
-            name=app.name,
-            image=app.roles[0].image if app.roles and self.uses_images(scheduler) else "",
-            submitted=now,
-            state=AppState.SUBMITTED.name,
-            updated=now,
-            cell_hash=record.get("cell_hash"),
-            notebook=record.get("notebook"),
-            workspace=record.get("workspace"),
+        self._record_submission(
+            handle,
+            scheduler,
+            app_id,
+            app,
+            time.time(),
+            record,
             outputs=outputs,
             sweep=record.get("sweep"),
             trial=int(str(record["trial"])) if record.get("trial") is not None else None,
             params=record.get("params"),
+            build_seconds=dryrun_info.build_seconds,
         )
-        try:
-            self.jobstore.add(row)  # SQLite's busy timeout waits for other writers
-        except Exception as e:
-            warnings.warn(
-                f"{handle} was submitted but could not be recorded in the job store ({e});"
-                " keep this handle to follow the job",
-                stacklevel=2,
-            )
-        self._last_state[handle] = AppState.SUBMITTED.name
         return handle
 
     def run_component(
@@ -795,7 +808,10 @@ class Runner:
         try:
             msg = message_text(status.msg) or None
             ended = status.ended if status.is_terminal() else None
-            self.jobstore.update_state(app_handle, state, msg, ended=ended)
+            started = status.started
+            if started is None and status.state == AppState.RUNNING:
+                started = time.time()  # the scheduler keeps no start time: when it was seen
+            self.jobstore.update_state(app_handle, state, msg, ended=ended, started=started)
         except Exception as e:  # the store is a convenience; never fail a status call on it
             warnings.warn(f"could not update the job store: {e}", stacklevel=2)
             return

@@ -31,6 +31,11 @@ export interface IJob {
   submitted: number;
   ended?: number | null;
   duration: number;
+  /** Its phases: when it started, seconds queued and run, seconds its image took. */
+  started?: number | null;
+  queued?: number | null;
+  ran?: number | null;
+  build_seconds?: number | null;
   notebook?: string | null;
   notebook_path?: string | null;
   image?: string;

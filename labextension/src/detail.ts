@@ -171,6 +171,12 @@ export class JobView extends Widget {
     add('Scheduler', job.scheduler);
     add('Submitted', `${submitted(job.submitted)} (${new Date(job.submitted * 1000).toISOString()})`);
     add('Duration', duration(job.duration));
+    const phases = [
+      job.build_seconds ? `built ${duration(job.build_seconds)}` : '',
+      job.queued !== null && job.queued !== undefined ? `queued ${duration(job.queued)}` : '',
+      job.ran !== null && job.ran !== undefined ? `ran ${duration(job.ran)}` : ''
+    ].filter(Boolean);
+    add('Phases', phases.join(' · '));
     add('Notebook', job.notebook_path ?? job.notebook);
     add('Image', job.image);
     if (job.ui_url && !/^https?:\/\//.test(job.ui_url)) {

@@ -88,7 +88,16 @@ def test_line_forms(ip: object, capsys: pytest.CaptureFixture[str]) -> None:
     ip.run_line_magic("torchx", f"log {handle} --regex line")  # type: ignore[attr-defined]
     assert capsys.readouterr().out == "line-form\n"
     df = ip.run_line_magic("torchx", "list")  # type: ignore[attr-defined]
-    assert list(df.columns) == ["handle", "scheduler", "name", "state", "submitted", "duration"]
+    assert list(df.columns) == [
+        "handle",
+        "scheduler",
+        "name",
+        "state",
+        "submitted",
+        "duration",
+        "queued",
+        "ran",
+    ]
     assert set(df["state"]) == {"SUCCEEDED", "CANCELLED"}
     assert str(df["submitted"].dtype).startswith("datetime64")
     opts = ip.run_line_magic("torchx", "runopts local_cwd")  # type: ignore[attr-defined]

@@ -259,5 +259,7 @@ def test_results_come_back_survive_a_new_runner_and_a_cancel_has_none(
     # a component run has outputs but no result: one clear line
     with get_runner() as runner:
         echo = runner.run(runner.component_app("utils.echo", {"msg": "hi"}), "local_cwd", {})
-        with pytest.raises(NoResult, match="SUCCEEDED without a result: nothing of torchx_nb's cell runner"):
+        with pytest.raises(
+            NoResult, match="SUCCEEDED without a result: nothing of torchx_nb's cell runner"
+        ):
             JobHandle(echo, runner).result(timeout=30)

@@ -250,6 +250,7 @@ def test_cell_results_and_outputs_come_back_from_the_container(
         result_workspace,
     )
     from torchx_nb.components.cell import cell
+    from torchx_nb.notebook.handle import JobHandle
 
     ws = result_workspace(tmp_path)
     cfg = {"network": "host", "builder": "docker", "quiet": True}
@@ -264,6 +265,9 @@ def test_cell_results_and_outputs_come_back_from_the_container(
         assert_raises_remotely(runner, bad)
         rec = runner.jobstore.get(ok)
         assert rec is not None and rec.outputs and "/local_docker/" in rec.outputs
+        # the image's build is the job's first phase
+        assert rec.build_seconds is not None and rec.build_seconds > 0
+        assert JobHandle(ok, runner).phases()["phase"].iloc[0] == "image built and pushed"
 
 
 def test_an_image_with_another_python_is_refused_before_the_build(

@@ -635,3 +635,31 @@ def test_every_slurm_reason_reads_as_words() -> None:
     assert pending_reason("SomethingNew", "7") == (
         "pending: SomethingNew (Slurm's reason; `scontrol show job 7` says more)"
     )
+
+
+def test_phases_split_queue_and_run_from_slurms_own_times(slurm_env: SlurmCluster) -> None:
+    """A job queued behind exclusive jobs on every node: its queue time and run time come from
+    Slurm's start and end times, in job.phases() and in the job list."""
+    from torchx_nb.joblist import job_rows
+    from torchx_nb.notebook.handle import JobHandle
+
+    blockers = [
+        slurm_env.run(
+            "sbatch", "--parsable", "--exclusive", "-N1", "--wrap", "sleep 6"
+        ).stdout.strip()
+        for _ in range(2)
+    ]
+    try:
+        with get_runner() as runner:
+            handle = runner.run(shell_app("sleep 2", "", name="phased"), "slurm", {})
+            status = runner.wait(handle, wait_interval=0.5, timeout=120)
+            assert status is not None and status.state == AppState.SUCCEEDED
+            frame = JobHandle(handle, runner).phases()
+            assert list(frame["phase"]) == ["queued", "running"]
+            queued, ran = frame["seconds"]
+            assert queued >= 2 and 1.5 <= ran <= 30, frame
+            assert frame["end"].iloc[0] == frame["start"].iloc[1]
+            (row,) = [r for r in job_rows(runner, refresh=False) if r["handle"] == handle]
+            assert row["queued"] == queued and row["ran"] == ran
+    finally:
+        slurm_env.run("scancel", *blockers, check=False)

@@ -11,26 +11,28 @@ from torchx_nb.specs.api import runopts
 if TYPE_CHECKING:
     import pandas as pd
 
-JOB_COLUMNS = ["handle", "scheduler", "name", "state", "submitted", "duration"]
+JOB_COLUMNS = ["handle", "scheduler", "name", "state", "submitted", "duration", "queued", "ran"]
 
 
 def jobs_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per job, newest first; ``submitted`` in local time (to the second),
-    ``duration`` as ``m:ss`` / ``h:mm:ss`` text (empty when unknown)."""
+    """One row per job, newest first; ``submitted`` in local time (to the second);
+    ``duration`` and its split at the job's start, ``queued`` and ``ran``, as ``m:ss`` /
+    ``h:mm:ss`` text (empty when unknown)."""
     from datetime import datetime
 
     import pandas as pd
 
-    from torchx_nb.notebook.render import fmt_elapsed
+    from torchx_nb.phases import fmt_duration
 
     frame = pd.DataFrame(rows, columns=[*JOB_COLUMNS, "msg"])
     local = datetime.now().astimezone().tzinfo
     frame["submitted"] = (
         pd.to_datetime(frame["submitted"], unit="s", utc=True).dt.tz_convert(local).dt.floor("s")
     )
-    frame["duration"] = [
-        "" if d is None or pd.isna(d) else fmt_elapsed(float(d)) for d in frame["duration"]
-    ]
+    for column in ("duration", "queued", "ran"):
+        frame[column] = [
+            "" if d is None or pd.isna(d) else fmt_duration(float(d)) for d in frame[column]
+        ]
     return frame.drop(columns=["msg"]) if frame["msg"].eq("").all() else frame
 
 

@@ -147,6 +147,27 @@ class JobHandle:
             self.handle, role, k, regex=regex, should_tail=tail, streams=stream
         )
 
+    def phases(self) -> pd.DataFrame:
+        """The job's phases (image built and pushed, queued, running) with their start, end
+        (NaT while still going) and seconds, in local time, from the job store's times (the
+        scheduler's own where it reports them)."""
+        from datetime import datetime
+
+        import pandas as pd
+
+        from torchx_nb.phases import phases
+
+        self._runner.status(self.handle)  # the latest state and start time into the store
+        rec = self._runner.jobstore.get(self.handle)
+        if rec is None:
+            raise UnknownAppException(self.handle)
+        rows = [(p.name, p.start, p.end, p.seconds()) for p in phases(rec)]
+        frame = pd.DataFrame(rows, columns=["phase", "start", "end", "seconds"])
+        tz = datetime.now().astimezone().tzinfo
+        for column in ("start", "end"):
+            frame[column] = pd.to_datetime(frame[column], unit="s", utc=True).dt.tz_convert(tz)
+        return frame
+
     def metrics(self, role: str | None = None, k: int = 0) -> pd.DataFrame:
         """The ``--metric`` points as a DataFrame (name, step, value, time): those the live
         widget collected (with the time each line was seen), else parsed from the log now."""

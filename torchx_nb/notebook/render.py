@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from torchx_nb.phases import fmt_duration
 from torchx_nb.redact import redact_text
 from torchx_nb.specs.api import AppStatus, display_url, message_text
 from torchx_nb.specs.failure import FailureCard
@@ -29,11 +30,8 @@ STATE_COLOURS = {
 
 
 def fmt_elapsed(seconds: float | None) -> str:
-    """``m:ss`` or ``h:mm:ss``."""
-    total = int(max(0.0, seconds or 0.0))
-    h, rem = divmod(total, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+    """``m:ss`` or ``h:mm:ss`` (``0:00`` when unknown)."""
+    return fmt_duration(seconds or 0.0)
 
 
 def elapsed(
@@ -206,6 +204,13 @@ def result_line(result: str) -> str:
     """``result: REPR`` (or ``raised TYPE: message``), secrets masked, one line."""
     text = redact_text(" ".join(result.split()))[:300]
     return text if text.startswith("raised ") else f"result: {text}"
+
+
+def phases_html(line: str) -> str:
+    """The job's phases under its status (empty when not known)."""
+    if not line:
+        return ""
+    return f'<div class="torchx-nb-phases"><small>{html.escape(line)}</small></div>'
 
 
 def result_html(result: str | None) -> str:

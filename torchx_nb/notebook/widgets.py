@@ -130,6 +130,7 @@ class StatusWidget:
         self._metrics_version = -1
         self.result: str | None = None  # the short repr of the cell's value, once ended
         self.failures: list[FailureCard] = []  # once it failed: a card per failing replica
+        self.phases = ""  # once it ended: "built 0:12 · queued 0:03 · ran 1:20"
         self._lock = threading.RLock()
         record = runner.jobstore.get(handle)
         self.submitted = record.submitted if record else time.time()
@@ -156,6 +157,8 @@ class StatusWidget:
 
     def text(self) -> str:
         text = render.status_text(self.handle, self.status, self.seconds(), self.failures)
+        if self.phases:
+            text += f"\n  {self.phases}"
         if self.result is not None and not self.failures:
             text += f"\n  {render.result_line(self.result)}"
         if self.metrics:
@@ -168,6 +171,7 @@ class StatusWidget:
         return (
             '<div class="torchx-nb-snapshot" style="line-height:1.4">'
             f"{render.status_html(self.handle, self.status, self.seconds(), '', self.failures)}"
+            f"{render.phases_html(self.phases)}"
             f"{'' if self.failures else render.result_html(self.result)}"
             f"{'<br>' + charts if charts else ''}</div>"
         )
@@ -612,6 +616,11 @@ class JobView:
             self.status.result = self.runner.result_repr(self.handle)
         with contextlib.suppress(Exception):
             self.status.failures = self.runner.failure_cards(self.handle, self.status.status)
+        with contextlib.suppress(Exception):
+            from torchx_nb.phases import phases_line
+
+            record = self.runner.jobstore.get(self.handle)
+            self.status.phases = phases_line(record) if record else ""
         status_bundle = {"text/html": self.status.html(), "text/plain": self.status.text()}
         self._display.update(status_bundle, raw=True)
         if self.logs is not None and self._log_display is not None:

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from torchx_nb.errors import one_line
 from torchx_nb.jobstore import fold_query, search_text
+from torchx_nb.phases import queue_and_run
 from torchx_nb.redact import redact, redact_lines, redact_text
 from torchx_nb.specs.api import AppState, TorchxNbError, message_text
 
@@ -232,7 +233,9 @@ class JobService:
 
     def row(self, rec: Any) -> dict[str, Any]:
         """A job store record as the API shows it."""
-        end = rec.ended if rec.ended else (rec.updated if rec.is_terminal else time.time())
+        now = time.time()
+        end = rec.ended if rec.ended else (rec.updated if rec.is_terminal else now)
+        queued, ran = queue_and_run(rec, now)
         return {
             "handle": rec.handle,
             "scheduler": rec.scheduler,
@@ -241,6 +244,10 @@ class JobService:
             "submitted": rec.submitted,
             "ended": rec.ended,
             "duration": max(0.0, end - rec.submitted),
+            "started": rec.started,
+            "queued": queued,
+            "ran": ran,
+            "build_seconds": rec.build_seconds,
             "notebook": rec.notebook,
             "notebook_path": notebook_path(rec.notebook, self.root_dir),
             "image": rec.image,

@@ -497,6 +497,7 @@ class AppDryRunInfo(Generic[T]):
         self._cfg: Mapping[str, CfgVal] = {}
         self._scheduler: str | None = None
         self.workspace_preview: str | None = None
+        self.build_seconds: float | None = None  # the image's build and push, when one ran
 
     @property
     def app(self) -> AppDef | None:

@@ -1,0 +1,34 @@
+"""A job's phases from the job store's times."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.test_jobstore import rec
+from torchx_nb.phases import fmt_duration, phases, phases_line, queue_and_run
+
+
+def at(**times: float | None) -> object:
+    return dataclasses.replace(rec("slurm://torchx/7"), **times)
+
+
+def test_built_queued_ran() -> None:
+    job = at(submitted=100.0, build_seconds=12.0, started=103.0, ended=183.0)
+    assert [(p.name, p.start, p.end) for p in phases(job)] == [  # type: ignore[arg-type]
+        ("image built and pushed", 88.0, 100.0),
+        ("queued", 100.0, 103.0),
+        ("running", 103.0, 183.0),
+    ]
+    assert queue_and_run(job) == (3.0, 80.0)  # type: ignore[arg-type]
+    assert phases_line(job) == "built 0:12 · queued 0:03 · ran 1:20"  # type: ignore[arg-type]
+
+
+def test_still_running_never_ran_and_a_clock_behind() -> None:
+    running = at(submitted=100.0, started=110.0, ended=None)
+    assert phases_line(running, now=170.0) == "queued 0:10 · running 1:00"  # type: ignore[arg-type]
+    cancelled = at(submitted=100.0, started=None, ended=130.0)
+    assert queue_and_run(cancelled) == (30.0, None)  # type: ignore[arg-type]
+    assert phases_line(cancelled) == "queued 0:30"  # type: ignore[arg-type]
+    skewed = at(submitted=100.0, started=98.0, ended=120.0)  # the scheduler's clock behind ours
+    assert queue_and_run(skewed) == (0.0, 20.0)  # type: ignore[arg-type]
+    assert fmt_duration(None) == "" and fmt_duration(3725) == "1:02:05"

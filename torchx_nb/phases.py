@@ -1,0 +1,67 @@
+"""A job's phases from the times the job store keeps (the scheduler's own where it reports
+them): the image built and pushed (before submit), queued (submitted → started), running
+(started → ended). A phase its backend gives no time for is left out, never guessed: a job
+that ended without ever being seen running has a queue phase only."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from torchx_nb.jobstore import JobRecord
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str  # "image built and pushed", "queued", "running"
+    start: float
+    end: float | None  # None: still going
+
+    def seconds(self, now: float | None = None) -> float:
+        return max(0.0, (self.end if self.end is not None else now or time.time()) - self.start)
+
+
+def phases(rec: JobRecord) -> list[Phase]:
+    """The phases of one job, in order."""
+    out = []
+    if rec.build_seconds:
+        out.append(
+            Phase("image built and pushed", rec.submitted - rec.build_seconds, rec.submitted)
+        )
+    started = rec.started if rec.started is not None and rec.started >= rec.submitted else None
+    if started is None and rec.started is not None:
+        started = rec.submitted  # a clock behind ours: it started at once
+    queue_end = started if started is not None else rec.ended
+    out.append(Phase("queued", rec.submitted, queue_end))
+    if started is not None:
+        out.append(Phase("running", started, rec.ended))
+    return out
+
+
+def queue_and_run(rec: JobRecord, now: float | None = None) -> tuple[float, float | None]:
+    """Seconds queued, and seconds run (None: it never ran)."""
+    found = {p.name: p.seconds(now) for p in phases(rec)}
+    return found["queued"], found.get("running")
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``m:ss`` or ``h:mm:ss`` ("" when unknown): how every surface shows a duration."""
+    if seconds is None:
+        return ""
+    total = int(max(0.0, seconds))
+    h, rem = divmod(total, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def phases_line(rec: JobRecord, now: float | None = None) -> str:
+    """``built 0:12 · queued 0:03 · ran 1:20`` (``running 0:40`` while it runs)."""
+    words = {"image built and pushed": "built", "queued": "queued", "running": "ran"}
+    parts = []
+    for p in phases(rec):
+        word = "running" if p.name == "running" and p.end is None else words[p.name]
+        parts.append(f"{word} {fmt_duration(p.seconds(now))}")
+    return " · ".join(parts)
+
+
+__all__ = ["Phase", "fmt_duration", "phases", "phases_line", "queue_and_run"]
