@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 from typing import Any
 
@@ -348,3 +349,82 @@ def test_a_sweep_is_one_array_job_whose_children_run_in_containers(
     (parent,) = batch.describe_jobs(jobs=[parent_id])["jobs"]
     assert parent["arrayProperties"]["size"] == 3
     assert ":" not in parent_id  # the children are PARENT:INDEX
+
+
+def test_a_job_held_runnable_says_which_compute_environment_holds_it(aws_env: MotoServer) -> None:
+    """moto's Batch keeps a compute environment's state and limits but never reads them when it
+    runs a job, so the job's RUNNABLE is given here; everything else (the queue, its compute
+    environments, their state and maxvCpus) is read from moto through the scheduler."""
+    import uuid
+
+    from tests.infra.moto import make_queue
+    from torchx_nb.schedulers.aws_batch import create_scheduler
+    from torchx_nb.schedulers.aws_batch_runnable import runnable_reason
+
+    queue = make_queue(aws_env, f"held-{uuid.uuid4().hex[:8]}")
+    batch = aws_env.client("batch")
+    batch.update_compute_environment(computeEnvironment=f"{queue}-ce", state="DISABLED")
+    sched = create_scheduler("torchx")
+    job = {
+        "status": "RUNNABLE",
+        "jobQueue": queue,
+        "createdAt": (time.time() - 300) * 1000,
+        "container": {"resourceRequirements": [{"type": "VCPU", "value": "4"}]},
+    }
+    said = runnable_reason(job, sched._environments)
+    assert said == (
+        f"RUNNABLE for 5 min: {queue}-ce is DISABLED: enable it (aws batch"
+        f" update-compute-environment --compute-environment {queue}-ce --state ENABLED)"
+    )
+    batch.update_compute_environment(computeEnvironment=f"{queue}-ce", state="ENABLED")
+    assert runnable_reason(job, sched._environments) is None  # nothing found that holds it
+    fresh = {**job, "createdAt": time.time() * 1000}
+    assert runnable_reason(fresh, sched._environments) is None  # within the grace period
+
+
+def test_a_job_too_big_for_its_environment_can_never_start() -> None:
+    from torchx_nb.schedulers.aws_batch_runnable import job_vcpus, runnable_reason
+
+    job = {
+        "status": "RUNNABLE",
+        "jobQueue": "arn:aws:batch:us-west-2:1:job-queue/q",
+        "createdAt": 0,
+        "nodeProperties": {
+            "nodeRangeProperties": [
+                {
+                    "targetNodes": "0:0",
+                    "container": {"resourceRequirements": [{"type": "VCPU", "value": "8"}]},
+                },
+                {
+                    "targetNodes": "1:3",
+                    "container": {"resourceRequirements": [{"type": "VCPU", "value": "8"}]},
+                },
+            ]
+        },
+    }
+    assert job_vcpus(job) == 32
+    envs = [
+        {
+            "computeEnvironmentName": "small",
+            "state": "ENABLED",
+            "status": "VALID",
+            "computeResources": {"maxvCpus": 16},
+        }
+    ]
+    assert runnable_reason(job, lambda q: envs, now=600) == (
+        "RUNNABLE for 10 min: small allows at most 16 vCPUs (maxvCpus) and the job needs 32:"
+        " it can never start there; raise maxvCpus or ask for less"
+    )
+    broken = [
+        {
+            "computeEnvironmentName": "bad",
+            "status": "INVALID",
+            "statusReason": "CLIENT_ERROR - role",
+        }
+    ]
+    assert "bad is INVALID (CLIENT_ERROR - role)" in (
+        runnable_reason(job, lambda q: broken, now=600) or ""
+    )
+    assert runnable_reason(job, lambda q: [], now=600) == (
+        "RUNNABLE: the queue q has no compute environment: add one to the queue"
+    )

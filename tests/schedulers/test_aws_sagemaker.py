@@ -437,3 +437,55 @@ def test_cell_results_come_back_from_the_default_bucket_beside_sagemakers_model(
 
         with tarfile.open(folder / "output" / "model.tar.gz") as tar:
             assert tar.extractfile("./w.txt").read() == b"m"  # type: ignore[union-attr]
+
+
+# DescribeTrainingJob as SageMaker answers it while a job waits, trains and fails (recorded
+# shapes: moto fixes SecondaryStatus at "Completed", so these are written out here)
+_WAITING = {
+    "TrainingJobStatus": "InProgress",
+    "SecondaryStatus": "Starting",
+    "AlgorithmSpecification": {"TrainingImage": "123.dkr.ecr.us-west-2.amazonaws.com/base:2.5"},
+    "SecondaryStatusTransitions": [
+        {"Status": "Starting", "StatusMessage": "Preparing the instances for training"}
+    ],
+}
+_PULLING = {
+    **_WAITING,
+    "SecondaryStatus": "DownloadingTrainingImage",
+    "SecondaryStatusTransitions": [
+        {"Status": "Starting", "StatusMessage": "Preparing the instances for training"},
+        {
+            "Status": "DownloadingTrainingImage",
+            "StatusMessage": "Downloading the training image",
+        },
+    ],
+}
+_OOM = {
+    "TrainingJobStatus": "Failed",
+    "SecondaryStatus": "Failed",
+    "FailureReason": "AlgorithmError: Please use an instance type with more memory, or reduce"
+    " the size of job data processed on an instance.",
+}
+_NO_CAPACITY = {
+    "TrainingJobStatus": "Failed",
+    "SecondaryStatus": "Failed",
+    "FailureReason": "CapacityError: Unable to provision requested ML compute capacity.",
+}
+
+
+def test_sagemakers_status_is_said_in_words() -> None:
+    from torchx_nb.schedulers.sagemaker_status import out_of_memory, status_message
+
+    assert status_message(_WAITING) == (
+        "Starting: SageMaker is starting the job (Preparing the instances for training)"
+    )
+    assert status_message(_PULLING) == (
+        "DownloadingTrainingImage: pulling the image"
+        " 123.dkr.ecr.us-west-2.amazonaws.com/base:2.5 (Downloading the training image)"
+    )
+    assert status_message(_OOM).endswith(
+        "; it ran out of memory: a larger -cfg instance_type, or less per instance"
+    )
+    assert out_of_memory(_OOM) and not out_of_memory(_NO_CAPACITY)
+    assert "no capacity for the instance type" in status_message(_NO_CAPACITY)
+    assert status_message({"SecondaryStatus": "Completed"}) == "Completed"

@@ -7,6 +7,7 @@ settings (``AWS_ENDPOINT_URL``, ``AWS_DEFAULT_REGION``, profiles) apply."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import getpass
 import re
@@ -30,6 +31,7 @@ from torchx_nb.schedulers.api import (
     tail_wait,
     upload_target,
 )
+from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
 from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
@@ -414,10 +416,45 @@ class AwsBatchScheduler(
         """Describe many apps with one ``describe_jobs`` call per 100 jobs."""
         ids = {app_id: self._job_id(app_id) for app_id in app_ids}
         jobs = {j["jobId"]: j for j in self._describe_jobs([i for i in ids.values() if i])}
-        return {
+        out = {
             app_id: (self._to_response(app_id, jobs[jid]) if jid in jobs else None)
             for app_id, jid in ids.items()
         }
+        envs: dict[str, list[dict[str, Any]]] = {}  # one look per queue per round
+
+        def environments_of(queue: str) -> list[dict[str, Any]]:
+            if queue not in envs:
+                envs[queue] = self._environments(queue)
+            return envs[queue]
+
+        for app_id, jid in ids.items():
+            resp = out.get(app_id)
+            if resp is not None and jid in jobs:
+                with contextlib.suppress(Exception):  # a reason is extra: never fail describe
+                    why = runnable_reason(jobs[jid], environments_of, grace=self.runnable_grace)
+                    if why:
+                        resp.msg = why
+        return out
+
+    runnable_grace = GRACE_S
+
+    def _environments(self, queue: str) -> list[dict[str, Any]]:
+        """The compute environments of a job queue (by name or ARN)."""
+        found = self._call(
+            "cannot describe the job queue", self.client.describe_job_queues, jobQueues=[queue]
+        ).get("jobQueues", [])
+        order = [
+            e["computeEnvironment"] for q in found for e in q.get("computeEnvironmentOrder", [])
+        ]
+        if not order:
+            return []
+        return list(
+            self._call(
+                "cannot describe the compute environments",
+                self.client.describe_compute_environments,
+                computeEnvironments=order,
+            ).get("computeEnvironments", [])
+        )
 
     def _state(self, job: dict[str, Any]) -> AppState:
         state = STATES.get(job.get("status", ""), AppState.UNKNOWN)

@@ -39,6 +39,7 @@ from torchx_nb.schedulers.aws_common import (
     cloudwatch_events,
 )
 from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.sagemaker_status import out_of_memory, status_message
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -600,14 +601,22 @@ class AwsSageMakerScheduler(
             roles_statuses=[
                 RoleStatus(
                     "sagemaker",
-                    [ReplicaStatus(i, state, "sagemaker", f"algo-{i + 1}") for i in range(count)],
+                    [
+                        ReplicaStatus(
+                            i,
+                            state,
+                            "sagemaker",
+                            f"algo-{i + 1}",
+                            oom=state == AppState.FAILED and out_of_memory(job),
+                        )
+                        for i in range(count)
+                    ],
                 )
             ],
             started=_epoch(job.get("TrainingStartTime")),
             ended=_epoch(job.get("TrainingEndTime")) if is_terminal(state) else None,
         )
-        reason = str(job.get("FailureReason") or "")
-        resp.msg = f"{secondary}: {reason}" if secondary and reason else reason or secondary
+        resp.msg = status_message(job)
         return resp
 
     def list(self, cfg: AwsSageMakerOpts | None = None) -> list[ListAppResponse]:

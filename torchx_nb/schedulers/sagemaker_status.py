@@ -1,0 +1,61 @@
+"""What a SageMaker training job is doing, in words: its ``SecondaryStatus`` with the
+message of its latest transition (SageMaker's own sentence), the next step where there is
+one, and whether its ``FailureReason`` says it ran out of memory. Pure functions over a
+``DescribeTrainingJob`` response."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# SecondaryStatus -> what it means while the job waits or winds down
+_WORDS: dict[str, str] = {
+    "Starting": "SageMaker is starting the job",
+    "Pending": "waiting for SageMaker to start it",
+    "LaunchingMLInstances": "launching the instances",
+    "PreparingTrainingStack": "preparing the training stack",
+    "Downloading": "downloading the input data",
+    "DownloadingTrainingImage": "pulling the image {image}",
+    "Training": "training",
+    "Uploading": "uploading the outputs",
+    "Stopping": "stopping",
+    "Restarting": "restarting after a failure",
+    "Interrupted": "its spot instances were interrupted",
+    "MaxRuntimeExceeded": "it ran longer than -cfg max_run allows",
+    "MaxWaitTimeExceeded": "it waited longer than -cfg max_wait allows for spot capacity",
+}
+_OOM = re.compile(r"out ?of ?memory|OutOfMemory|OOM|with more memory", re.I)
+_CAPACITY = re.compile(r"capacity|ResourceLimitExceeded", re.I)
+
+
+def status_message(job: dict[str, Any]) -> str:
+    """``SecondaryStatus: words (SageMaker's message)``, and the failure reason with its next
+    step once it failed."""
+    secondary = str(job.get("SecondaryStatus") or "")
+    image = str((job.get("AlgorithmSpecification") or {}).get("TrainingImage", ""))
+    words = _WORDS.get(secondary, "").format(image=image)
+    transitions = job.get("SecondaryStatusTransitions") or []
+    said = str(transitions[-1].get("StatusMessage") or "") if transitions else ""
+    reason = str(job.get("FailureReason") or "")
+    if reason:
+        step = ""
+        if out_of_memory(job):
+            step = "; it ran out of memory: a larger -cfg instance_type, or less per instance"
+        elif _CAPACITY.search(reason):
+            step = "; no capacity for the instance type: another type or region, or retry later"
+        head = f"{secondary}: " if secondary else ""
+        return f"{head}{reason}{step}"
+    parts = [p for p in (words, said) if p]
+    if not secondary:
+        return said
+    if len(parts) == 2 and said.lower().rstrip(".") != words.lower():
+        return f"{secondary}: {words} ({said})"
+    return f"{secondary}: {parts[0]}" if parts else secondary
+
+
+def out_of_memory(job: dict[str, Any]) -> bool:
+    """Whether SageMaker's failure reason says the job ran out of memory."""
+    return bool(_OOM.search(str(job.get("FailureReason") or "")))
+
+
+__all__ = ["out_of_memory", "status_message"]
