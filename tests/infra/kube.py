@@ -663,6 +663,23 @@ class KubeFake:
     def _run(self, pod: Pod, extra: dict[str, str], subdomain: str) -> None:
         spec = pod.obj["spec"]
         c = spec["containers"][0]
+        limits = (c.get("resources") or {}).get("limits") or {}
+        if int(str(limits.get("nvidia.com/gpu", 0) or 0)) > 0:
+            # as the real scheduler says it: this cluster's one node has no GPU
+            pod.obj["status"] = {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+                        " preemption: 0/1 nodes are available: 1 No preemption victims found"
+                        " for incoming pod.",
+                    }
+                ],
+            }
+            return
         env = self._env(pod, c, extra)
         command = [
             re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), a)
@@ -699,7 +716,21 @@ class KubeFake:
         try:
             self.docker.images.get(image)
         except Exception:
-            self.docker.images.pull(image)
+            try:
+                self.docker.images.pull(image)
+            except Exception as e:  # as the kubelet: ErrImagePull, then ImagePullBackOff
+                waiting = {
+                    "reason": "ErrImagePull",
+                    "message": f"failed to pull {image}: {e}"[:200],
+                }
+                pod.obj["status"] = {
+                    "phase": "Pending",
+                    "containerStatuses": [
+                        {"name": c["name"], "image": image, "state": {"waiting": waiting}}
+                    ],
+                }
+                threading.Timer(2.0, waiting.update, [{"reason": "ImagePullBackOff"}]).start()
+                return
         pod.container = self.docker.containers.run(
             image,
             entrypoint=command[:1] or None,

@@ -587,3 +587,41 @@ def test_a_local_image_without_image_repo_is_a_key_error_as_in_torchx() -> None:
     assert isinstance(info.value, InvalidRunConfigException) and info.value.cfg_key == "image_repo"
     assert str(info.value).startswith("role 'r' runs the local image sha256:abab")
     assert str(info.value).endswith("pass -cfg image_repo=HOST/REPO to push it there")
+
+
+def test_why_a_pod_waits_is_said_with_the_next_step(
+    kube_env: KubeFake, base_images: dict[str, str]
+) -> None:
+    """An image nobody can pull (a registry address on loopback where nothing listens) and a
+    pod asking for a GPU the cluster's one node lacks: the scheduler's and the kubelet's
+    reasons, in words, for the job and its replica."""
+    sched = KubernetesScheduler("torchx")
+    missing = "127.0.0.1:1/torchx-nb/missing:1"
+    pulled = sched.submit(shell_app("true", missing), {"api": "indexed"})
+
+    def said(app_id: str, start: str) -> str | None:
+        desc = sched.describe(app_id)
+        msg = desc.msg if desc is not None and desc.state == AppState.PENDING else ""
+        return msg if msg.startswith(start) else None
+
+    msg = wait_for(lambda: said(pulled, "pending (ImagePullBackOff)"), 30)
+    assert msg.startswith(  # type: ignore[union-attr]
+        f"pending (ImagePullBackOff): cannot pull the image {missing}: failed to pull"
+    )
+    assert msg.endswith(  # type: ignore[union-attr]
+        "; check its name and tag, and that the cluster may pull from its registry"
+        " (imagePullSecrets)"
+    )
+    gpu = shell_app("true", base_images["busybox"])
+    gpu.roles[0].resource = specs.Resource(cpu=1, gpu=1, memMB=64)
+    unschedulable = sched.submit(gpu, {"api": "indexed"})
+    msg = wait_for(lambda: said(unschedulable, "pending (Unschedulable)"), 30)
+    assert msg == (
+        "pending (Unschedulable): 0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+        " preemption: 0/1 nodes are available: 1 No preemption victims found for incoming"
+        " pod.; ask for less (-h, cpu, memMB, gpu), or add nodes that have it"
+    )
+    replica = sched.describe(unschedulable).roles_statuses[0].replicas[0]  # type: ignore[union-attr]
+    assert replica.structured_error_msg == msg
+    for app_id in (pulled, unschedulable):
+        sched.cancel(app_id)

@@ -38,7 +38,9 @@ from torchx_nb.schedulers.api import (
     upload_target,
 )
 from torchx_nb.schedulers.ids import random_id
+from torchx_nb.schedulers.kubernetes_pending import pod_pending_reason
 from torchx_nb.specs.api import (
+    NONE,
     AppDef,
     AppDryRunInfo,
     AppState,
@@ -1009,6 +1011,14 @@ class KubernetesScheduler(
             for r in s.replicas
             if r.state == AppState.FAILED and r.structured_error_msg
         ]
+        if state == AppState.PENDING and not msg:
+            waiting = [
+                r.structured_error_msg
+                for s in statuses
+                for r in s.replicas
+                if r.state == AppState.PENDING and r.structured_error_msg not in ("", NONE)
+            ]
+            msg = waiting[0] if waiting else msg
         return DescribeAppResponse(
             app_id=app_id,
             state=state,
@@ -1115,6 +1125,8 @@ class KubernetesScheduler(
                 rep.structured_error_msg = f"FAILED (exit code {exit_code})" + (
                     f": {why}" if why else ""
                 )
+            elif rstate == AppState.PENDING and current is not None:
+                rep.structured_error_msg = pod_pending_reason(current) or NONE
             statuses.setdefault(role_name, []).append(rep)
         return list(roles.values()), [RoleStatus(n, reps) for n, reps in statuses.items()]
 
