@@ -701,6 +701,11 @@ class KubeFake:
                 binds.append(f"{local}:{m['mountPath']}{mode}")
         if (c.get("securityContext") or {}).get("privileged"):
             kwargs["privileged"] = True
+        memory = str(limits.get("memory") or "")
+        m = re.fullmatch(r"(\d+)(Mi|M|Gi|G)?", memory)
+        if m:  # the container's memory limit, enforced as the kubelet's cgroup does
+            scale = {"Mi": 2**20, "M": 10**6, "Gi": 2**30, "G": 10**9, None: 1}[m.group(2)]
+            kwargs["mem_limit"] = max(int(m.group(1)) * scale, 6 * 2**20)
         # pod DNS names of this job (NAME-I.SUBDOMAIN) point at this machine
         # (and the machine's own name, which torchrun resolves: with extra hosts, docker writes
         # the hosts file itself instead of copying this machine's)
@@ -763,8 +768,10 @@ class KubeFake:
             for line in lines.flush():
                 pod.lines.append((time.time(), line + "\n"))
             code = int(container.wait(timeout=600)["StatusCode"])
+            container.reload()
+            oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
         except Exception:
-            code = 137
+            code, oom = 137, False
         if pod.obj["status"].get("phase") == "Running":
             pod.obj["status"] = {
                 **pod.obj["status"],
@@ -775,7 +782,11 @@ class KubeFake:
                         "state": {
                             "terminated": {
                                 "exitCode": code,
-                                "reason": "Completed" if code == 0 else "Error",
+                                "reason": "Completed"
+                                if code == 0
+                                else "OOMKilled"
+                                if oom
+                                else "Error",
                                 "finishedAt": _now(),
                             }
                         },

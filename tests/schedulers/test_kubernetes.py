@@ -625,3 +625,22 @@ def test_why_a_pod_waits_is_said_with_the_next_step(
     assert replica.structured_error_msg == msg
     for app_id in (pulled, unschedulable):
         sched.cancel(app_id)
+
+
+def test_a_pod_over_its_memory_limit_is_oomkilled(
+    kube_env: KubeFake, base_images: dict[str, str]
+) -> None:
+    """The pod's memory limit is enforced (the loopback controller gives it to Docker as the
+    kubelet gives it to the cgroup): the terminated reason OOMKilled marks the replica and
+    its failure card."""
+    app = shell_app(
+        "python3 -c 'x = bytearray(400 * 1024 * 1024)'", base_images["python"], mem_mb=64
+    )
+    with get_runner() as runner:
+        handle = runner.run(app, "kubernetes", {"api": "indexed"})
+        status = runner.wait(handle, wait_interval=0.5, timeout=120)
+        assert status is not None and status.state == AppState.FAILED, status
+        (replica,) = status.roles[0].replicas
+        assert replica.oom, replica
+        (card,) = runner.failure_cards(handle, status)
+        assert card.headline() == "r/0 ran out of memory (exit code 137, SIGKILL)"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import shell_app, wait_for
 from tests.infra.dockerd import DockerDaemon
 from torchx_nb import specs
 from torchx_nb.runner import get_runner
@@ -296,3 +296,28 @@ def test_an_image_with_another_python_is_refused_before_the_build(
     ):
         runner.run(cell(source="1", image=other), "local_docker", {"builder": "docker"}, str(ws))
     assert {i.id for i in client.images.list()} == before  # nothing was built
+
+
+def test_a_container_over_its_memory_limit_is_told_as_out_of_memory(
+    docker_env: DockerDaemon, base_images: dict[str, str]
+) -> None:
+    """A replica that allocates past its memMB is killed by the kernel's OOM killer: Docker's
+    OOMKilled becomes the replica's oom flag and its failure card says so (not a cancel)."""
+    from torchx_nb.specs.failure import FailureCard
+
+    app = shell_app(
+        "python3 -c 'x = bytearray(400 * 1024 * 1024); print(len(x))'",
+        base_images["python"],
+        name="hog",
+        mem_mb=64,
+    )
+    with get_runner() as runner:
+        handle = runner.run(app, "local_docker", {"network": "none"})
+        status = runner.wait(handle, wait_interval=0.2, timeout=120)
+        assert status is not None and status.state == AppState.FAILED, status
+        (replica,) = status.roles[0].replicas
+        assert replica.oom and replica.exit_code == 137
+        (card,) = runner.failure_cards(handle, status)
+        assert isinstance(card, FailureCard)
+        assert card.headline() == "r/0 ran out of memory (exit code 137, SIGKILL)"
+        assert "ran out of memory (OOMKilled)" in status.msg
