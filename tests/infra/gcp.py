@@ -224,6 +224,8 @@ class GcpFake:
         self.idle_projects: set[str] = set()
         # project -> seconds: its tasks run that long without a container, then succeed
         self.timed_projects: dict[str, float] = {}
+        # jobs of these projects stay SCHEDULED, held by quota, with GCP's own status event
+        self.quota_projects: set[str] = set()
         self.lock = threading.RLock()
         self.stopping = threading.Event()
         self.server: ThreadingHTTPServer | None = None
@@ -733,6 +735,21 @@ class GcpFake:
         if job.state == "QUEUED":
             with self.lock:
                 self._job_event(job, "SCHEDULED")
+            return
+        if job.state == "SCHEDULED" and job.project in self.quota_projects:
+            with self.lock:
+                said = [e for e in job.events if "inadequate quotas" in e["description"]]
+                if not said:
+                    job.updated = _now()
+                    job.events.append(
+                        {
+                            "state": "SCHEDULED",
+                            "time": job.updated,
+                            "description": "Quota checking process decides to delay scheduling"
+                            f" for the job {job.uid} due to inadequate quotas [Quota: CPUS,"
+                            " limit: 24, usage: 24, wanted: 4.].",
+                        }
+                    )
             return
         if job.state == "SCHEDULED" and job.project in self.idle_projects:
             with self.lock:

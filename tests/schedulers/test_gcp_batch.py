@@ -773,3 +773,36 @@ def test_replica_id_in_a_command_is_each_tasks_index(
     wait_for(lambda: sched.describe(app_id).state == AppState.SUCCEEDED, 90)  # type: ignore[union-attr]
     logs = sorted("".join(sched.log_iter(app_id, "r", k)) for k in (0, 1))
     assert logs == ["task 0 of 2; $HOME stays\n", "task 1 of 2; $HOME stays\n"]
+
+
+def test_a_job_held_by_quota_says_so_with_the_next_step(gcp_env: GcpFake) -> None:
+    """The loopback GCP Batch holds a job of a quota-starved project SCHEDULED with GCP's own
+    status event; the job's message is that sentence with what to do."""
+    from torchx_nb.schedulers.gcp_reasons import waiting_reason
+
+    project = "quota-starved"  # its name says quota: only GCP's own sentence may count
+    gcp_env.quota_projects.add(project)
+    sched = GcpBatchScheduler("torchx")
+    app_id = sched.submit(shell_app("true", "unused:1"), {"project": project})
+
+    def said() -> str | None:
+        desc = sched.describe(app_id)
+        msg = desc.msg if desc is not None and desc.state == AppState.PENDING else ""
+        return msg if msg.startswith("pending (quota)") else None
+
+    msg = wait_for(said, 30)
+    assert msg.startswith(  # type: ignore[union-attr]
+        "pending (quota): Quota checking process decides to delay scheduling for the job"
+    )
+    assert msg.endswith(  # type: ignore[union-attr]
+        "[Quota: CPUS, limit: 24, usage: 24, wanted: 4.].; ask for more quota for the project"
+        " (IAM & Admin > Quotas), or for less (-h, cpu, gpu)"
+    )
+    sched.cancel(app_id)
+    assert waiting_reason(
+        "Batch Error: code - CODE_GCE_ZONE_RESOURCE_POOL_EXHAUSTED, description - The zone"
+        " 'projects/p/zones/us-central1-a' does not have enough resources available."
+    ).startswith("pending (no capacity): Batch Error")
+    assert waiting_reason("Job state is set from QUEUED to SCHEDULED.") == (
+        "Job state is set from QUEUED to SCHEDULED."
+    )

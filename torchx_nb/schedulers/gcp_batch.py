@@ -52,6 +52,7 @@ from torchx_nb.schedulers.api import (
     trial_output,
     upload_target,
 )
+from torchx_nb.schedulers.gcp_reasons import waiting_reason
 from torchx_nb.schedulers.ids import random_id
 from torchx_nb.specs.api import (
     AppDef,
@@ -912,7 +913,7 @@ class GcpBatchScheduler(
         if failed:
             resp.msg = "; ".join(f"{role_name}-{r.id}: {r.structured_error_msg}" for r in failed)
         elif job.status.status_events and state != AppState.SUCCEEDED:
-            resp.msg = job.status.status_events[-1].description
+            resp.msg = waiting_reason(job.status.status_events[-1].description)
         return resp
 
     def _replicas(
