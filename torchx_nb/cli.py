@@ -529,9 +529,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return COMMANDS[args.cmd](args)
         finally:
-            from torchx_nb.notices import drain
-
-            drain()  # a job-end notice this command claimed goes out before it exits
+            # a job-end notice this command claimed goes out before it exits (a command that
+            # never saw a job end never loaded the module: nothing to wait for)
+            notices = sys.modules.get("torchx_nb.notices")
+            if notices is not None:
+                notices.drain()
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
