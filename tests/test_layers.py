@@ -110,6 +110,7 @@ RANKS = {
     "logtail": 6,
     "joblist": 6,
     "dryrun_summary": 6,
+    "watching": 6,
     "run_args": 6,
     "sweeps": 6,
     "testing": 6,

@@ -45,7 +45,7 @@ def _builtins_text() -> str:
 
 def _build_parser() -> argparse.ArgumentParser:
     from torchx_nb.errors import positive_int, regex_arg
-    from torchx_nb.run_args import CLI, add_run_options
+    from torchx_nb.run_args import CLI, add_run_options, add_sweep_options
     from torchx_nb.version import __version__
 
     parser = _Parser(prog=PROG, description="Run TorchX-style jobs and watch them.")
@@ -86,23 +86,7 @@ def _build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_run_options(sw, CLI)
-    sw.add_argument(
-        "-p",
-        "--param",
-        action="append",
-        default=[],
-        required=True,
-        metavar="NAME=V1,V2,...",
-        help="a parameter and its values (repeatable): ${NAME} in the arguments, and"
-        " $TORCHX_PARAM_NAME in the job",
-    )
-    sw.add_argument("--zip", action="store_true", help="pair the lists instead of crossing them")
-    sw.add_argument(
-        "--max-parallel", type=positive_int, default=None, metavar="N", help="at most N at once"
-    )
-    sw.add_argument(
-        "--fail-fast", action="store_true", help="cancel the other trials when one fails"
-    )
+    add_sweep_options(sw, CLI)
     sw.add_argument("component", help="component name, or path/to/file.py:function")
     sw.add_argument("component_args", nargs=argparse.REMAINDER, help="the component's arguments")
 

@@ -1,4 +1,5 @@
-"""The ``run`` options the command line and the magics share, declared once (help included),
+"""The ``run`` and ``sweep`` options the command line and the magics share, declared once (help
+included),
 and the ``RunRequest`` they make: ``torchx-nb run`` and ``%%torchx run`` parse the same way and
 call the same submit path (``Runner.prepare`` and ``Runner.submit``)."""
 
@@ -19,6 +20,7 @@ class Surface:
     default_scheduler: str  # where the default scheduler comes from
     folder: str  # the default workspace
     no_workspace: str  # how to ask for none
+    param: str = ""  # where a sweep's parameter reaches the program
 
 
 CLI = Surface(
@@ -26,12 +28,14 @@ CLI = Surface(
     default_scheduler="[cli:run] scheduler in .torchxconfig, else local_cwd",
     folder="the current folder",
     no_workspace="''",
+    param="${NAME} in the arguments, and $TORCHX_PARAM_NAME in the job",
 )
 MAGIC = Surface(
     runopts="%%torchx runopts SCHEDULER",
     default_scheduler="TorchxMagics.scheduler, then [cli:run] in .torchxconfig, then local_cwd",
     folder="the notebook's folder",
     no_workspace="none",
+    param="a variable NAME in the cell, and $TORCHX_PARAM_NAME",
 )
 
 
@@ -64,6 +68,36 @@ def add_run_options(parser: argparse.ArgumentParser, surface: Surface) -> None:
         help="show the scheduler's exact request (secrets masked); build, push and submit nothing",
     )
     parser.add_argument("--wait", action="store_true", help="wait for the job to end")
+
+
+def add_sweep_options(parser: argparse.ArgumentParser, surface: Surface) -> None:
+    """``-p``, ``--zip``, ``--max-parallel`` and ``--fail-fast``: the grid and how trials go."""
+    from torchx_nb.errors import positive_int
+
+    parser.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        required=True,
+        metavar="NAME=V1,V2,...",
+        help=f"a parameter and its values (repeatable): {surface.param}",
+    )
+    parser.add_argument(
+        "--zip",
+        action="store_true",
+        help="pair the lists (the i-th values) instead of crossing them",
+    )
+    parser.add_argument(
+        "--max-parallel",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="at most N trials at once",
+    )
+    parser.add_argument(
+        "--fail-fast", action="store_true", help="cancel the other trials when one fails"
+    )
 
 
 def run_request(args: argparse.Namespace, **fields: Any) -> RunRequest:

@@ -232,13 +232,9 @@ class Sweep:
         """Show the live widgets again in this notebook (after a kernel restart, or in another
         notebook): ``%torchx watch`` for this sweep. Without widgets it follows its trials in text
         until they end."""
-        from IPython import get_ipython
+        from torchx_nb.watching import watch_in_kernel
 
-        shell = get_ipython()
-        if shell is None:
-            raise TorchxNbError("watch() shows widgets in a notebook: run it in a kernel")
-        shell.extension_manager.load_extension("torchx_nb")
-        shell.run_line_magic("torchx", f"watch {self.id}")
+        watch_in_kernel(self.id)
 
     def results(self) -> pd.DataFrame:
         """One row per trial, in grid order: its parameters, ``state``, ``exit_code``,

@@ -131,7 +131,11 @@ def test_config_traits(ip: object, plugin_path: Path) -> None:
         ("status", "print(1)", "only `%%torchx run` and `%%torchx sweep` take a cell body"),
         ("sweep", "print(1)", "the following arguments are required: -p/--param"),
         ("sweep -p lr", "print(1)", "-p 'lr': expected NAME=V1,V2"),
-        ("sweep -p lr=1 --max-parallel 0", "print(1)", "--max-parallel must be 1 or more"),
+        (
+            "sweep -p lr=1 --max-parallel 0",
+            "print(1)",
+            "--max-parallel: expected a whole number of at least 1, got '0'",
+        ),
         ("sweep --zip -p a=1,2 -p b=1", "print(1)", "--zip pairs lists of one length"),
         ("sweep -p lr=1 --env lr=2", "print(1)", "-p lr is also set with --env"),
         ("sweep -p lr=1", "  ", "%%torchx sweep: the cell is empty"),

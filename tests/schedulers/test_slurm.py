@@ -585,12 +585,7 @@ def test_a_sweep_is_one_job_array_with_a_handle_per_task(
 def test_why_a_job_waits_is_said_in_words_with_the_next_step(slurm_env: SlurmCluster) -> None:
     """A job held by an administrator, then one queued behind exclusive jobs on every node:
     Slurm's reason codes become words and the next step (the code stays in the text)."""
-    blockers = [
-        slurm_env.run(
-            "sbatch", "--parsable", "--exclusive", "-N1", "--wrap", "sleep 120"
-        ).stdout.strip()
-        for _ in range(2)
-    ]
+    blockers = fill_every_node(slurm_env, 120)
     try:
         with get_runner() as runner:
             handle = runner.run(shell_app("true", "", name="queued"), "slurm", {})
@@ -643,12 +638,7 @@ def test_phases_split_queue_and_run_from_slurms_own_times(slurm_env: SlurmCluste
     from torchx_nb.joblist import job_rows
     from torchx_nb.notebook.handle import JobHandle
 
-    blockers = [
-        slurm_env.run(
-            "sbatch", "--parsable", "--exclusive", "-N1", "--wrap", "sleep 6"
-        ).stdout.strip()
-        for _ in range(2)
-    ]
+    blockers = fill_every_node(slurm_env, 6)
     try:
         with get_runner() as runner:
             handle = runner.run(shell_app("sleep 2", "", name="phased"), "slurm", {})
@@ -663,3 +653,14 @@ def test_phases_split_queue_and_run_from_slurms_own_times(slurm_env: SlurmCluste
             assert row["queued"] == queued and row["ran"] == ran
     finally:
         slurm_env.run("scancel", *blockers, check=False)
+
+
+def fill_every_node(cluster: SlurmCluster, seconds: int) -> list[str]:
+    """An exclusive job on each of the cluster's two nodes, sleeping ``seconds``: what comes
+    next waits behind them. Their ids, to scancel."""
+    return [
+        cluster.run(
+            "sbatch", "--parsable", "--exclusive", "-N1", "--wrap", f"sleep {seconds}"
+        ).stdout.strip()
+        for _ in range(2)
+    ]

@@ -17,7 +17,6 @@ from torchx_nb.schedulers.api import Stream
 from torchx_nb.specs.api import (
     AppDef,
     AppStatus,
-    TorchxNbError,
     UnknownAppException,
     is_terminal,
     parse_app_handle,
@@ -75,13 +74,9 @@ class JobHandle:
         """Show the live widgets again in this notebook (after a kernel restart, or in another
         notebook): ``%torchx watch`` for this job. Without widgets it follows the job in text
         until it ends."""
-        from IPython import get_ipython
+        from torchx_nb.watching import watch_in_kernel
 
-        shell = get_ipython()
-        if shell is None:
-            raise TorchxNbError("watch() shows widgets in a notebook: run it in a kernel")
-        shell.extension_manager.load_extension("torchx_nb")
-        shell.run_line_magic("torchx", f"watch {self.handle}")
+        watch_in_kernel(self.handle)
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the job to end, then return its cell's value (the last expression, as

@@ -106,32 +106,10 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 def _sweep_options(parser: argparse.ArgumentParser) -> None:
     """``%%torchx sweep``: the run options, the grid and how trials are let go."""
+    from torchx_nb.run_args import MAGIC, add_sweep_options
+
     _run_options(parser)
-    parser.add_argument(
-        "-p",
-        "--param",
-        action="append",
-        default=[],
-        required=True,
-        metavar="NAME=V1,V2,...",
-        help="a parameter and its values (repeatable): a variable NAME in the cell, and"
-        " $TORCHX_PARAM_NAME",
-    )
-    parser.add_argument(
-        "--zip",
-        action="store_true",
-        help="pair the lists (the i-th values) instead of crossing them",
-    )
-    parser.add_argument(
-        "--max-parallel",
-        type=int,
-        default=None,
-        metavar="N",
-        help="at most N trials at once",
-    )
-    parser.add_argument(
-        "--fail-fast", action="store_true", help="cancel the other trials when one fails"
-    )
+    add_sweep_options(parser, MAGIC)
 
 
 def _parser(prog: str, build: Callable[[argparse.ArgumentParser], None]) -> _Parser:
