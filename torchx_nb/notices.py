@@ -16,7 +16,6 @@ import os
 import queue
 import threading
 import time
-import urllib.request
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -92,6 +91,8 @@ def payload(
 
 def post(url: str, body: dict[str, Any]) -> None:
     """One POST of ``body`` as JSON; an HTTP error or a refused connection raises."""
+    import urllib.request  # here: a command that sends no notice does not pay for it
+
     request = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
