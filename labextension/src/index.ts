@@ -18,6 +18,7 @@ import {
   showDialog,
   WidgetTracker
 } from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
@@ -46,13 +47,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'torchx-nb:plugin',
   description: 'The TorchX jobs panel, job view and status-bar item.',
   autoStart: true,
-  optional: [ILayoutRestorer, IStatusBar, ICommandPalette, ILabShell],
+  optional: [ILayoutRestorer, IStatusBar, ICommandPalette, ILabShell, ISettingRegistry],
   activate: (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
     statusBar: IStatusBar | null,
     palette: ICommandPalette | null,
-    labShell: ILabShell | null
+    labShell: ILabShell | null,
+    settingRegistry: ISettingRegistry | null
   ) => {
     const model = new JobsModel();
     const views = new Map<string, MainAreaWidget<JobView>>();
@@ -105,13 +107,38 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     // one notification per job end seen live, in Lab's notification center, with a way to
     // the job's view (a failure stays until dismissed)
+    // opt-in (the panel's settings): also a browser notification while this tab is hidden
+    let browserNotices = false;
+    void settingRegistry?.load(plugin.id).then(settings => {
+      const read = (): void => {
+        browserNotices = settings.get('browserNotifications').composite === true;
+        if (browserNotices && 'Notification' in window && window.Notification.permission === 'default') {
+          void window.Notification.requestPermission();
+        }
+      };
+      read();
+      settings.changed.connect(read);
+    });
     model.jobEnded.connect((_, job) => {
       const type =
         job.state === 'SUCCEEDED' ? 'success' : job.state === 'FAILED' ? 'error' : 'info';
-      Notification.emit(`${job.name} ${job.state} (${job.scheduler})`, type, {
+      const text = `${job.name} ${job.state} (${job.scheduler})`;
+      Notification.emit(text, type, {
         autoClose: job.state === 'FAILED' ? false : 8000,
         actions: [{ label: 'Open', callback: () => openJob(job.handle) }]
       });
+      if (
+        browserNotices &&
+        document.visibilityState === 'hidden' &&
+        'Notification' in window &&
+        window.Notification.permission === 'granted'
+      ) {
+        const note = new window.Notification(`TorchX: ${text}`, { body: job.handle, tag: job.handle });
+        note.onclick = () => {
+          window.focus();
+          openJob(job.handle);
+        };
+      }
     });
 
     const panel = new JobsPanel(model, { openJob, openNotebook, cancel });

@@ -299,3 +299,51 @@ def test_a_job_end_is_one_notice_and_a_lab_notification(
             (body,) = hook.bodies()
             assert body["handle"] == handle and body["state"] == "SUCCEEDED"
             assert body["text"].startswith(f"noticed ({handle}) SUCCEEDED after 0:0")
+
+
+SPY = """
+Object.defineProperty(document, 'visibilityState', {
+    configurable: true, get: () => (window.__hidden ? 'hidden' : 'visible')});
+window.__notes = [];
+const Real = window.Notification;
+class Spy extends Real {
+    constructor(title, options) { super(title, options); window.__notes.push(title); }
+}
+Object.defineProperty(Spy, 'permission', {get: () => Real.permission});
+Spy.requestPermission = (...a) => Real.requestPermission(...a);
+window.Notification = Spy;
+"""
+
+
+def test_a_browser_notification_when_the_tab_is_hidden_is_opt_in(
+    panel_parts: None, tmp_path: Path, isolated: Path
+) -> None:
+    """With the panel's setting on and the permission granted, a job that ends while the tab
+    is hidden is also a browser notification; while the tab is shown it is not (the Lab
+    notification is enough). The browser's Notification is wrapped to see what is shown."""
+    root = tmp_path / "lab"
+    root.mkdir()
+    with jupyter_lab(root) as lab, chromium_page() as page:
+        lab.api(
+            "PUT",
+            "/lab/api/settings/torchx-nb:plugin",
+            {"raw": '{"browserNotifications": true}'},
+        )
+        page.context.grant_permissions(["notifications"], origin=lab.url)
+        page.add_init_script(SPY)
+        open_lab(page, lab.url, lab.token)
+        wait_live(page)
+        page.evaluate("() => { window.__hidden = true; }")
+        with get_runner() as runner:
+            runner.run(shell_app("sleep 1", name="while-hidden"), "local_cwd", {})
+        page.wait_for_function(
+            "() => window.__notes.includes('TorchX: while-hidden SUCCEEDED (local_cwd)')",
+            timeout=30_000,
+        )
+        page.evaluate("() => { window.__hidden = false; }")
+        with get_runner() as runner:
+            runner.run(shell_app("sleep 1", name="while-shown"), "local_cwd", {})
+        page.locator(".Toastify__toast", has_text="while-shown SUCCEEDED").wait_for(timeout=30_000)
+        assert page.evaluate("() => window.__notes") == [
+            "TorchX: while-hidden SUCCEEDED (local_cwd)"
+        ]
