@@ -664,3 +664,47 @@ def fill_every_node(cluster: SlurmCluster, seconds: int) -> list[str]:
         ).stdout.strip()
         for _ in range(2)
     ]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "cpus", "why"),
+    [
+        (5, 1, "it needs 5 nodes (one per replica) and the partition debug has 2"),
+        (1, 64, "a replica asks for 64 CPUs and the largest node of debug has 2"),
+    ],
+)
+def test_a_job_that_can_never_start_says_so(
+    slurm_env: SlurmCluster, replicas: int, cpus: int, why: str
+) -> None:
+    """sbatch accepts both and Slurm says only Resources; the partition's nodes say why it
+    can never start."""
+    app = shell_app("true", "", name="huge")
+    app.roles[0].num_replicas = replicas
+    app.roles[0].resource = specs.Resource(cpu=cpus, gpu=0, memMB=64)
+    with get_runner() as runner:
+        handle = runner.run(app, "slurm", {})
+        try:
+
+            def said() -> str | None:
+                s = runner.status(handle)
+                msg = s.msg if s is not None and s.state == AppState.PENDING else ""
+                return msg if "never start" in msg else None
+
+            msg = wait_for(said, 30)
+            assert msg.startswith(f"pending: it can never start: {why} (Slurm says "), msg
+            assert msg.endswith("; ask for less, or pick another -cfg partition")
+        finally:
+            runner.cancel(handle)
+
+
+def test_the_partition_fit_reads_sinfo() -> None:
+    from torchx_nb.schedulers.slurm_fit import never_fits, parse_sinfo, replica_needs
+
+    text = "n1|gpu*|8|64000|gpu:a100:2\nn2|gpu*|8|64000|gpu:a100:2\nc1|cpu|32|128000|(null)\n"
+    name, nodes = parse_sinfo(text, None)
+    assert name == "gpu" and [n.gpus for n in nodes] == [2, 2]
+    need = replica_needs({"cpus-per-task": "4", "mem": "1000", "gpus-per-node": "4"})
+    assert never_fits([need], name, nodes) == (
+        "a replica asks for 4 GPUs and the largest node of gpu has 2"
+    )
+    assert never_fits([replica_needs({"cpus-per-task": "16"})], *parse_sinfo(text, "cpu")) is None

@@ -43,6 +43,7 @@ from torchx_nb.schedulers.api import (
     tail_wait,
 )
 from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.slurm_fit import Node, never_fits, parse_sinfo, replica_needs
 from torchx_nb.schedulers.slurm_json import Job, combined_state, errors, parse_jobs
 from torchx_nb.schedulers.slurm_reasons import pending_reason
 from torchx_nb.specs.api import (
@@ -610,9 +611,19 @@ class SlurmScheduler(
 
         with contextlib.suppress(OSError):
             folder = private_dir(_index_dir(self.session_name))
+            needs = [replica_needs(r.sbatch_opts) for r in req.replicas.values()]
+            partition = next((r.sbatch_opts.get("partition") for r in req.replicas.values()), None)
             write_private(
                 folder / f"{job_id}.json",
-                json.dumps({"workdir": workdir, "name": req.app_name, "roles": req.roles}),
+                json.dumps(
+                    {
+                        "workdir": workdir,
+                        "name": req.app_name,
+                        "roles": req.roles,
+                        "needs": needs,
+                        "partition": partition,
+                    }
+                ),
             )
 
     def _recall(self, job_id: str) -> dict[str, Any] | None:
@@ -681,6 +692,7 @@ class SlurmScheduler(
             got = self._sacct(ask)
             accounting_off = got is None
             finished = got or {}
+        nodes: dict[str | None, tuple[str, list[Node]]] = {}  # one sinfo per round
         for a in ids:
             job = queued.get(a)
             done = finished.get(a)
@@ -690,6 +702,11 @@ class SlurmScheduler(
                 _add_steps(job, done)
             if job is not None:
                 out[a] = self._response(a, job)
+                resp = out[a]
+                if resp is not None and resp.state == AppState.PENDING:
+                    why = self._never_fits(a, nodes)
+                    if why:
+                        resp.msg = f"pending: it can never start: {why} (Slurm says {job.components[0].reason or 'nothing'}); ask for less, or pick another -cfg partition"
             elif accounting_off and self._recall(a) is not None:
                 out[a] = DescribeAppResponse(
                     app_id=a,
@@ -698,6 +715,27 @@ class SlurmScheduler(
                     " its end state is unknown; its logs are in its folder",
                 )
         return out
+
+    def _never_fits(
+        self, app_id: str, nodes: dict[str | None, tuple[str, list[Node]]]
+    ) -> str | None:
+        """Why the job can never start on its partition, from the needs remembered at
+        submit and the partition's nodes (sinfo asked once per partition per round)."""
+        known = self._recall(app_id) or {}
+        needs = known.get("needs")
+        if not needs or "_" in app_id:  # an array task: its array's needs are one replica's
+            return None
+        partition = known.get("partition")
+        if partition not in nodes:
+            try:
+                text = run_slurm(
+                    ["sinfo", "-N", "-h", "--format", "%N|%P|%c|%m|%G"], self._command_env()
+                )
+            except SlurmError:
+                return None
+            nodes[partition] = parse_sinfo(text, partition)
+        name, found = nodes[partition]
+        return never_fits(needs, name, found)
 
     def _response(self, app_id: str, job: Job) -> DescribeAppResponse:
         known = self._recall(app_id) or {}
