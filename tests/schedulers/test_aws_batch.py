@@ -428,3 +428,38 @@ def test_a_job_too_big_for_its_environment_can_never_start() -> None:
     assert runnable_reason(job, lambda q: [], now=600) == (
         "RUNNABLE: the queue q has no compute environment: add one to the queue"
     )
+
+
+def test_no_instance_type_that_fits_the_jobs_memory_or_gpus() -> None:
+    from torchx_nb.schedulers.aws_batch_runnable import runnable_reason
+
+    def job(mem: int, gpu: int) -> dict[str, object]:
+        reqs = [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": str(mem)}]
+        if gpu:
+            reqs.append({"type": "GPU", "value": str(gpu)})
+        return {
+            "status": "RUNNABLE",
+            "jobQueue": "q",
+            "createdAt": 0,
+            "container": {"resourceRequirements": reqs},
+        }
+
+    def envs(*types: str) -> list[dict[str, object]]:
+        return [
+            {
+                "computeEnvironmentName": "ce",
+                "state": "ENABLED",
+                "status": "VALID",
+                "computeResources": {"maxvCpus": 256, "instanceTypes": list(types)},
+            }
+        ]
+
+    assert runnable_reason(job(4096, 1), lambda q: envs("m5.xlarge", "c5.2xlarge"), now=600) == (
+        "RUNNABLE for 10 min: in ce a node needs 1 GPUs and its instance types (m5.xlarge,"
+        " c5.2xlarge) have at most 0: it can never start there; add a larger instance type or"
+        " ask for less"
+    )
+    too_big = runnable_reason(job(200_000, 0), lambda q: envs("m5.xlarge"), now=600)
+    assert too_big is not None and "a node needs 200000 MiB of memory" in too_big
+    assert runnable_reason(job(4096, 1), lambda q: envs("p3.2xlarge"), now=600) is None
+    assert runnable_reason(job(4096, 1), lambda q: envs("optimal"), now=600) is None

@@ -28,6 +28,42 @@ def job_vcpus(job: dict[str, Any]) -> int:
     return total
 
 
+def job_node_needs(job: dict[str, Any]) -> tuple[int, int]:
+    """The largest memory (MiB) and GPU count one of the job's nodes asks for."""
+    ranges = (job.get("nodeProperties") or {}).get("nodeRangeProperties") or [
+        {"container": job.get("container") or {}}
+    ]
+    mem = gpu = 0
+    for rng in ranges:
+        reqs = {
+            r.get("type"): int(r["value"])
+            for r in (rng.get("container") or {}).get("resourceRequirements") or []
+        }
+        mem, gpu = max(mem, reqs.get("MEMORY", 0)), max(gpu, reqs.get("GPU", 0))
+    return mem, gpu
+
+
+def no_instance_fits(job: dict[str, Any], types: list[str]) -> str | None:
+    """Why none of ``types`` can hold one of the job's nodes (its memory or GPUs); None when
+    one can, or when a type is not in our table ("optimal", families), which may."""
+    from torchx_nb.specs.named_resources_aws import instance_shape
+
+    mem, gpu = job_node_needs(job)
+    shapes = [instance_shape(t) for t in types]
+    if not types or any(s is None for s in shapes):
+        return None
+    if all(s is not None and s[1] < gpu for s in shapes):
+        most = max(s[1] for s in shapes if s is not None)
+        return f"a node needs {gpu} GPUs and its instance types ({', '.join(types)}) have at most {most}"
+    if all(s is not None and s[2] < mem for s in shapes):
+        most = max(s[2] for s in shapes if s is not None)
+        return (
+            f"a node needs {mem} MiB of memory and its instance types ({', '.join(types)}) have"
+            f" at most {most} MiB"
+        )
+    return None
+
+
 def runnable_reason(
     job: dict[str, Any],
     environments_of: Callable[[str], list[dict[str, Any]]],
@@ -66,6 +102,11 @@ def runnable_reason(
                 f"{ce} allows at most {resources['maxvCpus']} vCPUs (maxvCpus) and the job"
                 f" needs {need}: it can never start there; raise maxvCpus or ask for less"
             )
+        elif misfit := no_instance_fits(job, list(resources.get("instanceTypes") or [])):
+            problems.append(
+                f"in {ce} {misfit}: it can never start there; add a larger instance type or"
+                " ask for less"
+            )
         else:
             usable.append(ce)
     if usable:
@@ -74,4 +115,4 @@ def runnable_reason(
     return f"RUNNABLE for {minutes} min: " + "; ".join(problems)
 
 
-__all__ = ["GRACE_S", "job_vcpus", "runnable_reason"]
+__all__ = ["GRACE_S", "job_node_needs", "job_vcpus", "no_instance_fits", "runnable_reason"]

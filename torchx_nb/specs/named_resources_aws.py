@@ -154,6 +154,15 @@ aws_inf2_24xlarge = NAMED_RESOURCES["aws_inf2.24xlarge"]
 aws_inf2_48xlarge = NAMED_RESOURCES["aws_inf2.48xlarge"]
 
 
+def instance_shape(instance_type: str) -> tuple[int, int, int] | None:
+    """(vCPUs, GPUs, memory MiB) of an instance type this table knows; None otherwise."""
+    found = _TYPES.get(instance_type)
+    if found is None:
+        return None
+    cpu, gpu, mem_gib, _, _ = found
+    return cpu, gpu, mem_gib * 1024
+
+
 def instance_type_from_resource(resource: Resource) -> str | None:
     """The AWS instance type a named resource was made for, if any."""
     value = resource.capabilities.get(K8S_ITYPE)
