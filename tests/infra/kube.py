@@ -206,6 +206,10 @@ class KubeFake:
         (r"^/api/v1/namespaces/([^/]+)$", "namespace"),
         (r"^/apis/scheduling\.volcano\.sh/v1beta1/queues/([^/]+)$", "queue"),
         (r"^/apis/batch\.volcano\.sh/v1alpha1/namespaces/([^/]+)/jobs(?:/([^/]+))?$", "vcjob"),
+        (
+            r"^/apis/scheduling\.volcano\.sh/v1beta1/namespaces/([^/]+)/podgroups/([^/]+)$",
+            "podgroup",
+        ),
         (r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$", "job"),
         (r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$", "service"),
         (r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$", "pod"),
@@ -240,8 +244,15 @@ class KubeFake:
                     404, "NotFound", f'queues.scheduling.volcano.sh "{m.group(1)}" not found'
                 )
             return 200, {"kind": "Queue", "metadata": {"name": m.group(1)}}
-        if kind == "vcjob" and not self.volcano:
+        if kind in ("vcjob", "podgroup") and not self.volcano:
             raise Status(404, "NotFound", "the server could not find the requested resource")
+        if kind == "podgroup":
+            found_pg = self.objects.get(("podgroup", m.group(1), m.group(2)))
+            if found_pg is None or method != "GET":
+                raise Status(
+                    404, "NotFound", f'podgroups.scheduling.volcano.sh "{m.group(2)}" not found'
+                )
+            return 200, found_pg
         ns, name = m.group(1), m.group(2)
         verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch"}.get(
             method, "get" if name else "list"
@@ -425,26 +436,67 @@ class KubeFake:
             status["retryCount"] = 0
             return
         pods = self._owned("vcjob", ns, name)
+        group = f"{name}-{abs(hash((ns, name))) % 10**8:08d}"  # as Volcano: NAME-UID
         if not pods:
             hosts = {
                 f"VC_{t['name'].upper().replace('-', '_')}_HOSTS": f"{name}-{t['name']}-0.{name}"
                 for t in tasks
             }
+            self.objects[("podgroup", ns, group)] = {
+                "kind": "PodGroup",
+                "metadata": {"name": group, "namespace": ns},
+                "spec": {"minMember": len(tasks), "queue": obj["spec"].get("queue")},
+                "status": {"phase": "Pending"},
+            }
             for i, task in enumerate(tasks):
                 extra = {**hosts, "VC_TASK_INDEX": "0", "VK_TASK_INDEX": "0"}
+                template = json.loads(json.dumps(task["template"]))
+                template.setdefault("metadata", {}).setdefault("annotations", {})[
+                    "scheduling.k8s.io/group-name"
+                ] = group
                 self._make_pod(
                     ("vcjob", name),
                     ns,
                     f"{name}-{task['name']}-0",
-                    task["template"],
+                    template,
                     extra,
                     hostname=f"{name}-{task['name']}-0",
                     subdomain=name,
                     index=i,
                 )
+            pods = self._owned("vcjob", ns, name)
+            stuck = [
+                p
+                for p in pods
+                if any(
+                    c.get("type") == "PodScheduled" and c.get("status") == "False"
+                    for c in p.obj["status"].get("conditions") or []
+                )
+            ]
+            pg = self.objects[("podgroup", ns, group)]
+            if stuck:  # as Volcano's gang plugin: the whole group waits, and says why
+                n = len(tasks)
+                pg["status"] = {
+                    "phase": "Pending",
+                    "conditions": [
+                        {
+                            "type": "Unschedulable",
+                            "status": "True",
+                            "reason": "NotEnoughResources",
+                            "message": f"{n}/{n} tasks in gang unschedulable: pod group is"
+                            f" not ready, {n} Pending, {n} minAvailable; Pending: {len(stuck)}"
+                            " Unschedulable",
+                        }
+                    ],
+                }
+                status["state"] = {"phase": "Pending"}
+                return
+            pg["status"] = {"phase": "Running"}
             status["state"] = {"phase": "Running"}
             status.setdefault("startTime", _now())
             return
+        if status["state"].get("phase") == "Pending":
+            return  # the gang waits (an unschedulable task)
         phases = [p.obj["status"].get("phase") for p in pods]
         if all(p == "Succeeded" for p in phases):
             status["state"] = {"phase": "Completed"}

@@ -644,3 +644,32 @@ def test_a_pod_over_its_memory_limit_is_oomkilled(
         assert replica.oom, replica
         (card,) = runner.failure_cards(handle, status)
         assert card.headline() == "r/0 ran out of memory (exit code 137, SIGKILL)"
+
+
+def test_a_volcano_gang_that_cannot_be_scheduled_says_why(
+    kube_env: KubeFake, base_images: dict[str, str]
+) -> None:
+    """Two tasks, one asking for a GPU the cluster lacks: Volcano keeps the whole gang
+    Pending, and its PodGroup's Unschedulable condition (found through the pods'
+    scheduling.k8s.io/group-name) leads the message, followed by the pod's own reason."""
+    sched = KubernetesScheduler("torchx")
+    app = shell_app("sleep 30", base_images["busybox"], replicas=2)
+    app.roles[0].resource = specs.Resource(cpu=1, gpu=1, memMB=64)
+    app_id = sched.submit(app, {"queue": "default"})
+    try:
+
+        def said() -> str | None:
+            desc = sched.describe(app_id)
+            msg = desc.msg if desc is not None and desc.state == AppState.PENDING else ""
+            return msg if msg.startswith("pending (gang") else None
+
+        msg = wait_for(said, 30)
+        assert msg == (  # type: ignore[comparison-overlap]
+            "pending (gang unschedulable): 2/2 tasks in gang unschedulable: pod group is not"
+            " ready, 2 Pending, 2 minAvailable; Pending: 2 Unschedulable; (Unschedulable):"
+            " 0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are"
+            " available: 1 No preemption victims found for incoming pod.; ask for less (-h,"
+            " cpu, memMB, gpu), or add nodes that have it"
+        ), msg
+    finally:
+        sched.cancel(app_id)

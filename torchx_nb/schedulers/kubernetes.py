@@ -76,6 +76,8 @@ INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 ITYPE = "node.kubernetes.io/instance-type"
 RANK0_ENV = "TORCHX_RANK0_HOST"
 VOLCANO = ("batch.volcano.sh", "v1alpha1", "jobs")
+PODGROUP = ("scheduling.volcano.sh", "v1beta1", "podgroups")
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # a Volcano pod's PodGroup
 VOLCANO_QUEUES = ("scheduling.volcano.sh", "v1beta1", "queues")
 RESERVED_MILLICPU = 100
 RESERVED_MEMMB = 1024
@@ -1011,6 +1013,8 @@ class KubernetesScheduler(
             for r in s.replicas
             if r.state == AppState.FAILED and r.structured_error_msg
         ]
+        if state == AppState.PENDING and volcano and not msg:
+            msg = self._gang_reason(app_id, pods) or ""
         if state == AppState.PENDING and not msg:
             waiting = [
                 r.structured_error_msg
@@ -1032,6 +1036,32 @@ class KubernetesScheduler(
             if is_terminal(state)
             else None,
         )
+
+    def _gang_reason(self, app_id: str, pods: list[dict[str, Any]]) -> str | None:
+        """Why Volcano holds the whole job: its PodGroup's Unschedulable condition (named by
+        its pods' ``scheduling.k8s.io/group-name``), with the first pod's own reason."""
+        names = sorted(
+            str(group)
+            for p in pods
+            if (group := (p["metadata"].get("annotations") or {}).get(GROUP_ANNOTATION))
+        )
+        if not names:
+            return None
+        namespace = app_id.split(":", 1)[0]
+        try:
+            group = self.kube.custom.get_namespaced_custom_object(
+                *PODGROUP[:2], namespace, PODGROUP[2], names[0]
+            )
+        except Exception:  # a reason is extra: the job's state stands without it
+            return None
+        for cond in (group.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Unschedulable" and cond.get("status") == "True":
+                said = " ".join(str(cond.get("message") or cond.get("reason") or "").split())
+                first = next((r for p in pods if (r := pod_pending_reason(p))), None)
+                return f"pending (gang unschedulable): {said}" + (
+                    f"; {first.removeprefix('pending ')}" if first else ""
+                )
+        return None
 
     @staticmethod
     def _volcano_state(job: dict[str, Any]) -> tuple[AppState, str, int]:
