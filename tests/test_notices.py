@@ -130,3 +130,33 @@ def test_a_webhook_that_stays_down_is_retried_then_one_warning(
         sender.submit(hook.url, lambda: {"text": "back"})
         sender.drain(10)
         assert hook.bodies()[-1] == {"text": "back"} and sender.sent == 1
+
+
+def test_a_local_job_nobody_watches_still_gets_its_notice(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No kernel, server or CLI watches the job: local_cwd's supervisor runs the end hook
+    (torchx-nb watch) and one notice goes out; without a notice configured no hook is left."""
+    from torchx_nb.schedulers.local_cwd import LocalCwdScheduler
+
+    with webhook_receiver() as hook:
+        monkeypatch.setenv(notices.NOTIFY_ENV, hook.url)
+        with get_runner() as runner:
+            handle = runner.run(cell(source="1 / 0", name="alone"), "local_cwd", {}, str(isolated))
+        deadline = time.monotonic() + 60
+        while not hook.posts and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1)
+        (body,) = hook.bodies()
+        assert body["handle"] == handle and body["state"] == "FAILED"
+        assert (
+            body["failure"]["headline"]
+            == "cell/0 raised ZeroDivisionError: division by zero (exit code 1)"
+        )
+        monkeypatch.delenv(notices.NOTIFY_ENV)
+        with get_runner() as runner:
+            quiet = runner.run(cell(source="2", name="quiet"), "local_cwd", {}, str(isolated))
+            sched = runner.get_scheduler("local_cwd")
+            assert isinstance(sched, LocalCwdScheduler) and sched.end_hook is None
+            state_dir = sched._app_dir(quiet.rsplit("/", 1)[1])
+            assert not (state_dir / "on_end.json").exists()

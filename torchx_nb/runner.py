@@ -21,6 +21,7 @@ import inspect
 import os
 import re
 import secrets
+import sys
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +43,7 @@ from torchx_nb.schedulers.api import (
     DirWorkspaceMixin,
     ListAppResponse,
     LocalWorkspace,
+    RunsEndHook,
     Scheduler,
     StoresOutputs,
     Stream,
@@ -643,6 +645,8 @@ class Runner:
         if scheduler is None:
             raise TorchxNbError("this dryrun info was not made by Runner.dryrun")
         sched = self.get_scheduler(scheduler)
+        if isinstance(sched, RunsEndHook):
+            sched.end_hook = self._end_hook()
         app_id = sched.schedule(dryrun_info)
         handle = make_app_handle(scheduler, self._name, app_id)
         outputs = None
@@ -818,6 +822,19 @@ class Runner:
         self._last_state[app_handle] = state
         if status.is_terminal():
             self._notice(app_handle, status)
+
+    def _end_hook(self) -> list[str] | None:
+        """What a backend's own end-of-job process runs (``RunsEndHook``), when a job-end
+        notice is configured: ``torchx-nb watch`` of the job, which claims and sends it as any
+        watcher does. None without a notice: no extra process at every job's end."""
+        from torchx_nb.notices import notify_url
+
+        try:
+            if notify_url() is None:
+                return None
+        except Exception:
+            return None
+        return [sys.executable, "-m", "torchx_nb.cli", "watch", "--no-log"]
 
     def _notice(self, app_handle: AppHandle, status: AppStatus) -> None:
         """The job-end notice, when one is configured: claimed in the job store (so one

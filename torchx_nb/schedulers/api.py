@@ -292,6 +292,15 @@ class StoresOutputs(abc.ABC):
         ``s3://`` or ``gs://``; None when the job has none (e.g. no ``output_path``)."""
 
 
+class RunsEndHook:
+    """Ability: the backend has a process of its own at each job's end (local_cwd's
+    supervisor), which runs ``end_hook`` (argv, the job's handle appended) once the end is
+    recorded: the job-end notice's watcher of last resort. The runner sets it, only when a
+    notice is configured."""
+
+    end_hook: list[str] | None = None
+
+
 class SubmitsArrays(abc.ABC):
     """Ability: the trials of a sweep go as one native array job (Slurm's ``--array``, an AWS
     Batch array job, a Kubernetes Indexed Job, a GCP Batch job's task count): one submit call

@@ -31,6 +31,7 @@ from torchx_nb.schedulers.api import (
     ListAppResponse,
     LocalWorkspace,
     LogFiles,
+    RunsEndHook,
     Scheduler,
     StoresOutputs,
     Stream,
@@ -51,6 +52,7 @@ from torchx_nb.specs.api import (
     RoleStatus,
     is_terminal,
     macros,
+    make_app_handle,
 )
 from torchx_nb.specs.structured_opts import StructuredOpts
 
@@ -187,6 +189,7 @@ class LocalCwdScheduler(
     DirWorkspaceMixin,
     LogFiles,
     StoresOutputs,
+    RunsEndHook,
     Scheduler[LocalCwdOpts],
 ):
     """Runs each replica as a subprocess of a per-app supervisor, in the workspace folder (or
@@ -341,6 +344,12 @@ class LocalCwdScheduler(
 
             mark_log_folder(Path(req.log_dir).parent)
         write_private(state_dir / "request.json", json.dumps(asdict(req)))
+        if self.end_hook:  # beside the request, not in it: what the supervisor runs at the end
+            handle = make_app_handle(self.backend, self.session_name, req.app_id)
+            write_private(
+                state_dir / "on_end.json",
+                json.dumps({"argv": [*self.end_hook, handle], "cwd": os.getcwd()}),
+            )
         pid = _spawn_detached(
             [sys.executable, "-I", "-S", str(SUPERVISOR), str(state_dir)],
             state_dir / "supervisor.log",

@@ -404,6 +404,25 @@ class Supervisor:
         else:
             final = "FAILED"
         self.write_state(final)
+        self.run_end_hook()
+
+    def run_end_hook(self) -> None:
+        """The command the scheduler left beside the request (``on_end.json``): the job-end
+        notice sent even when nothing else watches the job. Its failure is the hook's own."""
+        try:
+            with open(os.path.join(self.state_dir, "on_end.json")) as f:
+                hook = json.load(f)
+            subprocess.run(
+                hook["argv"],
+                cwd=hook.get("cwd") or None,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=120,
+                check=False,
+            )
+        except (OSError, ValueError, KeyError, subprocess.SubprocessError):
+            pass
 
     def end_leftovers(self) -> None:
         """The replicas have exited: SIGTERM what they left behind, SIGKILL it after a short
