@@ -72,7 +72,7 @@ from torchx_nb.specs.api import (
     parse_app_handle,
     runopts,
 )
-from torchx_nb.specs.failure import FailureCard
+from torchx_nb.specs.failure import FailureCard, torchelastic_exception
 from torchx_nb.workspace import WorkspaceMixin
 
 DEFAULT_SESSION = "torchx"
@@ -1009,6 +1009,8 @@ class Runner:
             exception = raised.get(rep.id)
             if exception is None and i == 0 and raised:  # ranks need not be replica ids (-j)
                 exception = raised[min(raised)]
+            if exception is None:  # a Python entry point under torchrun: its error file
+                exception = torchelastic_exception(rep.structured_error_msg)
             tail: list[str] = []
             if lines > 0:
                 with contextlib.suppress(Exception):

@@ -263,3 +263,30 @@ def test_results_come_back_survive_a_new_runner_and_a_cancel_has_none(
             NoResult, match="SUCCEEDED without a result: nothing of torchx_nb's cell runner"
         ):
             JobHandle(echo, runner).result(timeout=30)
+
+
+def test_a_python_entry_point_under_torchrun_gets_its_exception_in_the_card(
+    tmp_path: Path,
+) -> None:
+    """dist.ddp of a script whose main is torchelastic's @record: torchrun writes the error
+    file, local_cwd passes it through, and the failure card names the exception."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from tests.infra.fixtures import missing
+
+        missing("torch (bash scripts/test installs its CPU build)")
+    from torchx_nb.runner import get_runner
+
+    (tmp_path / "train.py").write_text(
+        "from torch.distributed.elastic.multiprocessing.errors import record\n\n"
+        "@record\ndef main():\n    raise ValueError('bad batch')\n\nmain()\n"
+    )
+    with get_runner() as runner:
+        app = runner.component_app("dist.ddp", ["-j", "1x1", "--script", "train.py"])
+        handle = runner.run(app, "local_cwd", {}, workspace=str(tmp_path))
+        status = runner.wait(handle, wait_interval=0.2, timeout=120)
+        assert status is not None and status.state.name == "FAILED"
+        cards = runner.failure_cards(handle, status)
+        assert cards and cards[0].exception == "ValueError: bad batch", cards
+        assert cards[0].headline().startswith(f"{cards[0].role}/0 raised ValueError: bad batch")

@@ -708,3 +708,29 @@ def test_the_partition_fit_reads_sinfo() -> None:
         "a replica asks for 4 GPUs and the largest node of gpu has 2"
     )
     assert never_fits([replica_needs({"cpus-per-task": "16"})], *parse_sinfo(text, "cpu")) is None
+
+
+def test_out_of_memory_from_slurm_marks_the_replica() -> None:
+    """sacct's OUT_OF_MEMORY marks the replica and its failure card (a recorded state: the
+    private cluster runs without cgroups, so nothing there is killed for its memory)."""
+    from torchx_nb.schedulers.slurm_json import Component, Job
+    from torchx_nb.specs.failure import FailureCard
+
+    job = Job(
+        7,
+        [
+            Component(
+                job_id=7,
+                offset=0,
+                name="trainer-0",
+                state=AppState.FAILED,
+                state_text="OUT_OF_MEMORY",
+                exit_code=137,
+            )
+        ],
+    )
+    resp = SlurmScheduler("torchx")._response("7", job)
+    (replica,) = resp.roles_statuses[0].replicas
+    assert replica.oom and replica.exit_code == 137
+    card = FailureCard("trainer", 0, replica.exit_code, replica.oom)
+    assert card.headline() == "trainer/0 ran out of memory (exit code 137, SIGKILL)"

@@ -37,3 +37,17 @@ def test_headlines_say_what_happened_first() -> None:
     card = FailureCard("cell", 0, 1, exception="KeyError: 'x'", last_lines=["a", "b\n"])
     assert card.text() == "cell/0 raised KeyError: 'x' (exit code 1)\n  last lines:\n    a\n    b"
     assert card.to_json()["signal"] is None and card.to_json()["headline"] == card.headline()
+
+
+def test_the_exception_line_of_torchelastics_error_file() -> None:
+    from torchx_nb.specs.failure import torchelastic_exception
+
+    recorded = (
+        '{"message": {"message": "ValueError: bad batch", "extraInfo": {"py_callstack":'
+        ' "Traceback (most recent call last):\\n  ...\\nValueError: bad batch\\n",'
+        ' "timestamp": "1795670000"}}}'
+    )
+    assert torchelastic_exception(recorded) == "ValueError: bad batch"
+    assert torchelastic_exception('{"message": "RuntimeError: x"}') == "RuntimeError: x"
+    assert torchelastic_exception("FAILED (exit code 3): Error") is None
+    assert torchelastic_exception("{not json") is None and torchelastic_exception(None) is None

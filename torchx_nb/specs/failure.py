@@ -24,6 +24,29 @@ def signal_name(exit_code: int | None) -> str | None:
         return f"signal {number}"
 
 
+def torchelastic_exception(text: str | None) -> str | None:
+    """The exception line (``ValueError: boom``) of torchelastic's error file, as a replica's
+    message carries it (TorchX passes the file through); None for any other text."""
+    import json
+
+    if not text or not text.lstrip().startswith("{"):
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    message = doc.get("message") if isinstance(doc, dict) else None
+    if isinstance(message, dict):
+        message = message.get("message")
+    if not isinstance(message, str) or not message.strip():
+        return None
+    return (
+        message.strip().splitlines()[-1][:1000]
+        if "Traceback" in message
+        else message.strip().splitlines()[0][:1000]
+    )
+
+
 @dataclass(frozen=True)
 class FailureCard:
     role: str
@@ -65,4 +88,4 @@ class FailureCard:
         return "\n".join(lines)
 
 
-__all__ = ["FailureCard", "signal_name"]
+__all__ = ["FailureCard", "signal_name", "torchelastic_exception"]
