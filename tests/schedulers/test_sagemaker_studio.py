@@ -211,7 +211,8 @@ def test_describe_reports_secondary_status_and_stopping_is_not_final() -> None:
         "ModelArtifacts": {"S3ModelArtifacts": "s3://b/m"},
     }
     cases = [
-        ("InProgress", "Downloading", "", specs.AppState.PENDING, "Downloading"),
+        ("InProgress", "Downloading", "", specs.AppState.PENDING,
+         "Downloading: downloading the input data"),
         ("InProgress", "Training", "", specs.AppState.RUNNING, "Training"),
         ("Stopping", "Stopping", "", specs.AppState.RUNNING, "Stopping"),
         ("Failed", "Failed", "python exited with code 3", specs.AppState.FAILED,

@@ -34,6 +34,8 @@ def status_message(job: dict[str, Any]) -> str:
     secondary = str(job.get("SecondaryStatus") or "")
     image = str((job.get("AlgorithmSpecification") or {}).get("TrainingImage", ""))
     words = _WORDS.get(secondary, "").format(image=image)
+    if words.lower() == secondary.lower():
+        words = ""  # "Training: training" says nothing more
     transitions = job.get("SecondaryStatusTransitions") or []
     said = str(transitions[-1].get("StatusMessage") or "") if transitions else ""
     reason = str(job.get("FailureReason") or "")
