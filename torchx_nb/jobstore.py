@@ -211,13 +211,11 @@ class JobStore:
         """A short-lived connection that never creates the file (``mode=rw``): a store whose
         file disappeared, or one left without our tables, is made again properly first."""
         try:
-            db = sqlite3.connect(self._uri, timeout=self.timeout, isolation_level=None, uri=True)
+            db = self._open()
         except sqlite3.OperationalError as e:
             if make and not self.path.exists():
                 self._make()
-                db = sqlite3.connect(
-                    self._uri, timeout=self.timeout, isolation_level=None, uri=True
-                )
+                db = self._open()
             else:
                 raise self._error(e) from e
         except sqlite3.Error as e:
@@ -226,9 +224,7 @@ class JobStore:
             if make and not _has_tables(db):
                 db.close()
                 self._make()
-                db = sqlite3.connect(
-                    self._uri, timeout=self.timeout, isolation_level=None, uri=True
-                )
+                db = self._open()
             db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
@@ -245,6 +241,9 @@ class JobStore:
             raise self._error(e) from e
         finally:
             db.close()
+
+    def _open(self) -> sqlite3.Connection:
+        return sqlite3.connect(self._uri, timeout=self.timeout, isolation_level=None, uri=True)
 
     def _error(self, e: Exception) -> JobStoreError:
         if not os.access(self.path, os.R_OK) and self.path.exists():
