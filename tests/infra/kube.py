@@ -73,6 +73,14 @@ class Status(Exception):
         ).encode()
 
 
+def _bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity (``64Mi``, ``1G``, ``512``) in bytes; 0 when unset."""
+    m = re.fullmatch(r"(\d+)(Mi|M|Gi|G)?", quantity)
+    if not m:
+        return 0
+    return int(m.group(1)) * {"Mi": 2**20, "M": 10**6, "Gi": 2**30, "G": 10**9, None: 1}[m.group(2)]
+
+
 def selects(selector: str, labels: dict[str, str]) -> bool:
     """Equality (``k=v``, ``k==v``, ``k!=v``) and existence (``k``, ``!k``) terms, comma-joined."""
     for term in filter(None, (t.strip() for t in selector.split(","))):
@@ -117,6 +125,9 @@ class KubeFake:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], Pod] = {}
         self.forbidden: set[tuple[str, str]] = set()
+        self.events: list[dict[str, Any]] = []
+        # a namespace's ResourceQuota on limits.memory (bytes per pod), as admission enforces it
+        self.memory_quota: dict[str, int] = {}
         self.requests: list[str] = []
         self.lock = threading.RLock()
         self.stopping = threading.Event()
@@ -214,6 +225,7 @@ class KubeFake:
         (r"^/api/v1/namespaces/([^/]+)/services(?:/([^/]+))?$", "service"),
         (r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$", "pod"),
         (r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$", "eviction"),
+        (r"^/api/v1/namespaces/([^/]+)/events$", "event"),
     ]
     _PLURAL = {
         "vcjob": "jobs.batch.volcano.sh",
@@ -221,6 +233,7 @@ class KubeFake:
         "service": "services",
         "pod": "pods",
         "eviction": "pods/eviction",
+        "event": "events",
     }
 
     def _route(
@@ -253,6 +266,10 @@ class KubeFake:
                     404, "NotFound", f'podgroups.scheduling.volcano.sh "{m.group(2)}" not found'
                 )
             return 200, found_pg
+        if kind == "event":
+            if method != "GET":
+                raise Status(405, "MethodNotAllowed", "this server only lists events")
+            return 200, self._list_events(m.group(1), query)
         ns, name = m.group(1), m.group(2)
         verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch"}.get(
             method, "get" if name else "list"
@@ -328,6 +345,68 @@ class KubeFake:
             "metadata": {"continue": str(start + limit) if more else ""},
             "items": page,
         }
+
+    _EVENT_FIELDS = {
+        "involvedObject.name": lambda e: e["involvedObject"]["name"],
+        "involvedObject.kind": lambda e: e["involvedObject"]["kind"],
+        "type": lambda e: e["type"],
+        "reason": lambda e: e["reason"],
+    }
+
+    def _list_events(self, ns: str, query: dict[str, str]) -> dict[str, Any]:
+        """Core v1 events of ``ns``, filtered by a ``fieldSelector`` of ``a=b`` terms (the
+        fields kube-apiserver indexes for events); paged like every list."""
+        terms = [t.split("=", 1) for t in query.get("fieldSelector", "").split(",") if t]
+        for field_name, _ in terms:
+            if field_name not in self._EVENT_FIELDS:
+                raise Status(
+                    400,
+                    "BadRequest",
+                    f'"{field_name}" is not a known field selector: only'
+                    f" {', '.join(self._EVENT_FIELDS)}",
+                )
+        with self.lock:
+            items = [
+                e
+                for e in self.events
+                if e["metadata"]["namespace"] == ns
+                and all(self._EVENT_FIELDS[f](e) == v for f, v in terms)
+            ]
+        start = int(query.get("continue") or 0)
+        limit = int(query.get("limit") or 0) or len(items) or 1
+        more = start + limit < len(items)
+        return {
+            "kind": "EventList",
+            "apiVersion": "v1",
+            "metadata": {"continue": str(start + limit) if more else ""},
+            "items": items[start : start + limit],
+        }
+
+    def record_event(
+        self, ns: str, kind: str, name: str, reason: str, message: str, type_: str = "Warning"
+    ) -> None:
+        """An event about ``kind/name``, counted again (not repeated) when the same reason
+        recurs, as the event correlator folds similar events."""
+        now = _now()
+        with self.lock:
+            for e in self.events:
+                same = e["involvedObject"] == {"kind": kind, "name": name, "namespace": ns}
+                if same and e["reason"] == reason:
+                    e.update(count=e["count"] + 1, lastTimestamp=now, message=message)
+                    return
+            self.events.append(
+                {
+                    "metadata": {"name": f"{name}.{secrets.token_hex(8)}", "namespace": ns},
+                    "involvedObject": {"kind": kind, "name": name, "namespace": ns},
+                    "type": type_,
+                    "reason": reason,
+                    "message": message,
+                    "count": 1,
+                    "firstTimestamp": now,
+                    "lastTimestamp": now,
+                    "source": {"component": "job-controller"},
+                }
+            )
 
     def _delete(self, kind: str, ns: str, name: str, body: dict[str, Any]) -> None:
         with self.lock:
@@ -662,6 +741,21 @@ class KubeFake:
         index: int,
         indexed: bool = False,
     ) -> None:
+        limit = (
+            template["spec"]["containers"][0].get("resources", {}).get("limits", {}).get("memory")
+        )
+        quota = self.memory_quota.get(ns)
+        if quota is not None and _bytes(str(limit or "0")) > quota:
+            self.record_event(  # admission refuses the pod: only its owner's events say so
+                ns,
+                {"job": "Job", "vcjob": "Job"}[owner[0]],
+                owner[1],
+                "FailedCreate",
+                f'Error creating: pods "{pod_name}" is forbidden: exceeded quota: compute,'
+                f" requested: limits.memory={limit}, used: limits.memory=0, limited:"
+                f" limits.memory={quota // 2**20}Mi",
+            )
+            return
         meta = json.loads(json.dumps(template.get("metadata") or {}))
         meta.update({"name": pod_name, "namespace": ns, "creationTimestamp": _now()})
         meta.setdefault("labels", {})
@@ -753,11 +847,9 @@ class KubeFake:
                 binds.append(f"{local}:{m['mountPath']}{mode}")
         if (c.get("securityContext") or {}).get("privileged"):
             kwargs["privileged"] = True
-        memory = str(limits.get("memory") or "")
-        m = re.fullmatch(r"(\d+)(Mi|M|Gi|G)?", memory)
-        if m:  # the container's memory limit, enforced as the kubelet's cgroup does
-            scale = {"Mi": 2**20, "M": 10**6, "Gi": 2**30, "G": 10**9, None: 1}[m.group(2)]
-            kwargs["mem_limit"] = max(int(m.group(1)) * scale, 6 * 2**20)
+        memory = _bytes(str(limits.get("memory") or ""))
+        if memory:  # the container's memory limit, enforced as the kubelet's cgroup does
+            kwargs["mem_limit"] = max(memory, 6 * 2**20)
         # pod DNS names of this job (NAME-I.SUBDOMAIN) point at this machine
         # (and the machine's own name, which torchrun resolves: with extra hosts, docker writes
         # the hosts file itself instead of copying this machine's)

@@ -673,3 +673,90 @@ def test_a_volcano_gang_that_cannot_be_scheduled_says_why(
         ), msg
     finally:
         sched.cancel(app_id)
+
+
+def test_a_job_whose_pods_a_quota_refuses_says_why_from_its_events(
+    kube_env: KubeFake, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """A ResourceQuota that refuses every pod leaves the Job with no pod at all: only the
+    Job's FailedCreate event says why, and it reaches the status (folded, with its count and
+    the next step), in Python and in ``torchx-nb status``; once the quota is raised the job
+    runs."""
+    from tests.conftest import cli
+
+    kube_env.namespaces.add("capped")
+    kube_env.memory_quota["capped"] = 32 * 2**20
+    try:
+        app = shell_app("sleep 1", base_images["busybox"], mem_mb=64)
+        sched = KubernetesScheduler("torchx")
+        app_id = sched.submit(app, {"api": "indexed", "namespace": "capped"})
+
+        def said(app_id: str = app_id) -> str | None:
+            desc = sched.describe(app_id)
+            msg = desc.msg if desc is not None and desc.state == AppState.PENDING else ""
+            return msg if " (x" in msg else None
+
+        msg = wait_for(said, 30)
+        assert msg is not None and msg.startswith("pending (FailedCreate): Error creating: pods"), (
+            msg
+        )
+        assert "is forbidden: exceeded quota: compute, requested: limits.memory=64M," in msg
+        assert msg.endswith(
+            "; ask for less (-h, cpu, memMB, gpu), or ask for a larger ResourceQuota in the"
+            " namespace (kubectl describe quota)"
+        ), msg
+        handle = f"kubernetes://torchx/{app_id}"
+        code, out, err = cli("status", handle, env={"KUBECONFIG": str(kube_env.kubeconfig)})
+        assert code == 0, err
+        assert "pending (FailedCreate): Error creating: pods" in out, out
+        assert "exceeded quota" in out, out
+
+        kube_env.memory_quota["capped"] = 2**30  # raised: the pod is made and runs
+        wait_for(
+            lambda: (d := sched.describe(app_id)) is not None and d.state == AppState.SUCCEEDED,
+            60,
+        )
+        sched.cancel(app_id)
+    finally:
+        kube_env.memory_quota.pop("capped", None)
+
+
+def test_stale_warnings_do_not_explain_a_job_that_moved_on() -> None:
+    """The Job's FailedCreate counts only while it is newer than the job's newest pod, and a
+    FailedScheduling only while its pod is still unscheduled; other objects' warnings never
+    count, and Normal events are not reasons."""
+    from torchx_nb.schedulers.kubernetes_pending import event_pending_reason
+
+    def event(name: str, reason: str, when: str, type_: str = "Warning") -> dict[str, Any]:
+        return {
+            "type": type_,
+            "reason": reason,
+            "message": f"{reason} \n  said",
+            "involvedObject": {"name": name},
+            "lastTimestamp": when,
+        }
+
+    def pod(name: str, created: str, scheduled: bool) -> dict[str, Any]:
+        cond = {"type": "PodScheduled", "status": "True" if scheduled else "False"}
+        return {
+            "metadata": {"name": name, "creationTimestamp": created},
+            "status": {"phase": "Pending", "conditions": [cond]},
+        }
+
+    create = event("j", "FailedCreate", "2026-01-01T00:00:05Z")
+    assert event_pending_reason([create], "j", []) == "pending (FailedCreate): FailedCreate said"
+    later = [pod("j-0", "2026-01-01T00:00:09Z", scheduled=True)]
+    assert event_pending_reason([create], "j", later) is None
+    sched = event("j-0", "FailedScheduling", "2026-01-01T00:00:10Z")
+    assert event_pending_reason([create, sched], "j", later) is None
+    unscheduled = [pod("j-0", "2026-01-01T00:00:09Z", scheduled=False)]
+    assert event_pending_reason([create, sched], "j", unscheduled) == (
+        "pending (FailedScheduling): FailedScheduling said"
+    )
+    mount = event("j-0", "FailedMount", "2026-01-01T00:00:11Z") | {"count": 4}
+    assert event_pending_reason([sched, mount], "j", later) == (
+        "pending (FailedMount): FailedMount said (x4); check the mounts' volumes, claims and"
+        " secrets exist in the namespace"
+    )
+    others = [event("k", "FailedCreate", "2026-01-01T00:00:12Z"), create | {"type": "Normal"}]
+    assert event_pending_reason(others, "j", []) is None

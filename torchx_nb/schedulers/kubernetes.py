@@ -38,7 +38,7 @@ from torchx_nb.schedulers.api import (
     upload_target,
 )
 from torchx_nb.schedulers.ids import random_id
-from torchx_nb.schedulers.kubernetes_pending import pod_pending_reason
+from torchx_nb.schedulers.kubernetes_pending import event_pending_reason, pod_pending_reason
 from torchx_nb.specs.api import (
     NONE,
     AppDef,
@@ -853,13 +853,16 @@ class KubernetesScheduler(
             selector,
         )
 
-    def _list(self, what: str, fn: Any, *args: Any) -> list[dict[str, Any]]:
-        """Every page of a list call (``limit``/``continue``), as plain dicts."""
+    def _list(
+        self, what: str, fn: Any, *args: Any, selector: str = "label_selector"
+    ) -> list[dict[str, Any]]:
+        """Every page of a list call (``limit``/``continue``), as plain dicts; the last of
+        ``args`` is the ``selector`` (labels, or fields)."""
         items: list[dict[str, Any]] = []
         token = None
         while True:
             kwargs: dict[str, Any] = {
-                "label_selector": args[-1],
+                selector: args[-1],
                 "limit": 500,
                 "_preload_content": False,
             }
@@ -931,7 +934,41 @@ class KubernetesScheduler(
                         out[app_id] = self._trial_response(app_id, index, array)
                     else:
                         out[app_id] = self._read(app_id, job, pods.get(name, []))
+            self._explain_waiting(namespace, names, out, pods)
         return out
+
+    def _explain_waiting(
+        self,
+        namespace: str,
+        names: dict[str, list[tuple[str, int | None]]],
+        out: dict[str, DescribeAppResponse | None],
+        pods: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        """Pending runs that nothing in their pods explains get the latest Warning event
+        about their job or pods: one list of the namespace's warnings, only when needed."""
+        silent = [
+            (name, app_id)
+            for name, ids in names.items()
+            for app_id, _ in ids
+            if (resp := out[app_id]) is not None and resp.state == AppState.PENDING and not resp.msg
+        ]
+        if not silent:
+            return
+        try:
+            events = self._list(
+                f"cannot list the events of {namespace}",
+                self.kube.core.list_namespaced_event,
+                namespace,
+                "type=Warning",
+                selector="field_selector",
+            )
+        except KubernetesError:  # a reason is extra: a user may not read events
+            return
+        for name, app_id in silent:
+            said = event_pending_reason(events, name, pods.get(name, []))
+            resp = out[app_id]
+            if said and resp is not None:
+                resp.msg = said
 
     def _read(
         self, app_id: str, job: dict[str, Any] | None, pods: list[dict[str, Any]]

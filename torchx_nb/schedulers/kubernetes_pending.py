@@ -1,7 +1,9 @@
-"""Why a Kubernetes pod waits, in words, from the pod's own status: the scheduler's
-``PodScheduled=False`` condition (Unschedulable, with its message: which resource no node
-has) and the container's waiting reason (the image that cannot be pulled, a bad image name, a
-missing secret or config map)."""
+"""Why a Kubernetes job waits, in words: from the pod's own status (the scheduler's
+``PodScheduled=False`` condition, with its message: which resource no node has; the
+container's waiting reason: the image that cannot be pulled, a bad image name, a missing
+secret or config map) and, when those say nothing, from the Warning events about the job and
+its pods (a ResourceQuota that refuses every pod leaves no pod at all: only the Job's
+``FailedCreate`` event says why)."""
 
 from __future__ import annotations
 
@@ -43,4 +45,61 @@ def pod_pending_reason(pod: dict[str, Any]) -> str | None:
     return None
 
 
-__all__ = ["pod_pending_reason"]
+_NEXT_STEP = {
+    "exceeded quota": "ask for less (-h, cpu, memMB, gpu), or ask for a larger ResourceQuota"
+    " in the namespace (kubectl describe quota)",
+    "FailedMount": "check the mounts' volumes, claims and secrets exist in the namespace",
+}
+
+
+def _when(event: dict[str, Any]) -> str:
+    return str(
+        event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or ""
+    )
+
+
+def event_pending_reason(
+    events: list[dict[str, Any]], job_name: str, pods: list[dict[str, Any]]
+) -> str | None:
+    """The latest Warning event that still explains why the job ``job_name`` waits: one about
+    the job newer than its newest pod (the controller could not make one), or one about a pod
+    still Pending (a scheduling failure only while the pod is unscheduled). None when none
+    does."""
+    newest_pod = max((str(p["metadata"].get("creationTimestamp") or "") for p in pods), default="")
+    waiting: dict[str, bool] = {}
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") in (None, "Pending"):
+            waiting[pod["metadata"]["name"]] = not any(
+                c.get("type") == "PodScheduled" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+    best: dict[str, Any] | None = None
+    for event in events:
+        if event.get("type") != "Warning":
+            continue
+        about = (event.get("involvedObject") or {}).get("name")
+        if about == job_name:
+            if _when(event) < newest_pod:
+                continue
+        elif about in waiting:
+            if event.get("reason") == "FailedScheduling" and not waiting[about]:
+                continue
+        else:
+            continue
+        if best is None or _when(event) >= _when(best):
+            best = event
+    if best is None:
+        return None
+    reason = str(best.get("reason") or "Warning")
+    message = " ".join(str(best.get("message") or "").split())[:400]
+    count = int(best.get("count") or 1)
+    step = next((s for key, s in _NEXT_STEP.items() if key in message or key == reason), "")
+    return (
+        f"pending ({reason}): {message}"
+        + (f" (x{count})" if count > 1 else "")
+        + (f"; {step}" if step else "")
+    )
+
+
+__all__ = ["event_pending_reason", "pod_pending_reason"]
