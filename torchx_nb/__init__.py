@@ -26,9 +26,24 @@ def unload_ipython_extension(ipython: Any) -> None:
     _unload(ipython)
 
 
+def __getattr__(name: str) -> Any:
+    """``torchx_nb.run_notebook``, imported on first use (it loads pandas and the runner)."""
+    if name == "run_notebook":
+        from torchx_nb.notebook.notebook_jobs import run_notebook
+
+        return run_notebook
+    raise AttributeError(f"module 'torchx_nb' has no attribute {name!r}")
+
+
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
     """Where the built JupyterLab extension lies (for ``jupyter labextension develop``)."""
     return [{"src": "labextension", "dest": "torchx-nb"}]
 
 
-__all__ = ["IMAGE", "__version__", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = [
+    "IMAGE",
+    "__version__",
+    "load_ipython_extension",
+    "run_notebook",
+    "unload_ipython_extension",
+]

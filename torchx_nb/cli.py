@@ -45,7 +45,7 @@ def _builtins_text() -> str:
 
 def _build_parser() -> argparse.ArgumentParser:
     from torchx_nb.errors import positive_int, regex_arg
-    from torchx_nb.run_args import CLI, add_run_options, add_sweep_options
+    from torchx_nb.run_args import CLI, add_notebook_options, add_run_options, add_sweep_options
     from torchx_nb.version import __version__
 
     parser = _Parser(prog=PROG, description="Run TorchX-style jobs and watch them.")
@@ -78,6 +78,21 @@ def _build_parser() -> argparse.ArgumentParser:
         "component_args",
         nargs=argparse.REMAINDER,
         help="the component's arguments (see `torchx-nb run COMPONENT --help`)",
+    )
+
+    rn = sub.add_parser(
+        "run-notebook",
+        help="run a whole notebook as a job (-p NAME=VALUE injects parameters)",
+    )
+    add_run_options(rn, CLI)
+    add_notebook_options(rn)
+    rn.add_argument("--name", default=None, help="the job's name (default: the notebook's)")
+    rn.add_argument("--image", default=None, help="image the job runs in")
+    rn.add_argument("--log", action="store_true", help="stream the job's logs (implies --wait)")
+    rn.add_argument(
+        "--json",
+        action="store_true",
+        help="with --dryrun, also print the whole request and the workspace's files",
     )
 
     sw = sub.add_parser(
@@ -189,6 +204,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         component_args=comp_args,
         parent_run_id=args.parent_run_id,
     )
+    return _submit(args, request)
+
+
+def cmd_run_notebook(args: argparse.Namespace) -> int:
+    """``run-notebook``: the notebook as a job, through the same submit path as ``run``."""
+    from torchx_nb.run_args import notebook_fields, run_request
+
+    request = run_request(args, name=args.name, image=args.image, **notebook_fields(args))
+    args.no_log = getattr(args, "no_log", False)
+    return _submit(args, request)
+
+
+def _submit(args: argparse.Namespace, request: Any) -> int:
+    """Prepare ``request``: print its dry run, or submit it, print the handle and (with
+    ``--wait``/``--log``) follow it to its end."""
     with _runner() as runner:
         prepared = runner.prepare(request, build=not args.dryrun)
         if args.dryrun:
@@ -490,6 +520,7 @@ COMMANDS = {
     "schedulers": cmd_schedulers,
     "resources": cmd_resources,
     "configure": cmd_configure,
+    "run-notebook": cmd_run_notebook,
 }
 
 

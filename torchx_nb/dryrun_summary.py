@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from torchx_nb.components.cell import cell_source
+from torchx_nb.components.cell import RUNNER
 from torchx_nb.redact import redact, redact_text
 from torchx_nb.runner import PreparedRun, Runner
 from torchx_nb.specs.api import Role
+from torchx_nb.specs.program import CellProgram, NotebookProgram, Program
 
 _LEFT_OUT = re.compile(r"^left out \((\d+)\):$", re.M)
 _SECRETS_HEAD = "secrets that ship because "
@@ -47,7 +48,7 @@ def summarize(runner: Runner, prepared: PreparedRun, whole: str = "--json") -> D
     ships = prepared.info.workspace_preview
     lines = [
         f"dry run on {prepared.scheduler}: nothing built, pushed or submitted",
-        f"program:   {_program(app.roles)}",
+        f"program:   {_program(prepared.program, app.roles)}",
         f"runs:      {'; '.join(_role(r, images) for r in app.roles)}",
         f"ships:     {_ships(ships, prepared.workspace)}",
     ]
@@ -56,13 +57,19 @@ def summarize(runner: Runner, prepared: PreparedRun, whole: str = "--json") -> D
     return DryRunSummary([redact_text(line) for line in lines], request, ships)
 
 
-def _program(roles: list[Role]) -> str:
-    source = cell_source(roles[0]) if roles else None
-    if source is not None:
-        n = len(source.splitlines())
-        line = " ".join([roles[0].entrypoint, *roles[0].args[:4]])
-        torchrun = " under torchrun" if "torchrun" in line or "distributed.run" in line else ""
-        return f"a cell of {n} line{'s' if n != 1 else ''}, run by the cell runner{torchrun}"
+def _program(program: Program, roles: list[Role]) -> str:
+    if isinstance(program, NotebookProgram):
+        names = [name for name, _ in program.parameters]
+        given = f"{len(names)} parameter{'s' if len(names) != 1 else ''}" + (
+            f" ({', '.join(names)})" if names else ""
+        )
+        limit = f"; each cell at most {program.cell_timeout:g} s" if program.cell_timeout else ""
+        return f"the notebook {program.path}, {given}, run by nbclient{limit}"
+    if isinstance(program, CellProgram):
+        n = program.lines
+        how = "the cell runner" if any(RUNNER in a for a in roles[0].args) else "python -c"
+        torchrun = " under torchrun" if program.j else ""
+        return f"a cell of {n} line{'s' if n != 1 else ''}, run by {how}{torchrun}"
     first = roles[0]
     command = " ".join(str(a) for a in redact([first.entrypoint, *first.args]))
     return command if len(command) <= 100 else command[:99] + "…"

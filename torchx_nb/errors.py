@@ -78,6 +78,20 @@ def current_folder() -> str:
         ) from None
 
 
+def positive_float(text: str) -> float:
+    """An argparse type for durations: a number of seconds above 0."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An argparse type for counts: a whole number of at least 1."""
     import argparse

@@ -393,6 +393,34 @@ def _sent(src: IO[bytes], out: IO[bytes]) -> Iterator[int] | None:
     return chunks()
 
 
+def fetch_notebook(store: OutputStore, folder: Path, name: str | None = None) -> Path:
+    """The executed notebook of a notebook job (``name`` at the top of its outputs, else the
+    one notebook there) copied into ``folder`` as ``STEM.executed.ipynb`` (``-2``, ``-3``… when
+    taken: nothing is overwritten). Returns its path."""
+    top = [f.path for f in outputs(store) if "/" not in f.path and f.path.endswith(".ipynb")]
+    chosen = name if name in top else (top[0] if len(top) == 1 else None)
+    if chosen is None:
+        raise NoResult(
+            "this job left no executed notebook in its outputs (not a notebook job, or it"
+            " ended before its first save)"
+            if not top
+            else f"this job left several notebooks ({', '.join(sorted(top))}): download them"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = chosen.removesuffix(".ipynb")
+    for n in range(1, 1000):
+        target = folder / (f"{stem}.executed.ipynb" if n == 1 else f"{stem}.executed-{n}.ipynb")
+        try:
+            # exclusive: two fetches at once never share a name
+            with open(target, "xb") as out, contextlib.closing(store.open(chosen)) as src:
+                for chunk in iter_chunks(src):
+                    out.write(chunk)
+        except FileExistsError:
+            continue
+        return target
+    raise TorchxNbError(f"{folder} holds 999 executed copies of {chosen}: remove some")
+
+
 def download(store: OutputStore, dest: Path, progress: Any = None) -> Path:
     """Copy the job's files into ``dest`` (created), keeping their relative paths, each
     streamed in chunks; ``progress(done, total, what)`` as the workspace's pushes report."""
@@ -423,6 +451,7 @@ __all__ = [
     "RemoteTraceback",
     "download",
     "exception_lines",
+    "fetch_notebook",
     "load_result",
     "outputs",
     "result_repr",

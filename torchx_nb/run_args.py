@@ -100,6 +100,43 @@ def add_sweep_options(parser: argparse.ArgumentParser, surface: Surface) -> None
     )
 
 
+def add_notebook_options(parser: argparse.ArgumentParser) -> None:
+    """``run-notebook``'s own: the notebook, ``-p NAME=VALUE`` and ``--cell-timeout``."""
+    from torchx_nb.errors import positive_float
+
+    parser.add_argument("notebook", help="the notebook (.ipynb); its folder is the workspace")
+    parser.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a value injected after the notebook's `parameters` cell (repeatable), typed from"
+        " its literal (3, 0.1, true, text); a comma is part of the value",
+    )
+    parser.add_argument(
+        "--cell-timeout",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="seconds each cell may run; a cell over it ends the job FAILED, naming the cell",
+    )
+
+
+def notebook_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The request's fields ``add_notebook_options`` parsed: ``-p`` values typed as a
+    sweep's are, each one value."""
+    from torchx_nb.grid import typed
+
+    params: dict[str, Any] = {}
+    for item in args.param:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"-p {item!r}: give NAME=VALUE")
+        params[name.strip()] = typed(value)
+    return {"run_notebook": args.notebook, "parameters": params, "cell_timeout": args.cell_timeout}
+
+
 def run_request(args: argparse.Namespace, **fields: Any) -> RunRequest:
     """The request the shared options (and ``fields``, the front end's own) describe."""
     return RunRequest(

@@ -73,6 +73,7 @@ from torchx_nb.specs.api import (
     runopts,
 )
 from torchx_nb.specs.failure import FailureCard, torchelastic_exception
+from torchx_nb.specs.program import CellProgram, Program, program_of
 from torchx_nb.workspace import WorkspaceMixin
 
 DEFAULT_SESSION = "torchx"
@@ -152,12 +153,18 @@ class RunRequest:
     parent_run_id: str | None = None
     notebook: str | None = None
     push: bytes | None = None  # the kernel variables sent into a cell's namespace (cloudpickle)
+    run_notebook: str | None = None  # a whole notebook to run (its folder is the workspace)
+    parameters: Mapping[str, Any] = field(default_factory=dict)  # injected into it
+    cell_timeout: float | None = None  # seconds each of its cells may take
 
 
 @dataclass
 class PreparedRun:
-    """A request made ready: the scheduler's exact request (``info``) and what to record."""
+    """A request made ready: what will run (``program``: a component's AppDef or a cell),
+    where, with which options and workspace, the scheduler's exact request (``info``) and
+    what to record."""
 
+    program: Program
     info: AppDryRunInfo[Any]
     scheduler: str
     opts: Any
@@ -340,10 +347,13 @@ class Runner:
             build_workspace=build,
             push=request.push,
         )
-        record: dict[str, str | None] = {"workspace": workspace, "notebook": request.notebook}
+        record: dict[str, str | None] = {
+            "workspace": workspace,
+            "notebook": request.notebook or request.run_notebook,
+        }
         if request.cell is not None:
             record["cell_hash"] = hashlib.sha256(request.cell.encode()).hexdigest()[:16]
-        return PreparedRun(info, scheduler, info._cfg, workspace, record)
+        return PreparedRun(program_of(app) or app, info, scheduler, info._cfg, workspace, record)
 
     def submit(self, prepared: PreparedRun, **record: str | None) -> AppHandle:
         """Send a prepared (built) run and record it in the job store (with ``record``: a
@@ -445,6 +455,13 @@ class Runner:
         from torchx_nb.errors import current_folder
 
         workspace = request.workspace
+        if request.run_notebook is not None:
+            if workspace is not None and workspace.strip().lower() in NO_WORKSPACE:
+                raise TorchxNbError(
+                    "a notebook job runs from its workspace: drop --workspace none (the"
+                    " notebook's folder is the default)"
+                )
+            return workspace or str(Path(request.run_notebook).expanduser().resolve().parent)
         if workspace is None:
             defaulted = config.cli_defaults("run").get("workspace")
             workspace = defaulted if defaulted is not None else current_folder()
@@ -471,6 +488,21 @@ class Runner:
 
     def _request_app(self, request: RunRequest) -> AppDef:
         """The AppDef a request names, with its name, image and env overrides applied."""
+        if request.run_notebook is not None:
+            from torchx_nb.components.notebook import notebook_app, notebook_program
+
+            workspace = self.request_workspace(request)
+            assert workspace is not None
+            program = notebook_program(
+                request.run_notebook, workspace, dict(request.parameters), request.cell_timeout
+            )
+            return notebook_app(
+                program,
+                name=request.name,
+                h=request.resource,
+                env=dict(request.env),
+                **({"image": request.image} if request.image else {}),
+            )
         if request.cell is not None:
             from torchx_nb.components.cell import cell as cell_component
 
@@ -592,33 +624,34 @@ class Runner:
         exception and outputs come back), its files beside the workspace: in the image, in the
         copied job folder, or, for a job that runs in place, in a private folder of the data
         dir written at build time. Returns the folder and the dry run's preview."""
-        from torchx_nb.components.cell import cell_files, run_with_runner
+        from torchx_nb.components.programs import point_at_runner, program_files
 
         path = Path(workspace).expanduser()
         if not path.is_dir():
             raise TorchxNbError(f"workspace {workspace!r} is not a folder")
+        program = program_of(app)
+        cell_role = app.roles[0] if program is not None else None
         if isinstance(sched, WorkspaceMixin):
             for role in app.roles:
-                files = cell_files(role, push)
+                files = program_files(program, push) if program and role is cell_role else None
                 if build:
-                    sched.patch_image(role, workspace, opts, files or {}, files is not None)
+                    pickles = isinstance(program, CellProgram) and files is not None
+                    sched.patch_image(role, workspace, opts, files or {}, pickles)
                 else:
                     sched.plan_image(role, workspace, opts)
-                if files is not None:
-                    run_with_runner(role, "", push is not None)
+                if program is not None and files is not None:
+                    point_at_runner(role, program, "", push is not None)
             return None, None if build else sched.preview_workspace(workspace)
         if isinstance(sched, DirWorkspaceMixin):
             copied: dict[str, bytes] = {}
-            for role in app.roles:
-                files = cell_files(role, push)
-                if files is None:
-                    continue
+            if program is not None and cell_role is not None:
+                files = program_files(program, push)
                 if sched.copies_workspace(opts):
                     copied.update(files)
-                    run_with_runner(role, "", push is not None)
+                    point_at_runner(cell_role, program, "", push is not None)
                 else:
                     here = _cell_folder(sched.files_folder(workspace, opts), files, build)
-                    run_with_runner(role, str(here), push is not None)
+                    point_at_runner(cell_role, program, str(here), push is not None)
             folder = LocalWorkspace(str(path.resolve()), copied)
             return folder, None if build else sched.preview_workspace(workspace, opts)
         raise TorchxNbError(
@@ -1035,6 +1068,15 @@ class Runner:
             if record is not None and record.is_terminal:
                 raise NoResult(folder_gone(store, app_handle))
         return outputs(store)
+
+    def executed_notebook(self, app_handle: AppHandle, folder: str | Path) -> Path:
+        """The executed notebook of a notebook job, fetched into ``folder`` under a name
+        that overwrites nothing (``NAME.executed.ipynb``); returns its path."""
+        from torchx_nb.results import fetch_notebook
+
+        record = self.jobstore.get(app_handle)
+        name = Path(record.notebook).name if record is not None and record.notebook else None
+        return fetch_notebook(self.output_store(app_handle), Path(folder).expanduser(), name)
 
     def download(self, app_handle: AppHandle, dest: str | Path, progress: Any = None) -> Path:
         """Copy the job's output files into ``dest``, keeping their paths; returns ``dest``."""

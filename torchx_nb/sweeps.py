@@ -27,6 +27,7 @@ from torchx_nb.runner import Runner, RunRequest
 from torchx_nb.schedulers.api import SubmitsArrays
 from torchx_nb.schedulers.ids import random_id
 from torchx_nb.specs.api import AppState, AppStatus, TorchxNbError, is_terminal
+from torchx_nb.specs.program import program_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -379,11 +380,7 @@ class _Driver(threading.Thread):
 def _is_cell(run: RunRequest) -> bool:
     """Whether the run is a notebook cell (its source, or an AppDef the cell component made):
     only a cell runs under the cell runner, which picks an array task's point."""
-    from torchx_nb.components.cell import CELL_METADATA_KEY
-
-    if run.cell is not None:
-        return True
-    return run.app is not None and any(CELL_METADATA_KEY in r.metadata for r in run.app.roles)
+    return run.cell is not None or (run.app is not None and program_of(run.app) is not None)
 
 
 @dataclass

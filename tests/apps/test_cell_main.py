@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from torchx_nb.components.cell import RUNNER, cell, cell_files
+from torchx_nb.components.cell import RUNNER, cell, cell_files, cell_program
 from torchx_nb.results import LocalStore, NoResult, RemoteError, RemoteTraceback, load_result
 from torchx_nb.results import result_repr as repr_of
 from torchx_nb.specs.api import AppState, AppStatus, TorchxNbError
@@ -20,9 +20,7 @@ from torchx_nb.specs.api import AppState, AppStatus, TorchxNbError
 def job_folder(tmp_path: Path, source: str, push: bytes | None = None) -> tuple[Path, str]:
     """The files a cell job ships (the runner, the cell, the pushed variables) written to
     ``tmp_path/job``; the folder and the cell's file name."""
-    role = cell(source=source).roles[0]
-    files = cell_files(role, push)
-    assert files is not None
+    files = cell_files(cell_program(source), push)
     folder = tmp_path / "job"
     for name, data in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)

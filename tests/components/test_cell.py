@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from torchx_nb.components.cell import cell
@@ -36,3 +38,40 @@ def test_cell_runs_on_local_cwd_with_dollars_and_argv() -> None:
         assert status is not None and status.state == AppState.SUCCEEDED
         out = "".join(runner.log_lines(handle, "cell"))
     assert out == f"cost: $5 ['x'] {handle}\n"
+
+
+def test_a_cell_is_a_typed_program_not_role_metadata() -> None:
+    """``cell()`` returns an AppDef for TorchX-style use (``python -c``) that holds its cell
+    program as a typed field; no role carries the source in its metadata."""
+    from torchx_nb.specs.program import CellProgram, program_of
+
+    app = cell("a", source="print(1)\n", j="2", rdzv_port=29600)
+    assert program_of(app) == CellProgram("print(1)\n", ("a",), "2", 29600)
+    assert all(role.metadata == {} for role in app.roles)
+
+
+def test_the_cli_dry_run_of_a_cell_ships_it_as_a_script_or_says_python_c(
+    tmp_path: Path,
+) -> None:
+    """``torchx-nb run cell --source`` with a workspace: the cell goes into the image as a
+    script run by the cell runner, and its source is nowhere in the request; with
+    ``--workspace none`` it travels in the request as ``python -c``."""
+    from tests.conftest import cli
+
+    (tmp_path / "mod.py").write_text("X = 1\n")
+    source = "print('marker-4711')"
+    base = ["run", "--dryrun", "-s", "local_docker"]
+    code, out, err = cli(*base, "--workspace", str(tmp_path), "cell", "--source", source)
+    assert code == 0, err
+    assert "program:   a cell of 1 line, run by the cell runner" in out, out
+    code, whole, err = cli(
+        *base, "--json", "--workspace", str(tmp_path), "cell", "--source", source
+    )
+    assert code == 0, err
+    assert "marker-4711" not in whole and "cell_main.py" in whole and ".torchx-cell-" in whole
+    code, out, err = cli(*base, "--workspace", "none", "cell", "--source", source)
+    assert code == 0, err
+    assert "program:   a cell of 1 line, run by python -c" in out, out
+    code, whole, err = cli(*base, "--json", "--workspace", "none", "cell", "--source", source)
+    assert code == 0, err
+    assert "marker-4711" in whole and "cell_main.py" not in whole

@@ -6,10 +6,9 @@ from __future__ import annotations
 import torchx_nb
 from torchx_nb import specs
 from torchx_nb.components.dist import _distributed_app, torchrun_command
+from torchx_nb.specs.program import CellApp, CellProgram
 
 MAX_SOURCE_BYTES = 96 * 1024
-CELL_METADATA_KEY = "torchx_nb.cell"
-CELL_PREFIX = ".torchx-cell-"
 # the files beside a cell that runs with results (see cell_files)
 RUNNER = ".torchx-nb/cell_main.py"
 VENDOR = ".torchx-nb/vendor"
@@ -33,6 +32,9 @@ def cell(
 ) -> specs.AppDef:
     """Runs Python source text as the job's main program (python -c SOURCE ARGS...).
 
+    The AppDef it returns holds the cell program: a torchx_nb runner with a workspace runs it
+    as a script under the cell runner (value, exception and outputs come back).
+
     Args:
         script_args: arguments the program sees in sys.argv[1:]
         source: the Python source to run
@@ -48,6 +50,28 @@ def cell(
         rdzv_port: port of the c10d rendezvous on rank 0 (with -j)
         mounts: mounts as type=bind,src=/a,dst=/b[,readonly],...
     """
+    program = cell_program(source, script_args, j, rdzv_port)
+    return cell_app(
+        program,
+        name=name,
+        image=image,
+        h=h,
+        cpu=cpu,
+        gpu=gpu,
+        memMB=memMB,
+        env=env,
+        max_retries=max_retries,
+        mounts=mounts,
+    )
+
+
+def cell_program(
+    source: str,
+    script_args: tuple[str, ...] | list[str] = (),
+    j: str | None = None,
+    rdzv_port: int = 29500,
+) -> CellProgram:
+    """A checked cell program: not empty, no IPython magics, small enough for a request."""
     if not source.strip():
         raise ValueError("the cell is empty: write the Python code to run below the magic line")
     refuse_magics(source)
@@ -57,11 +81,29 @@ def cell(
             f"the cell is {size // 1024} KiB; at most {MAX_SOURCE_BYTES // 1024} KiB can be passed"
             " as a program: move the code into a .py file in the workspace and import it"
         )
+    return CellProgram(source, tuple(script_args), j, rdzv_port)
+
+
+def cell_app(
+    program: CellProgram,
+    *,
+    name: str = "cell",
+    image: str = torchx_nb.IMAGE,
+    h: str | None = None,
+    cpu: int = 1,
+    gpu: int = 0,
+    memMB: int = 1024,
+    env: dict[str, str] | None = None,
+    max_retries: int = 0,
+    mounts: list[str] | None = None,
+) -> CellApp:
+    """The AppDef of ``program`` as it runs with no workspace: ``python -c SOURCE`` (under
+    torchrun with ``j``)."""
     # Schedulers substitute ${macros} in args; "$$" comes out as a literal "$".
-    program = ["python", "-c", source.replace("$", "$$"), *script_args]
-    recipe = {"source": source, "script_args": list(script_args), "j": j, "rdzv_port": rdzv_port}
+    command = ["python", "-c", program.source.replace("$", "$$"), *program.script_args]
+    j, rdzv_port = program.j, program.rdzv_port
     if j:
-        cmd, min_n, max_n = torchrun_command(program, j, rdzv_port=rdzv_port, no_python=True)
+        cmd, min_n, max_n = torchrun_command(command, j, rdzv_port=rdzv_port, no_python=True)
         app = _distributed_app(
             cmd,
             "cell",
@@ -79,23 +121,22 @@ def cell(
             mounts=mounts,
             debug=False,
         )
-        app.roles[0].metadata[CELL_METADATA_KEY] = recipe
-        return app
-    return specs.AppDef(
+        return CellApp(app.name, app.roles, app.metadata, program=program)
+    return CellApp(
         name=name,
         roles=[
             specs.Role(
                 name="cell",
                 image=image,
                 entrypoint="python",
-                args=program[1:],
+                args=command[1:],
                 env=dict(env or {}),
                 resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
                 max_retries=max_retries,
                 mounts=specs.parse_mounts(mounts) if mounts else [],
-                metadata={CELL_METADATA_KEY: recipe},
             )
         ],
+        program=program,
     )
 
 
@@ -120,72 +161,54 @@ def refuse_magics(source: str) -> None:
                 ) from None
 
 
-def cell_source(role: specs.Role) -> str | None:
-    """The Python source of a role made by the ``cell`` component, else None."""
-    recipe = role.metadata.get(CELL_METADATA_KEY)
-    return recipe["source"] if isinstance(recipe, dict) else None
-
-
-def cell_script(role: specs.Role) -> tuple[str, bytes] | None:
-    """The file a workspace gets for a cell role (its name and content), or None for a role
-    that is not a cell. It goes at the workspace root, so the cell imports the notebook
-    folder's modules as it does in the kernel (Python puts the script's folder first on
-    sys.path)."""
-    import hashlib
-
-    source = cell_source(role)
-    if source is None:
-        return None
-    sha = hashlib.sha256(source.encode()).hexdigest()[:12]
-    return f"{CELL_PREFIX}{sha}.py", source.encode()
-
-
-def cell_files(role: specs.Role, push: bytes | None = None) -> dict[str, bytes] | None:
-    """What a cell role needs beside its workspace to run with results (None for a role that
-    is not a cell): the cell as a script, torchx_nb's cell runner, the kernel's cloudpickle
-    (so the job pickles as the kernel unpickles, even in an image without it) and the pushed
-    variables. Paths relative to the folder they go into."""
-    import importlib.util
-    from pathlib import Path
-
-    script = cell_script(role)
-    if script is None:
-        return None
-    files = {script[0]: script[1]}
-    runner = importlib.util.find_spec("torchx_nb.apps.cell_main")
-    assert runner is not None and runner.origin is not None
-    files[RUNNER] = Path(runner.origin).read_bytes()
-    pickler = importlib.util.find_spec("cloudpickle")
-    if pickler is not None and pickler.submodule_search_locations:
-        for path in sorted(Path(next(iter(pickler.submodule_search_locations))).glob("*.py")):
-            files[f"{VENDOR}/cloudpickle/{path.name}"] = path.read_bytes()
+def cell_files(program: CellProgram, push: bytes | None = None) -> dict[str, bytes]:
+    """What a cell needs beside its workspace to run with results: the cell as a script (at
+    the workspace root, so it imports the notebook folder's modules as in the kernel), the
+    cell runner (``runner_files``) and the pushed variables. Paths relative to the folder
+    they go into."""
+    script = program.script()
+    files = {script[0]: script[1], **runner_files()}
     if push is not None:
         files[PUSH] = push
     return files
 
 
-def run_with_runner(role: specs.Role, folder: str = "", push: bool = False) -> None:
-    """Re-point a cell role at the cell runner and the script ``cell_files`` made, both in
-    ``folder`` (relative to the job's working folder when empty: the workspace's root in an
-    image, a job folder); with ``push``, at the pushed variables too."""
+def runner_files() -> dict[str, bytes]:
+    """torchx_nb's cell runner and the kernel's cloudpickle (so the job pickles as the kernel
+    unpickles, even in an image without it)."""
+    import importlib.util
+    from pathlib import Path
+
+    runner = importlib.util.find_spec("torchx_nb.apps.cell_main")
+    assert runner is not None and runner.origin is not None
+    files = {RUNNER: Path(runner.origin).read_bytes()}
+    pickler = importlib.util.find_spec("cloudpickle")
+    if pickler is not None and pickler.submodule_search_locations:
+        for path in sorted(Path(next(iter(pickler.submodule_search_locations))).glob("*.py")):
+            files[f"{VENDOR}/cloudpickle/{path.name}"] = path.read_bytes()
+    return files
+
+
+def run_with_runner(
+    role: specs.Role, program: CellProgram, folder: str = "", push: bool = False
+) -> None:
+    """Re-point the cell's role at the cell runner and the script ``cell_files`` made, both
+    in ``folder`` (relative to the job's working folder when empty: the workspace's root in
+    an image, a job folder), instead of passing the source with ``-c``: no size limit, real
+    file names in tracebacks; with ``push``, at the pushed variables too."""
     base = f"{folder.rstrip('/')}/" if folder else ""
-    script = cell_script(role)
-    assert script is not None
-    run_as_script(role, f"{base}{RUNNER}", [f"{base}{script[0]}"])
-    if push:
-        role.env["TORCHX_NB_PUSH"] = f"{base}{PUSH}"
-
-
-def run_as_script(role: specs.Role, script: str, first: list[str] | None = None) -> None:
-    """Re-point a cell role at ``script`` (the cell written into the image by a workspace
-    builder) instead of passing the source with ``-c``: no size limit, real file names in
-    tracebacks."""
-    recipe = role.metadata[CELL_METADATA_KEY]
-    program = ["python", script, *(first or []), *recipe["script_args"]]
-    if recipe["j"]:
+    command = [
+        "python",
+        f"{base}{RUNNER}",
+        f"{base}{program.script()[0]}",
+        *program.script_args,
+    ]
+    if program.j:
         cmd, _, _ = torchrun_command(
-            program, recipe["j"], rdzv_port=recipe["rdzv_port"], no_python=True
+            command, program.j, rdzv_port=program.rdzv_port, no_python=True
         )
         role.args = ["-c", cmd]
     else:
-        role.args = program[1:]
+        role.args = command[1:]
+    if push:
+        role.env["TORCHX_NB_PUSH"] = f"{base}{PUSH}"

@@ -105,6 +105,12 @@ class JobHandle:
         finally:
             progress.close()
 
+    def notebook(self, folder: str | os.PathLike[str] | None = None) -> Path:
+        """A notebook job's executed notebook (as far as it ran, with its outputs and
+        errors), fetched into ``folder`` (default: the current folder, which is the notebook's
+        in a kernel) as ``NAME.executed.ipynb``, never overwriting a file; its path."""
+        return self._runner.executed_notebook(self.handle, Path(folder or Path.cwd()))
+
     def describe(self) -> AppDef | None:
         return self._runner.describe(self.handle)
 

@@ -25,6 +25,7 @@ from torchx_nb.errors import current_folder, one_line, regex_arg
 
 COMMANDS = (
     "run",
+    "run-notebook",
     "sweep",
     "status",
     "describe",
@@ -59,13 +60,34 @@ class _HelpShown(Exception):
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
+    """``%%torchx run``: the job's options, torchrun's ``-j`` and ``--push``."""
+    _job_options(parser)
+    parser.add_argument(
+        "-j", default=None, metavar="[MIN:]NxP", help="run under torchrun: N nodes of P processes"
+    )
+    parser.add_argument(
+        "--push",
+        default=None,
+        metavar="VAR[,VAR]",
+        help="kernel variables sent into the cell's namespace (cloudpickle; at most 64 MiB)",
+    )
+    parser.add_argument("--help", action="help", help="show this help")
+
+
+def _notebook_args(parser: argparse.ArgumentParser) -> None:
+    """``%torchx run-notebook NB.ipynb``: the job's options and the notebook's."""
+    from torchx_nb.run_args import add_notebook_options
+
+    _job_options(parser)
+    add_notebook_options(parser)
+    parser.add_argument("--help", action="help", help="show this help")
+
+
+def _job_options(parser: argparse.ArgumentParser) -> None:
     from torchx_nb.run_args import MAGIC, add_run_options
 
     add_run_options(parser, MAGIC)
     parser.add_argument("--image", default=None, help="image the job runs in")
-    parser.add_argument(
-        "-j", default=None, metavar="[MIN:]NxP", help="run under torchrun: N nodes of P processes"
-    )
     parser.add_argument("--name", default=None, help="the job's name")
     parser.add_argument(
         "--env",
@@ -95,13 +117,6 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=REGEX",
         help="a number to chart from the log lines, e.g. loss=loss: ([0-9.]+) (repeatable)",
     )
-    parser.add_argument(
-        "--push",
-        default=None,
-        metavar="VAR[,VAR]",
-        help="kernel variables sent into the cell's namespace (cloudpickle; at most 64 MiB)",
-    )
-    parser.add_argument("--help", action="help", help="show this help")
 
 
 def _sweep_options(parser: argparse.ArgumentParser) -> None:
@@ -200,6 +215,7 @@ def _workspace_args(p: argparse.ArgumentParser) -> None:
 PARSERS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "workspace": _workspace_args,
     "run": _line_run_args,
+    "run-notebook": _notebook_args,
     "status": _handle_arg,
     "describe": _handle_arg,
     "cancel": _handle_arg,
@@ -348,6 +364,10 @@ class TorchxMagics(Magics):
             VAR.best(metric), VAR.cancel()).
 
         %torchx run [options] COMPONENT ARGS...    e.g. %torchx run utils.echo --msg hi
+        %torchx run-notebook NB.ipynb [-p NAME=VALUE ...] [--cell-timeout S] [run options]
+            Runs the whole notebook as a job (its folder is the workspace), the values
+            injected after its `parameters` cell; -o VAR then VAR.notebook() fetches the
+            executed notebook.
         %torchx status|describe|cancel HANDLE_OR_VAR
         %torchx log HANDLE_OR_VAR [-r ROLE] [-k N] [--regex RE] [--tail] [--streams S]
         %torchx result HANDLE_OR_VAR [--timeout S]  the cell's value (its exception re-raised)
@@ -364,7 +384,7 @@ class TorchxMagics(Magics):
         except _HelpShown:
             return None
         try:
-            return getattr(self, f"_do_{parsed.command}")(parsed.args, cell)
+            return getattr(self, f"_do_{parsed.command.replace('-', '_')}")(parsed.args, cell)
         except (MagicLineError, KeyboardInterrupt):
             raise
         except _HelpShown:
@@ -413,7 +433,7 @@ class TorchxMagics(Magics):
                 f"%%torchx {command}: the cell is empty; write the code to run below the magic line"
             )
         push = None
-        if args.push is not None:
+        if getattr(args, "push", None) is not None:
             from torchx_nb.notebook.push import pickle_push, push_names
 
             if cell is None:
@@ -421,27 +441,39 @@ class TorchxMagics(Magics):
                     "%torchx run: --push sends variables into a cell: use %%torchx run --push"
                 )
             push = pickle_push(self.shell.user_ns if self.shell else {}, push_names(args.push))
+        if command == "run-notebook":
+            from torchx_nb.run_args import notebook_fields
+
+            fields: dict[str, Any] = notebook_fields(args)
+        else:
+            fields = {
+                "cell": cell,
+                "component": None if cell is not None else args.component,
+                "component_args": [] if cell is not None else list(args.args),
+                "j": args.j,
+                "notebook": self._notebook_path(),
+                "push": push,
+            }
         request = run_request(
             args,
-            cell=cell,
-            component=None if cell is not None else args.component,
-            component_args=[] if cell is not None else list(args.args),
+            **fields,
             default_scheduler=self.scheduler or None,
             scheduler_defaults=self.cfg,
             name=args.name,
             image=args.image or self.image or None,
             env=_split_env(args.env),
-            j=args.j,
             resource=args.resource,
-            notebook=self._notebook_path(),
-            push=push,
         )
         return request, out, metric_specs
 
-    def _do_run(self, args: argparse.Namespace, cell: str | None) -> None:
+    def _do_run_notebook(self, args: argparse.Namespace, cell: str | None) -> None:
+        """``%torchx run-notebook``: the notebook as a job, watched as a cell's is."""
+        self._do_run(args, None, "run-notebook")
+
+    def _do_run(self, args: argparse.Namespace, cell: str | None, command: str = "run") -> None:
         from torchx_nb.metrics import metric_definitions
 
-        request, out, metric_specs = self._run_request(args, cell)
+        request, out, metric_specs = self._run_request(args, cell, command)
         runner = self.runner
         if args.dryrun:
             prepared = runner.prepare(request)

@@ -1,0 +1,196 @@
+"""``torchx-nb run-notebook`` on local_cwd, as a user runs it: the notebook's folder is the
+workspace, ``-p`` values are injected after its ``parameters`` cell, the executed notebook is
+an output saved as it runs, and a failing, slow or dying cell ends the job FAILED naming the
+cell, the partial notebook kept."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from tests.conftest import cli, cli_error, wait_for
+from torchx_nb.jobstore import JobStore
+from torchx_nb.runner import get_runner
+
+
+def notebook(path: Path, *sources: str, parameters: str | None = None) -> Path:
+    cells = [new_markdown_cell("# Report")]
+    if parameters is not None:
+        cells.append(new_code_cell(parameters, metadata={"tags": ["parameters"]}))
+    cells += [new_code_cell(s) for s in sources]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, path)
+    return path
+
+
+def executed(handle: str, tmp_path: Path) -> nbformat.NotebookNode:
+    with get_runner() as runner:
+        path = runner.executed_notebook(handle, tmp_path / "fetched")
+    return nbformat.read(path, as_version=4)
+
+
+def outputs_text(cell: nbformat.NotebookNode) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append(out.get("text") or out.get("data", {}).get("text/plain", "") or "")
+        if out.get("output_type") == "error":
+            parts.append(f"{out['ename']}: {out['evalue']}")
+    return "".join(parts)
+
+
+def test_a_notebook_runs_with_its_parameters_and_sibling_modules(
+    isolated: Path, tmp_path: Path
+) -> None:
+    (isolated / "helper.py").write_text("def double(x):\n    return 2 * x\n")
+    notebook(
+        isolated / "report.ipynb",
+        "from helper import double\nprint('doubled', double(n), label)",
+        "import sys, os\nprint(os.path.dirname(sys.executable), os.getcwd())",
+        "from ipykernel.connect import get_connection_info\n"
+        "get_connection_info(unpack=True)['transport']",
+        parameters="n = 1\nlabel = 'x'",
+    )
+    code, out, err = cli(
+        "run-notebook", "report.ipynb", "-p", "n=21", "-p", "label=a,b", "--wait", timeout=120
+    )
+    handle = out.strip()
+    assert code == 0, err
+    assert handle.startswith("local_cwd://torchx/report-"), out
+    assert err.strip().splitlines()[-1] == f"torchx-nb: {handle} SUCCEEDED", err
+    nb = executed(handle, tmp_path)
+    assert [c.source for c in nb.cells[:3]] == [
+        "# Report",
+        "n = 1\nlabel = 'x'",
+        "# Parameters\nn = 21\nlabel = 'a,b'\n",
+    ]
+    assert nb.cells[2].metadata["tags"] == ["injected-parameters"]
+    assert outputs_text(nb.cells[3]) == "doubled 42 a,b\n"
+    # the kernel is the job's own Python (local_cwd's: the kernel's), in the workspace
+    assert outputs_text(nb.cells[4]) == f"{Path(sys.executable).parent} {isolated}\n"
+    assert outputs_text(nb.cells[5]) == "'ipc'"  # no TCP port a node's other users can reach
+    assert nb.metadata["kernelspec"]["name"] == "python3"  # the user's, not the job's
+    with get_runner() as runner:
+        again = runner.executed_notebook(handle, tmp_path / "fetched")
+    assert again.name == "report.executed-2.ipynb"  # never overwrites
+
+
+def test_a_failing_cell_names_itself_and_keeps_the_partial_notebook(
+    isolated: Path, tmp_path: Path
+) -> None:
+    notebook(isolated / "bad.ipynb", "x = 1", "\n# divide\nx / 0", "print('never')")
+    code, out, err = cli("run-notebook", "bad.ipynb", "--wait", timeout=120)
+    handle = out.splitlines()[0]
+    assert code == 1
+    # the cell's traceback is in the job's log (no colour codes)
+    assert "notebook/0 ZeroDivisionError: division by zero" in out.splitlines(), out
+    assert "\x1b[" not in out
+    lines = err.strip().splitlines()
+    assert lines[-2:] == [
+        f"torchx-nb: {handle} FAILED",
+        "torchx-nb: notebook/0 raised ZeroDivisionError in cell 2 ('# divide'): division by"
+        " zero (exit code 1)",
+    ], err
+    code, status, _ = cli("status", handle)
+    assert "notebook/0 raised ZeroDivisionError in cell 2 ('# divide')" in status, status
+    nb = executed(handle, tmp_path)
+    assert outputs_text(nb.cells[2]) == "ZeroDivisionError: division by zero"
+    assert nb.cells[3].get("outputs") == [] and nb.cells[3].execution_count is None
+
+
+def test_a_cell_over_its_time_limit_and_a_dying_kernel_fail_the_job(isolated: Path) -> None:
+    notebook(isolated / "slow.ipynb", "import time\ntime.sleep(60)")
+    notebook(isolated / "dies.ipynb", "print('before')", "import os\nos._exit(3)")
+    code, _, err = cli("run-notebook", "slow.ipynb", "--cell-timeout", "1.5", "--wait")
+    assert code == 1
+    assert err.strip().splitlines()[-1] == (
+        "torchx-nb: notebook/0 raised CellTimeoutError in cell 1 ('import time'): over"
+        " --cell-timeout (1.5 s) (exit code 1)"
+    ), err
+    code, _, err = cli("run-notebook", "dies.ipynb", "--wait")
+    assert code == 1
+    assert err.strip().splitlines()[-1] == (
+        "torchx-nb: notebook/0 raised DeadKernelError in cell 2 ('import os'): the kernel died"
+        " (killed, out of memory, or os._exit) (exit code 1)"
+    ), err
+
+
+def test_the_notebook_is_saved_as_it_runs_and_a_cancel_keeps_it(
+    isolated: Path, tmp_path: Path
+) -> None:
+    notebook(isolated / "long.ipynb", "print('first done')", "import time\ntime.sleep(60)")
+    code, out, err = cli("run-notebook", "long.ipynb")
+    handle = out.strip()
+    assert code == 0, err
+
+    def saved() -> nbformat.NotebookNode | None:
+        with get_runner() as runner:
+            try:
+                nb = nbformat.read(runner.executed_notebook(handle, tmp_path / "peek"), 4)
+            except Exception:
+                return None
+        return nb if outputs_text(nb.cells[1]) == "first done\n" else None
+
+    wait_for(saved, 60, interval=0.5)  # part-way: the first cell's output is there
+    code, _, err = cli("cancel", handle)
+    assert code == 0, err
+    time.sleep(0.5)
+    with get_runner() as runner:
+        status = runner.wait(handle, wait_interval=0.2, timeout=30)
+    assert status is not None and status.state.name == "CANCELLED", status
+    nb = executed(handle, tmp_path)
+    assert outputs_text(nb.cells[1]) == "first done\n"
+    assert nb.cells[2].get("outputs") == []
+
+
+def test_bad_input_is_one_line_and_nothing_is_submitted(isolated: Path) -> None:
+    notebook(isolated / "ok.ipynb", "x = 1")
+    (isolated / "notes.txt").write_text("x")
+    before = len(JobStore().list())
+    assert cli_error("run-notebook", "nope.ipynb") == (
+        "torchx-nb: error: notebook 'nope.ipynb' does not exist"
+    )
+    assert cli_error("run-notebook", "notes.txt") == (
+        "torchx-nb: error: 'notes.txt' is not a notebook: give a .ipynb file"
+    )
+    assert cli_error("run-notebook", "ok.ipynb", "-p", "no value") == (
+        "torchx-nb: error: -p 'no value': give NAME=VALUE"
+    )
+    assert cli_error("run-notebook", "ok.ipynb", "-p", "class=1") == (
+        "torchx-nb: error: -p class: a parameter's name must be a Python variable name"
+    )
+    assert cli_error("run-notebook", "ok.ipynb", "--workspace", "none") == (
+        "torchx-nb: error: a notebook job runs from its workspace: drop --workspace none (the"
+        " notebook's folder is the default)"
+    )
+    assert "expected a number of seconds above 0, got 'inf'" in cli_error(
+        "run-notebook", "ok.ipynb", "--cell-timeout", "inf"
+    )
+    (isolated / "other").mkdir()
+    assert cli_error("run-notebook", "ok.ipynb", "--workspace", "other").startswith(
+        "torchx-nb: error: notebook 'ok.ipynb' is outside the workspace 'other'"
+    )
+    assert len(JobStore().list()) == before
+
+
+def test_the_dry_run_names_the_notebook_and_masks_secret_values(isolated: Path) -> None:
+    notebook(isolated / "ok.ipynb", "x = 1", parameters="x = 0")
+    args = ["run-notebook", "ok.ipynb", "-p", "x=2", "-p", "api_token=s3cr3t-value-1234"]
+    code, out, err = cli(*args, "--cell-timeout", "30", "--dryrun")
+    assert code == 0, err
+    assert out.splitlines()[:2] == [
+        "dry run on local_cwd: nothing built, pushed or submitted",
+        "program:   the notebook ok.ipynb, 2 parameters (x, api_token), run by nbclient; each"
+        " cell at most 30 s",
+    ], out
+    code, whole, err = cli(*args, "--dryrun", "--json")
+    assert code == 0, err
+    assert "s3cr3t" not in whole and "api_token" in whole

@@ -1,0 +1,117 @@
+"""A whole notebook as the job's program: the checks made before anything is built, the
+AppDef it runs as (the cell runner in its notebook mode, under nbclient), and the files that
+go beside the workspace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torchx_nb
+from torchx_nb import specs
+from torchx_nb.components.cell import RUNNER, runner_files
+from torchx_nb.specs.program import CellApp, NotebookProgram
+
+NOTEBOOK_PARAMS = "TORCHX_NB_NOTEBOOK_PARAMS"
+
+
+def notebook_program(
+    path: str,
+    workspace: str,
+    parameters: dict[str, Any] | None = None,
+    cell_timeout: float | None = None,
+) -> NotebookProgram:
+    """A checked notebook program: ``path`` an existing ``.ipynb`` notebook inside
+    ``workspace``, parameter names Python identifiers. One line naming the fix otherwise."""
+    import keyword
+
+    import nbformat
+
+    nb_path = Path(path).expanduser().resolve()
+    root = Path(workspace).expanduser().resolve()
+    if nb_path.suffix != ".ipynb":
+        raise ValueError(f"{path!r} is not a notebook: give a .ipynb file")
+    if not nb_path.is_file():
+        raise ValueError(f"notebook {path!r} does not exist")
+    if not nb_path.is_relative_to(root):
+        raise ValueError(
+            f"notebook {path!r} is outside the workspace {workspace!r}: the job runs it from"
+            " there; drop --workspace (its folder is the default) or give a folder holding it"
+        )
+    try:
+        nbformat.read(str(nb_path), as_version=4)
+    except Exception as e:
+        raise ValueError(
+            f"{path!r} cannot be read as a notebook: {str(e).splitlines()[0]}"
+        ) from None
+    for name, value in (parameters or {}).items():
+        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__"):
+            raise ValueError(f"-p {name}: a parameter's name must be a Python variable name")
+        if not _is_literal(value):
+            raise ValueError(
+                f"-p {name}: a {type(value).__name__} is not a Python literal; give numbers,"
+                " text, booleans, None, or lists and dicts of them"
+            )
+    if cell_timeout is not None and cell_timeout <= 0:
+        raise ValueError(f"--cell-timeout must be more than 0 seconds, not {cell_timeout:g}")
+    return NotebookProgram(
+        nb_path.relative_to(root).as_posix(),
+        tuple((parameters or {}).items()),
+        cell_timeout,
+    )
+
+
+def _is_literal(value: Any) -> bool:
+    """Whether ``value`` is written back exactly by its repr (what the injected cell holds)."""
+    import ast
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    try:
+        return bool(ast.literal_eval(repr(value)) == value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+
+
+def notebook_app(
+    program: NotebookProgram,
+    *,
+    name: str | None = None,
+    image: str = torchx_nb.IMAGE,
+    h: str | None = None,
+    env: dict[str, str] | None = None,
+) -> CellApp:
+    """The AppDef the notebook runs as: one replica of the cell runner in notebook mode
+    (pointed at its files by ``run_notebook_with_runner`` once the workspace is known)."""
+    args = [RUNNER, "--notebook", program.path]
+    if program.cell_timeout is not None:
+        args += ["--cell-timeout", f"{program.cell_timeout:g}"]
+    values = {k: v for k, v in program.parameters}
+    return CellApp(
+        name=name or Path(program.path).stem or "notebook",
+        roles=[
+            specs.Role(
+                name="notebook",
+                image=image,
+                entrypoint="python",
+                args=args,
+                env={**(env or {}), NOTEBOOK_PARAMS: json.dumps(values)},
+                resource=specs.resource(cpu=1, memMB=1024, h=h),
+            )
+        ],
+        program=program,
+    )
+
+
+def notebook_files() -> dict[str, bytes]:
+    """What a notebook job needs beside its workspace: the cell runner."""
+    return runner_files()
+
+
+def run_notebook_with_runner(role: specs.Role, program: NotebookProgram, folder: str = "") -> None:
+    """Point the notebook's role at the cell runner in ``folder`` (the job's working folder
+    when empty)."""
+    base = f"{folder.rstrip('/')}/" if folder else ""
+    role.args = [f"{base}{RUNNER}", *role.args[1:]]
