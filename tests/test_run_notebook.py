@@ -62,9 +62,11 @@ def test_a_notebook_runs_with_its_parameters_and_sibling_modules(
     code, out, err = cli(
         "run-notebook", "report.ipynb", "-p", "n=21", "-p", "label=a,b", "--wait", timeout=120
     )
-    handle = out.strip()
+    handle = out.splitlines()[0]
     assert code == 0, err
     assert handle.startswith("local_cwd://torchx/report-"), out
+    assert "notebook/0 [torchx_nb] cell 3: # Parameters" in out.splitlines(), out
+    assert "notebook/0 doubled 42 a,b" in out.splitlines(), out
     assert err.strip().splitlines()[-1] == f"torchx-nb: {handle} SUCCEEDED", err
     nb = executed(handle, tmp_path)
     assert [c.source for c in nb.cells[:3]] == [
@@ -96,11 +98,11 @@ def test_a_failing_cell_names_itself_and_keeps_the_partial_notebook(
     lines = err.strip().splitlines()
     assert lines[-2:] == [
         f"torchx-nb: {handle} FAILED",
-        "torchx-nb: notebook/0 raised ZeroDivisionError in cell 2 ('# divide'): division by"
+        "torchx-nb: notebook/0 raised ZeroDivisionError in cell 3 ('# divide'): division by"
         " zero (exit code 1)",
     ], err
     code, status, _ = cli("status", handle)
-    assert "notebook/0 raised ZeroDivisionError in cell 2 ('# divide')" in status, status
+    assert "notebook/0 raised ZeroDivisionError in cell 3 ('# divide')" in status, status
     nb = executed(handle, tmp_path)
     assert outputs_text(nb.cells[2]) == "ZeroDivisionError: division by zero"
     assert nb.cells[3].get("outputs") == [] and nb.cells[3].execution_count is None
@@ -112,13 +114,13 @@ def test_a_cell_over_its_time_limit_and_a_dying_kernel_fail_the_job(isolated: Pa
     code, _, err = cli("run-notebook", "slow.ipynb", "--cell-timeout", "1.5", "--wait")
     assert code == 1
     assert err.strip().splitlines()[-1] == (
-        "torchx-nb: notebook/0 raised CellTimeoutError in cell 1 ('import time'): over"
+        "torchx-nb: notebook/0 raised CellTimeoutError in cell 2 ('import time'): over"
         " --cell-timeout (1.5 s) (exit code 1)"
     ), err
     code, _, err = cli("run-notebook", "dies.ipynb", "--wait")
     assert code == 1
     assert err.strip().splitlines()[-1] == (
-        "torchx-nb: notebook/0 raised DeadKernelError in cell 2 ('import os'): the kernel died"
+        "torchx-nb: notebook/0 raised DeadKernelError in cell 3 ('import os'): the kernel died"
         " (killed, out of memory, or os._exit) (exit code 1)"
     ), err
 

@@ -433,3 +433,91 @@ def test_two_downloads_into_one_folder_do_not_trip_on_each_other(tmp_path: Path)
     assert errors == []
     assert (dest / "w.bin").read_bytes() == (store.root / "w.bin").read_bytes()
     assert [p.name for p in dest.iterdir()] == ["w.bin"]
+
+
+def notebook_job(tmp_path: Path, *sources: str) -> Path:
+    """A job folder holding the cell runner and a notebook of ``sources``."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from torchx_nb.components.notebook import notebook_files
+
+    folder = tmp_path / "job"
+    for name, data in notebook_files().items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    nbformat.write(new_notebook(cells=[new_code_cell(s) for s in sources]), folder / "nb.ipynb")
+    return folder
+
+
+def test_a_notebook_is_uploaded_as_it_runs_on_an_object_store(tmp_path: Path, aws_env: Any) -> None:
+    """On an object-store backend the executed notebook alone goes up while the job runs
+    (the rest of the outputs at the end): opened part-way, it holds the cells run so far."""
+    import os
+    import time
+
+    import nbformat
+
+    s3 = aws_env.client("s3")
+    s3.create_bucket(Bucket="nb-out", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    folder = notebook_job(tmp_path, "print('early')", "import time\ntime.sleep(12)", "print(2)")
+    env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    env.update(
+        PATH=os.environ["PATH"],
+        PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+        TORCHX_OUTPUT_DIR=str(tmp_path / "out"),
+        TORCHX_NB_OUTPUT_URL="s3://nb-out/runs/j/",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(folder / RUNNER), "--notebook", "nb.ipynb"],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        early = None
+        while time.monotonic() < deadline and early is None:
+            time.sleep(0.3)
+            try:
+                body = s3.get_object(Bucket="nb-out", Key="runs/j/nb.ipynb")["Body"].read()
+            except s3.exceptions.NoSuchKey:
+                continue
+            nb = nbformat.reads(body.decode(), 4)
+            if nb.cells[0].get("outputs"):
+                early = nb
+        assert proc.poll() is None, "the notebook should still be running"
+        assert early is not None and early.cells[0].outputs[0].text == "early\n"
+        assert early.cells[2].get("outputs") == []
+    finally:
+        assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    final = nbformat.reads(
+        s3.get_object(Bucket="nb-out", Key="runs/j/nb.ipynb")["Body"].read().decode(), 4
+    )
+    assert final.cells[2].outputs[0].text == "2\n"
+
+
+def test_a_job_python_without_nbclient_is_one_line(tmp_path: Path) -> None:
+    folder = notebook_job(tmp_path, "x = 1")
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", str(folder / RUNNER), "--notebook", "nb.ipynb"],
+        cwd=folder,
+        env={"PATH": "/usr/bin:/bin", "TORCHX_OUTPUT_DIR": str(tmp_path / "out")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(
+        f"torchx_nb: ModuleNotFoundError: the job's Python ({sys.executable}) has no "
+    ), proc.stderr
+    assert proc.stderr.rstrip().endswith(
+        "a notebook job needs nbclient and ipykernel there (pip install nbclient ipykernel in"
+        " the image)"
+    )
+    assert (
+        (tmp_path / "out" / ".torchx-nb" / "error-0.txt")
+        .read_text()
+        .startswith("ModuleNotFoundError: the job's Python")
+    )

@@ -463,3 +463,50 @@ def test_no_instance_type_that_fits_the_jobs_memory_or_gpus() -> None:
     assert too_big is not None and "a node needs 200000 MiB of memory" in too_big
     assert runnable_reason(job(4096, 1), lambda q: envs("p3.2xlarge"), now=600) is None
     assert runnable_reason(job(4096, 1), lambda q: envs("optimal"), now=600) is None
+
+
+def test_a_notebook_job_comes_back_executed_from_s3(
+    queue: str,
+    python_in_registry: str,
+    registry: Registry,
+    docker_env: DockerDaemon,
+    aws_env: MotoServer,
+    tmp_path: Path,
+) -> None:
+    """A notebook job on AWS Batch (moto, containers in dockerd, built without a daemon): the
+    executed notebook is uploaded to the output path and ``job.notebook()`` fetches it."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from tests.infra.dockerd import host_python_mounts
+    from torchx_nb.components.notebook import notebook_app, notebook_program
+    from torchx_nb.notebook.handle import JobHandle
+
+    s3 = aws_env.client("s3")
+    s3.create_bucket(
+        Bucket="batch-notebooks", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cells = [new_code_cell("n = 0", metadata={"tags": ["parameters"]}), new_code_cell("n * 7")]
+    nbformat.write(new_notebook(cells=cells), ws / "nightly.ipynb")
+    program = notebook_program(str(ws / "nightly.ipynb"), str(ws), {"n": 6})
+    mounts, path = host_python_mounts()
+    app = notebook_app(
+        program, image=python_in_registry, env={"PATH": path, **aws_env.env}, mounts=mounts
+    )
+    app.roles[0].resource = specs.Resource(cpu=1, gpu=0, memMB=256)
+    cfg = {
+        "queue": queue,
+        "image_repo": f"{registry.host}/batch/notebooks",
+        "builder": "registry",
+        "quiet": True,
+        "output_path": "s3://batch-notebooks/runs",
+    }
+    with get_runner() as runner:
+        job = JobHandle(runner.run(app, "aws_batch", cfg, workspace=str(ws)), runner)
+        status = job.wait(timeout=180, interval=1)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        nb = nbformat.read(job.notebook(tmp_path / "back"), 4)
+    assert nb.cells[2].outputs[0]["data"]["text/plain"] == "42"
+    assert (tmp_path / "back" / "nightly.executed.ipynb").is_file()

@@ -321,3 +321,46 @@ def test_a_container_over_its_memory_limit_is_told_as_out_of_memory(
         assert isinstance(card, FailureCard)
         assert card.headline() == "r/0 ran out of memory (exit code 137, SIGKILL)"
         assert "ran out of memory (OOMKilled)" in status.msg
+
+
+def test_a_notebook_job_in_a_container(
+    docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """The workspace (notebook and sibling module) is patched onto the image with the cell
+    runner; with nbclient in the job's Python (this machine's, lent by bind mounts) the
+    executed notebook comes back from the container's output folder. An image without
+    nbclient fails the job with the one line that says what to add."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from tests.infra.dockerd import host_python_mounts
+    from torchx_nb.components.notebook import notebook_app, notebook_program
+    from torchx_nb.notebook.handle import JobHandle
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "helper.py").write_text("WHERE = 'container'\n")
+    cells = [
+        new_code_cell("n = 0", metadata={"tags": ["parameters"]}),
+        new_code_cell("from helper import WHERE\nprint(WHERE, n)"),
+    ]
+    nbformat.write(new_notebook(cells=cells), ws / "nb.ipynb")
+    program = notebook_program(str(ws / "nb.ipynb"), str(ws), {"n": 3})
+    mounts, path = host_python_mounts()
+    lent = notebook_app(program, image=base_images["python"], env={"PATH": path}, mounts=mounts)
+    bare = notebook_app(program, image=base_images["python"])
+    cfg = {"network": "host", "builder": "docker", "quiet": True}
+    with get_runner() as runner:
+        ok = JobHandle(runner.run(lent, "local_docker", cfg, str(ws)), runner)
+        missing = runner.run(bare, "local_docker", cfg, str(ws))
+        status = ok.wait(timeout=120, interval=0.5)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        nb = nbformat.read(ok.notebook(tmp_path / "back"), 4)
+        assert nb.cells[2].outputs[0].text == "container 3\n"
+        status = runner.wait(missing, wait_interval=0.5, timeout=120)
+        assert status is not None and status.state == AppState.FAILED, status
+        (card,) = runner.failure_cards(missing, status, lines=0)
+        assert card.exception is not None and card.exception.startswith(
+            "ModuleNotFoundError: the job's Python (/usr/bin/python"
+        ), card.exception
+        assert "pip install nbclient ipykernel in the image" in card.exception

@@ -734,3 +734,46 @@ def test_out_of_memory_from_slurm_marks_the_replica() -> None:
     assert replica.oom and replica.exit_code == 137
     card = FailureCard("trainer", 0, replica.exit_code, replica.oom)
     assert card.headline() == "trainer/0 ran out of memory (exit code 137, SIGKILL)"
+
+
+def test_a_notebook_runs_as_a_slurm_job_in_place_and_from_a_job_dir(
+    slurm_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """A notebook job on the real cluster: its sibling module imports, its parameters are
+    injected, and the executed notebook comes back from the job folder and from in place;
+    a failing cell fails the job and names itself."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from torchx_nb.notebook.notebook_jobs import run_notebook
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "helper.py").write_text("def double(x):\n    return 2 * x\n")
+    cells = [
+        new_code_cell("n = 1", metadata={"tags": ["parameters"]}),
+        new_code_cell("from helper import double\nprint('slurm', double(n))"),
+    ]
+    nbformat.write(new_notebook(cells=cells), ws / "nb.ipynb")
+    nbformat.write(new_notebook(cells=[new_code_cell("raise KeyError('k')")]), ws / "bad.ipynb")
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    with get_runner() as runner:
+        copied = run_notebook(
+            ws / "nb.ipynb",
+            {"n": 4},
+            scheduler="slurm",
+            cfg={"job_dir": str(jobs)},
+            runner=runner,
+        )
+        in_place = run_notebook(ws / "nb.ipynb", {"n": 5}, scheduler="slurm", runner=runner)
+        bad = run_notebook(ws / "bad.ipynb", scheduler="slurm", runner=runner)
+        for job, n in ((copied, 8), (in_place, 10)):
+            status = job.wait(timeout=120, interval=0.5)
+            assert status is not None and status.state == AppState.SUCCEEDED, status
+            nb = nbformat.read(job.notebook(tmp_path / "back"), 4)
+            assert nb.cells[2].outputs[0].text == f"slurm {n}\n"
+        status = bad.wait(timeout=120, interval=0.5)
+        assert status is not None and status.state == AppState.FAILED, status
+        (card,) = runner.failure_cards(bad.handle, status, lines=0)
+        assert card.exception == "KeyError in cell 1 (\"raise KeyError('k')\"): 'k'"

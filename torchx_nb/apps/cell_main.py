@@ -416,14 +416,24 @@ def run_notebook(path: str, cell_timeout: float | None) -> int:
     (index and first line) in the error the failure card shows."""
     import tempfile
 
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-
     folder = os.environ.get("TORCHX_OUTPUT_DIR") or "torchx-outputs"
     os.makedirs(folder, exist_ok=True)
     out = os.path.join(folder, OWN)
     _record_python(out)
+    try:
+        import ipykernel  # noqa: F401
+        import nbformat
+        from nbclient import NotebookClient
+        from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+    except ImportError as e:
+        text = (
+            f"ModuleNotFoundError: the job's Python ({sys.executable}) has no {e.name}: a"
+            " notebook job needs nbclient and ipykernel there (pip install nbclient ipykernel"
+            " in the image)"
+        )
+        _write(out, "error-0.txt", text.encode())
+        sys.stderr.write(f"torchx_nb: {text}\n")
+        return 1
     url = os.environ.get("TORCHX_NB_OUTPUT_URL", "")
     nb = nbformat.read(path, as_version=4)
     kernelspec = dict(nb.metadata.get("kernelspec") or {})
@@ -446,9 +456,6 @@ def run_notebook(path: str, cell_timeout: float | None) -> int:
                 _upload_one(target, url)
                 state["uploaded"] = now
 
-    def started(cell: Any, cell_index: int, **_: Any) -> None:
-        state["cell"], state["began"] = cell_index, time.monotonic()
-
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
 
@@ -460,7 +467,25 @@ def run_notebook(path: str, cell_timeout: float | None) -> int:
     # IPC sockets in a private folder, not TCP: on a shared node (Slurm) no other user can
     # reach the kernel
     ipc = {"transport": "ipc", "ip": os.path.join(root, "kernel")}
-    client = NotebookClient(
+
+    class Echoing(NotebookClient):
+        """Each cell's printed output goes to the job's log too, as it comes: the live log
+        widget follows a notebook job as it follows a cell."""
+
+        def output(self, outs: Any, msg: Any, display_id: Any, cell_index: int) -> Any:
+            content = msg.get("content") or {}
+            if msg.get("msg_type") == "stream":
+                to = sys.stderr if content.get("name") == "stderr" else sys.stdout
+                to.write(content.get("text", ""))
+                to.flush()
+            return super().output(outs, msg, display_id, cell_index)
+
+    def started(cell: Any, cell_index: int, **_: Any) -> None:
+        state["cell"], state["began"] = cell_index, time.monotonic()
+        if cell.cell_type == "code":
+            print(f"[torchx_nb] cell {cell_index + 1}: {_first_line(cell.source)}", flush=True)
+
+    client = Echoing(
         nb,
         config=Config({"KernelManager": ipc}),
         kernel_name=KERNEL,
@@ -473,7 +498,8 @@ def run_notebook(path: str, cell_timeout: float | None) -> int:
 
     def failed(kind: str, message: str, tb: str = "") -> int:
         i = int(state["cell"])
-        where = f"cell {i} ({_first_line(nb.cells[i].source)!r})" if i >= 0 else "the notebook"
+        # counted from 1 in the executed notebook (its injected parameters cell included)
+        where = f"cell {i + 1} ({_first_line(nb.cells[i].source)!r})" if i >= 0 else "the notebook"
         text = f"{kind} in {where}: {message}"
         if tb:
             sys.stderr.write(re.sub(r"\x1b\[[0-9;]*m", "", tb).rstrip() + "\n")

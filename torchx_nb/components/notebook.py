@@ -82,6 +82,7 @@ def notebook_app(
     image: str = torchx_nb.IMAGE,
     h: str | None = None,
     env: dict[str, str] | None = None,
+    mounts: list[str] | None = None,
 ) -> CellApp:
     """The AppDef the notebook runs as: one replica of the cell runner in notebook mode
     (pointed at its files by ``run_notebook_with_runner`` once the workspace is known)."""
@@ -99,6 +100,7 @@ def notebook_app(
                 args=args,
                 env={**(env or {}), NOTEBOOK_PARAMS: json.dumps(values)},
                 resource=specs.resource(cpu=1, memMB=1024, h=h),
+                mounts=specs.parse_mounts(mounts) if mounts else [],
             )
         ],
         program=program,
