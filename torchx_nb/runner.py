@@ -489,6 +489,7 @@ class Runner:
     def _request_app(self, request: RunRequest) -> AppDef:
         """The AppDef a request names, with its name, image and env overrides applied."""
         if request.run_notebook is not None:
+            from torchx_nb import IMAGE
             from torchx_nb.components.notebook import notebook_app, notebook_program
 
             workspace = self.request_workspace(request)
@@ -499,9 +500,9 @@ class Runner:
             return notebook_app(
                 program,
                 name=request.name,
+                image=request.image or IMAGE,
                 h=request.resource,
                 env=dict(request.env),
-                **({"image": request.image} if request.image else {}),
             )
         if request.cell is not None:
             from torchx_nb.components.cell import cell as cell_component
