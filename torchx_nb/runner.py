@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import json
 import os
 import re
 import secrets
@@ -351,6 +352,8 @@ class Runner:
             "workspace": workspace,
             "notebook": request.notebook or request.run_notebook,
         }
+        if request.run_notebook is not None and request.parameters:
+            record["params"] = json.dumps(dict(request.parameters), default=str)
         if request.cell is not None:
             record["cell_hash"] = hashlib.sha256(request.cell.encode()).hexdigest()[:16]
         return PreparedRun(program_of(app) or app, info, scheduler, info._cfg, workspace, record)
@@ -431,7 +434,7 @@ class Runner:
             cell_hash=record.get("cell_hash"),
             notebook=record.get("notebook"),
             workspace=record.get("workspace"),
-            **fields,
+            **{"params": record.get("params"), **fields},
         )
         try:
             self.jobstore.add(row)  # SQLite's busy timeout waits for other writers

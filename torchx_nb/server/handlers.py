@@ -22,6 +22,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from torchx_nb.errors import one_line
 from torchx_nb.jobstore import JobStoreError
 from torchx_nb.redact import redact_text
+from torchx_nb.results import NoResult
 from torchx_nb.runner import NoSuchReplica
 from torchx_nb.server.jobs import (
     JOBS_PAGE_MAX,
@@ -31,6 +32,7 @@ from torchx_nb.server.jobs import (
     JobService,
     matches,
 )
+from torchx_nb.server.submit import BadSubmission, parse_submission
 from torchx_nb.specs.api import AppState, TorchxNbError, UnknownAppException
 from torchx_nb.user_regex import BadRegex, compile_regex
 
@@ -95,14 +97,16 @@ class Base(ExtensionHandlerMixin, APIHandler):
         self, what: str, unavailable: int, fn: Any, *args: Any, missing: str = "no such job"
     ) -> Any:
         """``fn(*args)`` in the job service's pool, its errors mapped to statuses in one place:
-        a job its scheduler no longer knows (or a replica it lacks) is 404, one that has ended
-        is 409, a job store that cannot be used is 500 with the fix, and a scheduler that
+        a job its scheduler no longer knows (or a replica it lacks, or an output it never
+        wrote) is 404, a request that cannot run is 400, one that has ended is 409, a job store that cannot be used is 500 with the fix, and a scheduler that
         cannot be reached or used is ``unavailable`` (502 or 503), each with its one-line
         reason (masked). ``None`` from ``fn`` is 404: no such job in the store."""
         try:
             body = await self.jobs().run(fn, *args)
-        except (UnknownAppException, NoSuchReplica) as e:
+        except (UnknownAppException, NoSuchReplica, NoResult) as e:
             raise tornado.web.HTTPError(404, reason=self.reason(e)) from None
+        except BadSubmission as e:
+            raise tornado.web.HTTPError(400, reason=self.reason(e)) from None
         except JobEnded as e:
             raise tornado.web.HTTPError(409, reason=self.reason(e)) from None
         except JobStoreError:
@@ -150,6 +154,36 @@ class JobsHandler(Base):
         except BadCursor as e:
             raise tornado.web.HTTPError(400, reason=str(e)) from None
         self.write_json(body)
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        """Run a notebook as a job (the body: notebook, parameters, scheduler, cfg, image,
+        resource, name, cell_timeout): 201 with its row; 400 with the one-line reason, before
+        anything is built or submitted, for anything that cannot run."""
+        service = self.jobs()
+        try:
+            sub = parse_submission(self.request.body, service.root_dir)
+        except BadSubmission as e:
+            raise tornado.web.HTTPError(400, reason=self.reason(e)) from None
+        self.write_json(await self.work("scheduler", 502, service.submit_notebook, sub), 201)
+
+
+class SchedulersHandler(Base):
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        service = self.jobs()
+        self.write_json(await self.work("schedulers", 503, service.schedulers))
+
+
+class ExecutedNotebookHandler(Base):
+    """A notebook job's executed notebook, fetched into the server's folder beside the
+    notebook it ran, never overwriting a file: 201 with its path, to open."""
+
+    @tornado.web.authenticated
+    async def post(self, raw: str) -> None:
+        handle = self.handle_arg(raw)
+        service = self.jobs()
+        self.write_json(await self.work("outputs", 502, service.fetch_notebook, handle), 201)
 
 
 class JobHandler(Base):
@@ -347,7 +381,9 @@ ROUTES: list[tuple[str, type[Base]]] = [
     (rf"{PREFIX}{_JOB}/result", ResultHandler),
     (rf"{PREFIX}{_JOB}/outputs", OutputsHandler),
     (rf"{PREFIX}{_JOB}/outputs/(?P<path>[^/?]+)", OutputFileHandler),
+    (rf"{PREFIX}{_JOB}/notebook", ExecutedNotebookHandler),
     (rf"{PREFIX}{_JOB}", JobHandler),
     (rf"{PREFIX}/events", EventsHandler),
+    (rf"{PREFIX}/schedulers", SchedulersHandler),
     (rf"{PREFIX}/openapi\.json", OpenApiHandler),
 ]

@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from torchx_nb.errors import one_line
-from torchx_nb.jobstore import fold_query, search_text
+from torchx_nb.jobstore import JobStoreError, fold_query, search_text
 from torchx_nb.phases import queue_and_run
 from torchx_nb.redact import redact, redact_lines, redact_text
+from torchx_nb.server.submit import BadSubmission, NotebookSubmission
 from torchx_nb.specs.api import AppState, TorchxNbError, message_text
 
 JOBS_PAGE_MAX = 500
@@ -366,6 +367,56 @@ class JobService:
         if path not in sizes:
             return None
         return self.runner.output_store(handle).open(path), sizes[path]
+
+    def schedulers(self) -> dict[str, Any]:
+        """The schedulers this server can submit to, and the one used when none is named."""
+        runner = self.runner
+        return {"schedulers": runner.scheduler_backends(), "default": runner.default_scheduler()}
+
+    def submit_notebook(self, sub: NotebookSubmission) -> dict[str, Any]:
+        """Run a notebook as a job through the one submit path: first checked as a dry run
+        (any refusal is ``BadSubmission``, nothing built), then built, submitted and recorded;
+        the job's row."""
+        from torchx_nb.runner import RunRequest
+
+        runner = self.runner
+        scheduler = sub.scheduler or runner.default_scheduler()
+        known = runner.scheduler_backends()
+        if scheduler not in known:
+            raise BadSubmission(f"scheduler {scheduler!r} is not one of {', '.join(known)}")
+        request = RunRequest(
+            run_notebook=sub.notebook,
+            parameters=sub.parameters,
+            cell_timeout=sub.cell_timeout,
+            scheduler=scheduler,
+            scheduler_defaults={scheduler: sub.cfg},
+            image=sub.image,
+            resource=sub.resource,
+            name=sub.name,
+        )
+        try:
+            runner.prepare(request)
+        except JobStoreError:
+            raise
+        except Exception as e:
+            raise BadSubmission(one_line(e)) from None
+        handle = runner.submit(runner.prepare(request, build=True))
+        rec = runner.jobstore.get(handle)
+        return redact(self.row(rec)) if rec is not None else {"handle": handle}
+
+    def fetch_notebook(self, handle: str) -> dict[str, Any] | None:
+        """A notebook job's executed notebook, fetched beside the notebook it ran (else at the
+        server's root) under a name that overwrites nothing; its path under the root."""
+        rec = self.runner.jobstore.get(handle)
+        if rec is None:
+            return None
+        if not self.root_dir:
+            raise BadSubmission("this server has no root folder to put the notebook in")
+        root = Path(self.root_dir).expanduser().resolve()
+        beside = notebook_path(rec.notebook, self.root_dir)
+        folder = (root / beside).parent if beside else root
+        path = self.runner.executed_notebook(handle, folder)
+        return {"handle": handle, "path": path.relative_to(root).as_posix()}
 
     def cancel(self, handle: str) -> bool:
         """Ask the job's scheduler to stop it. False: no such job in the store. A job that has

@@ -1,0 +1,183 @@
+"""``POST /torchx-nb/api/jobs`` runs a notebook under the server's root as a job, over the one
+submit path, with Jupyter's auth and XSRF; anything that cannot run is a 400 naming the field,
+before anything is submitted. ``POST /jobs/{handle}/notebook`` brings the executed notebook
+back beside the original, never overwriting a file."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from tests.infra.lab import Lab
+from tests.server.api_client import API, conforms, enc, get, request
+
+pytestmark = pytest.mark.slow
+
+
+def post(lab: Lab, path: str, body: Any, raw: bytes | None = None) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection(urllib.parse.urlsplit(lab.url).netloc, timeout=60)
+    data = raw if raw is not None else json.dumps(body).encode()
+    conn.request(
+        "POST",
+        path,
+        body=data,
+        headers={"Authorization": f"token {lab.token}", "Content-Type": "application/json"},
+    )
+    resp = conn.getresponse()
+    text = resp.read()
+    conn.close()
+    return resp.status, json.loads(text) if text else None
+
+
+@pytest.fixture
+def notebooks(lab: Lab) -> Path:
+    sub = lab.root / "reports"
+    sub.mkdir(exist_ok=True)
+    (sub / "helper.py").write_text("def double(x):\n    return 2 * x\n")
+    cells = [
+        new_code_cell("n = 1\napi_token = ''", metadata={"tags": ["parameters"]}),
+        new_code_cell("from helper import double\nprint('doubled', double(n))"),
+    ]
+    nbformat.write(new_notebook(cells=cells), sub / "daily.ipynb")
+    return sub
+
+
+def wait_state(lab: Lab, handle: str, timeout: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = get(lab, f"{API}/jobs/{enc(handle)}")
+        if job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") or time.monotonic() > deadline:
+            return job  # type: ignore[no-any-return]
+        time.sleep(0.3)
+
+
+def test_a_notebook_runs_from_the_api_and_comes_back_beside_it(
+    lab: Lab, store: Path, notebooks: Path
+) -> None:
+    status, row = post(
+        lab,
+        f"{API}/jobs",
+        {
+            "notebook": "reports/daily.ipynb",
+            "parameters": {"n": 21, "api_token": "s3cr3t-value-99"},
+            "scheduler": "local_cwd",
+            "cell_timeout": 60,
+        },
+    )
+    assert status == 201, row
+    conforms(row, "/torchx-nb/api/jobs", "post", "201")
+    assert row["handle"].startswith("local_cwd://") and row["name"] == "daily"
+    assert row["notebook_path"] == "reports/daily.ipynb"
+    assert row["params"] == {"n": 21, "api_token": "****"}  # masked in every response
+    job = wait_state(lab, row["handle"])
+    assert job["state"] == "SUCCEEDED", job
+    assert "s3cr3t" not in json.dumps(job)
+    status, fetched = post(lab, f"{API}/jobs/{enc(row['handle'])}/notebook", None, b"")
+    assert status == 201, fetched
+    conforms(fetched, "/torchx-nb/api/jobs/{handle}/notebook", "post", "201")
+    assert fetched["path"] == "reports/daily.executed.ipynb"
+    executed = nbformat.read(lab.root / fetched["path"], 4)
+    assert executed.cells[2].outputs[0].text == "doubled 42\n"
+    # the executed notebook keeps what it ran with, as the README says
+    assert "s3cr3t-value-99" in executed.cells[1].source
+    status, again = post(lab, f"{API}/jobs/{enc(row['handle'])}/notebook", None, b"")
+    assert status == 201 and again["path"] == "reports/daily.executed-2.ipynb"
+    schedulers = get(lab, f"{API}/schedulers")
+    assert "local_cwd" in schedulers["schedulers"] and schedulers["default"] == "local_cwd"
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({}, "notebook must be the path of a .ipynb file under the server's root"),
+        ({"notebook": "../outside.ipynb"}, "notebook must be under the server's root"),
+        ({"notebook": "/etc/passwd"}, "notebook must be a path relative to the server's root"),
+        ({"notebook": "reports/link.ipynb"}, "notebook must be under the server's root"),
+        ({"notebook": "reports/helper.py"}, "notebook must be a .ipynb file"),
+        ({"notebook": "reports/none.ipynb"}, "notebook 'reports/none.ipynb' does not exist"),
+        ({"notebook": "reports/daily.ipynb", "scheduler": "nope"}, "scheduler 'nope' is not one"),
+        ({"notebook": "reports/daily.ipynb", "extra": 1}, "unknown field 'extra': fields are"),
+        ({"notebook": "reports/daily.ipynb", "parameters": [1]}, "parameters must be an object"),
+        ({"notebook": "reports/daily.ipynb", "parameters": {"1x": 1}}, "parameters.1x is not a"),
+        ({"notebook": "reports/daily.ipynb", "cfg": {"a": {"b": 1}}}, "cfg.a must be text, a"),
+        ({"notebook": "reports/daily.ipynb", "cell_timeout": -1}, "cell_timeout must be a"),
+        ({"notebook": "reports/daily.ipynb", "cell_timeout": True}, "cell_timeout must be a"),
+        ({"notebook": "reports/daily.ipynb", "image": "a b"}, "image must be text without"),
+        ({"notebook": "reports/daily.ipynb", "cfg": {"nosuch": 1}}, "nosuch"),
+        ([1], "the body must be a JSON object"),
+    ],
+)
+def test_anything_that_cannot_run_is_a_400_naming_it_and_nothing_is_submitted(
+    lab: Lab, store: Path, notebooks: Path, body: Any, reason: str
+) -> None:
+    outside = lab.root.parent / "outside.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("1")]), outside)
+    link = notebooks / "link.ipynb"
+    if not link.is_symlink():
+        link.symlink_to(outside)
+    before = get(lab, f"{API}/jobs")["total"]
+    status, answer = post(lab, f"{API}/jobs", body)
+    assert status == 400, answer
+    assert reason in answer["reason"], answer
+    assert get(lab, f"{API}/jobs")["total"] == before
+
+
+def test_a_body_that_is_not_json_or_too_big_is_a_400(lab: Lab, store: Path) -> None:
+    status, answer = post(lab, f"{API}/jobs", None, b"{not json")
+    assert status == 400 and answer["reason"] == "the body must be JSON"
+    status, answer = post(lab, f"{API}/jobs", None, b" " * (65 * 1024))
+    assert status == 400 and answer["reason"] == "the body is over 64 KiB"
+
+
+def test_submitting_needs_auth_and_xsrf_and_the_same_origin(
+    lab: Lab, store: Path, notebooks: Path
+) -> None:
+    import http.cookiejar
+
+    body = json.dumps({"notebook": "reports/daily.ipynb"}).encode()
+    status, _, _ = request(lab, "POST", f"{API}/jobs", token=False)
+    assert status == 403
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(f"{lab.url}/lab?token={lab.token}", timeout=30).read()
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+
+    def send(headers: dict[str, str]) -> int:
+        req = urllib.request.Request(
+            f"{lab.url}{API}/jobs",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", **headers},
+        )
+        try:
+            return int(opener.open(req, timeout=60).status)
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    before = get(lab, f"{API}/jobs")["total"]
+    assert send({}) == 403  # a cookie without the _xsrf token
+    assert send({"X-XSRFToken": xsrf, "Origin": "http://evil.example"}) == 404
+    assert get(lab, f"{API}/jobs")["total"] == before
+    assert send({"X-XSRFToken": xsrf, "Origin": lab.url}) == 201
+
+
+def test_a_job_without_an_executed_notebook_is_a_404(lab: Lab, store: Path) -> None:
+    from tests.server.api_client import sh
+    from torchx_nb.runner import get_runner
+
+    with get_runner() as runner:
+        handle = runner.run(sh("plain", "true"), "local_cwd", {})
+        runner.wait(handle, wait_interval=0.2, timeout=30)
+    status, answer = post(lab, f"{API}/jobs/{enc(handle)}/notebook", None, b"")
+    assert status == 404, answer
+    assert answer["reason"].startswith("this job left no executed notebook in its outputs")
