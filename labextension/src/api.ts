@@ -261,3 +261,33 @@ export function followEvents(
   });
   return () => abort.abort();
 }
+
+/** What `POST /jobs` takes: a notebook under the server's root and how to run it. */
+export interface INotebookSubmission {
+  notebook: string;
+  parameters?: Record<string, unknown>;
+  scheduler?: string | null;
+  cfg?: Record<string, string | number | boolean | string[]>;
+  image?: string | null;
+  resource?: string | null;
+  cell_timeout?: number | null;
+}
+
+export interface ISchedulers {
+  schedulers: string[];
+  default: string;
+}
+
+/** Run a notebook as a job; its row (a 400's one-line reason as an ApiError). */
+export function submitNotebook(body: INotebookSubmission): Promise<IJob> {
+  return call<IJob>('jobs', { method: 'POST', body: JSON.stringify(body) });
+}
+
+export function getSchedulers(): Promise<ISchedulers> {
+  return call<ISchedulers>('schedulers');
+}
+
+/** Fetch a notebook job's executed notebook beside the one it ran; its path to open. */
+export function fetchExecutedNotebook(handle: string): Promise<{ handle: string; path: string }> {
+  return call(jobPath(handle, '/notebook'), { method: 'POST' });
+}

@@ -21,6 +21,8 @@ const FOLLOW_MS = 2000;
 export interface IDetailActions {
   openNotebook(path: string): void;
   cancel(job: IJob): Promise<void>;
+  /** Fetch a notebook job's executed notebook beside the original, and open it. */
+  openExecuted(handle: string): Promise<void>;
 }
 
 export class JobView extends Widget {
@@ -178,6 +180,14 @@ export class JobView extends Widget {
     ].filter(Boolean);
     add('Phases', phases.join(' · '));
     add('Notebook', job.notebook_path ?? job.notebook);
+    if (job.params && !job.sweep) {
+      add(
+        'Parameters',
+        Object.entries(job.params)
+          .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+          .join(' ')
+      );
+    }
     add('Image', job.image);
     if (job.ui_url && !/^https?:\/\//.test(job.ui_url)) {
       add('Log folder', job.ui_url.replace(/^file:\/\//, ''));
@@ -235,6 +245,13 @@ export class JobView extends Widget {
         const line = el('div', 'tnb-result');
         line.append(el('span', 'tnb-label', 'Result'), el('code', 'tnb-result-repr', result.result));
         parts.push(line);
+      }
+      const executed = outputs.files.find(f => !f.path.includes('/') && f.path.endsWith('.ipynb'));
+      if (executed) {
+        const open = el('button', 'tnb-open-executed jp-mod-styled jp-mod-accept', 'Open executed notebook');
+        open.title = `Fetch ${executed.path} beside the notebook it ran (never overwriting), and open it`;
+        open.onclick = () => void this.actions.openExecuted(this.handle);
+        parts.push(open);
       }
       if (outputs.files.length) {
         parts.push(el('div', 'tnb-label', `Outputs (${outputs.files.length})`));

@@ -16,16 +16,20 @@ import {
   MainAreaWidget,
   Notification,
   showDialog,
+  ToolbarButton,
   WidgetTracker
 } from '@jupyterlab/apputils';
+import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
+import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
-import { cancelJob, IJob } from './api';
+import { cancelJob, fetchExecutedNotebook, getSchedulers, IJob, submitNotebook } from './api';
 import { JobView } from './detail';
 import { JobsModel } from './model';
 import { JobsPanel } from './panel';
+import { parametersOf, RunNotebookForm } from './runDialog';
 import { RunningItem } from './status';
 
 const ICON = new LabIcon({
@@ -40,21 +44,32 @@ const ICON = new LabIcon({
 export const COMMANDS = {
   open: 'torchx-nb:open-panel',
   openJob: 'torchx-nb:open-job',
-  refresh: 'torchx-nb:refresh'
+  refresh: 'torchx-nb:refresh',
+  runNotebook: 'torchx-nb:run-notebook'
 };
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'torchx-nb:plugin',
   description: 'The TorchX jobs panel, job view and status-bar item.',
   autoStart: true,
-  optional: [ILayoutRestorer, IStatusBar, ICommandPalette, ILabShell, ISettingRegistry],
+  optional: [
+    ILayoutRestorer,
+    IStatusBar,
+    ICommandPalette,
+    ILabShell,
+    ISettingRegistry,
+    IFileBrowserFactory,
+    INotebookTracker
+  ],
   activate: (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
     statusBar: IStatusBar | null,
     palette: ICommandPalette | null,
     labShell: ILabShell | null,
-    settingRegistry: ISettingRegistry | null
+    settingRegistry: ISettingRegistry | null,
+    browsers: IFileBrowserFactory | null,
+    notebooks: INotebookTracker | null
   ) => {
     const model = new JobsModel();
     const views = new Map<string, MainAreaWidget<JobView>>();
@@ -86,10 +101,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
         });
       }
     };
+    const openExecuted = async (handle: string): Promise<void> => {
+      try {
+        const fetched = await fetchExecutedNotebook(handle);
+        openNotebook(fetched.path);
+      } catch (e) {
+        void showDialog({
+          title: 'No executed notebook',
+          body: (e as Error).message,
+          buttons: [Dialog.okButton()]
+        });
+      }
+    };
     const openJob = (handle: string): void => {
       let view = views.get(handle);
       if (!view || view.isDisposed) {
-        const content = new JobView(handle, model, { openNotebook, cancel });
+        const content = new JobView(handle, model, { openNotebook, cancel, openExecuted });
         view = new MainAreaWidget({ content });
         view.id = `${content.id}-tab`;
         view.title.label = content.title.label;
@@ -165,6 +192,83 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Refresh TorchX Jobs',
       execute: () => model.refresh()
     });
+    // "Run as job…": the notebook under the file browser's cursor, else the current one
+    const runNotebook = async (path: string): Promise<void> => {
+      let form: RunNotebookForm;
+      try {
+        const [schedulers, file] = await Promise.all([
+          getSchedulers(),
+          app.serviceManager.contents.get(path, { content: true })
+        ]);
+        form = new RunNotebookForm(path, schedulers, parametersOf(file.content?.cells ?? []));
+      } catch (e) {
+        void showDialog({
+          title: 'Cannot run this notebook',
+          body: (e as Error).message,
+          buttons: [Dialog.okButton()]
+        });
+        return;
+      }
+      const result = await showDialog({
+        title: `Run ${path.split('/').pop()} as a job`,
+        body: form,
+        buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Run' })]
+      });
+      if (!result.button.accept || !result.value) {
+        return;
+      }
+      try {
+        const job = await submitNotebook(result.value);
+        Notification.emit(`${job.name} submitted to ${job.scheduler}`, 'info', {
+          autoClose: 5000,
+          actions: [{ label: 'Open', callback: () => openJob(job.handle) }]
+        });
+        void model.refresh();
+        openJob(job.handle);
+      } catch (e) {
+        void showDialog({
+          title: 'The job was not submitted',
+          body: (e as Error).message,
+          buttons: [Dialog.okButton()]
+        });
+      }
+    };
+    const selectedNotebook = (): string | null => {
+      const item = browsers?.tracker.currentWidget?.selectedItems().next();
+      const model = item && !item.done ? item.value : null;
+      if (model && model.type === 'notebook') {
+        return model.path;
+      }
+      return notebooks?.currentWidget?.context.path ?? null;
+    };
+    app.commands.addCommand(COMMANDS.runNotebook, {
+      label: 'Run as Job…',
+      caption: 'Run the whole notebook as a TorchX job',
+      icon: ICON,
+      isEnabled: () => selectedNotebook() !== null,
+      execute: args => {
+        const path = args.path ? String(args.path) : selectedNotebook();
+        if (path) {
+          void runNotebook(path);
+        }
+      }
+    });
+    app.contextMenu.addItem({
+      command: COMMANDS.runNotebook,
+      selector: '.jp-DirListing-item[data-file-type="notebook"]',
+      rank: 4
+    });
+    notebooks?.widgetAdded.connect((_, panel) => {
+      const button = new ToolbarButton({
+        icon: ICON,
+        label: 'Run as Job',
+        className: 'tnb-run-as-job',
+        tooltip: 'Run this notebook as a TorchX job',
+        onClick: () => void runNotebook(panel.context.path)
+      });
+      panel.toolbar.insertItem(10, 'torchxRunAsJob', button);
+    });
+    palette?.addItem({ command: COMMANDS.runNotebook, category: 'TorchX' });
     palette?.addItem({ command: COMMANDS.open, category: 'TorchX' });
     palette?.addItem({ command: COMMANDS.refresh, category: 'TorchX' });
 
