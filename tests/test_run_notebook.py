@@ -196,3 +196,33 @@ def test_the_dry_run_names_the_notebook_and_masks_secret_values(isolated: Path) 
     code, whole, err = cli(*args, "--dryrun", "--json")
     assert code == 0, err
     assert "s3cr3t" not in whole and "api_token" in whole
+
+
+def test_a_notebook_sweep_and_widgets_saved_as_static_state(isolated: Path, tmp_path: Path) -> None:
+    """``sweep --notebook``: ``-p`` lists values (a comma separates them, unlike
+    ``run-notebook``), one job per trial on local_cwd, each with its own executed notebook;
+    a widget a cell shows is saved in the notebook as its static state."""
+    notebook(
+        isolated / "grid.ipynb",
+        "print('lr', lr)",
+        "import ipywidgets\nipywidgets.IntSlider(value=int(lr * 10))",
+        parameters="lr = 0.0",
+    )
+    assert cli_error("sweep", "--notebook", "grid.ipynb", "-p", "lr=1", "utils.echo") == (
+        "torchx-nb: error: give a component or --notebook, not both"
+    )
+    code, out, err = cli("sweep", "--notebook", "grid.ipynb", "-p", "lr=0.1,0.2", timeout=120)
+    assert code == 0, err
+    sweep_id = err.split(":")[1].strip()
+    assert sweep_id.startswith("sweep-"), err
+    handles = out.split()
+    assert len(handles) == 2, out
+    code, table, err = cli("watch", sweep_id, timeout=120)
+    assert code == 0, table + err
+    assert table.count("SUCCEEDED") == 2, table
+    for handle, lr in zip(handles, ("0.1", "0.2"), strict=True):
+        nb = executed(handle, tmp_path / handle.rsplit("-", 1)[1])
+        assert outputs_text(nb.cells[3]) == f"lr {lr}\n"
+        state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+        sliders = [m for m in state.values() if m["model_name"] == "IntSliderModel"]
+        assert [m["state"]["value"] for m in sliders] == [int(float(lr) * 10)]

@@ -44,7 +44,7 @@ def _builtins_text() -> str:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from torchx_nb.errors import positive_int, regex_arg
+    from torchx_nb.errors import positive_float, positive_int, regex_arg
     from torchx_nb.run_args import CLI, add_notebook_options, add_run_options, add_sweep_options
     from torchx_nb.version import __version__
 
@@ -102,7 +102,22 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(sw, CLI)
     add_sweep_options(sw, CLI)
-    sw.add_argument("component", help="component name, or path/to/file.py:function")
+    sw.add_argument(
+        "--notebook",
+        default=None,
+        metavar="NB.ipynb",
+        help="sweep a whole notebook: each trial's values are injected after its parameters cell",
+    )
+    sw.add_argument(
+        "--cell-timeout",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="with --notebook: seconds each cell may run",
+    )
+    sw.add_argument(
+        "component", nargs="?", default=None, help="component name, or path/to/file.py:function"
+    )
     sw.add_argument("component_args", nargs=argparse.REMAINDER, help="the component's arguments")
 
     for name, text in (
@@ -286,8 +301,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     comp_args = list(args.component_args)
     if comp_args and comp_args[0] == "--":
         comp_args = comp_args[1:]
+    if args.notebook is not None:
+        if args.component is not None:
+            raise CliError("give a component or --notebook, not both")
+        run = run_request(args, run_notebook=args.notebook, cell_timeout=args.cell_timeout)
+    elif args.component is None:
+        raise CliError("give the component to sweep (or --notebook NB.ipynb)")
+    else:
+        run = run_request(args, component=args.component, component_args=comp_args)
     request = SweepRequest(
-        run_request(args, component=args.component, component_args=comp_args),
+        run,
         list(args.param),
         args.zip,
         args.max_parallel,

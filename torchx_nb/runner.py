@@ -361,7 +361,7 @@ class Runner:
     def submit(self, prepared: PreparedRun, **record: str | None) -> AppHandle:
         """Send a prepared (built) run and record it in the job store (with ``record``: a
         sweep trial's ``sweep``, ``trial`` and ``params``)."""
-        return self.schedule(prepared.info, **prepared.record, **record)
+        return self.schedule(prepared.info, **{**prepared.record, **record})
 
     def submit_array(
         self,

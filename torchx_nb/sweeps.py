@@ -378,9 +378,14 @@ class _Driver(threading.Thread):
 
 
 def _is_cell(run: RunRequest) -> bool:
-    """Whether the run is a notebook cell (its source, or an AppDef the cell component made):
-    only a cell runs under the cell runner, which picks an array task's point."""
-    return run.cell is not None or (run.app is not None and program_of(run.app) is not None)
+    """Whether the run is a notebook cell or a whole notebook (its source, its path, or an
+    AppDef made from one): only they run under the cell runner, which picks an array task's
+    point."""
+    return (
+        run.cell is not None
+        or run.run_notebook is not None
+        or (run.app is not None and program_of(run.app) is not None)
+    )
 
 
 @dataclass

@@ -777,3 +777,42 @@ def test_a_notebook_runs_as_a_slurm_job_in_place_and_from_a_job_dir(
         assert status is not None and status.state == AppState.FAILED, status
         (card,) = runner.failure_cards(bad.handle, status, lines=0)
         assert card.exception == "KeyError in cell 1 (\"raise KeyError('k')\"): 'k'"
+
+
+def test_a_notebook_sweep_is_one_job_array_each_task_its_own_notebook(
+    slurm_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """``torchx-nb sweep --notebook``: one ``--array`` job; each task picks its point, runs
+    the notebook with it injected over the run's own values, and keeps its executed notebook
+    in its own output folder."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from torchx_nb.notebook.handle import JobHandle
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import SweepRequest, start
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cells = [
+        new_code_cell("lr = 0.0\nname = 'base'", metadata={"tags": ["parameters"]}),
+        new_code_cell("print(name, lr * 10)"),
+    ]
+    nbformat.write(new_notebook(cells=cells), ws / "train.ipynb")
+    request = SweepRequest(
+        RunRequest(
+            run_notebook=str(ws / "train.ipynb"), parameters={"name": "swept"}, scheduler="slurm"
+        ),
+        ["lr=0.1,0.2"],
+    )
+    with get_runner() as runner:
+        sw = start(runner, request)
+        assert sw.array
+        statuses = sw.wait(timeout=120)
+        assert [s.state if s else None for s in statuses] == [AppState.SUCCEEDED] * 2
+        texts = []
+        for i, handle in enumerate(sw.handles):
+            assert handle is not None
+            path = JobHandle(handle, runner).notebook(tmp_path / f"t{i}")
+            texts.append(nbformat.read(path, 4).cells[2].outputs[0].text)
+    assert texts == ["swept 1.0\n", "swept 2.0\n"]

@@ -199,9 +199,11 @@ def _env_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def run(script: str, args: list[str]) -> int:
-    """Run the cell; returns the process's exit status."""
-    pickler = _cloudpickle()
+def _start() -> tuple[str, dict[str, Any], bool]:
+    """What a cell and a notebook share at the start: this run's output folder (an array
+    task: its own, and its own upload target), its sweep values (also as
+    ``$TORCHX_PARAM_NAME``), and whether it was cancelled before it started (a trial with a
+    cancel mark to look for is watched from then on)."""
     folder = os.environ.get("TORCHX_OUTPUT_DIR") or "torchx-outputs"
     index, params = _trial()
     for name, value in params.items():
@@ -212,18 +214,29 @@ def run(script: str, args: list[str]) -> int:
         url = os.environ.get("TORCHX_NB_OUTPUT_URL")
         if url:
             os.environ["TORCHX_NB_OUTPUT_URL"] = f"{url.rstrip('/')}/{index}/"
-    os.makedirs(folder, exist_ok=True)  # the cell may write there at once
-    out = os.path.join(folder, OWN)
-    _record_python(out)  # also says the cell runner started: a missing result is then the cell's
+    os.makedirs(folder, exist_ok=True)  # the program may write there at once
+    _record_python(
+        os.path.join(folder, OWN)
+    )  # the runner started: a missing result is the program's
     url = os.environ.get("TORCHX_NB_OUTPUT_URL", "")
     poll = os.environ.get("TORCHX_NB_CANCEL_POLL", "")
     if url and poll:
         mark = f"{url.rstrip('/')}/{OWN}/{CANCEL_MARK}"
         if _looked_for(mark, warn=True):
             sys.stderr.write("torchx_nb: this trial was cancelled before it started\n")
-            return CANCELLED_EXIT
+            return folder, params, True
         every = max(float(poll), 0.1) if poll.replace(".", "", 1).isdigit() else 5.0
         threading.Thread(target=_watch_cancel, args=(mark, every, folder, url), daemon=True).start()
+    return folder, params, False
+
+
+def run(script: str, args: list[str]) -> int:
+    """Run the cell; returns the process's exit status."""
+    pickler = _cloudpickle()
+    folder, params, cancelled = _start()
+    if cancelled:
+        return CANCELLED_EXIT
+    out = os.path.join(folder, OWN)
     with open(script, encoding="utf-8") as f:
         source = f.read()
     linecache.cache[CELL] = (len(source), None, source.splitlines(keepends=True), CELL)
@@ -416,10 +429,10 @@ def run_notebook(path: str, cell_timeout: float | None) -> int:
     (index and first line) in the error the failure card shows."""
     import tempfile
 
-    folder = os.environ.get("TORCHX_OUTPUT_DIR") or "torchx-outputs"
-    os.makedirs(folder, exist_ok=True)
+    folder, point, cancelled = _start()
+    if cancelled:
+        return CANCELLED_EXIT
     out = os.path.join(folder, OWN)
-    _record_python(out)
     try:
         import ipykernel  # noqa: F401
         import nbformat
@@ -437,7 +450,8 @@ def run_notebook(path: str, cell_timeout: float | None) -> int:
     url = os.environ.get("TORCHX_NB_OUTPUT_URL", "")
     nb = nbformat.read(path, as_version=4)
     kernelspec = dict(nb.metadata.get("kernelspec") or {})
-    inject_parameters(nb, json.loads(os.environ.get(NOTEBOOK_PARAMS) or "{}"))
+    # a sweep trial's point over the run's own values
+    inject_parameters(nb, {**json.loads(os.environ.get(NOTEBOOK_PARAMS) or "{}"), **point})
     target = os.path.join(folder, os.path.basename(path))
     state = {"saved": 0.0, "uploaded": 0.0, "cell": -1, "began": 0.0}
 
