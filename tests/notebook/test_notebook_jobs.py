@@ -67,3 +67,36 @@ def test_a_notebook_job_from_the_magic_and_from_python(
         "UsageError: %torchx run-notebook: unrecognized arguments: --push x"
     ), text_of(driver.cells[5])
     assert (isolated / "report.ipynb").read_bytes() == original  # the job never writes it
+
+
+def test_a_notebook_sweep_from_the_magic(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
+    cells = [new_code_cell("k = 0", metadata={"tags": ["parameters"]}), new_code_cell("k * 3")]
+    nbformat.write(new_notebook(cells=cells), isolated / "grid.ipynb")
+    driver = new_notebook(
+        cells=[
+            new_code_cell("%load_ext torchx_nb"),
+            new_code_cell("%torchx sweep --notebook grid.ipynb -p k=1,2 --wait -o sw"),
+            new_code_cell(
+                "import nbformat\nfrom torchx_nb.notebook.handle import JobHandle\n"
+                "for h in sw.handles:\n"
+                "    p = JobHandle(h, sw.runner).notebook()\n"
+                "    print(nbformat.read(p, 4).cells[2].outputs[0]['data']['text/plain'])"
+            ),
+            new_code_cell("%torchx sweep -p k=1,2"),
+        ]
+    )
+    NotebookClient(
+        driver,
+        timeout=180,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(isolated)}},
+    ).execute()
+    table = text_of(driver.cells[1])
+    assert table.count("SUCCEEDED") >= 2, table
+    assert text_of(driver.cells[2]) == "3\n6\n", text_of(driver.cells[2])
+    assert text_of(driver.cells[3]).startswith(
+        "UsageError: %torchx sweep: a sweep runs a cell: write `%%torchx sweep -p NAME=V1,V2`"
+        " above it, or sweep a whole notebook: `%torchx sweep --notebook NB.ipynb -p"
+    )

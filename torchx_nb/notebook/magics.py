@@ -74,6 +74,20 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--help", action="help", help="show this help")
 
 
+def _notebook_sweep_args(parser: argparse.ArgumentParser) -> None:
+    """``%torchx sweep --notebook NB.ipynb -p NAME=V1,V2``: a whole notebook per point."""
+    from torchx_nb.errors import positive_float
+    from torchx_nb.run_args import MAGIC, add_sweep_options
+
+    _job_options(parser)
+    add_sweep_options(parser, MAGIC)
+    parser.add_argument("--notebook", required=True, metavar="NB.ipynb", help="the notebook")
+    parser.add_argument(
+        "--cell-timeout", type=positive_float, default=None, metavar="S", help="seconds per cell"
+    )
+    parser.add_argument("--help", action="help", help="show this help")
+
+
 def _notebook_args(parser: argparse.ArgumentParser) -> None:
     """``%torchx run-notebook NB.ipynb``: the job's options and the notebook's."""
     from torchx_nb.run_args import add_notebook_options
@@ -216,6 +230,7 @@ PARSERS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "workspace": _workspace_args,
     "run": _line_run_args,
     "run-notebook": _notebook_args,
+    "sweep": _notebook_sweep_args,
     "status": _handle_arg,
     "describe": _handle_arg,
     "cancel": _handle_arg,
@@ -255,10 +270,11 @@ def parse_line(line: str, cell: str | None = None) -> ParsedLine:
             f"%%torchx {command}", _run_options if command == "run" else _sweep_options
         )
     else:
-        if command == "sweep":
+        if command == "sweep" and "--notebook" not in rest:
             raise MagicLineError(
                 "%torchx sweep: a sweep runs a cell: write `%%torchx sweep -p NAME=V1,V2` above"
-                " it (or use torchx-nb sweep for a component)"
+                " it, or sweep a whole notebook: `%torchx sweep --notebook NB.ipynb -p"
+                " NAME=V1,V2` (or use torchx-nb sweep for a component)"
             )
         if command not in PARSERS:
             import difflib
@@ -364,6 +380,7 @@ class TorchxMagics(Magics):
             VAR.best(metric), VAR.cancel()).
 
         %torchx run [options] COMPONENT ARGS...    e.g. %torchx run utils.echo --msg hi
+        %torchx sweep --notebook NB.ipynb -p NAME=V1,V2 [...]  the notebook once per point
         %torchx run-notebook NB.ipynb [-p NAME=VALUE ...] [--cell-timeout S] [run options]
             Runs the whole notebook as a job (its folder is the workspace), the values
             injected after its `parameters` cell; -o VAR then VAR.notebook() fetches the
@@ -445,6 +462,8 @@ class TorchxMagics(Magics):
             from torchx_nb.run_args import notebook_fields
 
             fields: dict[str, Any] = notebook_fields(args)
+        elif getattr(args, "notebook", None) is not None:  # a notebook sweep: -p is the grid
+            fields = {"run_notebook": args.notebook, "cell_timeout": args.cell_timeout}
         else:
             fields = {
                 "cell": cell,
