@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from torchx_nb.schedulers import DEFAULT_SCHEDULER_MODULES  # noqa: E402
-from torchx_nb.schedulers.api import TypedOptions  # noqa: E402
+from torchx_nb.schedulers.abilities import TakesTypedOptions  # noqa: E402
 from torchx_nb.specs.api import get_type_name  # noqa: E402
 
 BEGIN = "<!-- options:begin -->"
@@ -29,7 +29,7 @@ def tables() -> str:
         sched = next(
             v
             for v in vars(module).values()
-            if isinstance(v, type) and issubclass(v, TypedOptions) and v is not TypedOptions
+            if isinstance(v, type) and issubclass(v, TakesTypedOptions) and v is not TakesTypedOptions
         )
         rows = ["| option | type | default | |", "|---|---|---|---|"]
         for key, opt in sched.opts_type.as_runopts():

@@ -10,7 +10,8 @@ from torchx_nb.joblist import job_rows
 from torchx_nb.jobstore import JobRecord, JobStore
 from torchx_nb.runner import Runner
 from torchx_nb.schedulers import get_scheduler_factories
-from torchx_nb.schedulers.api import DescribeAppResponse, DescribesMany
+from torchx_nb.schedulers.abilities import DescribesMany
+from torchx_nb.schedulers.api import DescribeAppResponse
 from torchx_nb.schedulers.local_cwd import LocalCwdScheduler
 
 

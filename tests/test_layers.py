@@ -92,6 +92,7 @@ RANKS = {
     "specs": 0,
     "version": 0,
     "paths": 1,
+    "progress": 1,
     "redact": 1,
     "user_regex": 1,
     "errors": 1,
@@ -145,3 +146,55 @@ def test_schedulers_do_not_import_components_nor_lower_layers_the_registry() -> 
             continue
         if "torchx_nb.schedulers" in imports_of(path):
             assert RANKS[source] >= RANKS["config"], f"{path.name} imports the registry"
+
+
+def module_graph(folder: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same folder it imports (lazy imports included)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in (PACKAGE / folder).glob("*.py"):
+        source = f"torchx_nb.{folder}.{path.stem}".removesuffix(".__init__")
+        for module in imports_of(path):
+            parts = module.split(".")
+            if len(parts) >= 3 and parts[1] == folder:
+                target = ".".join(parts[:3])
+                if target != source:
+                    graph[source].add(target)
+    return graph
+
+
+def test_no_import_cycle_between_the_files_of_a_folder() -> None:
+    folders = [p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    assert {"schedulers", "workspace", "server", "notebook", "specs"} <= set(folders)
+    for folder in folders:
+        cycle = find_cycle(module_graph(folder))
+        assert cycle is None, f"{folder}: " + " -> ".join(cycle or [])
+
+
+# the modules every backend shares: they never reach into a backend
+SHARED = {"api", "abilities", "logs", "outputs", "ids", "devices"}
+
+
+def test_the_shared_scheduler_modules_import_no_backend() -> None:
+    graph = module_graph("schedulers")
+    for source in SHARED:
+        targets = {t.rsplit(".", 1)[1] for t in graph.get(f"torchx_nb.schedulers.{source}", ())}
+        assert targets <= SHARED, f"schedulers.{source} imports {sorted(targets - SHARED)}"
+
+
+def test_nothing_below_the_runner_imports_it() -> None:
+    """Schedulers, components, workspace, specs (and everything ranked below the runner)
+    never import it, lazily or not: the runner calls down, never the reverse."""
+    graph = layer_graph()
+    below = [unit for unit, rank in RANKS.items() if rank < RANKS["runner"]]
+    assert [u for u in below if "runner" in graph.get(u, set())] == []
+
+
+def test_the_front_ends_reach_below_the_runner_only_for_data_types() -> None:
+    """The notebook, the server and the CLI go through the runner (and the modules above it);
+    of the layers below they import only data types (specs) and small shared utilities."""
+    graph = layer_graph()
+    behind_the_runner = {"schedulers", "components", "workspace", "apps"}
+    for front in TOP:
+        assert not graph.get(front, set()) & behind_the_runner, (
+            f"{front} imports {sorted(graph[front] & behind_the_runner)}"
+        )

@@ -34,17 +34,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _builtins_text() -> str:
-    from torchx_nb.components import builtin_components
+    from torchx_nb.runner import Runner
 
     lines = ["built-in components:"]
-    for name, fn in sorted(builtin_components().items()):
+    for name, fn in sorted(Runner.builtin_components().items()):
         summary = (inspect.getdoc(fn) or "").split("\n", 1)[0]
         lines.append(f"  {name:<14} {summary}")
     return "\n".join(lines)
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from torchx_nb.errors import positive_float, positive_int, regex_arg
+    from torchx_nb.errors import positive_int, regex_arg
     from torchx_nb.run_args import CLI, add_notebook_options, add_run_options, add_sweep_options
     from torchx_nb.version import __version__
 
@@ -102,19 +102,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(sw, CLI)
     add_sweep_options(sw, CLI)
-    sw.add_argument(
-        "--notebook",
-        default=None,
-        metavar="NB.ipynb",
-        help="sweep a whole notebook: each trial's values are injected after its parameters cell",
-    )
-    sw.add_argument(
-        "--cell-timeout",
-        type=positive_float,
-        default=None,
-        metavar="S",
-        help="with --notebook: seconds each cell may run",
-    )
+    add_notebook_options(sw, sweep=True)
     sw.add_argument(
         "component", nargs="?", default=None, help="component name, or path/to/file.py:function"
     )
@@ -402,7 +390,7 @@ def cmd_outputs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from torchx_nb.specs.api import parse_app_handle
-    from torchx_nb.workspace.progress import TextProgress
+    from torchx_nb.progress import TextProgress
 
     with _runner() as runner:
         if args.download is None:
@@ -421,8 +409,8 @@ def cmd_outputs(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    from torchx_nb.schedulers.api import Stream
     from torchx_nb.specs.api import parse_app_handle
+    from torchx_nb.specs.log_line import Stream
 
     m = _LOG_TARGET_RE.fullmatch(args.identifier)
     if not m:
@@ -491,9 +479,9 @@ def cmd_builtins(args: argparse.Namespace) -> int:
 
 
 def cmd_schedulers(args: argparse.Namespace) -> int:
-    from torchx_nb.schedulers import get_scheduler_factories
-
-    rows = [[name, getattr(f, "module", "")] for name, f in get_scheduler_factories().items()]
+    with _runner() as runner:
+        factories = runner.scheduler_factories()
+    rows = [[name, getattr(f, "module", "")] for name, f in factories.items()]
     _print_table(["SCHEDULER", "MODULE"], rows)
     return 0
 

@@ -10,7 +10,8 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from torchx_nb.schedulers.api import Stream
+from torchx_nb.schedulers.logs import TailStop
+from torchx_nb.specs.log_line import Stream
 
 if TYPE_CHECKING:
     from torchx_nb.runner import Runner
@@ -80,3 +81,6 @@ def follow(
             remaining -= 1
             continue
         yield item  # type: ignore[misc]
+
+
+__all__ = ["TailStop", "follow", "replica_targets"]

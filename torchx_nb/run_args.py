@@ -100,20 +100,30 @@ def add_sweep_options(parser: argparse.ArgumentParser, surface: Surface) -> None
     )
 
 
-def add_notebook_options(parser: argparse.ArgumentParser) -> None:
-    """``run-notebook``'s own: the notebook, ``-p NAME=VALUE`` and ``--cell-timeout``."""
+def add_notebook_options(parser: argparse.ArgumentParser, sweep: bool = False) -> None:
+    """A notebook job's own options: the notebook (``run-notebook``'s first argument, or
+    ``--notebook`` of a sweep, whose ``-p`` is its grid), ``-p NAME=VALUE`` (``run-notebook``)
+    and ``--cell-timeout``."""
     from torchx_nb.errors import positive_float
 
-    parser.add_argument("notebook", help="the notebook (.ipynb); its folder is the workspace")
-    parser.add_argument(
-        "-p",
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a value injected after the notebook's `parameters` cell (repeatable), typed from"
-        " its literal (3, 0.1, true, text); a comma is part of the value",
-    )
+    if sweep:
+        parser.add_argument(
+            "--notebook",
+            default=None,
+            metavar="NB.ipynb",
+            help="sweep a whole notebook: each trial's values go in after its parameters cell",
+        )
+    else:
+        parser.add_argument("notebook", help="the notebook (.ipynb); its folder is the workspace")
+        parser.add_argument(
+            "-p",
+            "--param",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a value injected after the notebook's `parameters` cell (repeatable), typed"
+            " from its literal (3, 0.1, true, text); a comma is part of the value",
+        )
     parser.add_argument(
         "--cell-timeout",
         type=positive_float,

@@ -38,20 +38,17 @@ from torchx_nb.schedulers import (
     builtin_scheduler_factories,
     get_scheduler_factories,
 )
-from torchx_nb.schedulers.api import (
-    DescribeAppResponse,
+from torchx_nb.schedulers.abilities import (
     DescribesMany,
     DirWorkspaceMixin,
-    ListAppResponse,
     LocalWorkspace,
     RunsEndHook,
-    Scheduler,
     StoresOutputs,
-    Stream,
     SubmitsArrays,
-    TypedOptions,
-    trial_output,
+    TakesTypedOptions,
 )
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
+from torchx_nb.schedulers.outputs import trial_output
 from torchx_nb.specs.api import (
     MISSING,
     AppDef,
@@ -74,6 +71,7 @@ from torchx_nb.specs.api import (
     runopts,
 )
 from torchx_nb.specs.failure import FailureCard, torchelastic_exception
+from torchx_nb.specs.log_line import Stream
 from torchx_nb.specs.program import CellProgram, Program, program_of
 from torchx_nb.workspace import WorkspaceMixin
 
@@ -298,9 +296,9 @@ class Runner:
 
     def resolve_opts(self, scheduler: str, cfg: Mapping[str, CfgVal] | None) -> Any:
         """The scheduler's options from ``cfg``, checked once: an unknown key names the closest
-        option; the result is the scheduler's typed structure (``TypedOptions``) or a dict."""
+        option; the result is the scheduler's typed structure (``TakesTypedOptions``) or a dict."""
         sched = self.get_scheduler(scheduler)
-        if isinstance(sched, TypedOptions) and isinstance(cfg, sched.opts_type):
+        if isinstance(sched, TakesTypedOptions) and isinstance(cfg, sched.opts_type):
             return cfg
         given = dict(cfg.items()) if cfg is not None else {}
         opts = sched.run_opts()
@@ -469,7 +467,7 @@ class Runner:
             defaulted = config.cli_defaults("run").get("workspace")
             workspace = defaulted if defaulted is not None else current_folder()
             sched = self.get_scheduler(self.request_scheduler(request))
-            if not isinstance(sched, (WorkspaceMixin, DirWorkspaceMixin)):
+            if not isinstance(sched, WorkspaceMixin):
                 workspace = ""
         return None if workspace.strip().lower() in NO_WORKSPACE else workspace
 
@@ -492,7 +490,7 @@ class Runner:
     def _request_app(self, request: RunRequest) -> AppDef:
         """The AppDef a request names, with its name, image and env overrides applied."""
         if request.run_notebook is not None:
-            from torchx_nb import IMAGE
+            import torchx_nb
             from torchx_nb.components.notebook import notebook_app, notebook_program
 
             workspace = self.request_workspace(request)
@@ -503,7 +501,7 @@ class Runner:
             return notebook_app(
                 program,
                 name=request.name,
-                image=request.image or IMAGE,
+                image=request.image or torchx_nb.IMAGE,
                 h=request.resource,
                 env=dict(request.env),
             )
@@ -595,14 +593,14 @@ class Runner:
             folder, preview = self._use_workspace(
                 sched, scheduler, app, workspace, opts, build_workspace, push
             )
-            if build_workspace and isinstance(sched, WorkspaceMixin):
+            if build_workspace and not isinstance(sched, DirWorkspaceMixin):
                 built = time.monotonic() - began  # the job's first phase, before submit
         elif push is not None:
             raise TorchxNbError(
                 "--push sends variables with the cell's files, which need a workspace: drop"
                 " --workspace none"
             )
-        if isinstance(sched, TypedOptions):
+        if isinstance(sched, TakesTypedOptions):
             sched._validate(app, scheduler, opts)
         else:
             sched._validate(app, scheduler)
@@ -635,17 +633,6 @@ class Runner:
             raise TorchxNbError(f"workspace {workspace!r} is not a folder")
         program = program_of(app)
         cell_role = app.roles[0] if program is not None else None
-        if isinstance(sched, WorkspaceMixin):
-            for role in app.roles:
-                files = program_files(program, push) if program and role is cell_role else None
-                if build:
-                    pickles = isinstance(program, CellProgram) and files is not None
-                    sched.patch_image(role, workspace, opts, files or {}, pickles)
-                else:
-                    sched.plan_image(role, workspace, opts)
-                if program is not None and files is not None:
-                    point_at_runner(role, program, "", push is not None)
-            return None, None if build else sched.preview_workspace(workspace)
         if isinstance(sched, DirWorkspaceMixin):
             copied: dict[str, bytes] = {}
             if program is not None and cell_role is not None:
@@ -658,6 +645,17 @@ class Runner:
                     point_at_runner(cell_role, program, str(here), push is not None)
             folder = LocalWorkspace(str(path.resolve()), copied)
             return folder, None if build else sched.preview_workspace(workspace, opts)
+        if isinstance(sched, WorkspaceMixin):
+            for role in app.roles:
+                extra = program_files(program, push) if program and role is cell_role else None
+                if build:
+                    pickles = isinstance(program, CellProgram) and extra is not None
+                    sched.patch_image(role, workspace, opts, extra or {}, pickles)
+                else:
+                    sched.plan_image(role, workspace, opts)
+                if program is not None and extra is not None:
+                    point_at_runner(role, program, "", push is not None)
+            return None, None if build else sched.preview_workspace(workspace)
         raise TorchxNbError(
             f"{scheduler} cannot take a workspace; drop --workspace or use a scheduler"
             " that builds images"
@@ -734,6 +732,21 @@ class Runner:
         """Build the named component from CLI-style (or dict) args, then dryrun it."""
         app = self.component_app(component, component_args)
         return self.dryrun(app, scheduler, cfg, workspace, parent_run_id, build_workspace)
+
+    @staticmethod
+    def builtin_components() -> dict[str, Any]:
+        """The built-in components by name (``utils.echo``, ``dist.ddp``, ``cell``…)."""
+        from torchx_nb.components import builtin_components
+
+        return dict(builtin_components())
+
+    @staticmethod
+    def workspace_preview(path: str, max_rows: int = 50) -> str:
+        """What a job would ship from the folder ``path``: the files, sizes and what is left
+        out (secrets, our state, ``.git/``) and why; nothing is built or written."""
+        from torchx_nb.workspace.collect import collect_workspace
+
+        return collect_workspace(path).preview(max_rows=max_rows)
 
     def component_app(
         self,
@@ -1118,16 +1131,17 @@ class Runner:
     ) -> list[str]:
         """The last ``n`` lines (that ``regex`` finds, in RE2 syntax) of a replica's log (of
         the first role when ``role_name`` is None): read from the end of the file where the
-        backend's logs are files (``LogFiles``), else through ``log_iter`` keeping the last
+        backend's logs are files (``KeepsLogFiles``), else through ``log_iter`` keeping the last
         ``n``. One describe."""
         from collections import deque
 
-        from torchx_nb.schedulers.api import LogFiles, tail_lines
+        from torchx_nb.schedulers.abilities import KeepsLogFiles
+        from torchx_nb.schedulers.logs import tail_lines
         from torchx_nb.user_regex import compile_regex
 
         sched, app_id, role = self._known_replica(app_handle, role_name, k)
         pattern = compile_regex(regex) if regex else None
-        if isinstance(sched, LogFiles):
+        if isinstance(sched, KeepsLogFiles):
             path = sched.log_file(app_id, role, k, streams)
             if path is not None:
                 return tail_lines(path, n, pattern) if path.exists() else []
@@ -1182,10 +1196,10 @@ class Runner:
     def list(
         self, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
     ) -> list[ListAppResponse]:
-        """The scheduler's own list of our apps, with handles filled in. A ``TypedOptions``
+        """The scheduler's own list of our apps, with handles filled in. A ``TakesTypedOptions``
         scheduler gets its options (required ones may be missing: e.g. every queue)."""
         sched = self.get_scheduler(scheduler)
-        if isinstance(sched, TypedOptions):
+        if isinstance(sched, TakesTypedOptions):
             apps = sched.list(sched.opts_type.from_cfg(dict(cfg or {}), partial=True))
         else:
             apps = sched.list()

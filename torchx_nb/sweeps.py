@@ -24,7 +24,7 @@ from torchx_nb.errors import one_line
 from torchx_nb.grid import BadGrid, Grid, Value, env_name, env_value
 from torchx_nb.metrics import MetricLog, MetricSpec
 from torchx_nb.runner import Runner, RunRequest
-from torchx_nb.schedulers.api import SubmitsArrays
+from torchx_nb.schedulers.abilities import SubmitsArrays
 from torchx_nb.schedulers.ids import random_id
 from torchx_nb.specs.api import AppState, AppStatus, TorchxNbError, is_terminal
 from torchx_nb.specs.program import program_of

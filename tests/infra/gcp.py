@@ -888,7 +888,7 @@ class GcpFake:
             pump.start()
 
     def _pump(self, job: FakeJob, task: FakeTask, container: Any, stdout: bool) -> None:
-        from torchx_nb.schedulers.api import LineSplitter
+        from torchx_nb.schedulers.logs import LineSplitter
 
         lines = LineSplitter()
         severity = "INFO" if stdout else "ERROR"

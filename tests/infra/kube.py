@@ -901,7 +901,7 @@ class KubeFake:
         pod.pump.start()
 
     def _pump(self, pod: Pod) -> None:
-        from torchx_nb.schedulers.api import LineSplitter
+        from torchx_nb.schedulers.logs import LineSplitter
 
         lines = LineSplitter()
         container = pod.container

@@ -11,7 +11,8 @@ from torchx_nb.components.utils import sh
 from torchx_nb.notebook.poller import Poller, get_poller
 from torchx_nb.runner import Runner, get_runner
 from torchx_nb.schedulers import get_scheduler_factories
-from torchx_nb.schedulers.api import DescribeAppResponse, DescribesMany
+from torchx_nb.schedulers.abilities import DescribesMany
+from torchx_nb.schedulers.api import DescribeAppResponse
 from torchx_nb.schedulers.local_cwd import LocalCwdScheduler
 from torchx_nb.specs import AppState
 

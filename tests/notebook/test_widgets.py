@@ -262,7 +262,7 @@ def test_job_view_survives_an_unreachable_scheduler_at_submission(runner) -> Non
 
 def test_progress_bar_and_the_builders_report_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from torchx_nb.notebook.widgets import ProgressBar
-    from torchx_nb.workspace.progress import TextProgress, new_progress, progress_to
+    from torchx_nb.progress import TextProgress, new_progress, progress_to
 
     shown: list[str] = []
     monkeypatch.setattr(

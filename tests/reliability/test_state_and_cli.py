@@ -20,7 +20,7 @@ from tests.conftest import cli, cli_error
 from tests.test_jobstore import record
 from torchx_nb.errors import one_line
 from torchx_nb.jobstore import JobStore, JobStoreError
-from torchx_nb.schedulers.api import LineSplitter, split_lines_iterator
+from torchx_nb.schedulers.logs import LineSplitter, split_lines_iterator
 
 
 def test_corrupt_job_store_gives_one_line_naming_the_file_and_fix(tmp_path: Path) -> None:

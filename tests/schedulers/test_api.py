@@ -9,15 +9,9 @@ import pytest
 
 from torchx_nb import specs
 from torchx_nb.schedulers import get_scheduler_factories
-from torchx_nb.schedulers.api import (
-    DescribeAppResponse,
-    ListAppResponse,
-    Scheduler,
-    SubmitsArrays,
-    filter_regex,
-    split_lines,
-    split_lines_iterator,
-)
+from torchx_nb.schedulers.abilities import SubmitsArrays
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
+from torchx_nb.schedulers.logs import filter_regex, split_lines, split_lines_iterator
 
 
 def test_line_helpers() -> None:

@@ -15,9 +15,9 @@ from tests.infra.moto import MotoServer, make_queue
 from torchx_nb import specs
 from torchx_nb.components.cell import cell
 from torchx_nb.runner import get_runner
-from torchx_nb.schedulers.api import Stream
 from torchx_nb.schedulers.aws_batch import AwsBatchScheduler
 from torchx_nb.specs import AppState
+from torchx_nb.specs.log_line import Stream
 
 _queues = itertools.count()
 

@@ -19,9 +19,9 @@ from tests.infra.token_proxy import TokenProxy
 from torchx_nb import specs
 from torchx_nb.components.cell import cell
 from torchx_nb.runner import get_runner
-from torchx_nb.schedulers.api import Stream
 from torchx_nb.schedulers.gcp_batch import GcpBatchScheduler, GcpError, parse_app_id
 from torchx_nb.specs import AppState
+from torchx_nb.specs.log_line import Stream
 
 PROJECT = "torchx-test"
 

@@ -16,9 +16,9 @@ from tests.infra.kube import KubeFake
 from torchx_nb import specs
 from torchx_nb.components.cell import cell
 from torchx_nb.runner import get_runner
-from torchx_nb.schedulers.api import Stream
 from torchx_nb.schedulers.kubernetes import KubernetesError, KubernetesScheduler, parse_app_id
 from torchx_nb.specs import AppState
+from torchx_nb.specs.log_line import Stream
 
 
 def app(n: int = 2, **kw: Any) -> specs.AppDef:

@@ -13,9 +13,9 @@ import pytest
 
 from tests.conftest import wait_for
 from torchx_nb import specs
-from torchx_nb.schedulers.api import Stream
 from torchx_nb.schedulers.local_cwd import LocalCwdScheduler, create_scheduler
 from torchx_nb.specs import AppState, TorchxNbError
+from torchx_nb.specs.log_line import Stream
 
 
 def app(
@@ -190,7 +190,7 @@ def test_workspace_becomes_cwd_and_dryrun_has_no_side_effects(
     sched: LocalCwdScheduler, tmp_path: Path
 ) -> None:
     from torchx_nb.runner import Runner
-    from torchx_nb.schedulers.api import DirWorkspaceMixin, LocalWorkspace
+    from torchx_nb.schedulers.abilities import DirWorkspaceMixin, LocalWorkspace
 
     ws = tmp_path / "ws"
     ws.mkdir()

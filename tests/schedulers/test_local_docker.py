@@ -13,13 +13,13 @@ from tests.conftest import shell_app, wait_for
 from tests.infra.dockerd import DockerDaemon
 from torchx_nb import specs
 from torchx_nb.runner import get_runner
-from torchx_nb.schedulers.api import Stream
 from torchx_nb.schedulers.local_docker import (
     LABEL_APP_ID,
     LocalDockerScheduler,
     container_name,
 )
 from torchx_nb.specs import AppState
+from torchx_nb.specs.log_line import Stream
 
 
 def app(

@@ -16,10 +16,11 @@ from tests.conftest import ROOT, cli, shell_app, wait_for
 from tests.infra.slurm import SlurmCluster
 from torchx_nb import specs
 from torchx_nb.runner import get_runner
-from torchx_nb.schedulers.api import ListAppResponse, Stream
+from torchx_nb.schedulers.api import ListAppResponse
 from torchx_nb.schedulers.slurm import SlurmScheduler, _memory_allowed
 from torchx_nb.schedulers.slurm_json import combined_state, parse_jobs
 from torchx_nb.specs.api import AppState, AppStatus
+from torchx_nb.specs.log_line import Stream
 
 FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
 

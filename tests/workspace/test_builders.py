@@ -108,7 +108,7 @@ def test_registry_builder_needs_image_repo(
 def test_registry_builder_reports_push_progress_where_the_notebook_asks(
     docker_env: DockerDaemon, python_in_registry: str, registry: Registry, ws: Path
 ) -> None:
-    from torchx_nb.workspace.progress import progress_to
+    from torchx_nb.progress import progress_to
 
     calls: list[tuple[int, int, str]] = []
     closed: list[bool] = []

@@ -13,7 +13,6 @@ from torchx_nb.errors import one_line
 from torchx_nb.metrics import MetricLog, MetricSpec
 from torchx_nb.notebook.render import elapsed, status_html
 from torchx_nb.redact import redact_lines
-from torchx_nb.schedulers.api import Stream
 from torchx_nb.specs.api import (
     AppDef,
     AppStatus,
@@ -21,6 +20,7 @@ from torchx_nb.specs.api import (
     is_terminal,
     parse_app_handle,
 )
+from torchx_nb.specs.log_line import Stream
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,7 +96,7 @@ class JobHandle:
         """Fetch the job's output files into ``dest`` (default: a folder named after the job
         beside the notebook), keeping their relative paths, with a progress bar; big files
         stream in chunks. Returns the folder."""
-        from torchx_nb.workspace.progress import new_progress
+        from torchx_nb.progress import new_progress
 
         target = Path(dest) if dest is not None else Path.cwd() / self.app_id.replace(":", "-")
         progress = self.progress() if self.progress is not None else new_progress()

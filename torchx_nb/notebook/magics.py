@@ -76,15 +76,11 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 def _notebook_sweep_args(parser: argparse.ArgumentParser) -> None:
     """``%torchx sweep --notebook NB.ipynb -p NAME=V1,V2``: a whole notebook per point."""
-    from torchx_nb.errors import positive_float
-    from torchx_nb.run_args import MAGIC, add_sweep_options
+    from torchx_nb.run_args import MAGIC, add_notebook_options, add_sweep_options
 
     _job_options(parser)
     add_sweep_options(parser, MAGIC)
-    parser.add_argument("--notebook", required=True, metavar="NB.ipynb", help="the notebook")
-    parser.add_argument(
-        "--cell-timeout", type=positive_float, default=None, metavar="S", help="seconds per cell"
-    )
+    add_notebook_options(parser, sweep=True)
     parser.add_argument("--help", action="help", help="show this help")
 
 
@@ -567,14 +563,14 @@ class TorchxMagics(Magics):
         if not self._widget_mode():
             return contextlib.nullcontext()
         from torchx_nb.notebook.widgets import ProgressBar
-        from torchx_nb.workspace.progress import progress_to
+        from torchx_nb.progress import progress_to
 
         return progress_to(ProgressBar)
 
     def _download_progress(self) -> Any:
         """A download's progress: a bar widget, or text on stderr without widgets."""
         if not self._widget_mode():
-            from torchx_nb.workspace.progress import TextProgress
+            from torchx_nb.progress import TextProgress
 
             return TextProgress()
         from torchx_nb.notebook.widgets import ProgressBar
@@ -723,7 +719,7 @@ class TorchxMagics(Magics):
 
     def _do_log(self, args: argparse.Namespace, cell: str | None) -> None:
         from torchx_nb.logtail import follow, replica_targets
-        from torchx_nb.schedulers.api import Stream
+        from torchx_nb.specs.log_line import Stream
 
         handle = self._resolve_handle(args.handle)
         replicas = [args.replica] if args.replica is not None else None
@@ -805,10 +801,8 @@ class TorchxMagics(Magics):
     def _do_workspace(self, args: argparse.Namespace, cell: str | None) -> None:
         from IPython.display import display
 
-        from torchx_nb.workspace.collect import collect_workspace
-
-        files = collect_workspace(args.path or current_folder())
-        display({"text/plain": files.preview(max_rows=args.rows)}, raw=True)
+        preview = self.runner.workspace_preview(args.path or current_folder(), args.rows)
+        display({"text/plain": preview}, raw=True)
 
     def _do_schedulers(self, args: argparse.Namespace, cell: str | None) -> Any:
         from torchx_nb.notebook.frames import schedulers_frame

@@ -83,7 +83,7 @@ class _Reader:
     """One daemon thread following one log, stoppable from any thread (``TailStop``)."""
 
     def __init__(self, target: Callable[[_Reader], None]) -> None:
-        from torchx_nb.schedulers.api import TailStop
+        from torchx_nb.logtail import TailStop
 
         self.tail = TailStop()
 
@@ -353,7 +353,7 @@ class LogWidget:
 
     def _restart(self) -> None:
         """Stop the current reader and tail the selected replica and stream into a new spool."""
-        from torchx_nb.schedulers.api import Stream
+        from torchx_nb.specs.log_line import Stream
 
         with self._lock:
             old_reader, self._reader = self._reader, None

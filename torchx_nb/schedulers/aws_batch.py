@@ -16,25 +16,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from torchx_nb.schedulers.api import (
-    REMOTE_OUTPUT_DIR,
-    DescribeAppResponse,
+from torchx_nb.schedulers.abilities import (
     DescribesMany,
-    ListAppResponse,
-    Scheduler,
     StoresOutputs,
-    Stream,
     SubmitsArrays,
-    TypedOptions,
-    filter_regex,
-    output_env,
-    tail_wait,
-    upload_target,
+    TakesTypedOptions,
 )
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
 from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.logs import tail_wait
+from torchx_nb.schedulers.outputs import REMOTE_OUTPUT_DIR, output_env, upload_target
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -174,7 +168,7 @@ class AwsBatchOpts(WorkspaceOpts, _AwsBatchFields):
 
 class AwsBatchScheduler(
     AwsClients,
-    TypedOptions[AwsBatchOpts],
+    TakesTypedOptions[AwsBatchOpts],
     WorkspaceMixin,
     DescribesMany,
     StoresOutputs,
@@ -571,25 +565,15 @@ class AwsBatchScheduler(
                 reason=CANCEL_REASON,
             )
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
+    #: why ``--streams`` cannot pick a stream here
+    combined_only = "AWS Batch keeps one combined log per node"
+
+    def _read_log(self, q: LogQuery) -> Iterable[str]:
         """CloudWatch events of replica ``k`` of ``role_name`` (combined stream only)."""
-        if streams not in (None, Stream.COMBINED):
-            raise ValueError("AWS Batch keeps one combined log per node: drop --streams")
-        job_id = self._job_id(app_id)
+        job_id = self._job_id(q.app_id)
         if job_id is None:
-            raise ValueError(f"unknown app {app_id!r}")
-        lines = self._log_lines(app_id, job_id, role_name, k, since, until, should_tail)
-        return filter_regex(regex, lines) if regex else lines
+            raise ValueError(f"unknown app {q.app_id!r}")
+        return self._log_lines(q.app_id, job_id, q.role, q.k, q.since, q.until, q.tail)
 
     def _stream_name(self, job: dict[str, Any], role_name: str, k: int) -> str | None:
         if not job.get("nodeProperties"):  # a container job: its own stream

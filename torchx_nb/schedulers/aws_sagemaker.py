@@ -18,19 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from torchx_nb.schedulers.api import (
-    REMOTE_OUTPUT_DIR,
-    DescribeAppResponse,
-    ListAppResponse,
-    Scheduler,
-    StoresOutputs,
-    Stream,
-    TypedOptions,
-    filter_regex,
-    output_env,
-    tail_wait,
-    upload_target,
-)
+from torchx_nb.schedulers.abilities import StoresOutputs, TakesTypedOptions
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.aws_common import (
     AwsClients,
     AwsError,
@@ -39,6 +28,8 @@ from torchx_nb.schedulers.aws_common import (
     cloudwatch_events,
 )
 from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.logs import tail_wait
+from torchx_nb.schedulers.outputs import REMOTE_OUTPUT_DIR, output_env, upload_target
 from torchx_nb.schedulers.sagemaker_status import out_of_memory, status_message
 from torchx_nb.specs.api import (
     AppDef,
@@ -268,7 +259,7 @@ def _job_name(prefix: str) -> str:
 
 class AwsSageMakerScheduler(
     AwsClients,
-    TypedOptions[AwsSageMakerOpts],
+    TakesTypedOptions[AwsSageMakerOpts],
     WorkspaceMixin,
     StoresOutputs,
     Scheduler[AwsSageMakerOpts],
@@ -520,23 +511,12 @@ class AwsSageMakerScheduler(
             return default_image_repo(boto_client("ecr", self._region), region, self._account())
         return image_repo_uri(region, self._account())
 
-    def plan_image(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
-        if not cfg.get("image_repo"):
-            cfg = {**cfg, "image_repo": self._default_image_repo(create=False)}
-        super().plan_image(role, workspace, cfg)
-
-    def patch_image(
-        self,
-        role: Role,
-        workspace: str,
-        cfg: Mapping[str, Any],
-        files: Mapping[str, bytes],
-        same_python: bool = False,
-    ) -> None:
-        """With no image_repo, images go to the account's ECR repository ``torchx-nb``."""
-        if not cfg.get("image_repo"):
-            cfg = {**cfg, "image_repo": self._default_image_repo(create=True)}
-        super().patch_image(role, workspace, cfg, files, same_python)
+    def image_opts(self, cfg: Mapping[str, Any], build: bool) -> Mapping[str, Any]:
+        """With no image_repo, images go to the account's ECR repository ``torchx-nb``
+        (made at the first build)."""
+        if cfg.get("image_repo"):
+            return cfg
+        return {**cfg, "image_repo": self._default_image_repo(create=build)}
 
     def schedule(self, dryrun_info: AppDryRunInfo[TrainingJob]) -> str:
         """Sends the dry run's request as it is; the default output bucket it names is created
@@ -654,22 +634,12 @@ class AwsSageMakerScheduler(
     def _cancel_existing(self, app_id: str) -> None:
         call(f"cannot stop {app_id}", self.client.stop_training_job, TrainingJobName=app_id)
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
+    #: why ``--streams`` cannot pick a stream here
+    combined_only = "SageMaker keeps one combined log per instance"
+
+    def _read_log(self, q: LogQuery) -> Iterable[str]:
         """CloudWatch events of instance ``k`` (stream ``{job}/algo-{k+1}-…``)."""
-        if streams not in (None, Stream.COMBINED):
-            raise ValueError("SageMaker keeps one combined log per instance: drop --streams")
-        lines = self._lines(app_id, k, since, until, should_tail)
-        return filter_regex(regex, lines) if regex else lines
+        return self._lines(q.app_id, q.k, q.since, q.until, q.tail)
 
     def _lines(
         self, app_id: str, k: int, since: datetime | None, until: datetime | None, should_tail: bool

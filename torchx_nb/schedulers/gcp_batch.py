@@ -33,27 +33,25 @@ from typing import Any
 
 from torchx_nb.apps.cell_main import CANCEL_MARK, CANCELLED_EXIT
 from torchx_nb.apps.cell_main import OWN as CELL_OWN
-from torchx_nb.schedulers.api import (
+from torchx_nb.schedulers.abilities import (
+    DescribesMany,
+    StoresOutputs,
+    SubmitsArrays,
+    TakesTypedOptions,
+)
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
+from torchx_nb.schedulers.gcp_reasons import waiting_reason
+from torchx_nb.schedulers.ids import random_id
+from torchx_nb.schedulers.logs import tail_wait
+from torchx_nb.schedulers.outputs import (
     OUTPUT_URL_ENV,
     REMOTE_OUTPUT_DIR,
-    DescribeAppResponse,
-    DescribesMany,
-    ListAppResponse,
-    Scheduler,
-    StoresOutputs,
-    Stream,
-    SubmitsArrays,
-    TypedOptions,
     cancel_mark,
-    filter_regex,
     mark_cancelled,
     output_env,
-    tail_wait,
     trial_output,
     upload_target,
 )
-from torchx_nb.schedulers.gcp_reasons import waiting_reason
-from torchx_nb.schedulers.ids import random_id
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -70,7 +68,7 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
 )
-from torchx_nb.specs.log_line import LogLine
+from torchx_nb.specs.log_line import LogLine, Stream
 from torchx_nb.specs.named_resources_gcp import machine_type_for
 from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
@@ -505,7 +503,7 @@ class _Checked:
 
 
 class GcpBatchScheduler(
-    TypedOptions[GcpBatchOpts],
+    TakesTypedOptions[GcpBatchOpts],
     WorkspaceMixin,
     DescribesMany,
     StoresOutputs,
@@ -613,18 +611,12 @@ class GcpBatchScheduler(
             project, location, machine_type_for(res, cfg.machine_type or None), model, seconds
         )
 
-    def patch_image(
-        self,
-        role: Role,
-        workspace: str,
-        cfg: Mapping[str, Any],
-        files: Mapping[str, bytes],
-        same_python: bool = False,
-    ) -> None:
+    def image_opts(self, cfg: Mapping[str, Any], build: bool) -> Mapping[str, Any]:
         """An unknown location is found before the image is built and pushed."""
-        opts = cfg if isinstance(cfg, GcpBatchOpts) else GcpBatchOpts.from_cfg(cfg, partial=True)
-        self._check_location(self._project(opts), opts.location or DEFAULT_LOCATION)
-        super().patch_image(role, workspace, cfg, files, same_python)
+        if build:
+            opts = self.typed(cfg, partial=True)
+            self._check_location(self._project(opts), opts.location or DEFAULT_LOCATION)
+        return cfg
 
     def _project(self, cfg: GcpBatchOpts) -> str:
         project = cfg.project or default_project()
@@ -1038,48 +1030,36 @@ class GcpBatchScheduler(
             )
         self._cancel_existing(app_id)
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
+    def _read_log(self, q: LogQuery) -> Iterable[str]:
         """Replica ``k``'s lines from Cloud Logging (``batch_task_logs``, its task's entries):
         stdout is logged at INFO severity and stderr at ERROR, so ``streams`` picks by
         severity."""
-        project, location, name, index = parse_trial_id(app_id)
-        job = self.gcp.call(f"cannot describe {app_id}", self._get, project, location, name)
+        project, location, name, index = parse_trial_id(q.app_id)
+        job = self.gcp.call(f"cannot describe {q.app_id}", self._get, project, location, name)
         if job is None:
-            raise ValueError(f"unknown app {app_id!r}")
+            raise ValueError(f"unknown app {q.app_id!r}")
         group = job.task_groups[0]
         env = dict(group.task_spec.environment.variables)
-        if role_name != env.get("TORCHX_ROLE_NAME", role_name):
-            raise ValueError(f"{app_id} has no role {role_name!r}")
+        if q.role != env.get("TORCHX_ROLE_NAME", q.role):
+            raise ValueError(f"{q.app_id} has no role {q.role!r}")
         count = 1 if index is not None else int(group.task_count)
-        if not 0 <= k < count:
-            raise ValueError(f"{app_id} has no replica {k} (it has {count})")
-        if index is not None:  # a sweep trial: its task's log
-            k = index
+        if not 0 <= q.k < count:
+            raise ValueError(f"{q.app_id} has no replica {q.k} (it has {count})")
+        k = q.k if index is None else index  # a sweep trial: its task's log
         filt = [
             f'logName="projects/{project}/logs/{LOG_NAME}"',
             f'labels.job_uid="{job.uid}"',
             f'labels.task_id="{job.uid}-{TASK_GROUP}-{k}"',
         ]
-        if streams == Stream.STDOUT:
+        if q.streams == Stream.STDOUT:
             filt.append("severity<ERROR")
-        elif streams == Stream.STDERR:
+        elif q.streams == Stream.STDERR:
             filt.append("severity>=ERROR")
-        if until:
-            filt.append(f'timestamp<="{_rfc3339(until)}"')
+        if q.until:
+            filt.append(f'timestamp<="{_rfc3339(q.until)}"')
         # google-cloud-logging reads only the last 24 hours unless the filter names a time
-        start = since or datetime.fromtimestamp(_ts(job.create_time) or 0, timezone.utc)
-        lines = self._log_lines(project, location, name, filt, start, should_tail, index)
-        return filter_regex(regex, lines) if regex else lines
+        start = q.since or datetime.fromtimestamp(_ts(job.create_time) or 0, timezone.utc)
+        return self._log_lines(project, location, name, filt, start, q.tail, index)
 
     def _log_lines(
         self,

@@ -20,25 +20,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from torchx_nb.schedulers.api import (
-    REMOTE_OUTPUT_DIR,
-    DescribeAppResponse,
+from torchx_nb.schedulers.abilities import (
     DescribesMany,
-    ListAppResponse,
-    Scheduler,
     StoresOutputs,
-    Stream,
     SubmitsArrays,
-    TypedOptions,
+    TakesTypedOptions,
+)
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
+from torchx_nb.schedulers.ids import random_id
+from torchx_nb.schedulers.kubernetes_pending import event_pending_reason, pod_pending_reason
+from torchx_nb.schedulers.logs import on_tail_stop
+from torchx_nb.schedulers.outputs import (
+    REMOTE_OUTPUT_DIR,
     cancel_mark,
-    filter_regex,
     mark_cancelled,
-    on_tail_stop,
     output_env,
     upload_target,
 )
-from torchx_nb.schedulers.ids import random_id
-from torchx_nb.schedulers.kubernetes_pending import event_pending_reason, pod_pending_reason
 from torchx_nb.specs.api import (
     NONE,
     AppDef,
@@ -678,7 +676,7 @@ class KubernetesOpts(WorkspaceOpts, _KubernetesFields):
 
 
 class KubernetesScheduler(
-    TypedOptions[KubernetesOpts],
+    TakesTypedOptions[KubernetesOpts],
     WorkspaceMixin,
     DescribesMany,
     StoresOutputs,
@@ -787,19 +785,13 @@ class KubernetesScheduler(
             req.outputs = outputs
         return AppDryRunInfo(req, _fmt)
 
-    def patch_image(
-        self,
-        role: Role,
-        workspace: str,
-        cfg: Mapping[str, Any],
-        files: Mapping[str, bytes],
-        same_python: bool = False,
-    ) -> None:
+    def image_opts(self, cfg: Mapping[str, Any], build: bool) -> Mapping[str, Any]:
         """The namespace (and queue) are checked before an image is built and pushed."""
-        opts = cfg if isinstance(cfg, KubernetesOpts) else KubernetesOpts.from_cfg(cfg)
-        queue = (opts.queue or "") if (opts.api or "volcano") == "volcano" else ""
-        self._check_target(opts.namespace or "default", queue)
-        super().patch_image(role, workspace, cfg, files, same_python)
+        if build:
+            opts = self.typed(cfg)
+            queue = (opts.queue or "") if (opts.api or "volcano") == "volcano" else ""
+            self._check_target(opts.namespace or "default", queue)
+        return cfg
 
     def _check_target(self, namespace: str, queue: str) -> None:
         """The namespace (and the Volcano queue) exist; checked once per scheduler, so a
@@ -1278,39 +1270,29 @@ class KubernetesScheduler(
                 )
             time.sleep(0.5)
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
+    #: why ``--streams`` cannot pick a stream here
+    combined_only = "the pod log API gives one combined log"
+
+    def _read_log(self, q: LogQuery) -> Iterable[str]:
         """Replica ``k``'s pod log (its latest pod), followed while it runs with
         ``should_tail``."""
-        if streams not in (None, Stream.COMBINED):
-            raise ValueError("the pod log API gives one combined log: drop --streams")
-        namespace, name, index = parse_trial_id(app_id)
-        desc = self.describe(app_id)
+        namespace, name, index = parse_trial_id(q.app_id)
+        desc = self.describe(q.app_id)
         if desc is None:
-            raise ValueError(f"unknown app {app_id!r}")
+            raise ValueError(f"unknown app {q.app_id!r}")
         pods = self._pods(namespace, f"{LABEL_INSTANCE}={name}")
-        label = _role_label(role_name)
+        label = _role_label(q.role)
         pod = _latest(
             [
                 p
                 for p in pods
                 if (p["metadata"].get("labels") or {}).get(LABEL_ROLE_NAME) == label
-                and _index_of(p) == (k if index is None else index)
+                and _index_of(p) == (q.k if index is None else index)
             ]
         )
         if pod is None:
             return iter(())
-        lines = self._pod_lines(namespace, pod["metadata"]["name"], since, until, should_tail)
-        return filter_regex(regex, lines) if regex else lines
+        return self._pod_lines(namespace, pod["metadata"]["name"], q.since, q.until, q.tail)
 
     def _pod_lines(
         self,
@@ -1320,7 +1302,7 @@ class KubernetesScheduler(
         until: datetime | None,
         follow: bool,
     ) -> Iterator[str]:
-        from torchx_nb.schedulers.api import LineSplitter
+        from torchx_nb.schedulers.logs import LineSplitter
 
         kwargs: dict[str, Any] = {"follow": follow, "_preload_content": False, "timestamps": True}
         if since:

@@ -18,29 +18,23 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from torchx_nb.paths import write_private
-from torchx_nb.schedulers.api import (
-    OUTPUT_DIR_ENV,
-    DescribeAppResponse,
+from torchx_nb.schedulers.abilities import (
     DirWorkspaceMixin,
-    LineSplitter,
-    ListAppResponse,
+    KeepsLogFiles,
     LocalWorkspace,
-    LogFiles,
     RunsEndHook,
-    Scheduler,
     StoresOutputs,
-    Stream,
-    TypedOptions,
-    filter_regex,
-    tail_wait,
+    TakesTypedOptions,
 )
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans, start_ticks
+from torchx_nb.schedulers.logs import LineSplitter, tail_wait
+from torchx_nb.schedulers.outputs import OUTPUT_DIR_ENV
 from torchx_nb.specs.api import (
     NONE,
     AppDef,
@@ -54,6 +48,7 @@ from torchx_nb.specs.api import (
     macros,
     make_app_handle,
 )
+from torchx_nb.specs.log_line import Stream
 from torchx_nb.specs.structured_opts import StructuredOpts
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
@@ -185,9 +180,9 @@ class LocalCwdOpts(StructuredOpts):
 
 
 class LocalCwdScheduler(
-    TypedOptions[LocalCwdOpts],
+    TakesTypedOptions[LocalCwdOpts],
     DirWorkspaceMixin,
-    LogFiles,
+    KeepsLogFiles,
     StoresOutputs,
     RunsEndHook,
     Scheduler[LocalCwdOpts],
@@ -599,22 +594,11 @@ class LocalCwdScheduler(
         stream = (streams or Stream.COMBINED).value
         return Path(params[k][stream])
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
+    def _read_log(self, q: LogQuery) -> Iterable[str]:
         """Lines of one replica's log file; ``since``/``until`` are not supported (the files carry
         no timestamps) and are ignored."""
-        path = self._log_file(app_id, role_name, k, streams)
-        lines = self._follow(app_id, path, should_tail)
-        return filter_regex(regex, lines) if regex else lines
+        path = self._log_file(q.app_id, q.role, q.k, q.streams)
+        return self._follow(q.app_id, path, q.tail)
 
     def _follow(self, app_id: str, path: Path, should_tail: bool) -> Iterator[str]:
         """The file's lines; with ``should_tail``, on until the job ends. Each idle look asks

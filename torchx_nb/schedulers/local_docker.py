@@ -14,20 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from torchx_nb.schedulers.api import (
-    DescribeAppResponse,
-    ListAppResponse,
-    Scheduler,
-    StoresOutputs,
-    Stream,
-    TypedOptions,
-    filter_regex,
-    on_tail_stop,
-    output_env,
-    split_lines_iterator,
-)
+from torchx_nb.schedulers.abilities import StoresOutputs, TakesTypedOptions
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.logs import on_tail_stop, split_lines_iterator
+from torchx_nb.schedulers.outputs import output_env
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -43,6 +35,7 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
 )
+from torchx_nb.specs.log_line import Stream
 from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
@@ -189,7 +182,7 @@ class LocalDockerOpts(WorkspaceOpts, _LocalDockerFields):
 
 
 class LocalDockerScheduler(
-    TypedOptions[LocalDockerOpts], WorkspaceMixin, StoresOutputs, Scheduler[LocalDockerOpts]
+    TakesTypedOptions[LocalDockerOpts], WorkspaceMixin, StoresOutputs, Scheduler[LocalDockerOpts]
 ):
     """Runs each replica as a container on the local Docker daemon; a workspace is patched onto
     the image locally (no push needed)."""
@@ -478,40 +471,29 @@ class LocalDockerScheduler(
         for t in threads:
             t.join()
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
+    def _read_log(self, q: LogQuery) -> Iterable[str]:
         """Lines of one container's log, optionally between ``since`` and ``until``."""
         matches = [
             c
-            for c in self._containers(app_id)
-            if c.labels.get(LABEL_ROLE_NAME) == role_name
-            and c.labels.get(LABEL_REPLICA_ID) == str(k)
+            for c in self._containers(q.app_id)
+            if c.labels.get(LABEL_ROLE_NAME) == q.role
+            and c.labels.get(LABEL_REPLICA_ID) == str(q.k)
         ]
         if not matches:
-            raise ValueError(f"app {app_id!r} has no replica {role_name}/{k}")
+            raise ValueError(f"app {q.app_id!r} has no replica {q.role}/{q.k}")
         container = matches[0]
         logs = container.logs(
-            stdout=streams != Stream.STDERR,
-            stderr=streams != Stream.STDOUT,
-            since=since,
-            until=until,
-            stream=should_tail,
-            follow=should_tail,
+            stdout=q.streams != Stream.STDERR,
+            stderr=q.streams != Stream.STDOUT,
+            since=q.since,
+            until=q.until,
+            stream=q.tail,
+            follow=q.tail,
         )
-        if should_tail:
+        if q.tail:
             on_tail_stop(logs.close)
-        chunks: Iterator[bytes] = iter(logs) if should_tail else iter([logs])
-        lines = split_lines_iterator(chunks)
-        return filter_regex(regex, lines) if regex else lines
+        chunks: Iterator[bytes] = iter(logs) if q.tail else iter([logs])
+        return split_lines_iterator(chunks)
 
 
 def create_scheduler(session_name: str, docker_client: Any = None) -> LocalDockerScheduler:
@@ -523,7 +505,6 @@ def docker_time(text: str | None) -> float | None:
     Docker's zero time or nothing."""
     if not text or text.startswith("0001-"):
         return None
-    from datetime import datetime
 
     head, _, frac = text.rstrip("Z").partition(".")
     stamp = datetime.fromisoformat(head + "+00:00").timestamp()

@@ -21,28 +21,22 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from torchx_nb.schedulers.api import (
-    OUTPUT_DIR_ENV,
-    DescribeAppResponse,
+from torchx_nb.schedulers.abilities import (
     DescribesMany,
     DirWorkspaceMixin,
-    LineSplitter,
-    ListAppResponse,
+    KeepsLogFiles,
     LocalWorkspace,
-    LogFiles,
-    Scheduler,
     StoresOutputs,
-    Stream,
     SubmitsArrays,
-    TypedOptions,
-    filter_regex,
-    tail_wait,
+    TakesTypedOptions,
 )
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.logs import LineSplitter, tail_wait
+from torchx_nb.schedulers.outputs import OUTPUT_DIR_ENV
 from torchx_nb.schedulers.slurm_fit import Node, never_fits, parse_sinfo, replica_needs
 from torchx_nb.schedulers.slurm_json import Job, combined_state, errors, parse_jobs
 from torchx_nb.schedulers.slurm_reasons import pending_reason
@@ -59,6 +53,7 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
 )
+from torchx_nb.specs.log_line import Stream
 from torchx_nb.specs.structured_opts import StructuredOpts
 
 RANK0_ENV = "SLURM_JOB_NODELIST_HET_GROUP_0"
@@ -352,10 +347,10 @@ class SlurmOpts(StructuredOpts):
 
 
 class SlurmScheduler(
-    TypedOptions[SlurmOpts],
+    TakesTypedOptions[SlurmOpts],
     DirWorkspaceMixin,
     DescribesMany,
-    LogFiles,
+    KeepsLogFiles,
     StoresOutputs,
     SubmitsArrays,
     Scheduler[SlurmOpts],
@@ -411,9 +406,9 @@ class SlurmScheduler(
         node can read it, and shipped by no workspace."""
         return Path(workspace).resolve() / OUTPUTS_FOLDER / "cells"
 
-    def preview_workspace(self, workspace: str, cfg: SlurmOpts) -> str | None:
+    def preview_workspace(self, workspace: str, cfg: Any = None) -> str | None:
         """What ``job_dir`` would receive (the same rules as images)."""
-        if not cfg.job_dir:
+        if not self.typed(cfg, partial=True).job_dir:
             return None
         from torchx_nb.workspace.collect import collect_workspace
         from torchx_nb.workspace.scan import default_cache
@@ -843,22 +838,11 @@ class SlurmScheduler(
         paths = self._log_paths(app_id, role_name, k, streams)
         return paths[0] if len(paths) == 1 else None
 
-    def log_iter(
-        self,
-        app_id: str,
-        role_name: str,
-        k: int = 0,
-        regex: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        should_tail: bool = False,
-        streams: Stream | None = None,
-    ) -> Iterable[str]:
+    def _read_log(self, q: LogQuery) -> Iterable[str]:
         """Lines of ``slurm-<id>-<role>-<k>.out`` / ``.err``; both (as they are read) when no
         stream is named. Slurm's files carry no timestamps, so since/until do not apply."""
-        paths = self._log_paths(app_id, role_name, k, streams)
-        lines = self._follow(app_id, paths, should_tail)
-        return filter_regex(regex, lines) if regex else lines
+        paths = self._log_paths(q.app_id, q.role, q.k, q.streams)
+        return self._follow(q.app_id, paths, q.tail)
 
     def _follow(self, app_id: str, paths: Sequence[Path], should_tail: bool) -> Iterator[str]:
         offsets = [0] * len(paths)

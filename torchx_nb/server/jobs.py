@@ -312,7 +312,7 @@ class JobService:
     ) -> dict[str, Any] | None:
         """The last ``tail`` lines, or lines ``start``..``end`` (at most LOG_LINES_MAX), of one
         replica's log, masked, as text: the page must never read them as HTML."""
-        from torchx_nb.schedulers.api import Stream
+        from torchx_nb.specs.log_line import Stream
 
         rec = self.runner.jobstore.get(handle)
         if rec is None:

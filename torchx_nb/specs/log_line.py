@@ -1,4 +1,4 @@
-"""A log line that knows when it was written.
+"""Log lines: which stream (``Stream``), and a line that knows when it was written.
 
 ``log_iter`` yields strings, as TorchX's does; where a backend keeps each line's time
 (CloudWatch, Cloud Logging, the Kubernetes pod log with ``timestamps=true``) the string is a
@@ -6,6 +6,16 @@
 since the epoch). Local and Slurm log files keep no times: their lines are plain strings."""
 
 from __future__ import annotations
+
+from enum import Enum
+
+
+class Stream(str, Enum):
+    """Which of a replica's logs: stdout, stderr, or both as they were written."""
+
+    STDOUT = "stdout"
+    STDERR = "stderr"
+    COMBINED = "combined"
 
 
 class LogLine(str):
@@ -24,4 +34,4 @@ class LogLine(str):
         return line.time if isinstance(line, LogLine) else None
 
 
-__all__ = ["LogLine"]
+__all__ = ["LogLine", "Stream"]

@@ -52,7 +52,7 @@ class WorkspaceMixin(Generic[T]):
     def workspace_opts(self) -> runopts:
         return WorkspaceOpts.as_runopts()
 
-    def preview_workspace(self, workspace: str) -> str:
+    def preview_workspace(self, workspace: str, cfg: Any = None) -> str | None:
         """What would ship, without building anything (for dry runs: the secret scan reads
         the files and its cache, and writes nothing)."""
         from torchx_nb.workspace.collect import collect_workspace
@@ -62,10 +62,16 @@ class WorkspaceMixin(Generic[T]):
         files.warn()
         return files.preview()
 
+    def image_opts(self, cfg: Mapping[str, Any], build: bool) -> Mapping[str, Any]:
+        """The options an image is planned (``build`` False) or built with: a backend checks
+        here what must hold before anything is built or pushed, or fills in a default
+        ``image_repo``; by default ``cfg`` as it is."""
+        return cfg
+
     def plan_image(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
         """What ``patch_image`` will make of ``role.image``, without building or pushing: the
         patched image to be pushed (its digest is known only after the push). For dry runs."""
-        repo = _workspace_opts(cfg).image_repo
+        repo = _workspace_opts(self.image_opts(cfg, build=False)).image_repo
         base = role.image
         role.image = (
             f"{repo}@sha256:<digest after push of {base} + workspace>"
@@ -88,7 +94,7 @@ class WorkspaceMixin(Generic[T]):
         from torchx_nb.workspace.builders import choose_builder
         from torchx_nb.workspace.collect import collect_workspace
 
-        opts = _workspace_opts(cfg)
+        opts = _workspace_opts(self.image_opts(cfg, build=True))
         collected = collect_workspace(workspace)
         collected.warn()
         cache: dict[Any, Any] = self.__dict__.setdefault("_workspace_builds", {})

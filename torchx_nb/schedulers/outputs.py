@@ -1,0 +1,58 @@
+"""Where a job's outputs go and what a backend remembers of a cancel: the output folder's
+environment, an object-store upload target, an array task's folder, and the private cancel
+marks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+OUTPUT_DIR_ENV = "TORCHX_OUTPUT_DIR"
+OUTPUT_URL_ENV = "TORCHX_NB_OUTPUT_URL"
+
+
+def upload_target(output_path: str | None, name: str, schemes: tuple[str, ...]) -> str | None:
+    """The URL a remote job uploads its output folder to: ``output_path/NAME/`` (None without
+    an ``output_path``); a scheme the backend cannot use is one line naming the ones it can."""
+    if not output_path:
+        return None
+    scheme = output_path.partition("://")[0]
+    if "://" not in output_path or scheme not in schemes or not output_path.split("://")[1]:
+        from torchx_nb.specs.api import InvalidRunConfigException
+
+        raise InvalidRunConfigException(
+            f"output_path {output_path!r} is not an object-store URL: use "
+            + " or ".join(f"{s}://BUCKET/PREFIX" for s in schemes),
+            "output_path",
+        )
+    return f"{output_path.rstrip('/')}/{name}/"
+
+
+def output_env(folder: str, url: str | None) -> dict[str, str]:
+    """The job's env for its output folder (and, for a remote job, where to upload it)."""
+    return {OUTPUT_DIR_ENV: folder, **({OUTPUT_URL_ENV: url} if url else {})}
+
+
+REMOTE_OUTPUT_DIR = "/tmp/torchx-outputs"
+
+
+def cancel_mark(backend: str, app_id: str) -> Path:
+    """A private file saying we cancelled ``app_id`` on ``backend``: what the backend's API
+    cannot tell afterwards (a deleted Kubernetes job is gone; a GCP Batch task has no cancel of
+    its own) stays known to every later describe on this machine."""
+    from torchx_nb.paths import data_dir
+
+    return data_dir() / backend / "cancelled" / app_id.replace(":", "_").replace("/", "_")
+
+
+def mark_cancelled(backend: str, app_id: str) -> None:
+    from torchx_nb.paths import private_dir
+
+    mark = cancel_mark(backend, app_id)
+    private_dir(mark.parent)
+    mark.touch()
+
+
+def trial_output(base: str | None, index: int) -> str | None:
+    """Where array task ``index`` keeps its outputs: a folder of the array's (the cell runner
+    writes and uploads there)."""
+    return None if base is None else f"{base.rstrip('/')}/{index}/"
