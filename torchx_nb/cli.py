@@ -389,8 +389,8 @@ def cmd_result(args: argparse.Namespace) -> int:
 def cmd_outputs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from torchx_nb.specs.api import parse_app_handle
     from torchx_nb.progress import TextProgress
+    from torchx_nb.specs.api import parse_app_handle
 
     with _runner() as runner:
         if args.download is None:

@@ -648,6 +648,8 @@ class Runner:
         if isinstance(sched, WorkspaceMixin):
             for role in app.roles:
                 extra = program_files(program, push) if program and role is cell_role else None
+                if extra is not None:  # the runner names it when the cell needs a module it lacks
+                    role.env["TORCHX_NB_BASE_IMAGE"] = role.image
                 if build:
                     pickles = isinstance(program, CellProgram) and extra is not None
                     sched.patch_image(role, workspace, opts, extra or {}, pickles)

@@ -521,3 +521,48 @@ def test_a_job_python_without_nbclient_is_one_line(tmp_path: Path) -> None:
         .read_text()
         .startswith("ModuleNotFoundError: the job's Python")
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "missing"),
+    [
+        ("import os\nimport tnb_not_installed_x\n1", "tnb_not_installed_x"),
+        ('"""doc"""\nfrom tnb_nope.sub import f\n', "tnb_nope"),
+        ("import json, tnb_nope2 as t\n", "tnb_nope2"),
+    ],
+)
+def test_a_module_the_job_lacks_is_one_line_before_the_cell_runs(
+    tmp_path: Path, source: str, missing: str
+) -> None:
+    marker = tmp_path / "ran"
+    proc, store = run_cell(tmp_path, f"{source}\nopen({str(marker)!r}, 'w')")
+    assert proc.returncode == 1
+    line = proc.stderr.strip()
+    assert "\n" not in line, proc.stderr
+    assert line.startswith(
+        f"torchx_nb: ModuleNotFoundError: No module named {missing!r} in this job"
+    )
+    assert f"the job's Python is {sys.executable}; install {missing} there" in line
+    assert not marker.exists()  # nothing of the cell ran
+    with pytest.raises(RemoteError, match=f"No module named '{missing}' in this job"):
+        load_result(store, ended(AppState.FAILED), "h")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "try:\n    import tnb_optional\nexcept ImportError:\n    tnb_optional = None\n'ok'",
+        "import sys\nsys.path.insert(0, 'vendor')\nimport tnb_vendored\n",
+        "def f():\n    import tnb_lazy\n'ok'",
+        "import tnb_wsmod\n'ok'",
+    ],
+)
+def test_optional_late_lazy_and_workspace_imports_are_not_judged_early(
+    tmp_path: Path, source: str
+) -> None:
+    folder = tmp_path / "job"
+    (folder / "vendor").mkdir(parents=True)
+    (folder / "vendor" / "tnb_vendored.py").write_text("X = 1\n")
+    (folder / "tnb_wsmod.py").write_text("X = 1\n")
+    proc, _ = run_cell(tmp_path, source)
+    assert proc.returncode == 0, proc.stderr

@@ -364,3 +364,30 @@ def test_a_notebook_job_in_a_container(
             "ModuleNotFoundError: the job's Python (/usr/bin/python"
         ), card.exception
         assert "pip install nbclient ipykernel in the image" in card.exception
+
+
+def test_a_package_the_kernel_has_and_the_image_lacks_is_one_line(
+    docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """The kernel imports nbformat; the base image has no such package: the job ends at once
+    with one line naming the module, the job's Python and the image, not a traceback."""
+    from torchx_nb.components.cell import cell
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cfg = {"network": "host", "builder": "docker", "quiet": True}
+    with get_runner() as runner:
+        handle = runner.run(
+            cell(source="import nbformat\nnbformat.__version__", image=base_images["python"]),
+            "local_docker",
+            cfg,
+            str(ws),
+        )
+        status = runner.wait(handle, wait_interval=0.5, timeout=120)
+        assert status is not None and status.state == AppState.FAILED, status
+        (card,) = runner.failure_cards(handle, status, lines=0)
+    assert card.exception == (
+        "ModuleNotFoundError: No module named 'nbformat' in this job (line 1: import nbformat):"
+        f" the job's Python is /usr/bin/python in the image {base_images['python']}; install"
+        " nbformat there, or ship it in the workspace"
+    ), card.exception

@@ -85,3 +85,33 @@ def test_fingerprint_changes_with_content(tmp_path: Path) -> None:
     assert collect_workspace(tmp_path).fingerprint() == before
     (tmp_path / "a.py").write_text("changed!")
     assert collect_workspace(tmp_path).fingerprint() != before
+
+
+def test_python_environments_stay_out_and_are_named(tmp_path: Path) -> None:
+    """A virtualenv (``pyvenv.cfg``) or a conda environment (``conda-meta/``) in the
+    workspace, hidden or not, never ships as files: it is listed as an environment. A folder
+    that merely looks like one (a ``venv`` without ``pyvenv.cfg``) ships; an ignore file's
+    ``!`` line can still ship an environment's files on purpose."""
+    plant(
+        tmp_path,
+        [
+            "venv/pyvenv.cfg",
+            "venv/lib/python3.11/site-packages/big.py",
+            "tools/.venv/pyvenv.cfg",
+            "envs/cuda/conda-meta/history",
+            "envs/cuda/lib/libcuda.so",
+            "venvish/notes.txt",
+            "train.py",
+        ],
+    )
+    ws = collect_workspace(tmp_path)
+    assert [f.path for f in ws.files] == ["train.py", "venvish/notes.txt"]
+    assert sorted(ws.environments) == ["envs/cuda/", "tools/.venv/", "venv/"]
+    reasons = dict(ws.excluded)
+    assert reasons["venv/"] == "environment: a virtualenv (pyvenv.cfg)"
+    assert reasons["tools/.venv/"] == "environment: a virtualenv (pyvenv.cfg)"
+    assert reasons["envs/cuda/"] == "environment: a conda environment (conda-meta/)"
+    assert "  venv/  [environment: a virtualenv (pyvenv.cfg)]" in ws.preview()
+    (tmp_path / ".torchxignore").write_text("!venv/lib/\n")
+    again = collect_workspace(tmp_path)
+    assert "venv/lib/python3.11/site-packages/big.py" in [f.path for f in again.files]

@@ -172,6 +172,61 @@ def _trial() -> tuple[int | None, dict[str, Any]]:
     return index, grid_point(json.loads(grid), index)
 
 
+_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+
+
+def _guarded(handlers: list[ast.ExceptHandler]) -> bool:
+    """Whether a ``try`` catches a failed import (so the import is optional)."""
+    for h in handlers:
+        if h.type is None:
+            return True
+        names = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
+        if any(isinstance(n, ast.Name) and n.id in _GUARDS for n in names):
+            return True
+    return False
+
+
+def required_imports(tree: ast.Module) -> list[tuple[str, int]]:
+    """The top-level modules of a program's leading imports (before its first other
+    statement, so a cell that installs or puts a folder on ``sys.path`` first is never judged
+    early), skipping a ``try`` that catches ImportError: each with its line."""
+    found: list[tuple[str, int]] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found.extend((a.name.split(".")[0], node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                found.append((node.module.split(".")[0], node.lineno))
+        elif isinstance(node, ast.Try) and _guarded(node.handlers):
+            continue
+        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            break
+    return found
+
+
+def missing_import(tree: ast.Module, source_lines: list[str]) -> str | None:
+    """One line naming the first module the program needs that this Python cannot find
+    (checked before anything runs, without importing it), with where it runs; else None."""
+    import importlib.util
+
+    for name, line in required_imports(tree):
+        if name == "__future__" or name in sys.builtin_module_names:
+            continue
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            text = source_lines[line - 1].strip() if 0 < line <= len(source_lines) else ""
+            image = os.environ.get("TORCHX_NB_BASE_IMAGE")
+            where = f"{sys.executable}" + (f" in the image {image}" if image else "")
+            return (
+                f"No module named {name!r} in this job (line {line}: {text[:80]}): the job's"
+                f" Python is {where}; install {name} there, or ship it in the workspace"
+            )
+    return None
+
+
 def _ends_with_semicolon(source: str) -> bool:
     """IPython's rule: a cell whose last token (comments aside) is ``;`` shows no value."""
     import io
@@ -250,6 +305,23 @@ def run(script: str, args: list[str]) -> int:
         sys.path.insert(0, path)
     try:
         tree = ast.parse(source, CELL)
+        missing = missing_import(tree, source.splitlines())
+        if missing is not None:  # one line, before anything of the cell runs
+            _write(out, "error-0.txt", f"ModuleNotFoundError: {missing}".encode())
+            _write(
+                out,
+                "error-0.pkl",
+                pickle.dumps(
+                    {
+                        "type": "ModuleNotFoundError",
+                        "message": missing,
+                        "traceback": "",
+                        "pickled": None,
+                    }
+                ),
+            )
+            sys.stderr.write(f"torchx_nb: ModuleNotFoundError: {missing}\n")
+            return 1
         last = tree.body[-1] if tree.body else None
         wants_value = isinstance(last, ast.Expr) and not _ends_with_semicolon(source)
         body = tree.body[:-1] if wants_value else tree.body

@@ -16,10 +16,10 @@ import tarfile
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
+from torchx_nb.progress import new_progress
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.collect import DOCKERFILE, WorkspaceFiles
 from torchx_nb.workspace.layers import Layer, build_context, build_file_layer, build_layer
-from torchx_nb.progress import new_progress
 
 LABEL_VERSION = "torchx.pytorch.org/version"
 

@@ -123,6 +123,7 @@ class WorkspaceFiles:
     ignore_file: str | None = None
     shipped_secrets: list[tuple[str, str]] = field(default_factory=list)
     secrets_left_out: list[tuple[str, str]] = field(default_factory=list)
+    environments: list[str] = field(default_factory=list)  # Python environments left out
 
     def secret_warnings(self) -> list[str]:
         """One line per secret-looking file that ships because the ignore file re-included it."""
@@ -205,6 +206,17 @@ class WorkspaceFiles:
         return "\n".join(lines)
 
 
+def environment_kind(folder: Path) -> str | None:
+    """What Python environment ``folder`` is (a virtualenv holds ``pyvenv.cfg``, a conda
+    environment ``conda-meta/``), or None. Its files are an interpreter and packages built for
+    this machine: they never ship as workspace files."""
+    if (folder / "pyvenv.cfg").is_file():
+        return "a virtualenv (pyvenv.cfg)"
+    if (folder / "conda-meta").is_dir():
+        return "a conda environment (conda-meta/)"
+    return None
+
+
 def _human(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
@@ -283,6 +295,11 @@ def collect_workspace(
             full = Path(dirpath) / d
             if full.is_symlink():
                 filenames.append(d)
+                continue
+            kind = environment_kind(full)
+            if kind is not None and not matcher.may_reinclude_under(rel):
+                result.excluded.append((rel + "/", f"environment: {kind}"))
+                result.environments.append(rel + "/")
                 continue
             hit = matcher.excluded_by(rel)
             if hit is not None and not matcher.may_reinclude_under(rel):
