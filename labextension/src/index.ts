@@ -72,6 +72,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     notebooks: INotebookTracker | null
   ) => {
     const model = new JobsModel();
+    // a failure told in a dialog: its title, and the server's one-line reason
+    const tell = (title: string, e: unknown): void => {
+      void showDialog({ title, body: (e as Error).message, buttons: [Dialog.okButton()] });
+    };
     const views = new Map<string, MainAreaWidget<JobView>>();
     const tracker = new WidgetTracker<MainAreaWidget<JobView>>({ namespace: 'torchx-nb-job' });
 
@@ -94,11 +98,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       try {
         await cancelJob(job.handle);
       } catch (e) {
-        void showDialog({
-          title: 'Cancel failed',
-          body: (e as Error).message,
-          buttons: [Dialog.okButton()]
-        });
+        tell('Cancel failed', e);
       }
     };
     const openExecuted = async (handle: string): Promise<void> => {
@@ -106,11 +106,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const fetched = await fetchExecutedNotebook(handle);
         openNotebook(fetched.path);
       } catch (e) {
-        void showDialog({
-          title: 'No executed notebook',
-          body: (e as Error).message,
-          buttons: [Dialog.okButton()]
-        });
+        tell('No executed notebook', e);
       }
     };
     const openJob = (handle: string): void => {
@@ -202,11 +198,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         ]);
         form = new RunNotebookForm(path, schedulers, parametersOf(file.content?.cells ?? []));
       } catch (e) {
-        void showDialog({
-          title: 'Cannot run this notebook',
-          body: (e as Error).message,
-          buttons: [Dialog.okButton()]
-        });
+        tell('Cannot run this notebook', e);
         return;
       }
       const result = await showDialog({
@@ -226,11 +218,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         void model.refresh();
         openJob(job.handle);
       } catch (e) {
-        void showDialog({
-          title: 'The job was not submitted',
-          body: (e as Error).message,
-          buttons: [Dialog.okButton()]
-        });
+        tell('The job was not submitted', e);
       }
     };
     const selectedNotebook = (): string | null => {

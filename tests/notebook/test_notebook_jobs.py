@@ -8,10 +8,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-from tests.notebook.test_quickstart import text_of
+from tests.notebook.test_quickstart import execute, text_of
 
 pytestmark = pytest.mark.slow
 
@@ -45,13 +44,7 @@ def test_a_notebook_job_from_the_magic_and_from_python(
             new_code_cell("%torchx run-notebook report.ipynb -p n=1 --push x"),
         ]
     )
-    NotebookClient(
-        driver,
-        timeout=180,
-        kernel_name="python3",
-        allow_errors=True,
-        resources={"metadata": {"path": str(isolated)}},
-    ).execute()
+    execute(driver, isolated, allow_errors=True)
     ran = text_of(driver.cells[1])
     # the cells' output is in the job's log as it runs, each cell announced
     assert "[torchx_nb] cell 3: print('n is', n)" in ran and "n is 5" in ran, ran
@@ -86,13 +79,7 @@ def test_a_notebook_sweep_from_the_magic(isolated: Path, monkeypatch: pytest.Mon
             new_code_cell("%torchx sweep -p k=1,2"),
         ]
     )
-    NotebookClient(
-        driver,
-        timeout=180,
-        kernel_name="python3",
-        allow_errors=True,
-        resources={"metadata": {"path": str(isolated)}},
-    ).execute()
+    execute(driver, isolated, allow_errors=True)
     table = text_of(driver.cells[1])
     assert table.count("SUCCEEDED") >= 2, table
     assert text_of(driver.cells[2]) == "3\n6\n", text_of(driver.cells[2])

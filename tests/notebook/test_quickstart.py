@@ -28,9 +28,17 @@ def text_of(cell: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
-def execute(nb: nbformat.NotebookNode, cwd: Path) -> nbformat.NotebookNode:
+def execute(
+    nb: nbformat.NotebookNode, cwd: Path, allow_errors: bool = False
+) -> nbformat.NotebookNode:
+    """Run ``nb`` in a real python3 kernel started in ``cwd``; with ``allow_errors`` a cell
+    that raises keeps its error output and the next cells run."""
     NotebookClient(
-        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+        nb,
+        timeout=180,
+        kernel_name="python3",
+        allow_errors=allow_errors,
+        resources={"metadata": {"path": str(cwd)}},
     ).execute()
     return nb
 
