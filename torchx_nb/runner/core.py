@@ -1,0 +1,296 @@
+"""The Runner's shared part: its session, job store, schedulers and their options."""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from torchx_nb.jobstore import JobStore
+from torchx_nb.runner.requests import (
+    DEFAULT_SCHEDULER,
+    DEFAULT_SESSION,
+    _params_from_env,
+)
+from torchx_nb.schedulers import (
+    SchedulerFactory,
+    builtin_scheduler_factories,
+    get_scheduler_factories,
+)
+from torchx_nb.schedulers.abilities import (
+    DirWorkspaceMixin,
+    TakesTypedOptions,
+)
+from torchx_nb.schedulers.api import DescribeAppResponse, Scheduler
+from torchx_nb.specs.api import (
+    AppDef,
+    AppHandle,
+    AppStatus,
+    CfgVal,
+    InvalidRunConfigException,
+    RoleStatus,
+    UnknownSchedulerException,
+    parse_app_handle,
+    runopts,
+)
+from torchx_nb.specs.failure import FailureCard
+from torchx_nb.specs.log_line import Stream
+
+
+class RunnerCore:
+    """What every part of the Runner shares: its session, its job store, its schedulers and
+    their options. The parts (submitting, watching, results, logs) derive from it; the
+    methods one part calls on another are declared here for the type checker."""
+
+    def __init__(
+        self,
+        name: str = DEFAULT_SESSION,
+        scheduler_factories: Mapping[str, SchedulerFactory] | None = None,
+        component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+        scheduler_params: Mapping[str, Any] | None = None,
+        jobstore: JobStore | None = None,
+    ) -> None:
+        self._name = name
+        self._explicit_factories = scheduler_factories is not None
+        self._all_factories: dict[str, SchedulerFactory] | None = (
+            dict(scheduler_factories) if scheduler_factories is not None else None
+        )
+        self._component_defaults = dict(component_defaults or {})
+        self._scheduler_params = {**_params_from_env(), **dict(scheduler_params or {})}
+        self._schedulers: dict[str, Scheduler[Any]] = {}
+        self._apps: dict[AppHandle, AppDef] = {}
+        self._jobstore = jobstore
+        self._last_state: dict[AppHandle, str] = {}
+        self._local: dict[str, bool] = {}
+        self._session_id = secrets.token_hex(16)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every scheduler this runner created."""
+        for sched in self._schedulers.values():
+            sched.close()
+        self._schedulers.clear()
+
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def jobstore(self) -> JobStore:
+        if self._jobstore is None:
+            self._jobstore = JobStore()
+        return self._jobstore
+
+    def scheduler_factories(self) -> dict[str, SchedulerFactory]:
+        """Every backend, built-in and from entry points (scanned once, on first need)."""
+        if self._all_factories is None:
+            self._all_factories = dict(get_scheduler_factories())
+        return self._all_factories
+
+    def _factory(self, scheduler: str) -> SchedulerFactory | None:
+        """A built-in backend is found without scanning entry points, unless a plugin might
+        shadow it: plugins never replace built-in names, so the scan can be skipped."""
+        if self._all_factories is None and not self._explicit_factories:
+            builtin = builtin_scheduler_factories().get(scheduler)
+            if builtin is not None:
+                return builtin
+        return self.scheduler_factories().get(scheduler)
+
+    def scheduler_backends(self) -> list[str]:
+        return list(self.scheduler_factories())
+
+    def get_scheduler(self, scheduler: str) -> Scheduler[Any]:
+        """The (cached) scheduler instance for a backend name."""
+        sched = self._schedulers.get(scheduler)
+        if sched is None:
+            factory = self._factory(scheduler)
+            if factory is None:
+                raise UnknownSchedulerException(scheduler, list(self.scheduler_factories()))
+            sched = factory(self._name, **self._params_for(factory))
+            self._schedulers[scheduler] = sched
+        return sched
+
+    def _params_for(self, factory: SchedulerFactory) -> dict[str, Any]:
+        """The scheduler params (from code and ``TORCHX_*`` variables) the factory accepts, as
+        TorchX passes them to ``create_scheduler``."""
+        params = self._scheduler_params
+        if not params:
+            return {}
+        module = getattr(factory, "module", None)
+        target: Any = factory
+        if module:
+            import importlib
+
+            target = getattr(importlib.import_module(module), "create_scheduler", factory)
+        sig = inspect.signature(target)
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+            return dict(params)
+        return {k: v for k, v in params.items() if k in sig.parameters and k != "session_name"}
+
+    def scheduler_run_opts(self, scheduler: str) -> runopts:
+        return self.get_scheduler(scheduler).run_opts()
+
+    def cfg_from_str(self, scheduler: str, *cfg_literals: str) -> dict[str, CfgVal]:
+        """Parse ``-cfg`` literals strictly: unknown options and bad values raise."""
+        opts = self.scheduler_run_opts(scheduler)
+        cfg: dict[str, CfgVal] = {}
+        for literal in cfg_literals:
+            cfg.update(opts.cfg_from_str(literal, strict=True))
+        return cfg
+
+    def cfg_with_config_files(
+        self, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> dict[str, CfgVal]:
+        """``cfg`` completed from ``.torchxconfig`` files (explicit values win)."""
+        from torchx_nb import config
+
+        return config.apply_runopts(scheduler, dict(cfg or {}), self.scheduler_run_opts(scheduler))
+
+    def resolve_opts(self, scheduler: str, cfg: Mapping[str, CfgVal] | None) -> Any:
+        """The scheduler's options from ``cfg``, checked once: an unknown key names the closest
+        option; the result is the scheduler's typed structure (``TakesTypedOptions``) or a dict."""
+        sched = self.get_scheduler(scheduler)
+        if isinstance(sched, TakesTypedOptions) and isinstance(cfg, sched.opts_type):
+            return cfg
+        given = dict(cfg.items()) if cfg is not None else {}
+        opts = sched.run_opts()
+        unknown = opts.unknown_keys(given)
+        if unknown:
+            key = unknown[0]
+            hint = opts.suggest(key)
+            raise InvalidRunConfigException(
+                f"{scheduler} has no option {key!r}"
+                + (f"; did you mean {hint!r}?" if hint else "")
+                + f" (see `torchx-nb runopts {scheduler}`)",
+                key,
+                given,
+            )
+        return sched.resolve_opts(given)
+
+    def default_scheduler(self, preferred: str | None = None) -> str:
+        """``preferred`` (a front end's own default), else ``[cli:run] scheduler``, else
+        local_cwd."""
+        if preferred:
+            return preferred
+        from torchx_nb import config
+
+        return config.cli_defaults("run").get("scheduler") or DEFAULT_SCHEDULER
+
+    @staticmethod
+    def builtin_components() -> dict[str, Any]:
+        """The built-in components by name (``utils.echo``, ``dist.ddp``, ``cell``…)."""
+        from torchx_nb.components import builtin_components
+
+        return dict(builtin_components())
+
+    @staticmethod
+    def workspace_preview(path: str, max_rows: int = 50) -> str:
+        """What a job would ship from the folder ``path``: the files, sizes and what is left
+        out (secrets, our state, ``.git/``) and why; nothing is built or written."""
+        from torchx_nb.workspace.collect import collect_workspace
+
+        return collect_workspace(path).preview(max_rows=max_rows)
+
+    def component_app(
+        self,
+        component: str,
+        component_args: Sequence[str] | Mapping[str, Any],
+        defaults: Mapping[str, str] | None = None,
+    ) -> AppDef:
+        """The AppDef of a component from its arguments (``defaults``: the component's
+        defaults from ``.torchxconfig`` or code, below the arguments)."""
+        from torchx_nb.components import get_component
+        from torchx_nb.specs.builders import materialize_appdef
+
+        fn = get_component(component)
+        given = defaults if defaults is not None else self._component_defaults.get(component, {})
+        args = list(component_args) if not isinstance(component_args, Mapping) else component_args
+        return materialize_appdef(fn, args, dict(given), prog=f"torchx-nb run {component}")
+
+    def _scheduler_and_id(self, app_handle: AppHandle) -> tuple[Scheduler[Any], str, str]:
+        parsed = parse_app_handle(app_handle)
+        return self.get_scheduler(parsed.scheduler_backend), parsed.scheduler_backend, parsed.app_id
+
+    def uses_images(self, scheduler: str) -> bool:
+        """Whether the scheduler runs images; one that runs from a folder (local_cwd, Slurm:
+        ``DirWorkspaceMixin``) ignores ``role.image``."""
+        return not isinstance(self.get_scheduler(scheduler), DirWorkspaceMixin)
+
+    def is_local(self, handle_or_scheduler: str) -> bool:
+        """Whether the scheduler (named, or of a handle) runs jobs on this machine, where a
+        status is cheap to ask for: the one definition of "local" the watchers use."""
+        name = handle_or_scheduler
+        if "://" in name:
+            name = parse_app_handle(name).scheduler_backend
+        local = self._local.get(name)
+        if local is None:
+            try:
+                local = bool(self.get_scheduler(name).is_local)
+            except Exception:
+                local = False
+            self._local[name] = local
+        return local
+
+    if TYPE_CHECKING:
+
+        def status(self, app_handle: AppHandle) -> AppStatus | None: ...
+
+        def failure_cards(
+            self, app_handle: AppHandle, status: AppStatus | None = None, lines: int = 5
+        ) -> list[FailureCard]: ...
+
+        def log_tail(
+            self,
+            app_handle: AppHandle,
+            role_name: str | None,
+            k: int = 0,
+            n: int = 100,
+            regex: str | None = None,
+            streams: Stream | None = None,
+        ) -> list[str]: ...
+
+        def wait(
+            self,
+            app_handle: AppHandle,
+            wait_interval: float = 10,
+            timeout: float | None = None,
+        ) -> AppStatus | None: ...
+
+        def _record_state(self, app_handle: AppHandle, status: AppStatus) -> None: ...
+
+        def _end_hook(self) -> list[str] | None: ...
+
+
+def _status_of(desc: DescribeAppResponse) -> AppStatus:
+    """The status as people see it: every message masked (``redact``) here, once, so the
+    widgets, the snapshot, the job store, the CLI and the REST API show no secret."""
+    from torchx_nb.redact import redact_text
+
+    return AppStatus(
+        state=desc.state,
+        num_restarts=desc.num_restarts,
+        msg=redact_text(desc.msg),
+        structured_error_msg=redact_text(desc.structured_error_msg),
+        ui_url=redact_text(desc.ui_url) if desc.ui_url else desc.ui_url,
+        roles=[
+            RoleStatus(
+                rs.role,
+                [
+                    replace(r, structured_error_msg=redact_text(r.structured_error_msg))
+                    for r in rs.replicas
+                ],
+            )
+            for rs in desc.roles_statuses
+        ],
+        started=desc.started,
+        ended=desc.ended,
+    )

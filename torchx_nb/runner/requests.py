@@ -1,0 +1,119 @@
+"""What a front end asks the runner for (``RunRequest``), what it makes of it
+(``PreparedRun``), the runner's constants and its two errors."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchx_nb.schedulers.api import DescribeAppResponse
+from torchx_nb.specs.api import (
+    AppDef,
+    AppDryRunInfo,
+    CfgVal,
+    TorchxNbError,
+)
+from torchx_nb.specs.program import Program
+
+DEFAULT_SESSION = "torchx"
+DEFAULT_SCHEDULER = "local_cwd"
+ENV_JOB_ID = "TORCHX_JOB_ID"
+ENV_SESSION_ID = "TORCHX_INTERNAL_SESSION_ID"
+ENV_PARENT_RUN_ID = "TORCHX_PARENT_RUN_ID"
+NO_WORKSPACE = ("", "none")
+_NOT_SCHEDULER_PARAMS = {
+    "TORCHXCONFIG",
+    ENV_JOB_ID,
+    ENV_SESSION_ID,
+    ENV_PARENT_RUN_ID,
+    "TORCHX_TRACKERS",
+}
+
+
+class AppValidationError(TorchxNbError, ValueError):
+    """The AppDef cannot run anywhere (no entrypoint, no replicas, no roles)."""
+
+
+class NoSuchReplica(TorchxNbError, LookupError):
+    """The job has no such role, or no such replica of it."""
+
+
+def _check_replica(desc: DescribeAppResponse, role_name: str, k: int) -> None:
+    """Refuse a role or replica the scheduler's describe says the job does not have (a role
+    whose replicas are not known yet passes)."""
+    replicas = {rs.role: len(rs.replicas) for rs in desc.roles_statuses}
+    if not replicas:
+        return
+    if role_name not in replicas:
+        raise NoSuchReplica(f"no role {role_name!r} (roles: {', '.join(replicas)})")
+    count = replicas[role_name]
+    if count and not 0 <= k < count:
+        raise NoSuchReplica(f"role {role_name!r} has replicas 0..{count - 1}, not {k}")
+
+
+_ROLE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+def _params_from_env() -> dict[str, str]:
+    """``TORCHX_FOO=bar`` → ``{"foo": "bar"}``, as TorchX passes them to scheduler factories."""
+    return {
+        key[len("TORCHX_") :].lower(): val
+        for key, val in os.environ.items()
+        if key.startswith("TORCHX_")
+        and not key.startswith("TORCHX_NB_")
+        and key not in _NOT_SCHEDULER_PARAMS
+        and not key.startswith("TORCHX_TRACKER")
+    }
+
+
+@dataclass
+class RunRequest:
+    """What a front end asks to run: a component by name (with its arguments as the command
+    line gives them, or a dict), a notebook cell's source, or an AppDef; where, with which
+    options and workspace. Unset fields take the defaults every front end shares: the
+    scheduler from ``default_scheduler``, else ``[cli:run] scheduler`` in ``.torchxconfig``,
+    else local_cwd; the workspace from ``[cli:run] workspace``, else the current folder (used
+    only when the scheduler can take one; ``""`` or ``"none"``: no workspace)."""
+
+    component: str | None = None
+    component_args: Sequence[str] | Mapping[str, Any] = ()
+    cell: str | None = None
+    app: AppDef | None = None
+    scheduler: str | None = None
+    default_scheduler: str | None = None
+    cfg: Sequence[str] = ()
+    scheduler_defaults: Mapping[str, Mapping[str, CfgVal]] = field(default_factory=dict)
+    workspace: str | None = None
+    name: str | None = None
+    image: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    j: str | None = None
+    resource: str | None = None
+    parent_run_id: str | None = None
+    notebook: str | None = None
+    push: bytes | None = None  # the kernel variables sent into a cell's namespace (cloudpickle)
+    run_notebook: str | None = None  # a whole notebook to run (its folder is the workspace)
+    parameters: Mapping[str, Any] = field(default_factory=dict)  # injected into it
+    cell_timeout: float | None = None  # seconds each of its cells may take
+
+
+@dataclass
+class PreparedRun:
+    """A request made ready: what will run (``program``: a component's AppDef or a cell),
+    where, with which options and workspace, the scheduler's exact request (``info``) and
+    what to record."""
+
+    program: Program
+    info: AppDryRunInfo[Any]
+    scheduler: str
+    opts: Any
+    workspace: str | None
+    record: dict[str, str | None]
+
+    @property
+    def app(self) -> AppDef:
+        assert self.info.app is not None
+        return self.info.app

@@ -1,0 +1,252 @@
+"""Watching: the status of jobs (one refresher for many handles), waiting, cancelling,
+the job-end notice."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from torchx_nb.runner.core import RunnerCore, _status_of
+from torchx_nb.schedulers.abilities import (
+    DescribesMany,
+    SubmitsArrays,
+    TakesTypedOptions,
+)
+from torchx_nb.schedulers.api import ListAppResponse
+from torchx_nb.specs.api import (
+    AppDef,
+    AppHandle,
+    AppState,
+    AppStatus,
+    CfgVal,
+    ReplicaStatus,
+    RoleStatus,
+    TorchxNbError,
+    UnknownAppException,
+    is_terminal,
+    make_app_handle,
+    message_text,
+    parse_app_handle,
+)
+
+
+class Watching(RunnerCore):
+    """Status, refresh, wait, cancel, list."""
+
+    def status(self, app_handle: AppHandle) -> AppStatus | None:
+        """Current status, or None when the scheduler no longer knows the app. The job store
+        is updated when the state changed."""
+        sched, _, app_id = self._scheduler_and_id(app_handle)
+        desc = sched.describe(app_id)
+        if desc is None:
+            self._apps.pop(app_handle, None)
+            return None
+        status = _status_of(desc)
+        self._record_state(app_handle, status)
+        return status
+
+    def status_many(self, app_handles: list[AppHandle]) -> dict[AppHandle, AppStatus | None]:
+        """Statuses of many apps of one scheduler: a single ``describe_many`` call where the
+        backend can (``DescribesMany``), else ``status`` per app."""
+        unique = list(dict.fromkeys(app_handles))
+        if not unique:
+            return {}
+        sched, _, _ = self._scheduler_and_id(unique[0])
+        if not isinstance(sched, DescribesMany):
+            return {h: self.status(h) for h in unique}
+        ids = {parse_app_handle(h).app_id: h for h in unique}
+        found = sched.describe_many(list(ids))
+        out: dict[AppHandle, AppStatus | None] = {}
+        for app_id, handle in ids.items():
+            desc = found.get(app_id)
+            if desc is None:
+                out[handle] = None
+                continue
+            status = _status_of(desc)
+            self._record_state(handle, status)
+            out[handle] = status
+        return out
+
+    def refresh(
+        self, app_handles: Iterable[AppHandle], record_unknown: bool = False
+    ) -> dict[AppHandle, AppStatus | Exception | None]:
+        """The one status refresher (the kernel's poller, the server and the job list use it):
+        handles grouped by scheduler, one batched call per scheduler (``status_many``); a
+        scheduler that fails gives its handles the exception instead of failing the others.
+        With ``record_unknown``, a job its scheduler no longer knows is recorded UNKNOWN."""
+        groups: dict[str, list[AppHandle]] = {}
+        for handle in dict.fromkeys(app_handles):
+            groups.setdefault(parse_app_handle(handle).scheduler_backend, []).append(handle)
+        out: dict[AppHandle, AppStatus | Exception | None] = {}
+        for handles in groups.values():
+            try:
+                found = self.status_many(handles)
+            except Exception as e:
+                out.update(dict.fromkeys(handles, e))
+                continue
+            out.update(found)
+            if record_unknown:
+                for handle, status in found.items():
+                    if status is None:
+                        self._record_unknown(handle)
+        return out
+
+    def _record_unknown(self, app_handle: AppHandle) -> None:
+        with contextlib.suppress(Exception):
+            self.jobstore.update_state(app_handle, AppState.UNKNOWN.name)
+
+    def _record_state(self, app_handle: AppHandle, status: AppStatus) -> None:
+        """Write a changed state to the job store. A state is remembered as written only once
+        the store took it: a write that fails (the store locked past its timeout) is tried
+        again at the next status call, so a job's end is never lost."""
+        state = status.state.name
+        if self._last_state.get(app_handle) == state:
+            return
+        try:
+            msg = message_text(status.msg) or None
+            ended = status.ended if status.is_terminal() else None
+            started = status.started
+            if started is None and status.state == AppState.RUNNING:
+                started = time.time()  # the scheduler keeps no start time: when it was seen
+            self.jobstore.update_state(app_handle, state, msg, ended=ended, started=started)
+        except Exception as e:  # the store is a convenience; never fail a status call on it
+            warnings.warn(f"could not update the job store: {e}", stacklevel=2)
+            return
+        self._last_state[app_handle] = state
+        if status.is_terminal():
+            self._notice(app_handle, status)
+
+    def _end_hook(self) -> list[str] | None:
+        """What a backend's own end-of-job process runs (``RunsEndHook``), when a job-end
+        notice is configured: ``torchx-nb watch`` of the job, which claims and sends it as any
+        watcher does. None without a notice: no extra process at every job's end."""
+        from torchx_nb.notices import notify_url
+
+        try:
+            if notify_url() is None:
+                return None
+        except Exception:
+            return None
+        return [sys.executable, "-m", "torchx_nb.cli", "watch", "--no-log"]
+
+    def _notice(self, app_handle: AppHandle, status: AppStatus) -> None:
+        """The job-end notice, when one is configured: claimed in the job store (so one
+        watcher sends it, whichever sees the end first), then built and sent on the
+        notifier's thread, never this one's."""
+        from torchx_nb.notices import notifier, notify_url, payload
+
+        try:
+            url = notify_url()
+            if url is None or not self.jobstore.claim_notice(app_handle):
+                return
+        except Exception as e:
+            warnings.warn(f"no job-end notice for {app_handle}: {e}", stacklevel=3)
+            return
+
+        def build() -> dict[str, Any]:
+            rec = self.jobstore.get(app_handle)
+            cards = (
+                self.failure_cards(app_handle, status) if status.state == AppState.FAILED else []
+            )
+            name = rec.name if rec else parse_app_handle(app_handle).app_id
+            ended = (rec.ended if rec else None) or status.ended or time.time()
+            duration = ended - rec.submitted if rec else None
+            return payload(app_handle, name, status.state.name, duration, cards)
+
+        notifier().submit(url, build)
+
+    def wait(
+        self, app_handle: AppHandle, wait_interval: float = 10, timeout: float | None = None
+    ) -> AppStatus | None:
+        """Poll until the app is terminal (or unknown). Polls start at 50 ms and back off to
+        ``wait_interval`` seconds, so short jobs return promptly."""
+        delay = 0.05
+        deadline = time.monotonic() + timeout if timeout else None
+        while True:
+            status = self.status(app_handle)
+            if status is None or is_terminal(status.state):
+                return status
+            if deadline and time.monotonic() > deadline:
+                return status
+            time.sleep(delay)
+            delay = min(delay * 1.5, wait_interval)
+
+    def cancel(self, app_handle: AppHandle) -> AppStatus:
+        """Ask the scheduler to stop the app if it is still running; returns at once with the
+        status it had (one describe). An app the scheduler does not know is
+        ``UnknownAppException``."""
+        sched, _, app_id = self._scheduler_and_id(app_handle)
+        desc = sched.describe(app_id)
+        if desc is None:
+            raise UnknownAppException(app_handle)
+        status = _status_of(desc)
+        if not is_terminal(status.state):
+            sched._cancel_existing(app_id)
+        return status
+
+    stop = cancel
+
+    def cancel_array(self, app_handles: list[AppHandle]) -> None:
+        """Cancel every trial of the native arrays ``app_handles`` belong to that has not
+        ended (a sweep's Cancel all): one call per array where the backend has one."""
+        by_backend: dict[str, list[str]] = {}
+        for handle in app_handles:
+            _, backend, app_id = self._scheduler_and_id(handle)
+            by_backend.setdefault(backend, []).append(app_id)
+        for backend, app_ids in by_backend.items():
+            sched = self.get_scheduler(backend)
+            if not isinstance(sched, SubmitsArrays):
+                raise TorchxNbError(f"{backend} has no native arrays")
+            sched.cancel_arrays(app_ids)
+
+    def delete(self, app_handle: AppHandle) -> None:
+        sched, _, app_id = self._scheduler_and_id(app_handle)
+        sched.delete(app_id)
+
+    def describe(self, app_handle: AppHandle) -> AppDef | None:
+        """The AppDef: this runner's own copy if it launched the app, else the scheduler's
+        reconstruction."""
+        sched, _, app_id = self._scheduler_and_id(app_handle)
+        desc = sched.describe(app_id)
+        if desc is None:
+            return None
+        if app_handle in self._apps:
+            return self._apps[app_handle]
+        return AppDef(name=app_id, roles=desc.roles, metadata=desc.metadata)
+
+    def submitted_status(self, app_handle: AppHandle) -> AppStatus | None:
+        """A job this runner just submitted, as submitted: its roles and replicas from the
+        AppDef, no scheduler call (watchers start from it; the poller asks at once). None for
+        a job this runner did not submit."""
+        app = self._apps.get(app_handle)
+        if app is None:
+            return None
+        state = AppState.SUBMITTED
+        return AppStatus(
+            state,
+            roles=[
+                RoleStatus(
+                    role.name,
+                    [ReplicaStatus(i, state, role.name, "") for i in range(role.num_replicas)],
+                )
+                for role in app.roles
+            ],
+        )
+
+    def list(
+        self, scheduler: str, cfg: Mapping[str, CfgVal] | None = None
+    ) -> list[ListAppResponse]:
+        """The scheduler's own list of our apps, with handles filled in. A ``TakesTypedOptions``
+        scheduler gets its options (required ones may be missing: e.g. every queue)."""
+        sched = self.get_scheduler(scheduler)
+        if isinstance(sched, TakesTypedOptions):
+            apps = sched.list(sched.opts_type.from_cfg(dict(cfg or {}), partial=True))
+        else:
+            apps = sched.list()
+        for app in apps:
+            app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
+        return apps
