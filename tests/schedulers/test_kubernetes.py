@@ -725,7 +725,7 @@ def test_stale_warnings_do_not_explain_a_job_that_moved_on() -> None:
     """The Job's FailedCreate counts only while it is newer than the job's newest pod, and a
     FailedScheduling only while its pod is still unscheduled; other objects' warnings never
     count, and Normal events are not reasons."""
-    from torchx_nb.schedulers.kubernetes_pending import event_pending_reason
+    from torchx_nb.schedulers.kubernetes.pending import event_pending_reason
 
     def event(name: str, reason: str, when: str, type_: str = "Warning") -> dict[str, Any]:
         return {

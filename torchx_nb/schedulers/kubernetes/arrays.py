@@ -1,0 +1,183 @@
+"""A cell sweep as one Indexed Job: each trial a completion index, its cancel an eviction."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from torchx_nb.schedulers.abilities import (
+    SubmitsArrays,
+)
+from torchx_nb.schedulers.api import DescribeAppResponse
+from torchx_nb.schedulers.kubernetes.client import (
+    KubernetesError,
+    _Kube,
+    call,
+)
+from torchx_nb.schedulers.kubernetes.constants import (
+    INDEX_LABEL,
+    LABEL_INSTANCE,
+)
+from torchx_nb.schedulers.kubernetes.describe import (
+    _ArrayState,
+    _epoch,
+    _latest,
+    array_job,
+)
+from torchx_nb.schedulers.kubernetes.request import (
+    KubernetesJob,
+    _fmt,
+    parse_app_id,
+)
+from torchx_nb.schedulers.outputs import (
+    cancel_mark,
+    mark_cancelled,
+)
+from torchx_nb.specs.api import (
+    AppDef,
+    AppDryRunInfo,
+    AppState,
+    Role,
+    RoleStatus,
+    is_terminal,
+)
+
+
+class KubeArrays(SubmitsArrays):
+    """A cell sweep as one Indexed Job: each trial a completion index, its cancel an eviction."""
+
+    kube: _Kube
+
+    if TYPE_CHECKING:
+
+        def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]: ...
+
+        def typed(self, cfg: Any, partial: bool = False) -> Any: ...
+
+        def _roles(
+            self, job: dict[str, Any], pods: list[dict[str, Any]], volcano: bool, state: AppState
+        ) -> tuple[list[Role], list[RoleStatus]]: ...
+
+    def can_array(self, app: AppDef, cfg: Mapping[str, Any]) -> bool:
+        """Indexed Jobs only: a Volcano job has no way to stop one of its tasks, so under
+        ``api=volcano`` each trial is a job of its own, in the queue the user chose."""
+        opts = self.typed(cfg, partial=True)
+        return super().can_array(app, cfg) and (opts.api or "volcano") == "indexed"
+
+    def array_request(
+        self, info: AppDryRunInfo[KubernetesJob], size: int, max_parallel: int | None
+    ) -> AppDryRunInfo[KubernetesJob]:
+        """One Indexed Job of ``size`` completion indexes (``array_job``), no Service: a
+        trial has one replica and needs no rendezvous name."""
+        req = info.request
+        if req.api != "indexed":
+            raise KubernetesError("a sweep is one Indexed Job only with -cfg api=indexed")
+        job = array_job(req.resource, size)
+        return AppDryRunInfo(dataclasses.replace(req, resource=job, service=None), _fmt)
+
+    def trial_ids(self, app_id: str, size: int) -> list[str]:
+        """``NAMESPACE:NAME:INDEX``: the completion indexes of the Indexed Job."""
+        return [f"{app_id}:{i}" for i in range(size)]
+
+    def stop_array(self, array_id: str, trial_ids: list[str]) -> bool:
+        """Suspend the Indexed Job (``spec.suspend``): the Job controller deletes its running
+        pods and starts no more, and indexes that ended keep their end (the Job and its record
+        stay, where deleting it would lose them)."""
+        namespace, name = parse_app_id(array_id)
+        for trial_id in trial_ids:
+            mark_cancelled("kubernetes", trial_id)
+        call(
+            f"cannot suspend {array_id}",
+            self.kube.batch.patch_namespaced_job,
+            name,
+            namespace,
+            {"spec": {"suspend": True}},
+        )
+        return True
+
+    def _trial_response(self, app_id: str, index: int, array: _ArrayState) -> DescribeAppResponse:
+        """Completion index ``index`` of a sweep's Indexed Job, read as a run of its own: the
+        Job's completed and failed indexes decide its end, its latest pod what it does now."""
+        job = array.job
+        mine = array.pods.get(index, [])
+        pod = _latest(mine)
+        phase = ((pod or {}).get("status") or {}).get("phase", "Pending")
+        if index in array.completed:
+            state, msg = AppState.SUCCEEDED, ""
+        elif index in array.failed:
+            state, msg = AppState.FAILED, ""
+            if cancel_mark("kubernetes", app_id).exists():
+                state, msg = AppState.CANCELLED, "cancelled: its pod was evicted"
+        elif job["metadata"].get("deletionTimestamp"):
+            state, msg = AppState.CANCELLED, "deleted"
+        elif job["spec"].get("suspend"):
+            state, msg = AppState.CANCELLED, "cancelled with its sweep's Job (suspended)"
+        else:
+            state, msg = (AppState.RUNNING if phase == "Running" else AppState.PENDING), ""
+        as_one = {**job, "spec": {**job["spec"], "completions": 1}}
+        relabelled = [
+            {
+                **p,
+                "metadata": {
+                    **p["metadata"],
+                    "labels": {**(p["metadata"].get("labels") or {}), INDEX_LABEL: "0"},
+                },
+            }
+            for p in ([pod] if pod else [])
+        ]
+        roles, statuses = self._roles(as_one, relabelled, False, state)
+        failed = [
+            r.structured_error_msg for s in statuses for r in s.replicas if r.structured_error_msg
+        ]
+        pstatus = (pod or {}).get("status") or {}
+        ended = None
+        if is_terminal(state):
+            for cs in pstatus.get("containerStatuses") or []:
+                ended = _epoch(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        return DescribeAppResponse(
+            app_id=app_id,
+            state=state,
+            num_restarts=max(len(mine) - 1, 0),
+            msg=msg or ("; ".join(failed) if state == AppState.FAILED else ""),
+            roles=roles,
+            roles_statuses=statuses,
+            metadata=dict(job["metadata"].get("labels") or {}),
+            started=_epoch(pstatus.get("startTime")),
+            ended=ended,
+        )
+
+    def _evict_trial(self, namespace: str, name: str, index: int, wait: float = 30.0) -> None:
+        """Evict the pod of completion ``index``: the Job controller makes every index's pod at
+        once (parallelism = completions), so a trial cancelled just after the submit waits for
+        its pod to appear, a few seconds at most."""
+        import time
+
+        selector = f"{LABEL_INSTANCE}={name},{INDEX_LABEL}={index}"
+        deadline = time.monotonic() + wait
+        while True:
+            pod = _latest(self._pods(namespace, selector))
+            phase = ((pod or {}).get("status") or {}).get("phase")
+            if pod is not None and phase in ("Succeeded", "Failed"):
+                return
+            if pod is not None:
+                pod_name = pod["metadata"]["name"]
+                eviction = {
+                    "apiVersion": "policy/v1",
+                    "kind": "Eviction",
+                    "metadata": {"name": pod_name, "namespace": namespace},
+                }
+                call(
+                    f"cannot evict pod {pod_name}",
+                    self.kube.core.create_namespaced_pod_eviction,
+                    pod_name,
+                    namespace,
+                    eviction,
+                )
+                return
+            if time.monotonic() > deadline:
+                raise KubernetesError(
+                    f"trial {index} of {namespace}:{name} has no pod after {wait:.0f} s: cancel"
+                    " again, or cancel the whole sweep"
+                )
+            time.sleep(0.5)
