@@ -17,8 +17,9 @@ from tests.infra.slurm import SlurmCluster
 from torchx_nb import specs
 from torchx_nb.runner import get_runner
 from torchx_nb.schedulers.api import ListAppResponse
-from torchx_nb.schedulers.slurm import SlurmScheduler, _memory_allowed
-from torchx_nb.schedulers.slurm_json import combined_state, parse_jobs
+from torchx_nb.schedulers.slurm import SlurmScheduler
+from torchx_nb.schedulers.slurm.jobs import combined_state, parse_jobs
+from torchx_nb.schedulers.slurm.request import _memory_allowed
 from torchx_nb.specs.api import AppState, AppStatus
 from torchx_nb.specs.log_line import Stream
 
@@ -481,7 +482,7 @@ def test_cancel_all_is_one_scancel_of_the_array(
     """A sweep's Cancel all: one ``scancel ARRAYID``; the trial that had ended keeps its end,
     the others are CANCELLED, running or still pending."""
     from torchx_nb.runner import RunRequest
-    from torchx_nb.schedulers import slurm
+    from torchx_nb.schedulers.slurm import arrays, commands, scheduler
     from torchx_nb.sweeps import SweepRequest, start
 
     ws = tmp_path / "ws"
@@ -493,13 +494,14 @@ def test_cancel_all_is_one_scancel_of_the_array(
         max_parallel=2,
     )
     calls: list[list[str]] = []
-    real = slurm.run_slurm
+    real = commands.run_slurm
 
     def counting(argv: list[str], env: object = None) -> str:
         calls.append(argv)
         return real(argv, env)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(slurm, "run_slurm", counting)
+    for module in (scheduler, arrays):  # every caller of Slurm's commands
+        monkeypatch.setattr(module, "run_slurm", counting)
     with get_runner() as runner:
         sw = start(runner, request)
         assert sw.array
@@ -617,7 +619,7 @@ def test_why_a_job_waits_is_said_in_words_with_the_next_step(slurm_env: SlurmClu
 
 
 def test_every_slurm_reason_reads_as_words() -> None:
-    from torchx_nb.schedulers.slurm_reasons import pending_reason
+    from torchx_nb.schedulers.slurm.reasons import pending_reason
 
     assert pending_reason("JobHeldUser", "12") == (
         "pending (JobHeldUser): it is held (by you, or held at submit); release it with"
@@ -699,7 +701,7 @@ def test_a_job_that_can_never_start_says_so(
 
 
 def test_the_partition_fit_reads_sinfo() -> None:
-    from torchx_nb.schedulers.slurm_fit import never_fits, parse_sinfo, replica_needs
+    from torchx_nb.schedulers.slurm.fit import never_fits, parse_sinfo, replica_needs
 
     text = "n1|gpu*|8|64000|gpu:a100:2\nn2|gpu*|8|64000|gpu:a100:2\nc1|cpu|32|128000|(null)\n"
     name, nodes = parse_sinfo(text, None)
@@ -714,7 +716,7 @@ def test_the_partition_fit_reads_sinfo() -> None:
 def test_out_of_memory_from_slurm_marks_the_replica() -> None:
     """sacct's OUT_OF_MEMORY marks the replica and its failure card (a recorded state: the
     private cluster runs without cgroups, so nothing there is killed for its memory)."""
-    from torchx_nb.schedulers.slurm_json import Component, Job
+    from torchx_nb.schedulers.slurm.jobs import Component, Job
     from torchx_nb.specs.failure import FailureCard
 
     job = Job(

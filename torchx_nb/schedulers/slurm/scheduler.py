@@ -1,45 +1,53 @@
-"""``slurm``: an app as one heterogeneous Slurm batch job, one component per replica, started by
-``sbatch`` and watched with ``squeue``/``sacct --json``. No image: jobs run the submitter's
-Python from a shared filesystem, in the workspace folder itself or, with ``job_dir``, in a new
-job folder the workspace (secrets left out) and the cell are copied into.
-
-The script keeps TorchX 0.7.0's shape (``SlurmBatchRequest.materialize()``), so TorchX users'
-jobs and ``.torchxconfig`` carry over; what we add is listed in ``_run_opts``."""
+"""``SlurmScheduler``: submit, describe, cancel, list, logs and job arrays on a Slurm cluster."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
-import re
-import shlex
 import shutil
-import subprocess
 import sys
-import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from torchx_nb.schedulers.abilities import (
     DescribesMany,
     DirWorkspaceMixin,
-    KeepsLogFiles,
     LocalWorkspace,
     StoresOutputs,
-    SubmitsArrays,
     TakesTypedOptions,
 )
-from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
+from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
 from torchx_nb.schedulers.ids import make_unique
-from torchx_nb.schedulers.logs import LineSplitter, tail_wait
-from torchx_nb.schedulers.outputs import OUTPUT_DIR_ENV
-from torchx_nb.schedulers.slurm_fit import Node, never_fits, parse_sinfo, replica_needs
-from torchx_nb.schedulers.slurm_json import Job, combined_state, errors, parse_jobs
-from torchx_nb.schedulers.slurm_reasons import pending_reason
+from torchx_nb.schedulers.slurm.arrays import SlurmArrays
+from torchx_nb.schedulers.slurm.commands import (
+    _APP_ID,
+    CMD_OPTS,
+    OUTPUTS_FOLDER,
+    RANK0_ENV,
+    SCRIPT_NAME,
+    WORKSPACE_EXCLUDES,
+    SlurmError,
+    _not_on_path,
+    run_slurm,
+)
+from torchx_nb.schedulers.slurm.fit import Node, never_fits, parse_sinfo, replica_needs
+from torchx_nb.schedulers.slurm.jobs import Job, combined_state, errors, parse_jobs
+from torchx_nb.schedulers.slurm.logs import SlurmLogs
+from torchx_nb.schedulers.slurm.options import SlurmOpts
+from torchx_nb.schedulers.slurm.reasons import pending_reason
+from torchx_nb.schedulers.slurm.request import (
+    SlurmBatchRequest,
+    SlurmReplicaRequest,
+    _add_steps,
+    _fmt_request,
+    _id_order,
+    _index_dir,
+    _memory_allowed,
+    check_job_id,
+)
 from torchx_nb.specs.api import (
     NONE,
     NULL_RESOURCE,
@@ -49,310 +57,18 @@ from torchx_nb.specs.api import (
     ReplicaStatus,
     Role,
     RoleStatus,
-    TorchxNbError,
     is_terminal,
     macros,
 )
-from torchx_nb.specs.log_line import Stream
-from torchx_nb.specs.structured_opts import StructuredOpts
-
-RANK0_ENV = "SLURM_JOB_NODELIST_HET_GROUP_0"
-SCRIPT_NAME = "torchx-sbatch.sh"
-# stands for the job id inside srun arguments until the script is written; a NUL cannot occur
-# in an argument, so a user's literal "${app_id}" text is never mistaken for it
-_APP_ID = "\0app_id\0"
-# seconds a Slurm command may take before we give up on the controller
-COMMAND_TIMEOUT_S = 60.0
-TAIL_IDLE_S = 0.5
-# earlier jobs' logs and scripts in a workspace are not the job's code
-WORKSPACE_EXCLUDES = ("slurm-*.out", "slurm-*.err", SCRIPT_NAME)
-OUTPUTS_FOLDER = ".torchx-nb-outputs"
-# options on sbatch's command line (argv, so a space is fine); the rest go into #SBATCH lines
-CMD_OPTS = ("comment", "mail-user", "mail-type")
-
-
-class SlurmError(TorchxNbError):
-    """A Slurm command failed; the message is one line with Slurm's own words."""
-
-
-def _slurm_line(tool: str, stderr: str) -> str:
-    """Slurm's error text as one line: ``sbatch: error: X`` prefixes dropped, lines joined."""
-    parts = []
-    for line in stderr.splitlines():
-        line = re.sub(rf"^{re.escape(tool)}:\s*(error:\s*)?", "", line.strip())
-        if line and line not in parts:
-            parts.append(line)
-    text = "; ".join(parts) or f"{tool} failed"
-    if "Unable to contact slurm controller" in text or "Connection refused" in text:
-        return f"the Slurm controller does not answer ({text}); check it with `scontrol ping`"
-    if "partition" in text.lower():
-        return f"Slurm refused the job: {text} (`sinfo -s` lists the partitions)"
-    if tool == "sbatch":
-        return f"Slurm refused the job: {text}"
-    return f"{tool}: {text}"
-
-
-def _not_on_path(tool: str) -> SlurmError:
-    return SlurmError(
-        f"{tool} is not on PATH: run this on a Slurm login node, or add Slurm's bin folder to PATH"
-    )
-
-
-def run_slurm(argv: list[str], env: Mapping[str, str] | None = None) -> str:
-    """Run a Slurm command; its stdout, or a one-line SlurmError."""
-    tool = argv[0]
-    try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=COMMAND_TIMEOUT_S,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.DEVNULL,
-        )
-    except FileNotFoundError:
-        raise _not_on_path(tool) from None
-    except subprocess.TimeoutExpired:
-        raise SlurmError(
-            f"{tool} did not finish within {COMMAND_TIMEOUT_S:.0f}s: the Slurm controller does"
-            " not answer; check it with `scontrol ping`"
-        ) from None
-    if proc.returncode != 0:
-        raise SlurmError(_slurm_line(tool, proc.stderr or proc.stdout))
-    return proc.stdout
-
-
-JOB_ID_VAR = '"$SLURM_JOB_ID"'
-# an array task's own id, as users and our trial handles name it: ARRAYID_INDEX
-TASK_ID_VAR = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
-
-
-def _quote(arg: str, job_id: str = JOB_ID_VAR) -> str:
-    """``arg`` shell-quoted, with the job-id placeholder becoming ``job_id`` (a shell
-    expression: the job's id, or an array task's)."""
-    return job_id.join(shlex.quote(p) for p in arg.split(_APP_ID))
-
-
-@dataclass
-class SlurmReplicaRequest:
-    """One replica: its heterogeneous component's ``#SBATCH`` options and its srun command."""
-
-    name: str
-    entrypoint: str
-    args: list[str]
-    srun_opts: dict[str, str]
-    sbatch_opts: dict[str, str | None]
-    env: dict[str, str]
-
-    def materialize_sbatch(self) -> str:
-        opts = " ".join(
-            f"--{k}" if v is None else f"--{k}={v}" for k, v in self.sbatch_opts.items()
-        )
-        return f"#SBATCH {opts}"
-
-    def materialize_srun(self, job_id: str = JOB_ID_VAR) -> list[str]:
-        """srun's words for this component, each shell-quoted. Env values holding a comma
-        (which ``--export`` would split) are set through ``env`` instead."""
-        words = [f"--{k}={v}" for k, v in self.srun_opts.items()]
-        export = {k: v for k, v in self.env.items() if "," not in v}
-        rest = {k: v for k, v in self.env.items() if "," in v}
-        if export:
-            words.append("--export=ALL," + ",".join(f"{k}={v}" for k, v in export.items()))
-        if rest:
-            words += ["env", *(f"{k}={v}" for k, v in rest.items())]
-        words += [self.entrypoint, *self.args]
-        return [_quote(w, job_id) for w in words]
-
-
-@dataclass
-class SlurmBatchRequest:
-    """slurm's native request (TorchX's attribute names): the sbatch command, the replicas
-    (``"<role>-<i>"`` → request), ``job_dir`` and the fewest retries over the roles; plus where
-    the job runs and what is copied there."""
-
-    cmd: list[str]
-    replicas: dict[str, SlurmReplicaRequest]
-    job_dir: str | None
-    max_retries: int = 0
-    workdir: str = ""
-    workspace: str | None = None
-    cell_files: dict[str, bytes] = field(default_factory=dict)
-    app_name: str = ""
-    roles: dict[str, int] = field(default_factory=dict)
-    array: str | None = None  # sbatch --array: 0-N[%M], for a sweep's trials
-
-    @property
-    def outputs_root(self) -> str:
-        """Each job's output folder is ``outputs_root/JOB_ID``: hidden in the job folder (or
-        the workspace), so no workspace ships it."""
-        return f"{self.workdir}/{OUTPUTS_FOLDER}"
-
-    def materialize(self) -> str:
-        """The sbatch script."""
-        from torchx_nb.version import __version__
-
-        groups = "\n#SBATCH hetjob\n".join(r.materialize_sbatch() for r in self.replicas.values())
-        job_id = JOB_ID_VAR
-        outputs_id = JOB_ID_VAR
-        if self.array:  # one task per trial; the cell runner adds the index to the folder
-            groups += f"\n#SBATCH --array={self.array}"
-            job_id, outputs_id = TASK_ID_VAR, '"$SLURM_ARRAY_JOB_ID"'
-        srun = " :\\\n     ".join(  # TorchX: a group, " :\\", a newline, 5 spaces
-            " ".join(r.materialize_srun(job_id)) for r in self.replicas.values()
-        )
-        return f"""#!/bin/bash
-#
-# Generated by torchx_nb {__version__}
-# Run with: {" ".join(shlex.quote(w) for w in self.cmd)}
-#
-{groups}
-
-set -evx
-
-export PYTHONUNBUFFERED=1
-export SLURM_UNBUFFEREDIO=1
-export TORCHX_MAX_RETRIES={self.max_retries}
-export {OUTPUT_DIR_ENV}={shlex.quote(self.outputs_root)}/{outputs_id}
-mkdir -p "${OUTPUT_DIR_ENV}"
-
-set +e
-srun {srun}
-exitcode=$?
-set -e
-
-echo "job exited with code $exitcode"
-if [ $exitcode -ne 0 ]; then
-    if [ "$TORCHX_MAX_RETRIES" -gt "${{SLURM_RESTART_COUNT:-0}}" ]; then
-        scontrol requeue "$SLURM_JOB_ID"
-    fi
-    exit $exitcode
-fi
-"""
-
-    def __repr__(self) -> str:
-        return _fmt_request(self)
-
-
-def _fmt_request(req: SlurmBatchRequest) -> str:
-    from torchx_nb.redact import redact_text
-
-    cmd = " ".join(shlex.quote(w) for w in [*req.cmd, f"--chdir={req.workdir}"])
-    head = f"{cmd} $SBATCH_SCRIPT\n"
-    if req.job_dir:
-        head += f"# job folder (created at submit, workspace copied in): {req.workdir}\n"
-    return redact_text(f"{head}\n# SBATCH_SCRIPT\n{req.materialize()}")
-
-
-def _memory_allowed(partition: str | None) -> bool:
-    """TorchX's probe: ask sinfo for the partition's memory; leave ``--mem`` out where a
-    partition reports 1000 MB or less (sites that do not track memory)."""
-    try:
-        out = subprocess.run(
-            ["sinfo", "--format", "%P,%m", "--noconvert"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return True
-    if out.returncode != 0:
-        return True
-    rows = [ln.split(",", 1) for ln in out.stdout.splitlines()[1:] if "," in ln]
-    for name, mem in rows:
-        default = name.endswith("*")
-        if (partition and name.rstrip("*") == partition) or (not partition and default):
-            digits = re.match(r"\d+", mem.strip())
-            return digits is None or int(digits.group()) > 1000
-    return True
-
-
-def _index_dir(session: str) -> Path:
-    from torchx_nb.paths import data_dir
-
-    return data_dir() / "slurm" / session
-
-
-def check_job_id(app_id: str) -> str:
-    """``app_id`` if it is a Slurm job id (digits, as sbatch prints, or an array task's
-    ``ARRAYID_INDEX``), else a one-line error."""
-    if not re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,7})?", app_id):
-        raise ValueError(
-            f"{app_id!r} is not a Slurm job id (digits, as sbatch prints, or ARRAYID_INDEX)"
-        )
-    return app_id
-
-
-def _id_order(app_id: str) -> tuple[int, int]:
-    job, _, task = app_id.partition("_")
-    return int(job), int(task or -1)
-
-
-def _add_steps(job: Job, acct: Job) -> None:
-    """Each replica's own outcome (its srun step) from sacct onto squeue's view of a finished
-    job. Right after a job ends slurmdbd may still hold a partial record (a placeholder name,
-    components missing), so only components that match by offset and name are used."""
-    by_offset = {c.offset: c for c in acct.components}
-    for comp in job.components:
-        match = by_offset.get(comp.offset)
-        if match is not None and match.name == comp.name:
-            comp.step_state = match.step_state
-
-
-@dataclass(kw_only=True)
-class SlurmOpts(StructuredOpts):
-    """slurm's options (TorchX's, then ours)."""
-
-    partition: str | None = None
-    """the partition to run the job in"""
-
-    time: str | None = None
-    """maximum run time: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
-    days-hours:minutes or days-hours:minutes:seconds"""
-
-    comment: str | None = None
-    """comment to set on the slurm job"""
-
-    constraint: str | None = None
-    """constraint to use for the slurm job"""
-
-    mail_user: str | None = field(default=None, metadata={"cfg_key": "mail-user"})
-    """user to mail on job end"""
-
-    mail_type: str | None = field(default=None, metadata={"cfg_key": "mail-type"})
-    """what events to mail users on"""
-
-    job_dir: str | None = None
-    """folder on the shared filesystem for the job's code and logs: the workspace and the
-    cell are copied into it (a new folder JOB_DIR/NAME-ID when it exists)"""
-
-    qos: str | None = None
-    """quality of service for every component"""
-
-    account: str | None = None
-    """account to charge the job to"""
-
-    exclusive: bool = False
-    """whole nodes for each replica"""
-
-    gpus_per_node: bool = False
-    """ask for GPUs with --gpus-per-node (for sites that refuse --gpus-per-task)"""
-
-    nodelist: str | None = None
-    """nodes to run on, one per replica in order (N1,N2,...)"""
-
-    exclude: str | None = None
-    """nodes never to run on (N1,N2,...)"""
 
 
 class SlurmScheduler(
+    SlurmArrays,
+    SlurmLogs,
     TakesTypedOptions[SlurmOpts],
     DirWorkspaceMixin,
     DescribesMany,
-    KeepsLogFiles,
     StoresOutputs,
-    SubmitsArrays,
     Scheduler[SlurmOpts],
 ):
     """Submits with sbatch, describes with one squeue call (sacct once a job left the queue),
@@ -367,28 +83,6 @@ class SlurmScheduler(
         super().__init__("slurm", session_name)
         self._env = dict(env) if env is not None else None
         self._accounting: bool | None = None
-
-    def array_request(
-        self, info: AppDryRunInfo[SlurmBatchRequest], size: int, max_parallel: int | None
-    ) -> AppDryRunInfo[SlurmBatchRequest]:
-        """The same script as one job array: ``#SBATCH --array=0-(size-1)[%max_parallel]``."""
-        req = dataclasses.replace(
-            info.request, array=f"0-{size - 1}" + (f"%{max_parallel}" if max_parallel else "")
-        )
-        return AppDryRunInfo(req, _fmt_request)
-
-    def trial_ids(self, app_id: str, size: int) -> list[str]:
-        return [f"{app_id}_{i}" for i in range(size)]
-
-    def array_of(self, trial_id: str) -> str:
-        """``ARRAYID`` of ``ARRAYID_INDEX``."""
-        return check_job_id(trial_id).partition("_")[0]
-
-    def stop_array(self, array_id: str, trial_ids: list[str]) -> bool:
-        """``scancel ARRAYID``: Slurm cancels the array's tasks that have not ended, and those
-        that have keep their end."""
-        run_slurm(["scancel", check_job_id(array_id)], self._command_env())
-        return True
 
     def output_url(self, app_id: str, request: SlurmBatchRequest) -> str | None:
         """The job's folder under the job folder (or the workspace), on the shared
@@ -817,72 +511,6 @@ class SlurmScheduler(
         if desc is None or not desc.metadata.get("workdir"):
             raise FileNotFoundError(f"Slurm knows no job {app_id} (nor where its logs are)")
         return desc.metadata["workdir"]
-
-    def _log_paths(
-        self, app_id: str, role_name: str, k: int, streams: Stream | None
-    ) -> Sequence[Path]:
-        """``slurm-<id>-<role>-<k>.out`` and/or ``.err`` in the job's folder."""
-        check_job_id(app_id)
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", role_name) or ".." in role_name:
-            raise ValueError(f"{role_name!r} is not a role of this job")
-        workdir = Path(self._workdir(app_id))
-        exts = {Stream.STDOUT: ["out"], Stream.STDERR: ["err"]}.get(
-            streams or Stream.COMBINED, ["out", "err"]
-        )
-        return [workdir / f"slurm-{app_id}-{role_name}-{k}.{ext}" for ext in exts]
-
-    def log_file(
-        self, app_id: str, role_name: str, k: int = 0, streams: Stream | None = None
-    ) -> Path | None:
-        """One stream's file (the combined log is two files read together: None)."""
-        paths = self._log_paths(app_id, role_name, k, streams)
-        return paths[0] if len(paths) == 1 else None
-
-    def _read_log(self, q: LogQuery) -> Iterable[str]:
-        """Lines of ``slurm-<id>-<role>-<k>.out`` / ``.err``; both (as they are read) when no
-        stream is named. Slurm's files carry no timestamps, so since/until do not apply."""
-        paths = self._log_paths(q.app_id, q.role, q.k, q.streams)
-        return self._follow(q.app_id, paths, q.tail)
-
-    def _follow(self, app_id: str, paths: Sequence[Path], should_tail: bool) -> Iterator[str]:
-        offsets = [0] * len(paths)
-        splitters = [LineSplitter() for _ in paths]
-        next_check = 0.0
-        done = not should_tail
-        while True:
-            got = False
-            for i, path in enumerate(paths):
-                try:
-                    with open(path, "rb") as f:
-                        f.seek(offsets[i])
-                        chunk = f.read(1 << 20)
-                except FileNotFoundError:
-                    continue
-                if chunk:
-                    got = True
-                    offsets[i] += len(chunk)
-                    yield from splitters[i].feed(chunk)
-            if got:
-                continue
-            if done:
-                break
-            if time.monotonic() >= next_check:
-                desc = self.describe(app_id)
-                done = desc is None or is_terminal(desc.state)
-                next_check = time.monotonic() + 2.0
-                if done:
-                    continue
-            if tail_wait(TAIL_IDLE_S):
-                break
-        if not any(p.exists() for p in paths) and not should_tail:
-            desc = self.describe(app_id)
-            if desc is not None and desc.state not in (AppState.PENDING, AppState.SUBMITTED):
-                raise FileNotFoundError(
-                    f"no log file {paths[0].name} in {paths[0].parent}: is the job's folder on a"
-                    " filesystem this machine sees?"
-                )
-        for s in splitters:
-            yield from s.flush()
 
 
 def create_scheduler(

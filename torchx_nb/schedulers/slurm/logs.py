@@ -1,0 +1,102 @@
+"""A replica's log: the job's stdout and stderr files on the shared filesystem, followed while it runs."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from torchx_nb.schedulers.abilities import (
+    KeepsLogFiles,
+)
+from torchx_nb.schedulers.api import DescribeAppResponse, LogQuery
+from torchx_nb.schedulers.logs import LineSplitter, tail_wait
+from torchx_nb.schedulers.slurm.commands import (
+    TAIL_IDLE_S,
+)
+from torchx_nb.schedulers.slurm.request import (
+    check_job_id,
+)
+from torchx_nb.specs.api import (
+    AppState,
+    is_terminal,
+)
+from torchx_nb.specs.log_line import Stream
+
+
+class SlurmLogs(KeepsLogFiles):
+    """A replica's log: the job's stdout and stderr files on the shared filesystem, followed while it runs."""
+
+    if TYPE_CHECKING:
+
+        def _workdir(self, app_id: str) -> str: ...
+
+        def describe(self, app_id: str) -> DescribeAppResponse | None: ...
+
+    def _log_paths(
+        self, app_id: str, role_name: str, k: int, streams: Stream | None
+    ) -> Sequence[Path]:
+        """``slurm-<id>-<role>-<k>.out`` and/or ``.err`` in the job's folder."""
+        check_job_id(app_id)
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", role_name) or ".." in role_name:
+            raise ValueError(f"{role_name!r} is not a role of this job")
+        workdir = Path(self._workdir(app_id))
+        exts = {Stream.STDOUT: ["out"], Stream.STDERR: ["err"]}.get(
+            streams or Stream.COMBINED, ["out", "err"]
+        )
+        return [workdir / f"slurm-{app_id}-{role_name}-{k}.{ext}" for ext in exts]
+
+    def log_file(
+        self, app_id: str, role_name: str, k: int = 0, streams: Stream | None = None
+    ) -> Path | None:
+        """One stream's file (the combined log is two files read together: None)."""
+        paths = self._log_paths(app_id, role_name, k, streams)
+        return paths[0] if len(paths) == 1 else None
+
+    def _read_log(self, q: LogQuery) -> Iterable[str]:
+        """Lines of ``slurm-<id>-<role>-<k>.out`` / ``.err``; both (as they are read) when no
+        stream is named. Slurm's files carry no timestamps, so since/until do not apply."""
+        paths = self._log_paths(q.app_id, q.role, q.k, q.streams)
+        return self._follow(q.app_id, paths, q.tail)
+
+    def _follow(self, app_id: str, paths: Sequence[Path], should_tail: bool) -> Iterator[str]:
+        offsets = [0] * len(paths)
+        splitters = [LineSplitter() for _ in paths]
+        next_check = 0.0
+        done = not should_tail
+        while True:
+            got = False
+            for i, path in enumerate(paths):
+                try:
+                    with open(path, "rb") as f:
+                        f.seek(offsets[i])
+                        chunk = f.read(1 << 20)
+                except FileNotFoundError:
+                    continue
+                if chunk:
+                    got = True
+                    offsets[i] += len(chunk)
+                    yield from splitters[i].feed(chunk)
+            if got:
+                continue
+            if done:
+                break
+            if time.monotonic() >= next_check:
+                desc = self.describe(app_id)
+                done = desc is None or is_terminal(desc.state)
+                next_check = time.monotonic() + 2.0
+                if done:
+                    continue
+            if tail_wait(TAIL_IDLE_S):
+                break
+        if not any(p.exists() for p in paths) and not should_tail:
+            desc = self.describe(app_id)
+            if desc is not None and desc.state not in (AppState.PENDING, AppState.SUBMITTED):
+                raise FileNotFoundError(
+                    f"no log file {paths[0].name} in {paths[0].parent}: is the job's folder on a"
+                    " filesystem this machine sees?"
+                )
+        for s in splitters:
+            yield from s.flush()
