@@ -226,3 +226,18 @@ def test_a_notebook_sweep_and_widgets_saved_as_static_state(isolated: Path, tmp_
         state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
         sliders = [m for m in state.values() if m["model_name"] == "IntSliderModel"]
         assert [m["state"]["value"] for m in sliders] == [int(float(lr) * 10)]
+
+
+def test_a_hostile_notebook_name_and_values_run_as_text(isolated: Path, tmp_path: Path) -> None:
+    """A notebook whose name holds quotes, ``$(...)``, ``;`` and non-ASCII, with parameter
+    values holding code and newlines: the job runs that notebook, and the values arrive as the
+    text they were, never run."""
+    name = "r'; touch PWNED; $(touch PWNED2) – ü.ipynb"
+    notebook(isolated / name, "print(repr(payload))", parameters="payload = ''")
+    hostile = "'); import os; os.system('touch PWNED3'); ('\nx"
+    code, out, err = cli("run-notebook", name, "-p", f"payload={hostile}", "--wait")
+    handle = out.splitlines()[0]
+    assert code == 0, err
+    nb = executed(handle, tmp_path)
+    assert outputs_text(nb.cells[3]) == repr(hostile) + "\n"
+    assert not any((isolated / p).exists() for p in ("PWNED", "PWNED2", "PWNED3"))

@@ -771,7 +771,10 @@ def test_a_notebook_runs_as_a_slurm_job_in_place_and_from_a_job_dir(
         )
         in_place = run_notebook(ws / "nb.ipynb", {"n": 5}, scheduler="slurm", runner=runner)
         bad = run_notebook(ws / "bad.ipynb", scheduler="slurm", runner=runner)
-        for job, n in ((copied, 8), (in_place, 10)):
+        hostile = ws / "a b'; touch PWNED; $(touch PWNED2).ipynb"  # into the sbatch script
+        hostile.write_bytes((ws / "nb.ipynb").read_bytes())
+        odd = run_notebook(hostile, {"n": 6}, scheduler="slurm", runner=runner)
+        for job, n in ((copied, 8), (in_place, 10), (odd, 12)):
             status = job.wait(timeout=120, interval=0.5)
             assert status is not None and status.state == AppState.SUCCEEDED, status
             nb = nbformat.read(job.notebook(tmp_path / "back"), 4)
@@ -780,6 +783,7 @@ def test_a_notebook_runs_as_a_slurm_job_in_place_and_from_a_job_dir(
         assert status is not None and status.state == AppState.FAILED, status
         (card,) = runner.failure_cards(bad.handle, status, lines=0)
         assert card.exception == "KeyError in cell 1 (\"raise KeyError('k')\"): 'k'"
+    assert not (ws / "PWNED").exists() and not (ws / "PWNED2").exists()
 
 
 def test_a_notebook_sweep_is_one_job_array_each_task_its_own_notebook(
