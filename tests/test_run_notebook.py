@@ -232,7 +232,7 @@ def test_a_hostile_notebook_name_and_values_run_as_text(isolated: Path, tmp_path
     """A notebook whose name holds quotes, ``$(...)``, ``;`` and non-ASCII, with parameter
     values holding code and newlines: the job runs that notebook, and the values arrive as the
     text they were, never run."""
-    name = "r'; touch PWNED; $(touch PWNED2) – ü.ipynb"
+    name = "r'; touch PWNED; $(touch PWNED2) \u2013 \u00fc.ipynb"
     notebook(isolated / name, "print(repr(payload))", parameters="payload = ''")
     hostile = "'); import os; os.system('touch PWNED3'); ('\nx"
     code, out, err = cli("run-notebook", name, "-p", f"payload={hostile}", "--wait")
