@@ -73,8 +73,8 @@ def bench_overhead(runs: int) -> dict[str, list[float]]:
 
 def bench_log_flood(lines: int) -> dict[str, float]:
     """Watch a job printing ``lines`` lines with both widgets; measure this process."""
-    from torchx_nb.notebook.poller import get_poller
     from torchx_nb.notebook.widgets import LogWidget, StatusWidget
+    from torchx_nb.refresher import get_refresher
     from torchx_nb.runner import get_runner
     from torchx_nb.specs.api import AppState
 
@@ -90,7 +90,7 @@ def bench_log_flood(lines: int) -> dict[str, float]:
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     handle = runner.run(cell(source=src), "local_cwd", workspace=os.getcwd())
-    status_w = StatusWidget(handle, runner, get_poller(runner))
+    status_w = StatusWidget(handle, runner, get_refresher(runner))
     log_w = LogWidget(handle, runner, max_lines=1000)
     final = runner.wait(handle, wait_interval=0.1)
     assert final is not None and final.state == AppState.SUCCEEDED

@@ -76,14 +76,14 @@ def _delays(runner: Any, handles: list[str], poller: Any) -> tuple[list[float], 
 
 def bench_local(jobs: int) -> tuple[list[float], list[float]]:
     from torchx_nb.components.utils import sh
-    from torchx_nb.notebook.poller import Poller
+    from torchx_nb.refresher import Refresher
     from torchx_nb.runner import get_runner
 
     with get_runner() as runner:
         handles = [
             runner.run(sh("sleep", f"{1.0 + i * 0.37:.2f}"), "local_cwd") for i in range(jobs)
         ]
-        poller = Poller(runner)
+        poller = Refresher(runner)
         try:
             return _delays(runner, handles, poller)
         finally:
@@ -98,7 +98,7 @@ def bench_aws_batch(jobs: int, tmp: Path) -> tuple[list[float], list[float]] | s
     if reason:
         return reason
     from torchx_nb import specs
-    from torchx_nb.notebook.poller import Poller
+    from torchx_nb.refresher import Refresher
     from torchx_nb.runner import Runner
 
     daemon = start_dockerd(tmp / "dockerd")
@@ -124,7 +124,7 @@ def bench_aws_batch(jobs: int, tmp: Path) -> tuple[list[float], list[float]] | s
                 ],
             )
             handles.append(runner.run(app, "aws_batch", {"queue": queue}))
-        poller = Poller(runner)
+        poller = Refresher(runner)
         try:
             return _delays(runner, handles, poller)
         finally:

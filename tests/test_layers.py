@@ -109,6 +109,7 @@ RANKS = {
     "phases": 4,
     "runner": 5,
     "logtail": 6,
+    "refresher": 6,
     "joblist": 6,
     "dryrun_summary": 6,
     "watching": 6,

@@ -54,3 +54,33 @@ def test_no_trial_runs_after_cancel_even_one_being_prepared(
         assert states == ["SUCCEEDED", "CANCELLED", None], states
         time.sleep(3)
         assert len(calls) == 2 and sw.handles[2] is None
+
+
+def test_sweep_wait_asks_nothing_of_its_own_the_refresher_does(isolated: Path) -> None:
+    """``Sweep.wait`` watches its trials through the process's one refresher: every status
+    call during the wait comes from the refresher's thread, none from the waiting one."""
+    import threading
+
+    from torchx_nb.refresher import get_refresher
+    from torchx_nb.sweeps import SweepRequest, start
+
+    callers: list[str] = []
+    with get_runner() as runner:
+        real = runner.refresh
+
+        def spying(handles: list[str], *args: object, **kwargs: object) -> object:
+            callers.append(threading.current_thread().name)
+            return real(handles, *args, **kwargs)  # type: ignore[arg-type]
+
+        runner.refresh = spying  # type: ignore[method-assign]
+        sw = start(
+            runner,
+            SweepRequest(
+                RunRequest(cell="import time\ntime.sleep(0.5)\nn", workspace=str(isolated)),
+                ["n=1,2,3"],
+            ),
+        )
+        statuses = sw.wait(timeout=60)
+        assert [s.state.name if s else None for s in statuses] == ["SUCCEEDED"] * 3
+        assert callers and set(callers) == {"torchx-nb-refresher"}, callers
+        assert get_refresher(runner).watching == 0  # every watch ended with its trial

@@ -15,7 +15,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -193,18 +193,55 @@ class Sweep:
         return all(s is None or is_terminal(s.state) for s in self.statuses())
 
     def wait(self, timeout: float | None = None, interval: float = 1.0) -> list[AppStatus | None]:
-        """Until every trial has ended (or ``timeout`` seconds); each trial's status."""
+        """Until every trial has ended (or ``timeout`` seconds); each trial's status. The trials
+        are watched through the process's one refresher (the widgets' too): a sweep waited on
+        asks its scheduler nothing of its own. ``interval``: how often, at most, it looks for
+        trials submitted since."""
+        from torchx_nb.refresher import get_refresher
+
+        refresher = get_refresher(self.runner)
         deadline = time.monotonic() + timeout if timeout is not None else None
-        delay = 0.05
-        while True:
-            statuses = self.statuses()
-            settled = all(s is None or is_terminal(s.state) for s in statuses)
-            if settled and not self.submitting:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            time.sleep(delay)
-            delay = min(delay * 2, interval)
+        heard: dict[str, AppStatus | None] = {}
+        changed = threading.Event()
+        watches: dict[str, int] = {}
+
+        def hear(handle: str) -> Callable[[AppStatus | None, BaseException | None], None]:
+            def callback(status: AppStatus | None, error: BaseException | None) -> None:
+                if error is None:
+                    heard[handle] = status
+                    changed.set()
+
+            return callback
+
+        def ended(handle: str | None) -> bool:
+            if handle is None:
+                return True
+            if handle not in heard:
+                return False
+            status = heard[handle]
+            return status is None or is_terminal(status.state)
+
+        try:
+            while True:
+                submitting = self.submitting
+                handles = self.handles
+                for h in handles:
+                    if h and h not in watches:
+                        watches[h] = refresher.watch(h, hear(h))
+                if all(ended(h) for h in handles) and not submitting:
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                changed.wait(timeout=interval if left is None else min(interval, left))
+                changed.clear()
+        finally:
+            for watch_id in watches.values():
+                refresher.unwatch(watch_id)
+        missing = [h for h in self.handles if h and h not in heard]
+        if missing:  # ended before the refresher's first look at them, or a timeout
+            heard.update(self.runner.status_many(missing))
+        statuses = [heard.get(h) if h else None for h in self.handles]
         if self.view is not None:
             self.view.settle(statuses)
         return statuses

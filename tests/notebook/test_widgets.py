@@ -8,12 +8,12 @@ import pytest
 from tests.conftest import wait_for
 from torchx_nb.components.cell import cell
 from torchx_nb.components.utils import sh
-from torchx_nb.notebook.poller import Poller
 from torchx_nb.notebook.widgets import (
     LogWidget,
     StatusWidget,
     widgets_enabled,
 )
+from torchx_nb.refresher import Refresher
 from torchx_nb.runner import Runner, get_runner
 from torchx_nb.specs import AppState
 
@@ -26,7 +26,7 @@ def runner():  # type: ignore[no-untyped-def]
 
 def test_status_widget_follows_the_job_with_a_replica_table_and_a_clock(runner) -> None:  # type: ignore[no-untyped-def]
     handle = runner.run(sh("sh", "-c", "sleep 1.2; exit 3"), "local_cwd")
-    poller = Poller(runner, local_interval=0.05)
+    poller = Refresher(runner, local_interval=0.05)
     w = StatusWidget(handle, runner, poller)
     wait_for(lambda: w.state == AppState.RUNNING)
     assert "elapsed 0:0" in w._header.value and 'data-state="RUNNING"' in w._header.value
@@ -54,7 +54,7 @@ def test_status_widget_follows_the_job_with_a_replica_table_and_a_clock(runner) 
 
 def test_status_widget_cancel_button(runner) -> None:  # type: ignore[no-untyped-def]
     handle = runner.run(sh("sleep", "30"), "local_cwd")
-    poller = Poller(runner, local_interval=0.05)
+    poller = Refresher(runner, local_interval=0.05)
     w = StatusWidget(handle, runner, poller)
     wait_for(lambda: w.state == AppState.RUNNING)
     w._cancel.click()
@@ -66,7 +66,7 @@ def test_status_widget_cancel_button(runner) -> None:  # type: ignore[no-untyped
 
 def test_status_widget_shows_reconnecting(runner) -> None:  # type: ignore[no-untyped-def]
     handle = runner.run(sh("true"), "local_cwd")
-    w = StatusWidget(handle, runner, Poller(runner, local_interval=10))
+    w = StatusWidget(handle, runner, Refresher(runner, local_interval=10))
     w._on_status(None, ConnectionError("no route"))
     assert "reconnecting" in w._header.value
     status = runner.wait(handle, wait_interval=0.1)
@@ -142,7 +142,7 @@ def test_widget_module_is_light() -> None:
     import sys
 
     code = (
-        "import sys, torchx_nb.notebook.widgets, torchx_nb.notebook.poller; "
+        "import sys, torchx_nb.notebook.widgets, torchx_nb.refresher; "
         "print('ipywidgets' in sys.modules, 'pandas' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -249,7 +249,7 @@ def test_job_view_survives_an_unreachable_scheduler_at_submission(runner) -> Non
 
     handle = runner.run(sh("sh", "-c", "sleep 1; echo done"), "local_cwd")
     unlucky = Unlucky(Runner())
-    poller = Poller(unlucky, local_interval=0.05)
+    poller = Refresher(unlucky, local_interval=0.05)
     view = JobView(handle, unlucky, poller)
     assert view.logs is not None and view.logs.replica == ""
     wait_for(lambda: view.logs.replica == "sh/0")  # type: ignore[union-attr]

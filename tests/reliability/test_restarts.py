@@ -14,7 +14,7 @@ from tests.infra.dockerd import DockerDaemon, start_registry
 from tests.infra.fixtures import push_to_registry
 from tests.infra.moto import MotoServer, make_queue, start_moto
 from torchx_nb import specs
-from torchx_nb.notebook.poller import Poller
+from torchx_nb.refresher import Refresher
 from torchx_nb.runner import Runner
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.builders import RegistryBuilder
@@ -101,7 +101,7 @@ def test_poller_reports_a_stopped_moto_and_recovers_when_it_returns(
     runner = Runner("torchx")
     handle = runner.run(app, "aws_batch", {"queue": queue})
     events: list[str] = []
-    poller = Poller(runner, remote_interval=0.05, max_backoff=0.5)
+    poller = Refresher(runner, remote_interval=0.05, max_backoff=0.5)
 
     def seen(status: Any, error: BaseException | None) -> None:
         events.append("error" if error else "gone" if status is None else status.state.name)

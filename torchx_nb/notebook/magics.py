@@ -535,10 +535,10 @@ class TorchxMagics(Magics):
         """The live sweep view (a table of trials while they run, text without widgets); with
         ``wait``, block until every trial has ended."""
         if self._widget_mode():
-            from torchx_nb.notebook.poller import get_poller
             from torchx_nb.notebook.sweep_view import SweepView
+            from torchx_nb.refresher import get_refresher
 
-            poller = get_poller(self.runner)
+            poller = get_refresher(self.runner)
             poller.remote_interval = self.poll_interval
             sw.view = SweepView(sw, self.runner, poller, log_lines=self.log_lines)
             sw.view.show()
@@ -594,10 +594,10 @@ class TorchxMagics(Magics):
         runner = self.runner
         if self._widget_mode():
             from torchx_nb.metrics import MetricLog
-            from torchx_nb.notebook.poller import get_poller
             from torchx_nb.notebook.widgets import JobView
+            from torchx_nb.refresher import get_refresher
 
-            poller = get_poller(runner)
+            poller = get_refresher(runner)
             poller.remote_interval = self.poll_interval
             view = JobView(
                 job.handle,

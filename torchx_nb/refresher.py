@@ -1,5 +1,6 @@
-"""One background poller per kernel: it watches every job a widget shows, so the kernel stays
-free and the scheduler is asked once per round, not once per widget.
+"""One refresher loop per process: a background thread that watches every job something here
+waits on (a kernel's widgets, ``Sweep.wait``, ``%torchx watch``), so the process stays free and
+each scheduler is asked once per round, not once per watcher.
 
 Handles are grouped by scheduler and each group is asked on its own clock: local schedulers
 (``Scheduler.is_local``) every ``local_interval`` (0.5 s, so an ended job shows within a second),
@@ -47,8 +48,8 @@ class _Group:
     interval: float | None = None
 
 
-class Poller:
-    """Polls watched handles from a single daemon thread, started on the first watch."""
+class Refresher:
+    """Refreshes watched handles from a single daemon thread, started on the first watch."""
 
     def __init__(
         self,
@@ -85,7 +86,7 @@ class Poller:
             if self._thread is None or not self._thread.is_alive():
                 self._stop.clear()
                 self._thread = threading.Thread(
-                    target=self._run, name="torchx-nb-poller", daemon=True
+                    target=self._run, name="torchx-nb-refresher", daemon=True
                 )
                 self._thread.start()
         self._wake.set()
@@ -185,15 +186,16 @@ class Poller:
             watch.callback(status, error)
 
 
-_POLLERS: dict[int, Poller] = {}
+_POLLERS: dict[int, Refresher] = {}
 _POLLERS_LOCK = threading.Lock()
 
 
-def get_poller(runner: Any) -> Poller:
-    """The kernel's poller for ``runner`` (one per runner, so one per kernel in practice)."""
+def get_refresher(runner: Any) -> Refresher:
+    """The process's refresher for ``runner`` (one per runner, so one per kernel or command in
+    practice)."""
     with _POLLERS_LOCK:
         poller = _POLLERS.get(id(runner))
         if poller is None or poller.runner is not runner:
-            poller = Poller(runner)
+            poller = Refresher(runner)
             _POLLERS[id(runner)] = poller
         return poller

@@ -8,7 +8,7 @@ from typing import Any
 from tests.conftest import wait_for
 from torchx_nb import specs
 from torchx_nb.components.utils import sh
-from torchx_nb.notebook.poller import Poller, get_poller
+from torchx_nb.refresher import Refresher, get_refresher
 from torchx_nb.runner import Runner, get_runner
 from torchx_nb.schedulers import get_scheduler_factories
 from torchx_nb.schedulers.abilities import DescribesMany
@@ -19,7 +19,7 @@ from torchx_nb.specs import AppState
 
 def test_poller_follows_real_jobs_on_one_thread() -> None:
     runner = get_runner()
-    poller = Poller(runner, local_interval=0.05, max_backoff=1)
+    poller = Refresher(runner, local_interval=0.05, max_backoff=1)
     seen: dict[str, list[str]] = {}
     handles = [runner.run(sh("sleep", "0.5"), "local_cwd") for _ in range(5)]
     before = threading.active_count()
@@ -38,7 +38,7 @@ def test_poller_follows_real_jobs_on_one_thread() -> None:
     assert {h: len(v) for h, v in seen.items()} == count
     assert runner.jobstore.get(handles[0]).state == "SUCCEEDED"  # type: ignore[union-attr]
     poller.stop()
-    assert get_poller(runner) is get_poller(runner)
+    assert get_refresher(runner) is get_refresher(runner)
 
 
 class Batched(DescribesMany, LocalCwdScheduler):
@@ -77,7 +77,7 @@ def test_describe_many_is_called_once_per_round() -> None:
     handles = [runner.run(sh("sleep", "0.3"), "batched") for _ in range(6)]
     Batched.calls.clear()
     Batched.describes.clear()
-    poller = Poller(runner, local_interval=0.05)
+    poller = Refresher(runner, local_interval=0.05)
     done: set[str] = set()
     for h in handles:
         poller.watch(h, lambda s, e, h=h: done.add(h) if s and specs.is_terminal(s.state) else None)
@@ -92,7 +92,7 @@ def test_transient_errors_back_off_and_recover() -> None:
     runner = _runner_with("flaky", Flaky)
     handle = runner.run(sh("true"), "flaky")
     events: list[str] = []
-    poller = Poller(runner, local_interval=0.05, max_backoff=1)
+    poller = Refresher(runner, local_interval=0.05, max_backoff=1)
     Flaky.failures = 2
     poller.watch(handle, lambda s, e: events.append(s.state.name if s else f"error:{e}"))
     wait_for(lambda: events and events[-1] == "SUCCEEDED")
@@ -134,7 +134,7 @@ def test_remote_jobs_are_asked_once_per_interval_and_errors_alone_back_off() -> 
         return status_many(handles)
 
     runner.status_many = counted  # type: ignore[method-assign]
-    poller = Poller(runner, local_interval=0.01, remote_interval=0.3, max_backoff=2)
+    poller = Refresher(runner, local_interval=0.01, remote_interval=0.3, max_backoff=2)
     assert poller.interval("remote") == 0.3 and poller.interval("local_cwd") == 0.01
     seen: dict[str, list[str]] = {good: [], bad: []}
     ticks: list[float] = []
