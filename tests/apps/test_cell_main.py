@@ -440,10 +440,10 @@ def notebook_job(tmp_path: Path, *sources: str) -> Path:
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from torchx_nb.components.notebook import notebook_files
+    from torchx_nb.components.cell import runner_files
 
     folder = tmp_path / "job"
-    for name, data in notebook_files().items():
+    for name, data in runner_files().items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
     nbformat.write(new_notebook(cells=[new_code_cell(s) for s in sources]), folder / "nb.ipynb")

@@ -10,10 +10,9 @@ from typing import Any
 
 import torchx_nb
 from torchx_nb import specs
-from torchx_nb.components.cell import RUNNER, runner_files
+from torchx_nb.apps.cell_main import NOTEBOOK_PARAMS
+from torchx_nb.components.cell import RUNNER
 from torchx_nb.specs.program import CellApp, NotebookProgram
-
-NOTEBOOK_PARAMS = "TORCHX_NB_NOTEBOOK_PARAMS"
 
 
 def notebook_program(
@@ -105,11 +104,6 @@ def notebook_app(
         ],
         program=program,
     )
-
-
-def notebook_files() -> dict[str, bytes]:
-    """What a notebook job needs beside its workspace: the cell runner."""
-    return runner_files()
 
 
 def run_notebook_with_runner(role: specs.Role, program: NotebookProgram, folder: str = "") -> None:

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from torchx_nb import specs
-from torchx_nb.components.cell import cell_files, run_with_runner
-from torchx_nb.components.notebook import notebook_files, run_notebook_with_runner
+from torchx_nb.components.cell import cell_files, run_with_runner, runner_files
+from torchx_nb.components.notebook import run_notebook_with_runner
 from torchx_nb.specs.program import CellProgram, NotebookProgram
 
 
@@ -14,7 +14,7 @@ def program_files(program: CellProgram | NotebookProgram, push: bytes | None) ->
     if isinstance(program, NotebookProgram):
         if push is not None:
             raise ValueError("--push sends variables into a cell; a notebook job takes -p values")
-        return notebook_files()
+        return runner_files()  # a notebook job needs only the runner beside its workspace
     return cell_files(program, push)
 
 

@@ -45,10 +45,6 @@ class NotebookProgram:
     parameters: tuple[tuple[str, Any], ...] = ()
     cell_timeout: float | None = None
 
-    @property
-    def name(self) -> str:
-        return self.path.rsplit("/", 1)[-1]
-
 
 @dataclass
 class CellApp(AppDef):
