@@ -135,6 +135,18 @@ def _record_error(out: str, exc: BaseException, pickler: Any) -> None:
     _write(out, f"error-{rank}.txt", f"{kind}: {exc}".encode())
 
 
+def _record_failure(out: str, kind: str, message: str, line: str, tb: str = "") -> int:
+    """A failure that is not an exception of the program's own (a module the job lacks, a
+    notebook cell that failed): the same record an exception leaves (the kernel re-raises it
+    as a RemoteError), its one ``line`` for the failure card and the log. Returns the exit
+    status, 1."""
+    record = {"type": kind, "message": message, "traceback": tb, "pickled": None}
+    _write(out, "error-0.pkl", pickle.dumps(record))
+    _write(out, "error-0.txt", line.encode())
+    sys.stderr.write(f"torchx_nb: {line}\n")
+    return 1
+
+
 def grid_point(grid: dict[str, Any], index: int) -> dict[str, Any]:
     """Point ``index`` of a grid given as its names and lists (``Grid.spec``): with ``zip``
     the i-th value of each list, else the product's, the last list varying fastest."""
@@ -307,21 +319,9 @@ def run(script: str, args: list[str]) -> int:
         tree = ast.parse(source, CELL)
         missing = missing_import(tree, source.splitlines())
         if missing is not None:  # one line, before anything of the cell runs
-            _write(out, "error-0.txt", f"ModuleNotFoundError: {missing}".encode())
-            _write(
-                out,
-                "error-0.pkl",
-                pickle.dumps(
-                    {
-                        "type": "ModuleNotFoundError",
-                        "message": missing,
-                        "traceback": "",
-                        "pickled": None,
-                    }
-                ),
+            return _record_failure(
+                out, "ModuleNotFoundError", missing, f"ModuleNotFoundError: {missing}"
             )
-            sys.stderr.write(f"torchx_nb: ModuleNotFoundError: {missing}\n")
-            return 1
         last = tree.body[-1] if tree.body else None
         wants_value = isinstance(last, ast.Expr) and not _ends_with_semicolon(source)
         body = tree.body[:-1] if wants_value else tree.body
@@ -589,21 +589,7 @@ def run_notebook(path: str, cell_timeout: float | None) -> int:
         text = f"{kind} in {where}: {message}"
         if tb:
             sys.stderr.write(re.sub(r"\x1b\[[0-9;]*m", "", tb).rstrip() + "\n")
-        _write(
-            out,
-            "error-0.pkl",
-            pickle.dumps(
-                {
-                    "type": kind,
-                    "message": f"in {where}: {message}",
-                    "traceback": tb,
-                    "pickled": None,
-                }
-            ),
-        )
-        _write(out, "error-0.txt", text.encode())
-        sys.stderr.write(f"torchx_nb: {text}\n")
-        return 1
+        return _record_failure(out, kind, f"in {where}: {message}", text, tb)
 
     timeout = f"over --cell-timeout ({cell_timeout:g} s)" if cell_timeout else ""
     try:
