@@ -99,6 +99,7 @@ RANKS = {
     "metrics": 2,
     "grid": 2,
     "workspace": 2,
+    "environment": 2,
     "components": 2,
     "apps": 2,
     "schedulers": 3,

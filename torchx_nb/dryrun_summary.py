@@ -3,7 +3,7 @@ request is, so that a ``-j 2x2`` cell's dry run is five lines instead of 130 of 
 whole request (exactly what would be sent, secret-looking values masked) and the workspace's
 file table come after it: behind ``--json`` in the CLI, in collapsed sections in the
 notebook. The sections follow the prepared run: the program, where it runs, the workspace,
-the request."""
+the environment plan (the packages added to the image), the request."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ class DryRunSummary:
     lines: list[str]
     request: str  # the scheduler's whole request, as it prints it
     ships: str | None  # the workspace's table of files, when there is a workspace
+    environment: str | None = None  # the environment plan's table, when one was made
 
     def text(self) -> str:
         return "\n".join(self.lines)
@@ -36,6 +37,8 @@ class DryRunSummary:
         parts = [self.text(), "", f"the whole request ({_size(self.request)}):", self.request]
         if self.ships:
             parts += ["", self.ships]
+        if self.environment:
+            parts += ["", self.environment]
         return "\n".join(parts)
 
 
@@ -53,8 +56,13 @@ def summarize(runner: Runner, prepared: PreparedRun, whole: str = "--json") -> D
         f"ships:     {_ships(ships, prepared.workspace)}",
     ]
     lines += _secret_lines(ships)
+    plan = prepared.environment
+    if plan is not None:
+        lines.append(f"packages:  {plan.summary()}")
+        lines += [f"warning:   {w}" for w in plan.warnings]
     lines.append(f"request:   {_size(request)}; the whole request: {whole}")
-    return DryRunSummary([redact_text(line) for line in lines], request, ships)
+    table = plan.table() if plan is not None and plan.packages != "none" else None
+    return DryRunSummary([redact_text(line) for line in lines], request, ships, table)
 
 
 def _program(program: Program, roles: list[Role]) -> str:

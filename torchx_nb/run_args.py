@@ -63,6 +63,14 @@ def add_run_options(parser: argparse.ArgumentParser, surface: Surface) -> None:
         " for none)",
     )
     parser.add_argument(
+        "--packages",
+        default=None,
+        metavar="auto|none|FILE",
+        help="what the image gets from this Python's packages: auto (default; what the program"
+        " imports, at this kernel's versions, minus what the image has), none, or a"
+        " requirements.txt / pyproject.toml / uv.lock ([cli:run] packages in .torchxconfig)",
+    )
+    parser.add_argument(
         "--dryrun",
         action="store_true",
         help="show the scheduler's exact request (secrets masked); build, push and submit nothing",
@@ -150,5 +158,9 @@ def notebook_fields(args: argparse.Namespace) -> dict[str, Any]:
 def run_request(args: argparse.Namespace, **fields: Any) -> RunRequest:
     """The request the shared options (and ``fields``, the front end's own) describe."""
     return RunRequest(
-        scheduler=args.scheduler, cfg=list(args.cfg), workspace=args.workspace, **fields
+        scheduler=args.scheduler,
+        cfg=list(args.cfg),
+        workspace=args.workspace,
+        packages=args.packages,
+        **fields,
     )

@@ -311,8 +311,8 @@ def _busybox_rootfs(dest: Path) -> Path:
     return tarball
 
 
-def _python_rootfs(dest: Path) -> Path:
-    tarball = dest / "python-bookworm-rootfs.tar"
+def _python_rootfs(dest: Path, extra: str = "", name: str = "python") -> Path:
+    tarball = dest / f"{name}-bookworm-rootfs.tar"
     if tarball.exists():
         return tarball
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
@@ -321,7 +321,7 @@ def _python_rootfs(dest: Path) -> Path:
             [
                 "debootstrap",
                 "--variant=minbase",
-                "--include=python3-minimal,python3",
+                f"--include=python3-minimal,python3{extra}",
                 "bookworm",
                 str(root),
                 _debian_mirror(),
@@ -344,6 +344,31 @@ def _python_rootfs(dest: Path) -> Path:
         subprocess.run(["tar", "-C", str(root), "-cf", str(partial), "."], check=True)
         partial.rename(tarball)
     return tarball
+
+
+PYTHON_PIP_IMAGE = "localhost/torchx-nb-base/python-pip:3.11"
+
+
+def python_pip_image(client: Any) -> str:
+    """The python base with Debian's python3-pip (TorchX's way to add packages needs pip in
+    the image), imported into the daemon if missing."""
+    import docker
+
+    try:
+        client.images.get(PYTHON_PIP_IMAGE)
+    except docker.errors.ImageNotFound:
+        dest = CACHE / "base-images"
+        dest.mkdir(parents=True, exist_ok=True)
+        tarball = _python_rootfs(dest, ",python3-pip", "python-pip")
+        repo, tag = PYTHON_PIP_IMAGE.rsplit(":", 1)
+        with open(tarball, "rb") as f:
+            client.api.import_image_from_data(
+                f.read(),
+                repository=repo,
+                tag=tag,
+                changes=["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            )
+    return PYTHON_PIP_IMAGE
 
 
 def build_base_images(client: Any) -> dict[str, str]:

@@ -19,6 +19,7 @@ from tests.infra.dockerd import (
 )
 from tests.infra.gcp import GcpFake
 from tests.infra.gcs import GcsEmulator, gcs_available, start_gcs
+from tests.infra.kernel_venv import KernelVenv, make_kernel_venv
 from tests.infra.kube import KubeFake
 from tests.infra.moto import MotoServer, moto_available, start_moto
 from tests.infra.slurm import SlurmCluster, slurm_available
@@ -221,3 +222,9 @@ def kube_env(kube_fake: KubeFake, monkeypatch: pytest.MonkeyPatch) -> KubeFake:
     """KUBECONFIG naming the loopback API server, for this process and its children."""
     monkeypatch.setenv("KUBECONFIG", str(kube_fake.kubeconfig))
     return kube_fake
+
+
+@pytest.fixture(scope="session")
+def kernel_venv(tmp_path_factory: pytest.TempPathFactory) -> KernelVenv:
+    """A kernel virtualenv with packages no index serves (see kernel_venv.py)."""
+    return make_kernel_venv(tmp_path_factory.mktemp("kernel-venv"))

@@ -504,7 +504,9 @@ def test_a_notebook_job_comes_back_executed_from_s3(
         "output_path": "s3://batch-notebooks/runs",
     }
     with get_runner() as runner:
-        job = JobHandle(runner.run(app, "aws_batch", cfg, workspace=str(ws)), runner)
+        job = JobHandle(
+            runner.run(app, "aws_batch", cfg, workspace=str(ws), packages="none"), runner
+        )
         status = job.wait(timeout=180, interval=1)
         assert status is not None and status.state == AppState.SUCCEEDED, status
         nb = nbformat.read(job.notebook(tmp_path / "back"), 4)

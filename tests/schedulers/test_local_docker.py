@@ -329,7 +329,8 @@ def test_a_notebook_job_in_a_container(
     """The workspace (notebook and sibling module) is patched onto the image with the cell
     runner; with nbclient in the job's Python (this machine's, lent by bind mounts) the
     executed notebook comes back from the container's output folder. An image without
-    nbclient fails the job with the one line that says what to add."""
+    nbclient (and ``--packages none``, so the environment layer does not add it) fails the job
+    with the one line that says what to add."""
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
@@ -351,8 +352,8 @@ def test_a_notebook_job_in_a_container(
     bare = notebook_app(program, image=base_images["python"])
     cfg = {"network": "host", "builder": "docker", "quiet": True}
     with get_runner() as runner:
-        ok = JobHandle(runner.run(lent, "local_docker", cfg, str(ws)), runner)
-        missing = runner.run(bare, "local_docker", cfg, str(ws))
+        ok = JobHandle(runner.run(lent, "local_docker", cfg, str(ws), packages="none"), runner)
+        missing = runner.run(bare, "local_docker", cfg, str(ws), packages="none")
         status = ok.wait(timeout=120, interval=0.5)
         assert status is not None and status.state == AppState.SUCCEEDED, status
         nb = nbformat.read(ok.notebook(tmp_path / "back"), 4)
@@ -369,8 +370,9 @@ def test_a_notebook_job_in_a_container(
 def test_a_package_the_kernel_has_and_the_image_lacks_is_one_line(
     docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
 ) -> None:
-    """The kernel imports nbformat; the base image has no such package: the job ends at once
-    with one line naming the module, the job's Python and the image, not a traceback."""
+    """The kernel imports nbformat; the base image has no such package and ``--packages none``
+    keeps the kernel's out: the job ends at once with one line naming the module, the job's
+    Python and the image, not a traceback."""
     from torchx_nb.components.cell import cell
 
     ws = tmp_path / "ws"
@@ -382,6 +384,7 @@ def test_a_package_the_kernel_has_and_the_image_lacks_is_one_line(
             "local_docker",
             cfg,
             str(ws),
+            packages="none",  # what the cell runner says when nothing brings the package
         )
         status = runner.wait(handle, wait_interval=0.5, timeout=120)
         assert status is not None and status.state == AppState.FAILED, status

@@ -23,12 +23,14 @@ def run_notebook(
     resource: str | None = None,
     env: Mapping[str, str] | None = None,
     cell_timeout: float | None = None,
+    packages: str | None = None,
     runner: Runner | None = None,
 ) -> JobHandle:
     """Run the notebook at ``path`` as a job: its folder is the workspace (``workspace``
     names another folder holding it), ``parameters`` are injected after its ``parameters``
     cell (values Python literals: numbers, text, booleans, None, lists and dicts of them),
-    ``cfg`` the scheduler's options. Returns the job; ``.wait()`` then ``.notebook()``
+    ``cfg`` the scheduler's options, ``packages`` the environment (auto, none or a
+    requirements file). Returns the job; ``.wait()`` then ``.notebook()``
     fetches the executed notebook."""
     runner = runner or Runner()
     request = RunRequest(
@@ -41,6 +43,7 @@ def run_notebook(
         name=name,
         resource=resource,
         env=dict(env or {}),
+        packages=packages,
     )
     if cfg:
         request.scheduler_defaults = {runner.request_scheduler(request): dict(cfg)}

@@ -308,4 +308,9 @@ def dryrun_html(summary: DryRunSummary) -> str:
             "<details><summary>what ships</summary>"
             f"<pre>{html.escape(summary.ships)}</pre></details>"
         )
+    if summary.environment:
+        parts.append(
+            "<details><summary>the environment plan</summary>"
+            f"<pre>{html.escape(summary.environment)}</pre></details>"
+        )
     return '<div class="torchx-nb-dryrun">' + "".join(parts) + "</div>"

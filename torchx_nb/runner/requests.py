@@ -98,6 +98,7 @@ class RunRequest:
     run_notebook: str | None = None  # a whole notebook to run (its folder is the workspace)
     parameters: Mapping[str, Any] = field(default_factory=dict)  # injected into it
     cell_timeout: float | None = None  # seconds each of its cells may take
+    packages: str | None = None  # the environment: auto (the default), none, or a file
 
 
 @dataclass
@@ -112,6 +113,12 @@ class PreparedRun:
     opts: Any
     workspace: str | None
     record: dict[str, str | None]
+
+    @property
+    def environment(self) -> Any:
+        """The environment plan (``torchx_nb.environment.plan.EnvPlan``) of the image the
+        program runs in; None when nothing is planned (no image, nothing imported)."""
+        return self.info.environment
 
     @property
     def app(self) -> AppDef:

@@ -72,6 +72,7 @@ class Submitting(RunnerCore):
             request.parent_run_id,
             build_workspace=build,
             push=request.push,
+            packages=self.request_packages(request),
         )
         record: dict[str, str | None] = {
             "workspace": workspace,
@@ -198,6 +199,15 @@ class Submitting(RunnerCore):
                 workspace = ""
         return None if workspace.strip().lower() in NO_WORKSPACE else workspace
 
+    def request_packages(self, request: RunRequest) -> str:
+        """What the job's environment layer holds: as asked, else ``[cli:run] packages``,
+        else auto (checked: auto, none, or an existing requirements file)."""
+        from torchx_nb import config
+        from torchx_nb.environment.requirements import check_packages_option
+
+        value = request.packages or config.cli_defaults("run").get("packages") or "auto"
+        return check_packages_option(str(value))
+
     def request_opts(self, request: RunRequest) -> Mapping[str, CfgVal]:
         """The scheduler options ``request`` runs with: the front end's defaults, then
         ``-cfg``, then ``.torchxconfig``, resolved against the scheduler's runopts."""
@@ -291,13 +301,15 @@ class Submitting(RunnerCore):
         parent_run_id: str | None = None,
         build_workspace: bool = False,
         push: bytes | None = None,
+        packages: str = "auto",
     ) -> AppDryRunInfo[Any]:
         """Build the scheduler's native request for ``app`` without submitting anything.
 
         By default (a dry run) the workspace is only listed, never built or pushed:
         ``info.workspace_preview`` says what would ship, and the request shows the cell script
         and the image name that the run will send. ``run`` passes ``build_workspace=True``.
-        ``push``: variables (cloudpickle) sent into a cell's namespace."""
+        ``push``: variables (cloudpickle) sent into a cell's namespace; ``packages``: the
+        environment (auto, none, or a requirements file)."""
         self._validate_app(app)
         app = copy.deepcopy(app)
         sched = self.get_scheduler(scheduler)
@@ -313,10 +325,11 @@ class Submitting(RunnerCore):
         folder: LocalWorkspace | None = None
         preview: str | None = None
         built: float | None = None
+        plan = None
         if workspace:
             began = time.monotonic()
-            folder, preview = self._use_workspace(
-                sched, scheduler, app, workspace, opts, build_workspace, push
+            folder, preview, plan = self._use_workspace(
+                sched, scheduler, app, workspace, opts, build_workspace, push, packages
             )
             if build_workspace and not isinstance(sched, DirWorkspaceMixin):
                 built = time.monotonic() - began  # the job's first phase, before submit
@@ -332,6 +345,7 @@ class Submitting(RunnerCore):
         info = sched.submit_dryrun(app, opts, folder)
         info._scheduler = scheduler
         info.workspace_preview = preview
+        info.environment = plan
         info.build_seconds = built
         return info
 
@@ -344,13 +358,16 @@ class Submitting(RunnerCore):
         opts: Any,
         build: bool,
         push: bytes | None = None,
-    ) -> tuple[LocalWorkspace | None, str | None]:
+        packages: str = "auto",
+    ) -> tuple[LocalWorkspace | None, str | None, Any]:
         """Give the workspace to the scheduler as its abilities allow: patched onto each role's
         image (``WorkspaceMixin``; listed only, for a dry run), or as the folder the job runs
         from (``DirWorkspaceMixin``). A cell role then runs under the cell runner (its value,
         exception and outputs come back), its files beside the workspace: in the image, in the
         copied job folder, or, for a job that runs in place, in a private folder of the data
-        dir written at build time. Returns the folder and the dry run's preview."""
+        dir written at build time. An image also gets the environment layer the program
+        needs (``packages``). Returns the folder, the dry run's preview and the environment
+        plan."""
         from torchx_nb.components.programs import point_at_runner, program_files
 
         path = Path(workspace).expanduser()
@@ -369,24 +386,61 @@ class Submitting(RunnerCore):
                     here = _cell_folder(sched.files_folder(workspace, opts), files, build)
                     point_at_runner(cell_role, program, str(here), push is not None)
             folder = LocalWorkspace(str(path.resolve()), copied)
-            return folder, None if build else sched.preview_workspace(workspace, opts)
+            return folder, None if build else sched.preview_workspace(workspace, opts), None
         if isinstance(sched, WorkspaceMixin):
+            plans: dict[str, Any] = {}
             for role in app.roles:
                 extra = program_files(program, push) if program and role is cell_role else None
                 if extra is not None:  # the runner names it when the cell needs a module it lacks
                     role.env["TORCHX_NB_BASE_IMAGE"] = role.image
+                if role.image not in plans:
+                    plans[role.image] = self._plan_environment(
+                        sched, program or app, role.image, workspace, opts, packages, build
+                    )
+                plan = plans[role.image]
                 if build:
+                    from torchx_nb.environment.layer import EnvironmentBuild
+
                     pickles = isinstance(program, CellProgram) and extra is not None
-                    sched.patch_image(role, workspace, opts, extra or {}, pickles)
+                    env = EnvironmentBuild(plan) if plan is not None and plan.add else None
+                    sched.patch_image(role, workspace, opts, extra or {}, pickles, env)
                 else:
                     sched.plan_image(role, workspace, opts)
                 if program is not None and extra is not None:
                     point_at_runner(role, program, "", push is not None)
-            return None, None if build else sched.preview_workspace(workspace)
+            shown = next((p for p in plans.values() if p is not None), None)
+            return None, None if build else sched.preview_workspace(workspace), shown
         raise TorchxNbError(
             f"{scheduler} cannot take a workspace; drop --workspace or use a scheduler"
             " that builds images"
         )
+
+    def _plan_environment(
+        self,
+        sched: WorkspaceMixin[Any],
+        program: Any,
+        image: str,
+        workspace: str,
+        opts: Any,
+        packages: str,
+        build: bool,
+    ) -> Any:
+        """The environment plan of ``program`` on ``image``; its warnings (a module neither
+        the kernel nor the image has) are shown once, before submit."""
+        from torchx_nb.environment.plan import plan_environment
+
+        plan = plan_environment(
+            program,
+            workspace,
+            image,
+            lambda: sched.read_base_image(image, workspace, opts),
+            packages,
+            build,
+        )
+        if plan is not None and build:
+            for line in plan.warnings:
+                warnings.warn(line, stacklevel=4)
+        return plan
 
     def run(
         self,
@@ -395,10 +449,22 @@ class Submitting(RunnerCore):
         cfg: Mapping[str, CfgVal] | None = None,
         workspace: str | None = None,
         parent_run_id: str | None = None,
+        packages: str = "auto",
         **record: str | None,
     ) -> AppHandle:
-        """Submit ``app``; ``record`` (cell_hash, notebook) goes into the job store too."""
-        info = self.dryrun(app, scheduler, cfg, workspace, parent_run_id, build_workspace=True)
+        """Submit ``app``; ``record`` (cell_hash, notebook) goes into the job store too;
+        ``packages``: the environment (auto, none, or a requirements file)."""
+        from torchx_nb.environment.requirements import check_packages_option
+
+        info = self.dryrun(
+            app,
+            scheduler,
+            cfg,
+            workspace,
+            parent_run_id,
+            build_workspace=True,
+            packages=check_packages_option(packages),
+        )
         return self.schedule(info, workspace=workspace, **record)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any], **record: str | None) -> AppHandle:

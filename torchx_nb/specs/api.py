@@ -497,6 +497,7 @@ class AppDryRunInfo(Generic[T]):
         self._cfg: Mapping[str, CfgVal] = {}
         self._scheduler: str | None = None
         self.workspace_preview: str | None = None
+        self.environment: Any = None  # the environment plan (EnvPlan), when one was made
         self.build_seconds: float | None = None  # the image's build and push, when one ran
 
     @property

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from torchx_nb.specs.api import Role, TorchxNbError, runopts
 from torchx_nb.specs.structured_opts import StructuredOpts
+
+if TYPE_CHECKING:
+    from torchx_nb.workspace.builders import EnvironmentLayer
+    from torchx_nb.workspace.image_contents import ImageContents
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -79,6 +83,17 @@ class WorkspaceMixin(Generic[T]):
             else f"<{base} + workspace, built at submit>"
         )
 
+    def read_base_image(self, image: str, workspace: str, cfg: Mapping[str, Any]) -> ImageContents:
+        """What ``image`` has for Python (version, platform, distributions), read by the
+        builder ``patch_image`` would use: through its registry, or from the daemon. For the
+        environment plan, dry runs included (cached per image digest)."""
+        from torchx_nb.workspace.builders import choose_builder
+        from torchx_nb.workspace.collect import collect_workspace
+
+        opts = _workspace_opts(self.image_opts(cfg, build=False))
+        collected = collect_workspace(workspace)
+        return choose_builder(opts.builder, collected).read_image(image)
+
     def patch_image(
         self,
         role: Role,
@@ -86,11 +101,13 @@ class WorkspaceMixin(Generic[T]):
         cfg: Mapping[str, Any],
         files: Mapping[str, bytes],
         same_python: bool = False,
+        environment: EnvironmentLayer | None = None,
     ) -> None:
-        """Patch ``role.image`` with the workspace and ``files`` (paths relative to it); the
-        build is reused while the workspace, the files and the options are unchanged. With
-        ``same_python`` (the files hold what this kernel pickled), an image declaring another
-        Python minor version is refused before anything is built."""
+        """Patch ``role.image`` with the environment layer (when given), the workspace and
+        ``files`` (paths relative to it); the build is reused while the environment, the
+        workspace, the files and the options are unchanged. With ``same_python`` (the files
+        hold what this kernel pickled), an image declaring another Python minor version is
+        refused before anything is built."""
         from torchx_nb.workspace.builders import choose_builder
         from torchx_nb.workspace.collect import collect_workspace
 
@@ -105,6 +122,7 @@ class WorkspaceMixin(Generic[T]):
             tuple(sorted((k, hash(v)) for k, v in extra.items())),
             opts.image_repo,
             opts.builder,
+            environment.key() if environment is not None else None,
         )
         if key not in cache:
             builder = choose_builder(opts.builder, collected)
@@ -114,7 +132,7 @@ class WorkspaceMixin(Generic[T]):
                     " -cfg image_repo=HOST/REPO"
                 )
             cache[key] = builder.build(
-                role.image, collected, extra, opts.image_repo, opts.quiet, same_python
+                role.image, collected, extra, opts.image_repo, opts.quiet, same_python, environment
             )
         role.image = cache[key].image
 

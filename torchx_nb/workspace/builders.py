@@ -13,12 +13,14 @@ import io
 import json
 import sys
 import tarfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-from torchx_nb.progress import new_progress
+from torchx_nb.progress import Progress, new_progress
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.collect import DOCKERFILE, WorkspaceFiles
+from torchx_nb.workspace.image_contents import ImageContents
 from torchx_nb.workspace.layers import Layer, build_context, build_file_layer, build_layer
 
 LABEL_VERSION = "torchx.pytorch.org/version"
@@ -34,8 +36,24 @@ class BuiltImage:
     layers: tuple[Layer, ...] = ()
 
 
+class EnvironmentLayer(Protocol):
+    """The environment layer a run asks for, made for the image it goes onto (the runner
+    hands one in; see ``torchx_nb.environment.layer``)."""
+
+    def key(self) -> str: ...
+
+    def layer_for(
+        self,
+        image: ImageContents,
+        on_top: Mapping[str, str] | None = None,
+        progress: Progress | None = None,
+    ) -> Layer | None: ...
+
+
 class Builder(Protocol):
     name: str
+
+    def read_image(self, base: str) -> ImageContents: ...
 
     def build(
         self,
@@ -45,6 +63,7 @@ class Builder(Protocol):
         image_repo: str | None,
         quiet: bool,
         same_python: bool = False,
+        environment: EnvironmentLayer | None = None,
     ) -> BuiltImage: ...
 
 
@@ -89,6 +108,15 @@ class RegistryBuilder:
 
         self.clients: dict[str, RegistryClient] = {}
 
+    def read_image(self, base: str) -> ImageContents:
+        """What ``base`` has for Python, read from its layers through its registry."""
+        from torchx_nb.workspace.image_contents import from_registry
+        from torchx_nb.workspace.registry import ImageRef, RegistryClient
+
+        ref = ImageRef.parse(base)
+        client = self.clients.setdefault(ref.host, RegistryClient(ref.host))
+        return from_registry(client, ref)
+
     def build(
         self,
         base: str,
@@ -97,6 +125,7 @@ class RegistryBuilder:
         image_repo: str | None,
         quiet: bool,
         same_python: bool = False,
+        environment: EnvironmentLayer | None = None,
     ) -> BuiltImage:
         from torchx_nb.workspace.registry import (
             ImageRef,
@@ -123,24 +152,48 @@ class RegistryBuilder:
             check_python(base, config.get("config", {}).get("Env"))
         work = working_dir_for(config)
         prefix = work.strip("/")
-        layers = [build_layer(files, prefix)]
-        history = ["workspace"]
-        if extra:
-            layers.append(build_file_layer(extra, prefix))
-            history.append("cell")
         progress = None if quiet else new_progress()
-        result = append_layers(
-            base,
-            image_repo,
-            layers,
-            labels=_labels(),
-            history=history,
-            on_progress=progress,
-            clients=self.clients,
-        )
+        try:
+            layers: list[Layer] = []
+            history: list[str] = []
+            if environment is not None:
+                env = environment.layer_for(self.read_image(base), progress=progress)
+                if env is not None:
+                    layers.append(env)
+                    history.append("environment")
+            layers.append(build_layer(files, prefix))
+            history.append("workspace")
+            if extra:
+                layers.append(build_file_layer(extra, prefix))
+                history.append("cell")
+            result = append_layers(
+                base,
+                image_repo,
+                layers,
+                labels=_labels(),
+                history=history,
+                on_progress=progress,
+                clients=self.clients,
+            )
+        finally:
+            if progress:
+                progress.close()
+        return BuiltImage(result.image, work, result.stats.uploaded_bytes, tuple(layers))
+
+
+def _environment_layer(
+    environment: EnvironmentLayer,
+    image: ImageContents,
+    on_top: Mapping[str, str] | None,
+    quiet: bool,
+) -> Layer | None:
+    """The environment layer for ``image``, its making shown on a progress bar of its own."""
+    progress = None if quiet else new_progress()
+    try:
+        return environment.layer_for(image, on_top, progress)
+    finally:
         if progress:
             progress.close()
-        return BuiltImage(result.image, work, result.stats.uploaded_bytes, tuple(layers))
 
 
 def _context(files: dict[str, bytes | Layer]) -> io.BytesIO:
@@ -218,6 +271,42 @@ class DockerBuilder:
             raise TorchxNbError("docker build returned no image id")
         return str(image_id)
 
+    def read_image(self, base: str) -> ImageContents:
+        """What ``base`` has for Python, read from the daemon's copy of its layers."""
+        from torchx_nb.workspace.image_contents import from_daemon
+
+        return from_daemon(self.client, self._ensure_base(base))
+
+    def _add_layer(self, image_id: str, layer: Layer, tag: str | None, quiet: bool) -> str:
+        """``image_id`` + ``layer`` as an image (tagged ``tag``, reused when it exists)."""
+        import docker
+
+        if tag is not None:
+            try:
+                return str(self.client.images.get(tag).id)
+            except docker.errors.ImageNotFound:
+                pass
+        dockerfile = f"FROM {image_id}\nADD layer.tar.gz /\n"
+        built = self._build(
+            _context({"Dockerfile": dockerfile.encode(), "layer.tar.gz": layer}), tag, quiet
+        )
+        return str(self.client.images.get(tag).id) if tag else built
+
+    def _environment_on_top(
+        self, base_image: Any, image_id: str, environment: EnvironmentLayer, quiet: bool
+    ) -> tuple[str, Layer | None]:
+        """A Dockerfile.torchx's image + the environment layer, diffed against what that
+        image has: what the Dockerfile installed stays, whatever its version."""
+        from torchx_nb.workspace.image_contents import from_daemon
+
+        before = from_daemon(self.client, base_image).distributions
+        built = from_daemon(self.client, self.client.images.get(image_id))
+        on_top = {k: v for k, v in built.distributions.items() if before.get(k) != v}
+        env = _environment_layer(environment, built, on_top, quiet)
+        if env is None:
+            return image_id, None
+        return self._add_layer(image_id, env, None, quiet), env
+
     def build(
         self,
         base: str,
@@ -226,6 +315,7 @@ class DockerBuilder:
         image_repo: str | None,
         quiet: bool,
         same_python: bool = False,
+        environment: EnvironmentLayer | None = None,
     ) -> BuiltImage:
         import docker
 
@@ -252,14 +342,28 @@ class DockerBuilder:
             finally:
                 context.path.unlink(missing_ok=True)
             work = self.client.images.get(image_id).attrs["Config"].get("WorkingDir") or "/"
+            if environment is not None:
+                image_id, env = self._environment_on_top(base_image, image_id, environment, quiet)
+                layers += [env] if env else []
         else:
+            under = str(base_image.id)
+            if environment is not None:
+                from torchx_nb.workspace.image_contents import from_daemon
+
+                env = _environment_layer(
+                    environment, from_daemon(self.client, base_image), None, quiet
+                )
+                if env is not None:
+                    layers.append(env)
+                    env_tag = f"torchx-nb/env:{env.digest[7:19]}-{base_image.id[7:19]}"
+                    under = self._add_layer(under, env, env_tag, quiet)
             ws = build_layer(files, prefix)
             layers.append(ws)
-            ws_tag = f"torchx-nb/workspace:{ws.digest[7:19]}-{base_image.id[7:19]}"
+            ws_tag = f"torchx-nb/workspace:{ws.digest[7:19]}-{under[7:19]}"
             try:
                 self.client.images.get(ws_tag)
             except docker.errors.ImageNotFound:
-                dockerfile = f"FROM {base_image.id}\nADD ws.tar.gz /\nWORKDIR {work}\n"
+                dockerfile = f"FROM {under}\nADD ws.tar.gz /\nWORKDIR {work}\n"
                 self._build(
                     _context({"Dockerfile": dockerfile.encode(), "ws.tar.gz": ws}), ws_tag, quiet
                 )

@@ -83,14 +83,17 @@ def _parents(paths: Iterable[str]) -> list[str]:
 
 
 def _write_layer(
-    entries: list[tuple[str, bytes | Path | None, int, str | None]], dest: Path
+    entries: list[tuple[str, bytes | Path | None, int, str | None]],
+    dest: Path,
+    level: int = 6,
 ) -> Layer:
     """Write ``(path, content, mode, link)`` entries (content a Path to stream, bytes, or None
-    for a directory) as a gzip'd tar at ``dest``."""
+    for a directory) as a gzip'd tar at ``dest`` (gzip ``level``: the same level gives the
+    same bytes)."""
     with open(dest, "wb") as raw:
         compressed = _HashingWriter(raw)
         with gzip.GzipFile(
-            filename="", mode="wb", fileobj=compressed, mtime=0, compresslevel=6
+            filename="", mode="wb", fileobj=compressed, mtime=0, compresslevel=level
         ) as gz:
             plain = _HashingWriter(gz)  # type: ignore[arg-type]
             with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:

@@ -1,0 +1,410 @@
+"""The kernel's packages travel with the cell, against real parts: a kernel virtualenv holding
+packages no index serves (a pure one requiring another, with a ``.pth`` file), an editable
+install, one from the kernel's find-links folder and a "compiled" one; base images without any
+of them and with an older version of one; both builders through a real dockerd and registry;
+jobs on local_docker import the kernel's versions."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.infra.dockerd import DockerDaemon, Registry
+from tests.infra.kernel_venv import KernelVenv
+
+CELL = (
+    "import tnbprobe, tnbedit, tnbserved\n"
+    "def later():\n"
+    "    import tnbhidden\n"
+    "    return tnbhidden.FOUND\n"
+    "print('probe', tnbprobe.VERSION, 'dep', tnbprobe.DEP, 'edit', tnbedit.VERSION,"
+    " 'served', tnbserved.VERSION, 'hidden', later())\n"
+)
+EXPECTED = "probe 1.0 dep 1.0 edit edited-1 served 1.0 hidden via a .pth file"
+
+
+@pytest.fixture(scope="session")
+def older_base(dockerd: DockerDaemon, base_images: dict[str, str], kernel_venv: KernelVenv) -> str:
+    """The python base with tnbserved 0.9 in /usr/local/lib/python3.11/dist-packages."""
+    client = dockerd.client()
+    tag = "localhost/torchx-nb-test/python-older:1"
+    target = kernel_venv.root / "older-site"
+    subprocess.run(
+        [
+            str(kernel_venv.python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--target",
+            str(target),
+            "tnbserved==0.9",
+        ],
+        check=True,
+        env=kernel_venv.env,
+        capture_output=True,
+    )
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        docker = (
+            f"FROM {base_images['python']}\nADD site.tar /usr/local/lib/python3.11/dist-packages/\n"
+        )
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(docker)
+        tar.addfile(info, io.BytesIO(docker.encode()))
+        inner = io.BytesIO()
+        with tarfile.open(fileobj=inner, mode="w") as site:
+            site.add(target, arcname=".")
+        info = tarfile.TarInfo("site.tar")
+        info.size = len(inner.getvalue())
+        tar.addfile(info, io.BytesIO(inner.getvalue()))
+    context.seek(0)
+    client.images.build(fileobj=context, custom_context=True, tag=tag, pull=False, rm=True)
+    return tag
+
+
+def _workspace(tmp_path: Path, cell: str = CELL) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    (ws / "helper.py").write_text("import tnbserved\n")
+    return ws
+
+
+def _run(kv: KernelVenv, *args: str) -> subprocess.CompletedProcess[str]:
+    return kv.cli("run", *args)
+
+
+def _dryrun(
+    kv: KernelVenv, ws: Path, image: str, cell: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``torchx-nb run --dryrun`` of ``cell`` on local_docker (docker builder)."""
+    args = ["--dryrun", *extra, "-s", "local_docker", "--workspace", str(ws)]
+    return _run(kv, *args, "-cfg", "builder=docker", "cell", "--image", image, "--source", cell)
+
+
+def _job_output(kv: KernelVenv, handle: str) -> str:
+    proc = kv.cli("log", handle)
+    return proc.stdout
+
+
+def _submit(kv: KernelVenv, ws: Path, image: str, *cfg: str, cell: str = CELL) -> str:
+    proc = _run(
+        kv,
+        "-s",
+        "local_docker",
+        "--workspace",
+        str(ws),
+        "--wait",
+        "-cfg",
+        ",".join(["network=host", *cfg]),
+        "cell",
+        "--image",
+        image,
+        "--source",
+        cell,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
+    return handle
+
+
+def test_the_dry_run_lists_the_plan_before_anything_is_built(
+    kernel_venv: KernelVenv, older_base: str, docker_env: Any, tmp_path: Path
+) -> None:
+    ws = _workspace(tmp_path)
+    cell = CELL + "import nosuchmodule_tnb\n"
+    docker = docker_env.client()
+    images_before = {i.id for i in docker.images.list(all=True)}
+    proc = _dryrun(kernel_venv, ws, older_base, cell, "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    line = next(x for x in out.splitlines() if x.startswith("packages:"))
+    assert line.startswith("packages:  4 to add (") and "tnbprobe 1.0" in line, line
+    assert (
+        "warning:   module 'nosuchmodule_tnb' (cell line 6) is neither in this kernel nor in"
+        f" {older_base}: the job will fail to import it"
+    ) in out
+    table = out[out.index(f"environment plan for {older_base}") :]
+    assert (
+        "(Python 3.11, x86_64-manylinux_2_36, layer hooked in at /usr/lib/python3/dist-packages)"
+        in table
+    )
+    assert "index: no index, find-links " + str(kernel_venv.served) in table
+    rows = {r.split()[0]: r for r in table.splitlines() if r.startswith("  ")}
+    assert rows["tnbserved"].endswith("image has 0.9"), rows
+    assert rows["tnbedit"].endswith("missing; built from the kernel's editable install"), rows
+    assert rows["tnbprobe"].endswith("missing") and rows["tnbdep"].endswith("missing"), rows
+    assert "tnbnative" not in rows  # not imported: not planned
+    assert {i.id for i in docker.images.list(all=True)} == images_before
+
+
+@pytest.mark.parametrize("builder", ["docker", "registry"])
+def test_a_job_imports_the_kernels_versions_with_either_builder(
+    kernel_venv: KernelVenv,
+    older_base: str,
+    docker_env: DockerDaemon,
+    registry: Registry,
+    tmp_path: Path,
+    builder: str,
+) -> None:
+    from tests.infra.fixtures import push_to_registry
+
+    image = older_base
+    cfg = [f"builder={builder}"]
+    if builder == "registry":
+        image = push_to_registry(docker_env, older_base, f"{registry.host}/base/older:1")
+        cfg.append(f"image_repo={registry.host}/envjobs")
+    handle = _submit(kernel_venv, _workspace(tmp_path), image, *cfg)
+    assert EXPECTED in _job_output(kernel_venv, handle)
+
+
+def test_an_unchanged_environment_pushes_no_new_layer(
+    kernel_venv: KernelVenv,
+    older_base: str,
+    docker_env: DockerDaemon,
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    """Two builds with the registry builder, the cell edited in between: the second uploads
+    only the cell layer and the new config (no environment or workspace blob)."""
+    from tests.infra.fixtures import push_to_registry
+
+    image = push_to_registry(docker_env, older_base, f"{registry.host}/base/older:1")
+    ws = _workspace(tmp_path)
+    script = f"""
+import json, sys
+from torchx_nb.environment.layer import EnvironmentBuild
+from torchx_nb.environment.plan import plan_environment
+from torchx_nb.specs.program import CellProgram
+from torchx_nb.workspace.builders import RegistryBuilder
+from torchx_nb.workspace.collect import collect_workspace
+
+out = []
+for cell in (sys.argv[1], sys.argv[1] + "print('edited')\\n"):
+    b = RegistryBuilder()
+    plan = plan_environment(CellProgram(cell), {str(ws)!r}, {image!r},
+                            lambda: b.read_image({image!r}), "auto", True)
+    built = b.build({image!r}, collect_workspace({str(ws)!r}), {{"c.py": cell.encode()}},
+                    {registry.host + "/reuse"!r}, True, False, EnvironmentBuild(plan))
+    out.append([built.uploaded_bytes, [l.size for l in built.layers]])
+print(json.dumps(out))
+"""
+    proc = kernel_venv.run("-c", script, CELL)
+    assert proc.returncode == 0, proc.stderr
+    (first, first_layers), (second, second_layers) = json.loads(proc.stdout)
+    env_size = first_layers[0]
+    assert first_layers[0] == second_layers[0] and env_size > 1000
+    assert first > env_size
+    assert second < 3 * second_layers[-1] + 4096, (first, second, second_layers)
+
+
+def test_a_compiled_package_no_index_serves_fails_in_one_line_before_any_push(
+    kernel_venv: KernelVenv,
+    older_base: str,
+    docker_env: DockerDaemon,
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    from tests.infra.fixtures import push_to_registry
+
+    image = push_to_registry(docker_env, older_base, f"{registry.host}/base/older:1")
+    proc = _run(
+        kernel_venv,
+        "-s",
+        "local_docker",
+        "--workspace",
+        str(_workspace(tmp_path)),
+        "-cfg",
+        f"network=host,builder=registry,image_repo={registry.host}/native",
+        "cell",
+        "--image",
+        image,
+        "--source",
+        "import tnbnative\n",
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].split("\r")[-1] == (
+        "torchx-nb: error: tnbnative==1.0 is compiled and no index serves a wheel of it for Python 3.11 on"
+        " x86_64-manylinux_2_36: publish one, install it in the base image, or pass --packages none"
+    ), proc.stderr
+    import requests
+
+    tags = requests.get(f"http://{registry.host}/v2/native/tags/list", timeout=10)
+    assert tags.status_code == 404 or not tags.json().get("tags"), tags.text
+
+
+def test_a_hostile_installed_version_is_refused_in_one_line_and_runs_nothing(
+    kernel_venv: KernelVenv, older_base: str, docker_env: DockerDaemon, tmp_path: Path
+) -> None:
+    ws = _workspace(tmp_path)
+    proc = _dryrun(kernel_venv, ws, older_base, "import tnbevil\n")
+    assert proc.returncode != 0
+    assert (
+        proc.stderr.count("\n") == 1
+        and "'tnbevil' version '1.0;touch PWNED;../../etc'" in proc.stderr
+    )
+    assert "not a valid name and version" in proc.stderr
+    assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
+
+
+def test_torchxconfig_sets_the_default_and_the_option_wins(
+    kernel_venv: KernelVenv,
+    older_base: str,
+    docker_env: DockerDaemon,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ws = _workspace(tmp_path)
+    (tmp_path / ".torchxconfig").write_text("[cli:run]\npackages = none\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCHXCONFIG", str(tmp_path / ".torchxconfig"))
+    cell = "import tnbprobe\n"
+    off = _dryrun(kernel_venv, ws, older_base, cell)
+    assert "packages:  none (--packages none): the image's own packages only" in off.stdout, off
+    on = _dryrun(kernel_venv, ws, older_base, cell, "--packages", "auto")
+    assert "packages:  2 to add" in on.stdout, on.stdout + on.stderr
+    bad = _dryrun(kernel_venv, ws, older_base, cell, "--packages", "nope.txt")
+    assert bad.returncode != 0 and bad.stderr.strip().endswith(
+        "--packages 'nope.txt': no such file; use auto, none, or a requirements.txt,"
+        " pyproject.toml or uv.lock"
+    ), bad.stderr
+
+
+def test_packages_none_ships_nothing_and_the_job_names_the_missing_module(
+    kernel_venv: KernelVenv, older_base: str, docker_env: DockerDaemon, tmp_path: Path
+) -> None:
+    proc = _run(
+        kernel_venv,
+        "-s",
+        "local_docker",
+        "--workspace",
+        str(_workspace(tmp_path)),
+        "--packages",
+        "none",
+        "--wait",
+        "-cfg",
+        "network=host,builder=docker",
+        "cell",
+        "--image",
+        older_base,
+        "--source",
+        "import tnbprobe\n",
+    )
+    assert "No module named 'tnbprobe' in this job (line 1: import tnbprobe)" in (
+        proc.stdout + proc.stderr
+    )
+
+
+def test_a_notebook_job_gets_nbclient_and_ipykernel_through_the_environment_layer(
+    docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """The python base has no nbclient or ipykernel; the notebook job's plan adds them (and
+    everything they require, compiled ones included, from the index: a find-links folder
+    holding this kernel's pins), and the job runs the notebook with the image's own Python."""
+    import os
+    import sys
+
+    import nbformat
+
+    from torchx_nb.environment.imports import RUNNER_NEEDS
+    from torchx_nb.environment.kernel import kernel_environment
+    from torchx_nb.specs.program import NotebookProgram
+
+    needs = {m: "runner" for m in RUNNER_NEEDS[NotebookProgram]}
+    pins = [d.pin for d in kernel_environment(needs).dists.values()]
+    served = tmp_path / "served"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(served),
+            *pins,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    ws = tmp_path / "nbws"
+    ws.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("n = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("import sys\nprint('ran with', sys.executable, n * 21)"),
+    ]
+    nbformat.write(nb, ws / "report.ipynb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(served))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchx_nb.cli",
+            "run-notebook",
+            str(ws / "report.ipynb"),
+            "-p",
+            "n=2",
+            "-s",
+            "local_docker",
+            "--image",
+            base_images["python"],
+            "--wait",
+            "-cfg",
+            "network=host,builder=docker,quiet=True",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.strip().endswith("SUCCEEDED"), proc.stderr
+    assert "notebook/0 ran with /usr/bin/python 42" in proc.stdout, proc.stdout
+
+
+def test_an_aws_batch_job_on_moto_imports_the_kernels_versions(
+    kernel_venv: KernelVenv,
+    python_in_registry: str,
+    registry: Registry,
+    docker_env: DockerDaemon,
+    aws_env: Any,
+    tmp_path: Path,
+) -> None:
+    """Built without a daemon onto the base in the registry, run by moto in dockerd."""
+    from tests.infra.moto import make_queue
+
+    aws_env.use_docker(True)
+    queue = make_queue(aws_env, "envq")
+    proc = kernel_venv.cli(
+        "run",
+        "-s",
+        "aws_batch",
+        "--workspace",
+        str(_workspace(tmp_path)),
+        "--wait",
+        "-cfg",
+        f"queue={queue},image_repo={registry.host}/batch/env,builder=registry,quiet=True",
+        "cell",
+        "--image",
+        python_in_registry,
+        "--memMB",
+        "256",
+        "--source",
+        CELL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.strip().endswith("SUCCEEDED"), proc.stderr
+    handle = proc.stdout.split()[0]
+    assert EXPECTED in _job_output(kernel_venv, handle)

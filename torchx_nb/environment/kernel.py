@@ -1,0 +1,196 @@
+"""The kernel's side of the environment: which installed distributions provide the modules a
+program imports, closed over their requirements (markers evaluated for this Python, extras
+followed), each pinned at its installed version and with where it came from (an index, a
+local folder or wheel, an editable install, a VCS checkout, conda)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from torchx_nb.workspace.image_contents import normalize
+
+
+@dataclass(frozen=True)
+class KernelDist:
+    """One installed distribution as the kernel has it."""
+
+    name: str
+    version: str
+    source: str  # index | local | archive | editable | vcs | conda
+    source_path: str | None  # the local folder or file it was installed from
+    pure: bool
+    size: int
+    wanted_by: str  # the module or distribution that brought it in
+    location: str = ""
+
+    @property
+    def key(self) -> str:
+        return normalize(self.name)
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass
+class KernelEnvironment:
+    """The pins, in the order they were found, and the modules nothing installed provides."""
+
+    dists: dict[str, KernelDist] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  # module -> where it is imported
+    unpackaged: dict[str, str] = field(default_factory=dict)  # module -> its file
+
+
+def _source(dist: md.Distribution) -> tuple[str, str | None]:
+    """Where ``dist`` was installed from, by its ``direct_url.json`` (PEP 610) and INSTALLER."""
+    raw = dist.read_text("direct_url.json")
+    if raw:
+        try:
+            info = json.loads(raw)
+        except ValueError:
+            info = {}
+        url = str(info.get("url", ""))
+        path = url[len("file://") :] if url.startswith("file://") else None
+        if "vcs_info" in info:
+            return "vcs", path
+        if info.get("dir_info", {}).get("editable"):
+            return "editable", path
+        if "dir_info" in info:
+            return "local", path
+        if "archive_info" in info:
+            return "archive", path
+    if (dist.read_text("INSTALLER") or "").strip() == "conda":
+        return "conda", None
+    return "index", None
+
+
+def _pure(dist: md.Distribution) -> bool:
+    wheel = dist.read_text("WHEEL") or ""
+    if "Root-Is-Purelib: false" in wheel:
+        return False
+    return not any(str(f).endswith((".so", ".pyd", ".dylib")) for f in dist.files or ())
+
+
+def _size(dist: md.Distribution) -> int:
+    total = 0
+    for f in dist.files or ():
+        total += int(getattr(f, "size", None) or 0)
+    return total
+
+
+def _requirements(dist: md.Distribution, extras: set[str]) -> list[tuple[str, set[str]]]:
+    """The distributions ``dist`` requires on this Python, with the extras asked of each."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out = []
+    for line in dist.requires or ():
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None:
+            envs = [{"extra": e} for e in (extras or {""})] or [{"extra": ""}]
+            if not any(req.marker.evaluate(env) for env in envs):
+                continue
+        out.append((req.name, set(req.extras)))
+    return out
+
+
+def _path_stamp() -> tuple[tuple[str, int], ...]:
+    """``sys.path`` with each folder's mtime: an install or removal changes it."""
+    out = []
+    for entry in sys.path:
+        try:
+            out.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            out.append((entry, 0))
+    return tuple(out)
+
+
+@lru_cache(maxsize=4)
+def _providers(stamp: tuple[tuple[str, int], ...]) -> Mapping[str, list[str]]:
+    """Top-level module -> the distributions providing it (read once per ``sys.path`` state)."""
+    return md.packages_distributions()
+
+
+def _distribution(name: str) -> md.Distribution | None:
+    try:
+        return md.distribution(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+def kernel_environment(
+    modules: Mapping[str, str], exclude: frozenset[str] = frozenset()
+) -> KernelEnvironment:
+    """The distributions providing ``modules`` (module -> where it is imported) and all they
+    require, as this kernel has them installed."""
+    env = KernelEnvironment()
+    providers = _providers(_path_stamp())
+    queue: list[tuple[str, set[str], str]] = []
+    for module, where in modules.items():
+        names = providers.get(module)
+        if names:
+            queue.extend((n, set(), module) for n in names)
+            continue
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            env.missing[module] = where
+        elif spec.origin not in (None, "built-in", "frozen"):
+            env.unpackaged[module] = str(spec.origin)
+    seen_extras: dict[str, set[str]] = {}
+    while queue:
+        name, extras, wanted_by = queue.pop(0)
+        key = normalize(name)
+        if key in exclude:
+            continue
+        known = seen_extras.setdefault(key, set())
+        if key in env.dists and extras <= known:
+            continue
+        known |= extras
+        dist = _distribution(name)
+        if dist is None:
+            continue
+        if key not in env.dists:
+            source, path = _source(dist)
+            env.dists[key] = KernelDist(
+                name=dist.metadata["Name"] or name,
+                version=dist.version,
+                source=source,
+                source_path=path,
+                pure=_pure(dist),
+                size=_size(dist),
+                wanted_by=wanted_by,
+                location=str(dist.locate_file("")),
+            )
+        for req, req_extras in _requirements(dist, extras):
+            queue.append((req, req_extras, env.dists[key].name))
+    return env
+
+
+def kernel_python() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def installed_files(dist_name: str) -> tuple[Path, list[tuple[str, Path]]]:
+    """The files an installed distribution put under its site directory (RECORD's paths that
+    stay inside it), for a wheel rebuilt from what the kernel has."""
+    dist = md.distribution(dist_name)
+    root = Path(str(dist.locate_file(""))).resolve()
+    out = []
+    for f in dist.files or ():
+        path = Path(str(dist.locate_file(f))).resolve()
+        if path.is_relative_to(root) and path.is_file() and "__pycache__" not in path.parts:
+            out.append((path.relative_to(root).as_posix(), path))
+    return root, out

@@ -1,0 +1,282 @@
+"""The environment plan: what the job needs from the kernel (or from a requirements file),
+diffed against what the base image already has. Each distribution to add is listed with its
+version, why (missing, another version in the image, built locally) and its size; what the
+image already has stays. Made before anything is built, so the dry run shows it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchx_nb.environment.imports import program_imports
+from torchx_nb.environment.index import IndexSettings, kernel_index
+from torchx_nb.environment.kernel import KernelDist, kernel_environment, kernel_python
+from torchx_nb.environment.requirements import pins_from_file
+from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.program import Program
+from torchx_nb.workspace.image_contents import ImageContents, normalize
+
+AUTO, NONE = "auto", "none"
+LAYOUT = 1  # bump when the layer's layout changes (invalidates cached layers)
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One distribution the environment layer adds."""
+
+    name: str
+    version: str
+    reason: str  # missing | image has X | built locally (editable)…
+    size: int = 0
+    dist: KernelDist | None = None  # the kernel's copy (None: from a requirements file)
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}=={self.version}"
+
+    @property
+    def local(self) -> bool:
+        """Made from the kernel's copy rather than fetched from an index."""
+        return self.dist is not None and self.dist.source != "index"
+
+
+@dataclass
+class EnvPlan:
+    """What the environment layer of ``image`` holds, and what stays from the image."""
+
+    packages: str
+    image: str
+    contents: ImageContents | None
+    index: IndexSettings
+    add: list[PlanItem] = field(default_factory=list)
+    kept: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    note: str | None = None  # why it was not diffed against the image (a dry run goes on)
+    wanted: list[PlanItem] = field(default_factory=list)  # before the diff
+
+    def key(self) -> str:
+        """The layer's cache key: the pins, where each comes from, the image's Python and
+        platform and where the layer hooks in."""
+        c = self.contents
+        doc = {
+            "layout": LAYOUT,
+            "pins": sorted(
+                (i.pin, i.dist.source if i.dist else "index", _source_stamp(i)) for i in self.add
+            ),
+            "python": c.python if c else None,
+            "platform": c.platform if c else None,
+            "site": c.site_dir if c else None,
+        }
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+    def size(self) -> int:
+        return sum(i.size for i in self.add)
+
+    def summary(self) -> str:
+        """One line for the dry run's summary."""
+        if self.packages == NONE:
+            return "none (--packages none): the image's own packages only"
+        src = "" if self.packages == AUTO else f" from {self.packages}"
+        if not self.add:
+            kept = f"; {len(self.kept)} from the image" if self.kept else ""
+            return f"nothing to add{src}{kept}" + (f" ({self.note})" if self.note else "")
+        names = ", ".join(f"{i.name} {i.version}" for i in self.add[:4])
+        more = f" and {len(self.add) - 4} more" if len(self.add) > 4 else ""
+        kept = f"; {len(self.kept)} kept from the image" if self.kept else ""
+        note = f" ({self.note})" if self.note else ""
+        return f"{len(self.add)} to add{src} ({_mb(self.size())}): {names}{more}{kept}{note}"
+
+    def table(self) -> str:
+        """The whole plan, for the dry run's environment section."""
+        c = self.contents
+        head = f"environment plan for {self.image}"
+        if c is not None and c.python:
+            head += f" (Python {c.python}, {c.platform}, layer hooked in at {c.site_dir})"
+        lines = [head, f"index: {self.index.describe()}"]
+        if self.note:
+            lines.append(f"note: {self.note}")
+        if self.add:
+            lines.append(f"to add ({len(self.add)}, {_mb(self.size())}):")
+            width = max(len(i.name) for i in self.add)
+            lines += [
+                f"  {i.name:<{width}}  {i.version:<14} {_mb(i.size):>9}  {i.reason}"
+                for i in self.add
+            ]
+        if self.kept:
+            lines.append(f"kept from the image ({len(self.kept)}):")
+            lines += [f"  {name} {version}" for name, version in self.kept]
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.0f} KB"
+
+
+def _source_stamp(item: PlanItem) -> str:
+    """For a distribution built from a source folder: the folder's files (path, size, mtime),
+    so an edit of an editable install makes a new layer although its version is unchanged."""
+    dist = item.dist
+    if dist is None or dist.source not in ("editable", "local") or not dist.source_path:
+        return ""
+    root = Path(dist.source_path)
+    digest = hashlib.sha256()
+    skip = {".git", "build", "dist", "__pycache__", ".venv", ".tox"}
+    for path in sorted(root.rglob("*")) if root.is_dir() else []:
+        rel = path.relative_to(root)
+        if skip & set(rel.parts) or not path.is_file():
+            continue
+        if any(part.endswith((".egg-info", ".dist-info")) for part in rel.parts):
+            continue
+        st = path.stat()
+        digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def _reason(dist: KernelDist, image_version: str | None) -> str:
+    base = "missing" if image_version is None else f"image has {image_version}"
+    if dist.source == "index":
+        return base
+    return f"{base}; built from the kernel's {dist.source} install"
+
+
+def _same_public(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a).public == Version(b).public
+    except InvalidVersion:
+        return False
+
+
+def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
+    """Fill ``plan.add``/``kept``/``warnings`` from ``plan.wanted`` against its image; a
+    distribution named in ``on_top`` (installed by a Dockerfile.torchx) stays as it is."""
+    have = plan.contents.distributions if plan.contents else {}
+    plan.add, plan.kept = [], []
+    plan.warnings = [w for w in plan.warnings if not w.startswith("keeping ")]
+    for item in plan.wanted:
+        key = normalize(item.name)
+        theirs = have.get(key)
+        if theirs == item.version or key in on_top:
+            plan.kept.append((item.name, theirs or item.version))
+        elif theirs is not None and _same_public(theirs, item.version):
+            plan.kept.append((item.name, theirs))
+            plan.warnings.append(
+                f"keeping {item.name} {theirs} from the image (the kernel has {item.version},"
+                " the same release with another local label)"
+            )
+        else:
+            reason = (
+                _reason(item.dist, theirs)
+                if item.dist
+                else ("missing" if theirs is None else f"image has {theirs}")
+            )
+            plan.add.append(PlanItem(item.name, item.version, reason, item.size, item.dist))
+
+
+def check_python(plan: EnvPlan) -> None:
+    """Refuse, in one line, a plan the image's Python cannot take."""
+    c = plan.contents
+    if not plan.add or c is None:
+        return
+    if c.python is None:
+        raise TorchxNbError(
+            f"image {plan.image} has no Python 3 to add {plan.add[0].name} to: use an image"
+            " with Python, or pass --packages none"
+        )
+    ours = kernel_python()
+    compiled = [i for i in plan.add if i.dist is not None and not i.dist.pure]
+    if c.python != ours and compiled:
+        raise TorchxNbError(
+            f"image {plan.image} has Python {c.python} and this kernel {ours}: the binary"
+            f" wheels of {', '.join(i.name for i in compiled[:3])} need the same minor"
+            f" version; use an image with Python {ours}, or pass --packages none"
+        )
+
+
+_NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
+
+
+def check_pin(name: str, version: str, origin: str) -> None:
+    """Refuse, in one line, a distribution name or version no index could hold (an
+    installed ``METADATA`` or a requirements file may say anything)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(version)
+        valid = bool(_NAME.match(name))
+    except InvalidVersion:
+        valid = False
+    if not valid:
+        raise TorchxNbError(
+            f"{origin} names the distribution {name!r} version {version!r}, which is not a"
+            " valid name and version: fix or remove it, or pass --packages none"
+        )
+
+
+def _wanted_from_kernel(program: Program, workspace: str | None, plan: EnvPlan) -> None:
+    imports = program_imports(program, workspace)
+    if not imports.modules:
+        return
+    env = kernel_environment(imports.modules)
+    for d in env.dists.values():
+        check_pin(d.name, d.version, f"this kernel's installed {d.location!r}")
+    plan.wanted = [PlanItem(d.name, d.version, "", d.size, d) for d in env.dists.values()]
+    for module, where in env.missing.items():
+        plan.warnings.append(
+            f"module {module!r} ({where}) is neither in this kernel nor in {plan.image}:"
+            " the job will fail to import it"
+        )
+
+
+def plan_environment(
+    program: Program,
+    workspace: str | None,
+    image: str,
+    read_image: Callable[[], ImageContents],
+    packages: str | None = None,
+    build: bool = False,
+) -> EnvPlan | None:
+    """The environment plan of ``program`` on ``image`` (None when it imports nothing the
+    standard library and the workspace do not give). ``packages``: ``auto`` (the kernel's,
+    the default), ``none``, or a requirements.txt / pyproject.toml / uv.lock. The image is
+    read (``read_image``) only when something could be added; in a dry run an image that
+    cannot be read leaves the plan undiffed, with a note."""
+    packages = (packages or AUTO).strip()
+    if packages.lower() == NONE:
+        return EnvPlan(NONE, image, None, IndexSettings())
+    plan = EnvPlan(AUTO if packages.lower() == AUTO else packages, image, None, kernel_index())
+    file_mode = plan.packages != AUTO
+    if not file_mode:
+        _wanted_from_kernel(program, workspace, plan)
+        if not plan.wanted and not plan.warnings:
+            return None
+    try:
+        plan.contents = read_image()
+    except TorchxNbError as e:
+        if build:
+            raise
+        plan.note = f"not compared with the image, which could not be read: {e}"
+    if file_mode:
+        pins = pins_from_file(Path(packages).expanduser(), plan.contents, plan.index)
+        for name, version in pins:
+            check_pin(name, version, packages)
+        plan.wanted = [PlanItem(name, version, "") for name, version in pins]
+    if plan.warnings and plan.contents is not None:
+        have = plan.contents.distributions
+        plan.warnings = [w for w in plan.warnings if not _module_in(w, have)]
+    diff(plan)
+    check_python(plan)
+    return plan
+
+
+def _module_in(warning: str, have: dict[str, str]) -> bool:
+    if not warning.startswith("module "):
+        return False
+    name = warning.split("'")[1] if "'" in warning else ""
+    return normalize(name) in have

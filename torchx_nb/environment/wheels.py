@@ -1,0 +1,136 @@
+"""Wheels for distributions no index serves, made from what the kernel has: the wheel file it
+was installed from when that is still there, a build of its source folder for a local or
+editable install (``uv build``, with the kernel's index settings for the build backend), or
+the installed files packed back into a wheel (pure-Python only: a compiled one cannot be
+rebuilt for another platform, and is refused in one line)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+from torchx_nb.environment.index import IndexSettings
+from torchx_nb.environment.kernel import KernelDist, installed_files
+from torchx_nb.specs.api import TorchxNbError
+
+_DROP = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
+
+
+def uv_bin() -> str:
+    try:
+        import uv
+    except ImportError:
+        found = shutil.which("uv")
+        if found:
+            return found
+        raise TorchxNbError(
+            "the environment layer needs uv: pip install uv (or pass --packages none)"
+        ) from None
+    return str(uv.find_uv_bin())
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
+
+
+def _wheel_name(dist: KernelDist) -> str:
+    name = re.sub(r"[-_.]+", "_", dist.name)
+    version = dist.version.replace("-", "_")
+    return f"{name}-{version}-py3-none-any.whl"
+
+
+def repack_installed(dist: KernelDist, out: Path) -> Path:
+    """The kernel's installed files of a pure-Python distribution as a wheel in ``out``
+    (reproducible: sorted entries, fixed dates, RECORD rewritten)."""
+    if not dist.pure:
+        raise TorchxNbError(
+            f"{dist.name} {dist.version} is compiled and no index serves it for the image's"
+            " platform: publish a wheel for it, install it in the base image, or pass"
+            " --packages none"
+        )
+    _, files = installed_files(dist.name)
+    dist_info = next(
+        (rel.split("/")[0] for rel, _ in files if rel.split("/")[0].endswith(".dist-info")), None
+    )
+    if dist_info is None:
+        dist_info = f"{re.sub(r'[-_.]+', '_', dist.name)}-{dist.version}.dist-info"
+    target = out / _wheel_name(dist)
+    record: list[str] = []
+    entries: list[tuple[str, bytes]] = []
+    has_wheel = False
+    for rel, path in sorted(files):
+        parts = rel.split("/")
+        if parts[0] == dist_info and parts[-1] in _DROP:
+            continue
+        if rel.endswith(".pth") and parts[0].startswith("__editable__"):
+            continue
+        data = path.read_bytes()
+        if parts[0] == dist_info and parts[-1] == "WHEEL":
+            has_wheel = True
+            data = re.sub(rb"(?m)^Tag: .*$\n?", b"", data).rstrip(b"\n") + b"\nTag: py3-none-any\n"
+        entries.append((rel, data))
+    if not has_wheel:
+        wheel = (
+            b"Wheel-Version: 1.0\nGenerator: torchx_nb\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        entries.append((f"{dist_info}/WHEEL", wheel))
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for rel, data in sorted(entries):
+            zf.writestr(zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0)), data)
+            record.append(f"{rel},{_record_hash(data)},{len(data)}")
+        record.append(f"{dist_info}/RECORD,,")
+        zf.writestr(
+            zipfile.ZipInfo(f"{dist_info}/RECORD", date_time=(1980, 1, 1, 0, 0, 0)),
+            "\n".join(record) + "\n",
+        )
+    return target
+
+
+def build_source(dist: KernelDist, out: Path, index: IndexSettings) -> Path:
+    """A wheel built from the folder ``dist`` was installed from (``uv build``)."""
+    assert dist.source_path is not None
+    before = set(out.glob("*.whl"))
+    proc = subprocess.run(
+        [
+            uv_bin(),
+            "build",
+            "--no-config",
+            "--wheel",
+            "--out-dir",
+            str(out),
+            *index.uv_args(),
+            dist.source_path,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    made = sorted(set(out.glob("*.whl")) - before)
+    if proc.returncode != 0 or not made:
+        last = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+        raise TorchxNbError(
+            f"cannot build a wheel of {dist.name} from {dist.source_path} ({last[:200]}):"
+            " make its build backend reachable from the kernel's index, or pass --packages none"
+        )
+    return made[-1]
+
+
+def local_wheel(dist: KernelDist, out: Path, index: IndexSettings) -> Path:
+    """A wheel of ``dist`` as the kernel has it, into ``out``."""
+    path = Path(dist.source_path) if dist.source_path else None
+    if dist.source == "archive" and path and path.suffix == ".whl" and path.is_file():
+        return Path(shutil.copy2(path, out / path.name))
+    if dist.source in ("editable", "local") and path and path.is_dir():
+        return build_source(dist, out, index)
+    if dist.source == "editable":
+        raise TorchxNbError(
+            f"{dist.name} is an editable install whose source folder {dist.source_path} is"
+            " gone: reinstall it, or pass --packages none"
+        )
+    return repack_installed(dist, out)

@@ -1,0 +1,290 @@
+"""What a base image already has for Python, read from its layers without running it: the
+Python version, the site directories, the installed distributions and the platform (CPU and
+libc) that wheels must be built for. Read through the registry (no daemon) or from the
+daemon's ``docker save`` stream, one layer at a time (memory stays bounded however large the
+image), and cached per image digest, so a 10 GB base is read once."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tarfile
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from email.parser import HeaderParser
+from pathlib import Path
+from typing import IO, Any
+
+_PY_DIR = re.compile(r"^(?P<prefix>(?:[^/]+/)*?)lib/python(?P<ver>3\.\d+)/os\.py$")
+_DIST = re.compile(
+    r"^(?:[^/]+/)*?lib/python3(?:\.\d+)?/(?:site|dist)-packages/"
+    r"(?P<dir>[^/]+\.(?:dist-info|egg-info))(?P<rest>/(?:METADATA|PKG-INFO))?$"
+)
+_SITE = re.compile(r"^(?P<dir>(?:[^/]+/)*?lib/python3(?:\.\d+)?/(?:site|dist)-packages)/?$")
+_OLD_GLIBC = re.compile(r"(?:^|/)libc-(2\.\d+)\.so$")
+_META_LIMIT = 64 * 1024
+SCAN_VERSION = 2  # bump when what a scan records changes (invalidates the cache)
+
+
+def normalize(name: str) -> str:
+    """A distribution's name as indexes compare it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class ImageContents:
+    """The Python side of an image (``python`` None when it has no Python 3)."""
+
+    python: str | None
+    prefix: str
+    site_dirs: tuple[str, ...]
+    distributions: dict[str, str] = field(default_factory=dict)
+    arch: str = "x86_64"
+    libc: str = "glibc"
+    glibc: str | None = None
+
+    @property
+    def platform(self) -> str:
+        """uv's ``--python-platform`` for this image: manylinux at the image's glibc (2.17
+        when it cannot be told), or musllinux."""
+        if self.libc == "musl":
+            return f"{self.arch}-unknown-linux-musl"
+        major, _, minor = (self.glibc or "2.17").partition(".")
+        return f"{self.arch}-manylinux_{major}_{minor}"
+
+    @property
+    def site_dir(self) -> str | None:
+        """The site directory whose ``.pth`` files the image's Python processes at start:
+        site-packages of its prefix, else Debian's ``dist-packages``."""
+        return self.site_dirs[0] if self.site_dirs else None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ImageContents:
+        data = dict(data)
+        data["site_dirs"] = tuple(data.get("site_dirs", ()))
+        return cls(**data)
+
+
+class _Scan:
+    """What the layers hold so far, applied in order (later layers and whiteouts win)."""
+
+    def __init__(self) -> None:
+        self.pythons: dict[str, str] = {}  # prefix -> version
+        self.dists: dict[str, tuple[str, str]] = {}  # path -> (name, version)
+        self.sites: set[str] = set()
+        self.musl = False
+        self.glibc: str | None = None
+
+    def _drop(self, path: str) -> None:
+        for key in [k for k in self.dists if k == path or k.startswith(path + "/")]:
+            del self.dists[key]
+        for key in [p for p in self.pythons if f"{p}lib/python{self.pythons[p]}".startswith(path)]:
+            del self.pythons[key]
+        self.sites = {s for s in self.sites if not (s == path or s.startswith(path + "/"))}
+
+    def whiteout(self, name: str) -> bool:
+        folder, _, base = name.rpartition("/")
+        if base == ".wh..wh..opq":
+            self._drop(folder)
+            return True
+        if base.startswith(".wh."):
+            self._drop(f"{folder}/{base[4:]}".lstrip("/"))
+            return True
+        return False
+
+    def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+        name = info.name.lstrip("./")
+        if self.whiteout(name):
+            return
+        if m := _PY_DIR.match(name):
+            self.pythons[m["prefix"]] = m["ver"]
+        elif m := _SITE.match(name):
+            if info.isdir():
+                self.sites.add(m["dir"])
+        elif m := _DIST.match(name):
+            if info.isfile() and (m["rest"] or m["dir"].endswith(".egg-info")):
+                found = _name_version(tar, info)
+                if found:
+                    self.dists[name.rsplit("/", 1)[0] if m["rest"] else name] = found
+        elif "/ld-musl-" in f"/{name}":
+            self.musl = True
+        elif name == "var/lib/dpkg/status" and info.isfile():
+            self.glibc = _dpkg_glibc(tar, info) or self.glibc
+        elif m := _OLD_GLIBC.search(name):
+            self.glibc = m[1]
+
+    def result(self, arch: str) -> ImageContents:
+        if not self.pythons:
+            return ImageContents(None, "", (), {}, arch)
+        # /usr/local's Python (the official images build one there) over the system's
+        prefix = max(self.pythons, key=lambda p: (p.startswith("usr/local"), self.pythons[p]))
+        ver = self.pythons[prefix]
+        candidates = [
+            f"{prefix}lib/python{ver}/site-packages",
+            f"{prefix}lib/python3/dist-packages",
+            f"{prefix}local/lib/python{ver}/dist-packages",
+        ]
+        sites = tuple("/" + c for c in candidates if c in self.sites)
+        if not sites:
+            sites = ("/" + candidates[0],)
+        dists: dict[str, str] = {}
+        for path, (name, version) in sorted(self.dists.items()):
+            if f"/python{ver}/" in path or "/python3/" in path:
+                dists.setdefault(normalize(name), version)
+        return ImageContents(
+            ver,
+            "/" + prefix.rstrip("/"),
+            sites,
+            dists,
+            arch,
+            "musl" if self.musl else "glibc",
+            self.glibc,
+        )
+
+
+def _read_head(tar: tarfile.TarFile, info: tarfile.TarInfo, limit: int) -> bytes:
+    f = tar.extractfile(info)
+    return f.read(limit) if f else b""
+
+
+def _name_version(tar: tarfile.TarFile, info: tarfile.TarInfo) -> tuple[str, str] | None:
+    head = _read_head(tar, info, _META_LIMIT).decode("utf-8", "replace")
+    headers = HeaderParser().parsestr(head.split("\n\n", 1)[0])
+    name, version = headers.get("Name"), headers.get("Version")
+    return (name.strip(), version.strip()) if name and version else None
+
+
+def _dpkg_glibc(tar: tarfile.TarFile, info: tarfile.TarInfo) -> str | None:
+    text = _read_head(tar, info, 32 * 1024 * 1024).decode("utf-8", "replace")
+    for block in text.split("\n\n"):
+        if re.search(r"^Package: libc6$", block, re.M):
+            m = re.search(r"^Version: (\d+\.\d+)", block, re.M)
+            if m:
+                return m[1]
+    return None
+
+
+def scan_layers(layers: Iterable[IO[bytes]], arch: str = "x86_64") -> ImageContents:
+    """The Python side of an image from its layer streams (tar, gzip'd or not), in order."""
+    scan = _Scan()
+    for stream in layers:
+        with tarfile.open(fileobj=stream, mode="r|*") as tar:
+            for info in tar:
+                scan.member(tar, info)
+    return scan.result(arch)
+
+
+def _arch(config: dict[str, Any]) -> str:
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(
+        str(config.get("architecture") or "amd64"), str(config.get("architecture"))
+    )
+
+
+def _cache_file(key: str) -> Path:
+    from torchx_nb.paths import data_dir, private_dir
+
+    safe = re.sub(r"[^A-Za-z0-9]", "_", key)[:100]
+    return private_dir(data_dir() / "images") / f"{safe}.v{SCAN_VERSION}.json"
+
+
+def cached(key: str, read: Any) -> ImageContents:
+    """The image's contents from the cache under ``key`` (its digest), else ``read()``'s."""
+    path = _cache_file(key)
+    try:
+        return ImageContents.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        pass
+    contents: ImageContents = read()
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(contents.to_json()))
+    os.replace(tmp, path)
+    return contents
+
+
+def from_registry(client: Any, ref: Any) -> ImageContents:
+    """Read an image through its registry (``RegistryClient``, ``ImageRef``), no daemon: one
+    streamed blob at a time."""
+    manifest, _, digest = client.get_manifest(ref)
+
+    def read() -> ImageContents:
+        config = json.loads(client.get_blob(ref.repository, manifest["config"]["digest"]))
+
+        def streams() -> Iterator[IO[bytes]]:
+            for blob in manifest["layers"]:
+                resp = client.request(
+                    "GET",
+                    f"/v2/{ref.repository}/blobs/{blob['digest']}",
+                    scope=f"repository:{ref.repository}:pull",
+                    stream=True,
+                )
+                try:
+                    resp.raw.decode_content = True
+                    yield resp.raw
+                finally:
+                    resp.close()
+
+        return scan_layers(streams(), _arch(config))
+
+    return cached(digest, read)
+
+
+def from_daemon(client: Any, image: Any) -> ImageContents:
+    """Read an image from a Docker daemon's ``docker save`` stream (docker SDK ``Image``)."""
+
+    def read() -> ImageContents:
+        chunks = image.save(named=False)
+        raw = _IterStream(chunks)
+        order: list[str] = []
+        layers: dict[str, Path] = {}
+        with tempfile.TemporaryDirectory(prefix="torchx-nb-image-") as tmp:
+            with tarfile.open(fileobj=raw, mode="r|") as outer:
+                for info in outer:
+                    f = outer.extractfile(info) if info.isfile() else None
+                    if f is None:
+                        continue
+                    if info.name == "manifest.json":
+                        order = json.loads(f.read())[0]["Layers"]
+                    elif info.name.endswith((".tar", ".tar.gz")) or "/blobs/" in info.name:
+                        dest = Path(tmp) / str(len(layers))
+                        with open(dest, "wb") as out:
+                            while block := f.read(1 << 20):
+                                out.write(block)
+                        layers[info.name] = dest
+            paths = [layers[name] for name in order if name in layers]
+            return scan_layers(_opened(paths), _arch(image.attrs))
+
+    return cached(str(image.id), read)
+
+
+def _opened(paths: Iterable[Path]) -> Iterator[IO[bytes]]:
+    for path in paths:
+        with open(path, "rb") as f:
+            yield f
+
+
+class _IterStream(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buf = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._buf:
+            try:
+                self._buf = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
