@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import os
 import shlex
+from typing import Any
 
 import torchx_nb
 from torchx_nb import specs
+
+
+def _app(name: str, role: str, entrypoint: str, args: list[str], **role_kw: Any) -> specs.AppDef:
+    """A one-role app (``role_kw``: the Role's other fields; 1 cpu and 1024 MB unless given)."""
+    role_kw.setdefault("resource", specs.Resource(cpu=1, gpu=0, memMB=1024))
+    return specs.AppDef(
+        name=name, roles=[specs.Role(name=role, entrypoint=entrypoint, args=args, **role_kw)]
+    )
 
 
 def echo(
@@ -20,19 +29,7 @@ def echo(
         image: image to use
         num_replicas: number of replicas to run
     """
-    return specs.AppDef(
-        name="echo",
-        roles=[
-            specs.Role(
-                name="echo",
-                image=image,
-                entrypoint="echo",
-                args=[msg],
-                num_replicas=num_replicas,
-                resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
-            )
-        ],
-    )
+    return _app("echo", "echo", "echo", [msg], image=image, num_replicas=num_replicas)
 
 
 def touch(file: str, image: str = torchx_nb.IMAGE) -> specs.AppDef:
@@ -42,19 +39,7 @@ def touch(file: str, image: str = torchx_nb.IMAGE) -> specs.AppDef:
         file: file to create
         image: the image to use
     """
-    return specs.AppDef(
-        name="touch",
-        roles=[
-            specs.Role(
-                name="touch",
-                image=image,
-                entrypoint="touch",
-                args=[file],
-                num_replicas=1,
-                resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
-            )
-        ],
-    )
+    return _app("touch", "touch", "touch", [file], image=image)
 
 
 def sh(
@@ -88,21 +73,17 @@ def sh(
     escaped = " ".join(shlex.quote(a) for a in args)
     env = dict(env or {})
     env.setdefault("LOGLEVEL", os.getenv("LOGLEVEL", "WARNING"))
-    return specs.AppDef(
-        name="sh",
-        roles=[
-            specs.Role(
-                name="sh",
-                image=image,
-                entrypoint=entrypoint or "sh",
-                args=[*map(str, args)] if entrypoint else ["-c", escaped],
-                num_replicas=num_replicas,
-                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-                env=env,
-                max_retries=max_retries,
-                mounts=specs.parse_mounts(mounts) if mounts else [],
-            )
-        ],
+    return _app(
+        "sh",
+        "sh",
+        entrypoint or "sh",
+        [*map(str, args)] if entrypoint else ["-c", escaped],
+        image=image,
+        num_replicas=num_replicas,
+        resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+        env=env,
+        max_retries=max_retries,
+        mounts=specs.parse_mounts(mounts) if mounts else [],
     )
 
 
@@ -145,20 +126,16 @@ def python(
         cmd = ["-c", c]
     else:
         cmd = [str(script)]
-    return specs.AppDef(
-        name=name,
-        roles=[
-            specs.Role(
-                name="python",
-                image=image,
-                entrypoint="python",
-                num_replicas=num_replicas,
-                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-                args=[*cmd, *args],
-                env={"HYDRA_MAIN_MODULE": m} if m else {},
-                mounts=specs.parse_mounts(mounts) if mounts else [],
-            )
-        ],
+    return _app(
+        name,
+        "python",
+        "python",
+        [*cmd, *args],
+        image=image,
+        num_replicas=num_replicas,
+        resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+        env={"HYDRA_MAIN_MODULE": m} if m else {},
+        mounts=specs.parse_mounts(mounts) if mounts else [],
     )
 
 
@@ -184,18 +161,14 @@ def binary(
         memMB: cpu memory in MB per replica
         h: a registered named resource (if given, takes precedence over cpu, gpu, memMB)
     """
-    return specs.AppDef(
-        name=name,
-        roles=[
-            specs.Role(
-                name="binary",
-                image=specs.NONE,
-                entrypoint=entrypoint,
-                num_replicas=num_replicas,
-                args=[*args],
-                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-            )
-        ],
+    return _app(
+        name,
+        "binary",
+        entrypoint,
+        [*args],
+        image=specs.NONE,
+        num_replicas=num_replicas,
+        resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
     )
 
 
@@ -208,18 +181,8 @@ def copy(src: str, dst: str, image: str = torchx_nb.IMAGE) -> specs.AppDef:
         dst: the destination fsspec file location
         image: the image that contains the copy app (torchx_nb and fsspec installed)
     """
-    return specs.AppDef(
-        name="torchx-utils-copy",
-        roles=[
-            specs.Role(
-                name="torchx-utils-copy",
-                image=image,
-                entrypoint="python",
-                args=["-m", "torchx_nb.apps.copy_main", "--src", src, "--dst", dst],
-                resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
-            ),
-        ],
-    )
+    args = ["-m", "torchx_nb.apps.copy_main", "--src", src, "--dst", dst]
+    return _app("torchx-utils-copy", "torchx-utils-copy", "python", args, image=image)
 
 
 def booth(
@@ -239,26 +202,6 @@ def booth(
         tracker_base: URI of the tracker's base output directory (e.g. s3://foo/bar)
         image: the image that contains the booth app (torchx_nb and fsspec installed)
     """
-    return specs.AppDef(
-        name="torchx-utils-booth",
-        roles=[
-            specs.Role(
-                name="torchx-utils-booth",
-                image=image,
-                entrypoint="python",
-                args=[
-                    "-m",
-                    "torchx_nb.apps.booth_main",
-                    "--x1",
-                    str(x1),
-                    "--x2",
-                    str(x2),
-                    "--trial_idx",
-                    str(trial_idx),
-                    "--tracker_base",
-                    tracker_base,
-                ],
-                resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
-            )
-        ],
-    )
+    args = ["-m", "torchx_nb.apps.booth_main", "--x1", str(x1), "--x2", str(x2)]
+    args += ["--trial_idx", str(trial_idx), "--tracker_base", tracker_base]
+    return _app("torchx-utils-booth", "torchx-utils-booth", "python", args, image=image)

@@ -14,12 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 _CREDS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<creds>[^/@\s]+)@")
-_KEYS = {
-    "index-url": "index_url",
-    "extra-index-url": "extra_index_urls",
-    "find-links": "find_links",
-    "no-index": "no_index",
-}
+_KEYS = frozenset({"index-url", "extra-index-url", "find-links", "no-index"})
 _SECTIONS = ("global", "install", "download", ":env:")
 
 

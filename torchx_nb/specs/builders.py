@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,6 +20,7 @@ from torchx_nb.specs.api import (
     split_key_values,
 )
 from torchx_nb.specs.api import make_app_handle as make_app_handle  # TorchX imports it from here
+from torchx_nb.specs.hints import unwrap_optional
 
 
 class ComponentArgError(TorchxNbError):
@@ -97,15 +97,6 @@ def _docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     return desc, {p.arg_name.lstrip("*"): (p.description or "") for p in parsed.params}
 
 
-def _unwrap_optional(tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
-
-
 def _bool(text: str) -> bool:
     low = text.lower()
     if low in ("true", "1", "yes", "on"):
@@ -158,7 +149,7 @@ def _dict_of(key: Any, value: Any) -> Callable[[str], dict[Any, Any]]:
 
 
 def _converter(tp: Any) -> tuple[Callable[[str], Any], str]:
-    tp = _unwrap_optional(tp)
+    tp = unwrap_optional(tp)
     origin = typing.get_origin(tp) or tp
     if tp is bool:
         return _bool, "BOOL"
@@ -166,10 +157,10 @@ def _converter(tp: Any) -> tuple[Callable[[str], Any], str]:
         return tp, tp.__name__.upper()
     if origin in (list, typing.List):  # noqa: UP006
         (item,) = typing.get_args(tp) or (str,)
-        return _list_of(_unwrap_optional(item)), "A,B,..."
+        return _list_of(unwrap_optional(item)), "A,B,..."
     if origin in (dict, typing.Dict):  # noqa: UP006
         key, value = typing.get_args(tp) or (str, str)
-        return _dict_of(_unwrap_optional(key), _unwrap_optional(value)), "K=V,..."
+        return _dict_of(unwrap_optional(key), unwrap_optional(value)), "K=V,..."
     return str, "STR"
 
 

@@ -12,12 +12,12 @@ import inspect
 import itertools
 import re
 import textwrap
-import types
 import typing
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 from torchx_nb.specs.api import CfgVal, InvalidRunConfigException, runopts
+from torchx_nb.specs.hints import unwrap_optional
 
 S = TypeVar("S", bound="StructuredOpts")
 _RUNOPTS: dict[type, runopts] = {}
@@ -58,15 +58,6 @@ def _field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def _strip_optional(tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return tp
-
-
 @dataclasses.dataclass
 class StructuredOpts(Mapping[str, CfgVal]):
     """Base class for typed scheduler options (subclass it as a ``@dataclass``)."""
@@ -94,7 +85,7 @@ class StructuredOpts(Mapping[str, CfgVal]):
         for f in dataclasses.fields(cls):
             if f.name.startswith("_"):
                 continue
-            tp = _strip_optional(hints[f.name])
+            tp = unwrap_optional(hints[f.name])
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             default = None if f.default is dataclasses.MISSING else f.default
             opts.add(

@@ -21,6 +21,7 @@ is a mark in the job's bucket that the cell runner looks for (``$TORCHX_NB_CANCE
 
 from __future__ import annotations
 
+from torchx_nb.schedulers.gcp_batch import constants
 from torchx_nb.schedulers.gcp_batch.client import (
     GcpClients,
     GcpError,
@@ -29,27 +30,7 @@ from torchx_nb.schedulers.gcp_batch.client import (
     is_transient,
     storage_client,
 )
-from torchx_nb.schedulers.gcp_batch.constants import (
-    ACTIVE_JOB_STATES,
-    BAD_REQUEST,
-    BATCH_ENDPOINT_ENV,
-    CANCEL_POLL_ENV,
-    CANCEL_POLL_SECONDS,
-    DEFAULT_LOCATION,
-    FIREWALL_SCRIPT,
-    JOB_STATES,
-    LABEL_APP_NAME,
-    LABEL_USER,
-    LABEL_VERSION,
-    LOG_NAME,
-    LOG_POLL_SECONDS,
-    LOGGING_ENDPOINT_ENV,
-    RANK0_ENV,
-    SCOPES,
-    TASK_GROUP,
-    TASK_INDEX,
-    TASK_STATES,
-)
+from torchx_nb.schedulers.gcp_batch.constants import *  # noqa: F403  (the one-module names)
 from torchx_nb.schedulers.gcp_batch.options import GcpBatchOpts, parse_duration
 from torchx_nb.schedulers.gcp_batch.request import (
     GCPBatchJob,
@@ -62,25 +43,7 @@ from torchx_nb.schedulers.gcp_batch.request import (
 from torchx_nb.schedulers.gcp_batch.scheduler import GcpBatchScheduler, create_scheduler
 
 __all__ = [
-    "ACTIVE_JOB_STATES",
-    "BAD_REQUEST",
-    "BATCH_ENDPOINT_ENV",
-    "CANCEL_POLL_ENV",
-    "CANCEL_POLL_SECONDS",
-    "DEFAULT_LOCATION",
-    "FIREWALL_SCRIPT",
-    "JOB_STATES",
-    "LABEL_APP_NAME",
-    "LABEL_USER",
-    "LABEL_VERSION",
-    "LOGGING_ENDPOINT_ENV",
-    "LOG_NAME",
-    "LOG_POLL_SECONDS",
-    "RANK0_ENV",
-    "SCOPES",
-    "TASK_GROUP",
-    "TASK_INDEX",
-    "TASK_STATES",
+    *(name for name in vars(constants) if name.isupper() and not name.startswith("_")),
     "GCPBatchJob",
     "GcpBatchOpts",
     "GcpBatchScheduler",

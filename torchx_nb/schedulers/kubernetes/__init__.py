@@ -12,30 +12,9 @@ account, and an ``ApiClient`` can be injected."""
 
 from __future__ import annotations
 
+from torchx_nb.schedulers.kubernetes import constants
 from torchx_nb.schedulers.kubernetes.client import KubernetesError, call
-from torchx_nb.schedulers.kubernetes.constants import (
-    GROUP_ANNOTATION,
-    INDEX_ANNOTATION,
-    INDEX_LABEL,
-    ITYPE,
-    LABEL_APP_NAME,
-    LABEL_INSTANCE,
-    LABEL_KUBE_APP_NAME,
-    LABEL_ORGANIZATION,
-    LABEL_REPLICA_ID,
-    LABEL_ROLE_INDEX,
-    LABEL_ROLE_NAME,
-    LABEL_VERSION,
-    ORGANIZATION,
-    POD_STATES,
-    PODGROUP,
-    RANK0_ENV,
-    RESERVED_MEMMB,
-    RESERVED_MILLICPU,
-    VOLCANO,
-    VOLCANO_QUEUES,
-    VOLCANO_STATES,
-)
+from torchx_nb.schedulers.kubernetes.constants import *  # noqa: F403  (the one-module names)
 from torchx_nb.schedulers.kubernetes.describe import array_job
 from torchx_nb.schedulers.kubernetes.options import KubernetesOpts
 from torchx_nb.schedulers.kubernetes.request import (
@@ -54,27 +33,7 @@ from torchx_nb.schedulers.kubernetes.request import (
 from torchx_nb.schedulers.kubernetes.scheduler import KubernetesScheduler, create_scheduler
 
 __all__ = [
-    "GROUP_ANNOTATION",
-    "INDEX_ANNOTATION",
-    "INDEX_LABEL",
-    "ITYPE",
-    "LABEL_APP_NAME",
-    "LABEL_INSTANCE",
-    "LABEL_KUBE_APP_NAME",
-    "LABEL_ORGANIZATION",
-    "LABEL_REPLICA_ID",
-    "LABEL_ROLE_INDEX",
-    "LABEL_ROLE_NAME",
-    "LABEL_VERSION",
-    "ORGANIZATION",
-    "PODGROUP",
-    "POD_STATES",
-    "RANK0_ENV",
-    "RESERVED_MEMMB",
-    "RESERVED_MILLICPU",
-    "VOLCANO",
-    "VOLCANO_QUEUES",
-    "VOLCANO_STATES",
+    *(name for name in vars(constants) if name.isupper() and not name.startswith("_")),
     "KubernetesError",
     "KubernetesJob",
     "KubernetesOpts",
