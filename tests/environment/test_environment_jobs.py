@@ -253,6 +253,15 @@ def test_a_hostile_installed_version_is_refused_in_one_line_and_runs_nothing(
     assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
 
 
+def test_an_editable_install_through_a_pth_file_is_found_by_its_source_folder(
+    kernel_venv: KernelVenv, older_base: str, docker_env: DockerDaemon, tmp_path: Path
+) -> None:
+    proc = _dryrun(kernel_venv, _workspace(tmp_path), older_base, "import tnbpathedit\n", "--json")
+    assert proc.returncode == 0, proc.stderr
+    row = next(r for r in proc.stdout.splitlines() if r.startswith("  tnbpathedit "))
+    assert row.endswith("missing; built from the kernel's editable install"), row
+
+
 def test_torchxconfig_sets_the_default_and_the_option_wins(
     kernel_venv: KernelVenv,
     older_base: str,

@@ -6,7 +6,9 @@ torchx_nb runs in it) holding
 - ``tnbedit`` 1.0, an editable install of a source folder (setuptools);
 - ``tnbserved`` 1.0, installed from the find-links folder the kernel's pip is configured with;
 - ``tnbnative`` 1.0, a "compiled" distribution (platform tag, a ``.so``) from the private folder;
-- ``tnbevil``, whose installed METADATA gives a version holding shell and path characters.
+- ``tnbevil``, whose installed METADATA gives a version holding shell and path characters;
+- ``tnbpathedit`` 1.0, editable the way hatchling installs it: a ``.pth`` file naming its source
+  folder, its RECORD listing no module of its own.
 
 pip's configuration is isolated (these machines set find-links, extra indexes and a
 constraints file globally): the kernel's pip sees only ``PIP_FIND_LINKS=served`` and
@@ -14,6 +16,7 @@ constraints file globally): the kernel's pip sees only ``PIP_FIND_LINKS=served``
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -195,4 +198,12 @@ def make_kernel_venv(root: Path) -> KernelVenv:
     )
     (evil / "top_level.txt").write_text("tnbevil\n")
     (evil / "RECORD").write_text("tnbevil.py,,\n")
+    path_src = _project(root, "tnbpathedit", "1.0", [], {"src/tnbpathedit.py": "V = 'path'\n"})
+    (site / "_tnbpathedit.pth").write_text(f"{path_src / 'src'}\n")
+    info = site / "tnbpathedit-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tnbpathedit\nVersion: 1.0\n")
+    (info / "RECORD").write_text("_tnbpathedit.pth,,\ntnbpathedit-1.0.dist-info/METADATA,,\n")
+    url = {"url": path_src.as_uri(), "dir_info": {"editable": True}}
+    (info / "direct_url.json").write_text(json.dumps(url))
     return KernelVenv(root, python, served, private, edit_src)

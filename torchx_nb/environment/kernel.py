@@ -5,6 +5,7 @@ local folder or wheel, an editable install, a VCS checkout, conda)."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.metadata as md
 import importlib.util
 import json
@@ -121,6 +122,27 @@ def _providers(stamp: tuple[tuple[str, int], ...]) -> Mapping[str, list[str]]:
     return md.packages_distributions()
 
 
+def _origin(spec: importlib.machinery.ModuleSpec | None) -> str | None:
+    """The file or folder a module is imported from (a namespace package: its first folder)."""
+    if spec is None:
+        return None
+    if spec.origin not in (None, "built-in", "frozen", "namespace"):
+        return str(spec.origin)
+    locations = list(spec.submodule_search_locations or [])
+    return str(locations[0]) if locations else None
+
+
+def _editable_owner(origin: str) -> str | None:
+    """The editable install whose source folder holds ``origin`` (an editable install that
+    puts its folder on ``sys.path`` through a ``.pth`` file lists no modules of its own)."""
+    path = Path(origin).resolve()
+    for dist in md.distributions():
+        source, folder = _source(dist)
+        if source == "editable" and folder and path.is_relative_to(Path(folder).resolve()):
+            return str(dist.metadata["Name"])
+    return None
+
+
 def _distribution(name: str) -> md.Distribution | None:
     try:
         return md.distribution(name)
@@ -145,10 +167,14 @@ def kernel_environment(
             spec = importlib.util.find_spec(module)
         except (ImportError, ValueError):
             spec = None
+        origin = _origin(spec)
+        owner = _editable_owner(origin) if origin else None
         if spec is None:
             env.missing[module] = where
-        elif spec.origin not in (None, "built-in", "frozen"):
-            env.unpackaged[module] = str(spec.origin)
+        elif owner is not None:
+            queue.append((owner, set(), module))
+        elif origin is not None:
+            env.unpackaged[module] = origin
     seen_extras: dict[str, set[str]] = {}
     while queue:
         name, extras, wanted_by = queue.pop(0)

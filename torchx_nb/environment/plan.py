@@ -232,6 +232,11 @@ def _wanted_from_kernel(program: Program, workspace: str | None, plan: EnvPlan) 
             f"module {module!r} ({where}) is neither in this kernel nor in {plan.image}:"
             " the job will fail to import it"
         )
+    for module, origin in env.unpackaged.items():
+        plan.warnings.append(
+            f"module {module!r} ({imports.modules[module]}) comes from {origin}, which no"
+            " installed distribution lists: it does not travel; ship it in the workspace"
+        )
 
 
 def plan_environment(
