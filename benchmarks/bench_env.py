@@ -51,7 +51,7 @@ import json, os, resource, sys, time
 from torchx_nb.environment.layer import EnvironmentBuild
 from torchx_nb.environment.plan import plan_environment
 from torchx_nb.specs.program import CellProgram
-from torchx_nb.workspace.builders import DockerBuilder, RegistryBuilder
+from torchx_nb.workspace.builders import BuildInput, DockerBuilder, RegistryBuilder
 from torchx_nb.workspace.collect import collect_workspace
 
 builder_name, base, ws, repo, cell = sys.argv[1:6]
@@ -69,7 +69,7 @@ for n, packages in ((1, "auto"), (2, "none"), (3, "auto"), (4, "none")):
         t1 = time.perf_counter()
         env.layer_for(plan.contents)
         layered = time.perf_counter() - t1
-    built = b.build(base, collect_workspace(ws), {"c.py": source.encode()}, repo, True, False, env)
+    built = b.build(BuildInput(base, collect_workspace(ws), {"c.py": source.encode()}, repo, True, False, env))
     print(json.dumps({
         "plan": planned,
         "layer": layered if env is not None else 0,

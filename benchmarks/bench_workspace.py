@@ -36,7 +36,7 @@ from tests.infra.dockerd import (  # noqa: E402
     start_dockerd,
     start_registry,
 )
-from torchx_nb.workspace.builders import DockerBuilder, RegistryBuilder  # noqa: E402
+from torchx_nb.workspace.builders import BuildInput, DockerBuilder, RegistryBuilder  # noqa: E402
 from torchx_nb.workspace.collect import collect_workspace  # noqa: E402
 
 CELL_TEMPLATE = "\n".join(
@@ -132,12 +132,16 @@ def main() -> int:
                     if method == "registry":
                         files = collect_workspace(ws)
                         RegistryBuilder().build(
-                            base_remote, files, extra, f"{registry.host}/bench/registry", quiet=True
+                            BuildInput(
+                                base_remote, files, extra, f"{registry.host}/bench/registry", True
+                            )
                         )
                     elif method == "docker":
                         files = collect_workspace(ws)
                         DockerBuilder(client).build(
-                            base_local, files, extra, f"{registry.host}/bench/docker", quiet=True
+                            BuildInput(
+                                base_local, files, extra, f"{registry.host}/bench/docker", True
+                            )
                         )
                     else:
                         torchx_method(

@@ -182,7 +182,7 @@ import json, sys
 from torchx_nb.environment.layer import EnvironmentBuild
 from torchx_nb.environment.plan import plan_environment
 from torchx_nb.specs.program import CellProgram
-from torchx_nb.workspace.builders import RegistryBuilder
+from torchx_nb.workspace.builders import BuildInput, RegistryBuilder
 from torchx_nb.workspace.collect import collect_workspace
 
 out = []
@@ -190,8 +190,8 @@ for cell in (sys.argv[1], sys.argv[1] + "print('edited')\\n"):
     b = RegistryBuilder()
     plan = plan_environment(CellProgram(cell), {str(ws)!r}, {image!r},
                             lambda: b.read_image({image!r}), "auto", True)
-    built = b.build({image!r}, collect_workspace({str(ws)!r}), {{"c.py": cell.encode()}},
-                    {registry.host + "/reuse"!r}, True, False, EnvironmentBuild(plan))
+    built = b.build(BuildInput({image!r}, collect_workspace({str(ws)!r}), {{"c.py": cell.encode()}},
+                    {registry.host + "/reuse"!r}, True, False, EnvironmentBuild(plan)))
     out.append([built.uploaded_bytes, [l.size for l in built.layers]])
 print(json.dumps(out))
 """

@@ -17,7 +17,7 @@ from torchx_nb import specs
 from torchx_nb.refresher import Refresher
 from torchx_nb.runner import Runner
 from torchx_nb.specs.api import TorchxNbError
-from torchx_nb.workspace.builders import RegistryBuilder
+from torchx_nb.workspace.builders import BuildInput, RegistryBuilder
 from torchx_nb.workspace.collect import collect_workspace
 from torchx_nb.workspace.registry import RegistryClient
 
@@ -50,14 +50,16 @@ def test_push_interrupted_by_a_registry_restart_fails_clearly_then_succeeds(
     session = StopOnFirstUpload(reg.stop)
     builder.clients[reg.host] = RegistryClient(reg.host, session=session)
     with pytest.raises(TorchxNbError) as err:
-        builder.build(base, files, {}, f"{reg.host}/jobs", quiet=True)
+        builder.build(BuildInput(base, files, {}, f"{reg.host}/jobs", quiet=True))
     assert session.stopped
     assert "unreachable" in str(err.value) and "\n" not in str(err.value)
 
     port = int(reg.host.rsplit(":", 1)[1])
     again = start_registry(tmp_path / "reg", port=port)
     try:
-        built = RegistryBuilder().build(base, files, {}, f"{again.host}/jobs", quiet=True)
+        built = RegistryBuilder().build(
+            BuildInput(base, files, {}, f"{again.host}/jobs", quiet=True)
+        )
         ref = built.image
         repo, _, digest = ref.partition("@")
         manifest = requests.get(

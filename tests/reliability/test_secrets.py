@@ -340,16 +340,18 @@ def test_registry_builder_pushes_no_planted_secret(
     registry: Registry,
     corpus: tuple[Path, dict[str, str]],
 ) -> None:
-    from torchx_nb.workspace.builders import RegistryBuilder
+    from torchx_nb.workspace.builders import BuildInput, RegistryBuilder
 
     root, _ = corpus
     before = set(registry_blobs(registry))
     built = RegistryBuilder().build(
-        python_in_registry,
-        collect_workspace(root),
-        {".torchx-cell-x.py": b"print(1)\n"},
-        f"{registry.host}/corpus/registry",
-        quiet=True,
+        BuildInput(
+            python_in_registry,
+            collect_workspace(root),
+            {".torchx-cell-x.py": b"print(1)\n"},
+            f"{registry.host}/corpus/registry",
+            quiet=True,
+        )
     )
     pushed = [b for b in registry_blobs(registry) if b not in before]
     assert built.uploaded_bytes > 0 and len(pushed) >= 3  # workspace, cell, config, manifest
@@ -363,17 +365,19 @@ def test_docker_builder_pushes_no_planted_secret(
     corpus: tuple[Path, dict[str, str]],
 ) -> None:
     """With a Dockerfile.torchx that copies the whole context: the context is the checked list."""
-    from torchx_nb.workspace.builders import DockerBuilder
+    from torchx_nb.workspace.builders import BuildInput, DockerBuilder
 
     root, _ = corpus
     (root / "Dockerfile.torchx").write_text("ARG IMAGE\nFROM $IMAGE\nWORKDIR /ws\nCOPY . .\n")
     before = set(registry_blobs(registry))
     built = DockerBuilder().build(
-        base_images["python"],
-        collect_workspace(root),
-        {".torchx-cell-x.py": b"print(1)\n"},
-        f"{registry.host}/corpus/docker",
-        quiet=True,
+        BuildInput(
+            base_images["python"],
+            collect_workspace(root),
+            {".torchx-cell-x.py": b"print(1)\n"},
+            f"{registry.host}/corpus/docker",
+            quiet=True,
+        )
     )
     pushed = [b for b in registry_blobs(registry) if b not in before]
     assert built.image.startswith(f"{registry.host}/corpus/docker:") and pushed

@@ -108,7 +108,7 @@ class WorkspaceMixin(Generic[T]):
         workspace, the files and the options are unchanged. With ``same_python`` (the files
         hold what this kernel pickled), an image declaring another Python minor version is
         refused before anything is built."""
-        from torchx_nb.workspace.builders import choose_builder
+        from torchx_nb.workspace.builders import BuildInput, choose_builder
         from torchx_nb.workspace.collect import collect_workspace
 
         opts = _workspace_opts(self.image_opts(cfg, build=True))
@@ -132,7 +132,15 @@ class WorkspaceMixin(Generic[T]):
                     " -cfg image_repo=HOST/REPO"
                 )
             cache[key] = builder.build(
-                role.image, collected, extra, opts.image_repo, opts.quiet, same_python, environment
+                BuildInput(
+                    role.image,
+                    collected,
+                    extra,
+                    opts.image_repo,
+                    opts.quiet,
+                    same_python,
+                    environment,
+                )
             )
         role.image = cache[key].image
 

@@ -14,7 +14,7 @@ import json
 import sys
 import tarfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 from torchx_nb.progress import Progress, new_progress
@@ -50,21 +50,28 @@ class EnvironmentLayer(Protocol):
     ) -> Layer | None: ...
 
 
+@dataclass(frozen=True)
+class BuildInput:
+    """What a builder patches onto ``base``: the workspace's files, ``extra`` files beside them
+    (the cell as a script), the environment layer to put under them, and where the result is
+    pushed (``image_repo``; None: kept on the daemon). With ``same_python`` (the files hold
+    what this kernel pickled) a base declaring another Python minor version is refused."""
+
+    base: str
+    files: WorkspaceFiles
+    extra: Mapping[str, bytes] = field(default_factory=dict)
+    image_repo: str | None = None
+    quiet: bool = False
+    same_python: bool = False
+    environment: EnvironmentLayer | None = None
+
+
 class Builder(Protocol):
     name: str
 
     def read_image(self, base: str) -> ImageContents: ...
 
-    def build(
-        self,
-        base: str,
-        files: WorkspaceFiles,
-        extra: dict[str, bytes],
-        image_repo: str | None,
-        quiet: bool,
-        same_python: bool = False,
-        environment: EnvironmentLayer | None = None,
-    ) -> BuiltImage: ...
+    def build(self, job: BuildInput) -> BuiltImage: ...
 
 
 def image_python(env: list[str] | None) -> str | None:
@@ -117,16 +124,7 @@ class RegistryBuilder:
         client = self.clients.setdefault(ref.host, RegistryClient(ref.host))
         return from_registry(client, ref)
 
-    def build(
-        self,
-        base: str,
-        files: WorkspaceFiles,
-        extra: dict[str, bytes],
-        image_repo: str | None,
-        quiet: bool,
-        same_python: bool = False,
-        environment: EnvironmentLayer | None = None,
-    ) -> BuiltImage:
+    def build(self, job: BuildInput) -> BuiltImage:
         from torchx_nb.workspace.registry import (
             ImageRef,
             RegistryClient,
@@ -134,41 +132,41 @@ class RegistryBuilder:
             working_dir_for,
         )
 
-        if not image_repo:
+        if not job.image_repo:
             raise TorchxNbError(
                 "the registry builder needs image_repo (-cfg image_repo=HOST/REPO) to push the"
                 " patched image to"
             )
-        if any(f.path == DOCKERFILE for f in files.files):
+        if any(f.path == DOCKERFILE for f in job.files.files):
             raise TorchxNbError(
                 f"the workspace has a {DOCKERFILE}; its RUN steps need a Docker daemon:"
                 " use -cfg builder=docker"
             )
-        ref = ImageRef.parse(base)
+        ref = ImageRef.parse(job.base)
         client = self.clients.setdefault(ref.host, RegistryClient(ref.host))
         manifest, _, _ = client.get_manifest(ref)
         config = json.loads(client.get_blob(ref.repository, manifest["config"]["digest"]))
-        if same_python:
-            check_python(base, config.get("config", {}).get("Env"))
+        if job.same_python:
+            check_python(job.base, config.get("config", {}).get("Env"))
         work = working_dir_for(config)
         prefix = work.strip("/")
-        progress = None if quiet else new_progress()
+        progress = None if job.quiet else new_progress()
         try:
             layers: list[Layer] = []
             history: list[str] = []
-            if environment is not None:
-                env = environment.layer_for(self.read_image(base), progress=progress)
+            if job.environment is not None:
+                env = job.environment.layer_for(self.read_image(job.base), progress=progress)
                 if env is not None:
                     layers.append(env)
                     history.append("environment")
-            layers.append(build_layer(files, prefix))
+            layers.append(build_layer(job.files, prefix))
             history.append("workspace")
-            if extra:
-                layers.append(build_file_layer(extra, prefix))
+            if job.extra:
+                layers.append(build_file_layer(job.extra, prefix))
                 history.append("cell")
             result = append_layers(
-                base,
-                image_repo,
+                job.base,
+                job.image_repo,
                 layers,
                 labels=_labels(),
                 history=history,
@@ -307,35 +305,27 @@ class DockerBuilder:
             return image_id, None
         return self._add_layer(image_id, env, None, quiet), env
 
-    def build(
-        self,
-        base: str,
-        files: WorkspaceFiles,
-        extra: dict[str, bytes],
-        image_repo: str | None,
-        quiet: bool,
-        same_python: bool = False,
-        environment: EnvironmentLayer | None = None,
-    ) -> BuiltImage:
+    def build(self, job: BuildInput) -> BuiltImage:
         import docker
 
-        base_image = self._ensure_base(base)
-        if same_python:
-            check_python(base, base_image.attrs.get("Config", {}).get("Env"))
+        environment = job.environment
+        base_image = self._ensure_base(job.base)
+        if job.same_python:
+            check_python(job.base, base_image.attrs.get("Config", {}).get("Env"))
         wd = base_image.attrs.get("Config", {}).get("WorkingDir") or ""
         work = wd if wd not in ("", "/") else "/workspace"
         prefix = work.strip("/")
         layers: list[Layer] = []
-        if any(f.path == DOCKERFILE for f in files.files):
+        if any(f.path == DOCKERFILE for f in job.files.files):
             # the checked file list, opened without following links, as the layer path does
-            context = build_context(files, extra)
+            context = build_context(job.files, job.extra)
             try:
                 with open(context.path, "rb") as fileobj:
                     image_id = self._build(
                         fileobj,
                         None,
-                        quiet,
-                        {"IMAGE": base, "WORKSPACE": str(files.root)},
+                        job.quiet,
+                        {"IMAGE": job.base, "WORKSPACE": str(job.files.root)},
                         DOCKERFILE,
                         encoding="gzip",
                     )
@@ -343,7 +333,9 @@ class DockerBuilder:
                 context.path.unlink(missing_ok=True)
             work = self.client.images.get(image_id).attrs["Config"].get("WorkingDir") or "/"
             if environment is not None:
-                image_id, env = self._environment_on_top(base_image, image_id, environment, quiet)
+                image_id, env = self._environment_on_top(
+                    base_image, image_id, environment, job.quiet
+                )
                 layers += [env] if env else []
         else:
             under = str(base_image.id)
@@ -351,13 +343,13 @@ class DockerBuilder:
                 from torchx_nb.workspace.image_contents import from_daemon
 
                 env = _environment_layer(
-                    environment, from_daemon(self.client, base_image), None, quiet
+                    environment, from_daemon(self.client, base_image), None, job.quiet
                 )
                 if env is not None:
                     layers.append(env)
                     env_tag = f"torchx-nb/env:{env.digest[7:19]}-{base_image.id[7:19]}"
-                    under = self._add_layer(under, env, env_tag, quiet)
-            ws = build_layer(files, prefix)
+                    under = self._add_layer(under, env, env_tag, job.quiet)
+            ws = build_layer(job.files, prefix)
             layers.append(ws)
             ws_tag = f"torchx-nb/workspace:{ws.digest[7:19]}-{under[7:19]}"
             try:
@@ -365,33 +357,37 @@ class DockerBuilder:
             except docker.errors.ImageNotFound:
                 dockerfile = f"FROM {under}\nADD ws.tar.gz /\nWORKDIR {work}\n"
                 self._build(
-                    _context({"Dockerfile": dockerfile.encode(), "ws.tar.gz": ws}), ws_tag, quiet
+                    _context({"Dockerfile": dockerfile.encode(), "ws.tar.gz": ws}),
+                    ws_tag,
+                    job.quiet,
                 )
             image_id = self.client.images.get(ws_tag).id
-            if extra:
-                cell = build_file_layer(extra, prefix)
+            if job.extra:
+                cell = build_file_layer(job.extra, prefix)
                 layers.append(cell)
                 dockerfile = f"FROM {ws_tag}\nADD cell.tar.gz /\n"
                 image_id = self._build(
-                    _context({"Dockerfile": dockerfile.encode(), "cell.tar.gz": cell}), None, quiet
+                    _context({"Dockerfile": dockerfile.encode(), "cell.tar.gz": cell}),
+                    None,
+                    job.quiet,
                 )
-        if not image_repo:
+        if not job.image_repo:
             return BuiltImage(image_id, work, 0, tuple(layers))
         tag = image_id.split(":")[-1][:16]
-        self.client.images.get(image_id).tag(image_repo, tag)
-        progress = None if quiet else new_progress()
+        self.client.images.get(image_id).tag(job.image_repo, tag)
+        progress = None if job.quiet else new_progress()
         pushed = self.client.images.push(
-            image_repo, tag, stream=True, decode=True, auth_config=_token_login(image_repo)
+            job.image_repo, tag, stream=True, decode=True, auth_config=_token_login(job.image_repo)
         )
         for event in pushed:
             if "error" in event:
-                raise TorchxNbError(f"push to {image_repo} failed: {event['error'].strip()}")
+                raise TorchxNbError(f"push to {job.image_repo} failed: {event['error'].strip()}")
             detail = event.get("progressDetail") or {}
             if progress and detail.get("total"):
                 progress(detail.get("current", 0), detail["total"], event.get("id", ""))
         if progress:
             progress.close()
-        return BuiltImage(f"{image_repo}:{tag}", work, 0, tuple(layers))
+        return BuiltImage(f"{job.image_repo}:{tag}", work, 0, tuple(layers))
 
 
 def _token_login(image_repo: str) -> dict[str, str] | None:

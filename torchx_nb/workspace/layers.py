@@ -13,7 +13,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -170,7 +170,7 @@ def build_layer(
     return Layer(cached, layer.digest, layer.diff_id, layer.size)
 
 
-def build_context(files: WorkspaceFiles, extra: dict[str, bytes]) -> Layer:
+def build_context(files: WorkspaceFiles, extra: Mapping[str, bytes]) -> Layer:
     """A gzip'd build context of the workspace files plus ``extra`` (the cell), at the root, in
     a temporary file the caller removes."""
     paths: dict[str, tuple[bytes | Path | None, int, str | None]] = {
@@ -184,7 +184,7 @@ def build_context(files: WorkspaceFiles, extra: dict[str, bytes]) -> Layer:
 
 
 def build_file_layer(
-    contents: dict[str, bytes], dest_prefix: str = "workspace", directory: Path | None = None
+    contents: Mapping[str, bytes], dest_prefix: str = "workspace", directory: Path | None = None
 ) -> Layer:
     """A small layer of in-memory files (e.g. the cell script)."""
     directory = directory or cache_dir()
