@@ -92,6 +92,7 @@ RANKS = {
     "specs": 0,
     "version": 0,
     "paths": 1,
+    "lazy": 1,
     "progress": 1,
     "redact": 1,
     "user_regex": 1,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from torchx_nb.lazy import LazyClient
 from torchx_nb.specs.api import AppStatus, TorchxNbError, is_terminal
 
 OWN = ".torchx-nb/"
@@ -106,6 +107,27 @@ class LocalStore:
             return os.fdopen(os.dup(f.fileno()), "rb")
 
 
+def _aws_env() -> tuple[str | None, ...]:
+    """What picks an S3 endpoint and identity from the environment (the client cache's key)."""
+    names = ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID")
+    return tuple(os.environ.get(n) for n in names)
+
+
+@functools.lru_cache(maxsize=4)
+def _s3_client(env: tuple[str | None, ...]) -> Any:
+    """One boto3 S3 client per environment: creating one costs tens of milliseconds, and a
+    client is thread-safe and refreshes its own credentials."""
+    from torchx_nb.schedulers.aws_common import boto_client
+
+    return boto_client("s3", None)
+
+
+def _gcs_client() -> Any:
+    from torchx_nb.schedulers.gcp_batch import storage_client
+
+    return storage_client()
+
+
 class S3Store:
     """``s3://BUCKET/PREFIX/`` through boto3 (``AWS_ENDPOINT_URL`` and profiles honoured)."""
 
@@ -115,11 +137,7 @@ class S3Store:
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self._client = client
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = _s3_client(_aws_env())
-        return self._client
+    client = LazyClient(lambda self: _s3_client(_aws_env()))
 
     def list(self) -> list[OutputFile]:
         pages = self.client.get_paginator("list_objects_v2").paginate(
@@ -140,21 +158,6 @@ class S3Store:
         return body
 
 
-def _aws_env() -> tuple[str | None, ...]:
-    """What picks an S3 endpoint and identity from the environment (the client cache's key)."""
-    names = ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID")
-    return tuple(os.environ.get(n) for n in names)
-
-
-@functools.lru_cache(maxsize=4)
-def _s3_client(env: tuple[str | None, ...]) -> Any:
-    """One boto3 S3 client per environment: creating one costs tens of milliseconds, and a
-    client is thread-safe and refreshes its own credentials."""
-    from torchx_nb.schedulers.aws_common import boto_client
-
-    return boto_client("s3", None)
-
-
 class GcsStore:
     """``gs://BUCKET/PREFIX/`` through google-cloud-storage (``STORAGE_EMULATOR_HOST``
     honoured)."""
@@ -165,13 +168,7 @@ class GcsStore:
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self._client = client
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            from torchx_nb.schedulers.gcp_batch import storage_client
-
-            self._client = storage_client()
-        return self._client
+    client = LazyClient(lambda self: _gcs_client())
 
     def list(self) -> list[OutputFile]:
         blobs = self.client.list_blobs(self.bucket, prefix=self.prefix)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from torchx_nb.lazy import LazyClient
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.specs.log_line import LogLine
 from torchx_nb.version import __version__
@@ -92,17 +93,8 @@ class AwsClients:
         self._log_client = log_client
         self._region = region
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = boto_client(self.service, self._region)
-        return self._client
-
-    @property
-    def log_client(self) -> Any:
-        if self._log_client is None:
-            self._log_client = boto_client("logs", self._region)
-        return self._log_client
+    client = LazyClient(lambda self: boto_client(self.service, self._region))
+    log_client = LazyClient(lambda self: boto_client("logs", self._region), "_log_client")
 
 
 def cloudwatch_events(

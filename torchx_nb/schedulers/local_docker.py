@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from torchx_nb.lazy import LazyClient
 from torchx_nb.schedulers.abilities import StoresOutputs, TakesTypedOptions
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.devices import get_device_mounts
@@ -195,11 +196,7 @@ class LocalDockerScheduler(
         super().__init__("local_docker", session_name)
         self._client = docker_client
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = docker_client()
-        return self._client
+    client = LazyClient(lambda self: docker_client())
 
     def output_url(self, app_id: str, request: DockerJob) -> str | None:
         """The host folder every container of the app writes at ``CONTAINER_OUTPUTS``."""

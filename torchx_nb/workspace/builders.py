@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
+from torchx_nb.lazy import LazyClient
 from torchx_nb.progress import Progress, new_progress
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.collect import DOCKERFILE, WorkspaceFiles
@@ -215,13 +216,7 @@ class DockerBuilder:
     def __init__(self, client: Any = None) -> None:
         self._client = client
 
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            from torchx_nb.workspace.daemon import docker_client
-
-            self._client = docker_client()
-        return self._client
+    client = LazyClient(lambda self: _daemon_client())
 
     def _ensure_base(self, base: str) -> Any:
         import docker
@@ -388,6 +383,12 @@ class DockerBuilder:
         if progress:
             progress.close()
         return BuiltImage(f"{job.image_repo}:{tag}", work, 0, tuple(layers))
+
+
+def _daemon_client() -> Any:
+    from torchx_nb.workspace.daemon import docker_client
+
+    return docker_client()
 
 
 def _token_login(image_repo: str) -> dict[str, str] | None:
