@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-
-SETUPTOOLS_WHEELS = Path("/opt/pypi/files")
 
 
 @dataclass
@@ -164,8 +161,25 @@ def make_kernel_venv(root: Path) -> KernelVenv:
             ),
             served,
         )
-    for wheel in SETUPTOOLS_WHEELS.glob("setuptools-*-py3-none-any.whl"):
-        shutil.copy2(wheel, served)
+    # the build backend of the editable install, for the kernel's index (uv build needs it):
+    # fetched with this machine's own pip configuration
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(served),
+            "setuptools>=61",
+        ],
+        check=True,
+        capture_output=True,
+    )
     edit_src = _project(root, "tnbedit", "1.0", [], {"tnbedit.py": "VERSION = 'edited-1'\n"})
     venv = root / "venv"
     subprocess.run(
