@@ -25,8 +25,6 @@ def notebook_program(
     ``workspace``, parameter names Python identifiers. One line naming the fix otherwise."""
     import keyword
 
-    import nbformat
-
     nb_path = Path(path).expanduser().resolve()
     root = Path(workspace).expanduser().resolve()
     if nb_path.suffix != ".ipynb":
@@ -38,12 +36,9 @@ def notebook_program(
             f"notebook {path!r} is outside the workspace {workspace!r}: the job runs it from"
             " there; drop --workspace (its folder is the default) or give a folder holding it"
         )
-    try:
-        nbformat.read(str(nb_path), as_version=4)
-    except Exception as e:
-        raise ValueError(
-            f"{path!r} cannot be read as a notebook: {str(e).splitlines()[0]}"
-        ) from None
+    why = _not_a_notebook(nb_path)
+    if why:
+        raise ValueError(f"{path!r} cannot be read as a notebook: {why}")
     for name, value in (parameters or {}).items():
         if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__"):
             raise ValueError(f"-p {name}: a parameter's name must be a Python variable name")
@@ -59,6 +54,24 @@ def notebook_program(
         tuple((parameters or {}).items()),
         cell_timeout,
     )
+
+
+def _not_a_notebook(path: Path) -> str | None:
+    """Why ``path`` is not a notebook nbformat can run (its JSON and its format, read without
+    importing nbformat, whose schema validator takes seconds to import), else None."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            nb = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    if not isinstance(nb, dict) or not isinstance(nb.get("nbformat"), int):
+        return "no nbformat version (not a Jupyter notebook's JSON)"
+    if nb["nbformat"] < 3:
+        return f"nbformat {nb['nbformat']} is too old: open and save it in Jupyter first"
+    cells = nb.get("cells") if nb["nbformat"] >= 4 else nb.get("worksheets")
+    if not isinstance(cells, list):
+        return "it has no list of cells"
+    return None
 
 
 def _is_literal(value: Any) -> bool:
