@@ -417,3 +417,78 @@ def test_an_aws_batch_job_on_moto_imports_the_kernels_versions(
     assert proc.stderr.strip().endswith("SUCCEEDED"), proc.stderr
     handle = proc.stdout.split()[0]
     assert EXPECTED in _job_output(kernel_venv, handle)
+
+
+def test_a_1_gb_wheel_shows_progress_and_keeps_the_kernels_memory_bounded(
+    python_in_registry: str, registry: Registry, tmp_path: Path
+) -> None:
+    """A kernel with a 1 GB distribution (installed from a local wheel), built onto the base
+    with the registry builder: the progress bar moves through installing and packing, and the
+    kernel's peak memory stays far below the wheel's size."""
+    import os
+    import sys
+    import zipfile
+
+    wheel = tmp_path / "tnbhuge-1.0-py3-none-any.whl"
+    info = "tnbhuge-1.0.dist-info"
+    block = b"\0" * (1 << 20)
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("tnbhuge/__init__.py", "")
+        with zf.open("tnbhuge/blob.bin", "w", force_zip64=True) as blob:
+            for _ in range(1024):
+                blob.write(block)
+        zf.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: tnbhuge\nVersion: 1.0\n")
+        zf.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        zf.writestr(f"{info}/top_level.txt", "tnbhuge\n")
+        zf.writestr(f"{info}/RECORD", "")
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        check=True,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "VIRTUAL"))}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1")
+    python = str(venv / "bin" / "python")
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", str(wheel)], check=True, env=env, capture_output=True
+    )
+    wheel.unlink()  # the kernel's installed files are what travels
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = f"""
+import json, resource
+from torchx_nb.environment.layer import EnvironmentBuild
+from torchx_nb.environment.plan import plan_environment
+from torchx_nb.specs.program import CellProgram
+from torchx_nb.workspace.builders import BuildInput, RegistryBuilder
+from torchx_nb.workspace.collect import collect_workspace
+
+seen = []
+class Recorder:
+    def __call__(self, done, total, what):
+        seen.append((what, done, total))
+    def close(self):
+        pass
+
+b = RegistryBuilder()
+plan = plan_environment(CellProgram("import tnbhuge\\n"), {str(ws)!r}, {python_in_registry!r},
+                        lambda: b.read_image({python_in_registry!r}), "auto", True)
+env = EnvironmentBuild(plan)
+env.layer_for(plan.contents, progress=Recorder())
+built = b.build(BuildInput({python_in_registry!r}, collect_workspace({str(ws)!r}), {{}},
+                {registry.host + "/huge"!r}, True, False, env))
+print(json.dumps({{"seen": seen, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "env_size": built.layers[0].size, "adds": [i.reason for i in plan.add]}}))
+"""
+    proc = subprocess.run(
+        [python, "-c", script], capture_output=True, text=True, env=env, timeout=600, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["adds"] == ["missing; built from the kernel's archive install"]
+    packing = [(done, total) for what, done, total in out["seen"] if what == "environment: packing"]
+    assert packing[0][0] == 0 and packing[-1][0] == packing[-1][1] >= 1 << 30
+    assert len({done for done, _ in packing}) >= 3  # it moves as files are written
+    assert out["rss_mb"] < 250, out["rss_mb"]

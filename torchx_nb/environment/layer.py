@@ -151,15 +151,21 @@ def build_env_layer(plan: EnvPlan, progress: Progress | None = None) -> Layer | 
     if cached.exists() and meta.exists():
         m = json.loads(meta.read_text())
         return Layer(cached, m["digest"], m["diff_id"], m["size"])
-    total = max(plan.size(), 1)
+    planned = max(plan.size(), 1)
     if progress:
-        progress(0, total, "environment")
+        progress(0, planned, "environment: installing")
     with tempfile.TemporaryDirectory(prefix="torchx-nb-env-") as tmp:
         target, wheels = Path(tmp) / "site", Path(tmp) / "wheels"
         target.mkdir()
         wheels.mkdir()
         install(plan, target, wheels)
-        entries = _entries_for(_files(target), ENV_DIR)
+        if progress:
+            progress(planned, planned, "environment: installing")
+        files = _files(target)
+        total = max(sum(p.stat().st_size for p, _, _ in files.values() if isinstance(p, Path)), 1)
+        if progress:
+            progress(0, total, "environment: packing")
+        entries = _entries_for(files, ENV_DIR)
         site = plan.contents.site_dir.strip("/")
         hooks = _entries_for(
             {
@@ -171,13 +177,20 @@ def build_env_layer(plan: EnvPlan, progress: Progress | None = None) -> Layer | 
         merged = {e[0]: e for e in [*entries, *hooks]}
         fd, partial = tempfile.mkstemp(dir=cache, suffix=".partial")
         os.close(fd)
-        layer = _write_layer([merged[k] for k in sorted(merged)], Path(partial), LEVEL)
+        layer = _write_layer(
+            [merged[k] for k in sorted(merged)],
+            Path(partial),
+            LEVEL,
+            (lambda n: progress(min(n, total), total, "environment: packing"))
+            if progress
+            else None,
+        )
     shutil.move(partial, cached)
     meta.write_text(
         json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size})
     )
     if progress:
-        progress(total, total, "environment")
+        progress(total, total, "environment: packing")
     return Layer(cached, layer.digest, layer.diff_id, layer.size)
 
 

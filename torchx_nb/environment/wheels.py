@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from torchx_nb.environment.index import IndexSettings
@@ -34,9 +35,34 @@ def uv_bin() -> str:
     return str(uv.find_uv_bin())
 
 
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
+_DATE = (1980, 1, 1, 0, 0, 0)
+_WHEEL = b"Wheel-Version: 1.0\nGenerator: torchx_nb\nRoot-Is-Purelib: true\n"
+_TAG = b"\nTag: py3-none-any\n"
+
+
+def _chunks(content: bytes | Path) -> Iterator[bytes]:
+    if isinstance(content, bytes):
+        yield content
+        return
+    with open(content, "rb") as f:
+        while chunk := f.read(1 << 20):
+            yield chunk
+
+
+def _add(zf: zipfile.ZipFile, rel: str, content: bytes | Path) -> str:
+    """Add one file to the wheel (streamed: a file may be gigabytes) and return its RECORD
+    line."""
+    sha = hashlib.sha256()
+    size = 0
+    info = zipfile.ZipInfo(rel, _DATE)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    with zf.open(info, "w", force_zip64=True) as dst:
+        for chunk in _chunks(content):
+            sha.update(chunk)
+            size += len(chunk)
+            dst.write(chunk)
+    digest = base64.urlsafe_b64encode(sha.digest()).rstrip(b"=").decode()
+    return f"{rel},sha256={digest},{size}"
 
 
 def _wheel_name(dist: KernelDist) -> str:
@@ -61,34 +87,24 @@ def repack_installed(dist: KernelDist, out: Path) -> Path:
     if dist_info is None:
         dist_info = f"{re.sub(r'[-_.]+', '_', dist.name)}-{dist.version}.dist-info"
     target = out / _wheel_name(dist)
-    record: list[str] = []
-    entries: list[tuple[str, bytes]] = []
-    has_wheel = False
-    for rel, path in sorted(files):
+    entries: dict[str, bytes | Path] = {}
+    for rel, path in files:
         parts = rel.split("/")
         if parts[0] == dist_info and parts[-1] in _DROP:
             continue
         if rel.endswith(".pth") and parts[0].startswith("__editable__"):
             continue
-        data = path.read_bytes()
-        if parts[0] == dist_info and parts[-1] == "WHEEL":
-            has_wheel = True
-            data = re.sub(rb"(?m)^Tag: .*$\n?", b"", data).rstrip(b"\n") + b"\nTag: py3-none-any\n"
-        entries.append((rel, data))
-    if not has_wheel:
-        wheel = (
-            b"Wheel-Version: 1.0\nGenerator: torchx_nb\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        )
-        entries.append((f"{dist_info}/WHEEL", wheel))
+        entries[rel] = path
+    wheel_file = f"{dist_info}/WHEEL"
+    found = entries.get(wheel_file)
+    declared = found.read_bytes() if isinstance(found, Path) else _WHEEL
+    entries[wheel_file] = re.sub(rb"(?m)^Tag: .*$\n?", b"", declared).rstrip(b"\n") + _TAG
+    record: list[str] = []
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
-        for rel, data in sorted(entries):
-            zf.writestr(zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0)), data)
-            record.append(f"{rel},{_record_hash(data)},{len(data)}")
+        for rel in sorted(entries):
+            record.append(_add(zf, rel, entries[rel]))
         record.append(f"{dist_info}/RECORD,,")
-        zf.writestr(
-            zipfile.ZipInfo(f"{dist_info}/RECORD", date_time=(1980, 1, 1, 0, 0, 0)),
-            "\n".join(record) + "\n",
-        )
+        zf.writestr(zipfile.ZipInfo(f"{dist_info}/RECORD", _DATE), "\n".join(record) + "\n")
     return target
 
 

@@ -13,7 +13,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -22,6 +22,7 @@ from torchx_nb.workspace.collect import WorkspaceFiles
 from torchx_nb.workspace.safe_open import open_regular
 
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+_TELL_EVERY = 4 << 20
 DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 
 
@@ -42,10 +43,12 @@ class Layer:
 class _HashingWriter(io.RawIOBase):
     """Counts and hashes what passes through on its way to ``inner``."""
 
-    def __init__(self, inner: IO[bytes]) -> None:
+    def __init__(self, inner: IO[bytes], on_bytes: Callable[[int], None] | None = None) -> None:
         self.inner = inner
         self.sha = hashlib.sha256()
         self.size = 0
+        self.on_bytes = on_bytes
+        self._told = 0
 
     def writable(self) -> bool:
         return True
@@ -54,6 +57,9 @@ class _HashingWriter(io.RawIOBase):
         self.sha.update(b)
         self.size += len(b)
         self.inner.write(b)
+        if self.on_bytes is not None and self.size - self._told >= _TELL_EVERY:
+            self._told = self.size
+            self.on_bytes(self.size)
         return len(b)
 
 
@@ -86,16 +92,17 @@ def _write_layer(
     entries: list[tuple[str, bytes | Path | None, int, str | None]],
     dest: Path,
     level: int = 6,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> Layer:
     """Write ``(path, content, mode, link)`` entries (content a Path to stream, bytes, or None
     for a directory) as a gzip'd tar at ``dest`` (gzip ``level``: the same level gives the
-    same bytes)."""
+    same bytes); ``on_bytes`` hears the tar's size so far, every few MB."""
     with open(dest, "wb") as raw:
         compressed = _HashingWriter(raw)
         with gzip.GzipFile(
             filename="", mode="wb", fileobj=compressed, mtime=0, compresslevel=level
         ) as gz:
-            plain = _HashingWriter(gz)  # type: ignore[arg-type]
+            plain = _HashingWriter(gz, on_bytes)  # type: ignore[arg-type]
             with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                 for name, content, mode, link in entries:
                     if content is None and link is None:
