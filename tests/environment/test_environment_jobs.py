@@ -492,3 +492,35 @@ print(json.dumps({{"seen": seen, "rss_mb": resource.getrusage(resource.RUSAGE_SE
     assert packing[0][0] == 0 and packing[-1][0] == packing[-1][1] >= 1 << 30
     assert len({done for done, _ in packing}) >= 3  # it moves as files are written
     assert out["rss_mb"] < 250, out["rss_mb"]
+
+
+def test_what_a_dockerfile_torchx_installs_wins_over_the_kernels_version(
+    kernel_venv: KernelVenv, docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """The workspace's Dockerfile.torchx puts tnbserved 0.9 into the image; the kernel has 1.0:
+    the environment layer goes on top of what the Dockerfile built, without tnbserved, and the
+    job imports the Dockerfile's 0.9 beside the kernel's other packages."""
+    ws = _workspace(tmp_path)
+    subprocess.run(
+        [
+            str(kernel_venv.python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--target",
+            str(ws / "pinned-site"),
+            "tnbserved==0.9",
+        ],
+        check=True,
+        env=kernel_venv.env,
+        capture_output=True,
+    )
+    (ws / "Dockerfile.torchx").write_text(
+        "ARG IMAGE\nFROM $IMAGE\n"
+        "COPY pinned-site/ /usr/local/lib/python3.11/dist-packages/\n"
+        "WORKDIR /workspace\nCOPY . .\n"
+    )
+    cell = "import tnbprobe, tnbserved\nprint('probe', tnbprobe.VERSION, 'served', tnbserved.VERSION)\n"
+    handle = _submit(kernel_venv, ws, base_images["python"], "builder=docker", cell=cell)
+    assert "probe 1.0 served 0.9" in _job_output(kernel_venv, handle)
