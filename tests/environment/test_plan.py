@@ -148,3 +148,28 @@ def test_a_uv_lock_is_taken_as_pinned_and_a_requirements_file_is_resolved(
     reqs.write_text("nosuchdist-tnb==3\n")
     with pytest.raises(TorchxNbError, match="cannot resolve its requirements"):
         pins_from_file(reqs, contents, index)
+
+
+def test_modules_nothing_installed_provides_are_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchx_nb.environment.plan import plan_environment
+    from torchx_nb.specs.program import CellProgram
+
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    (loose / "tnbloose.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(loose))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    image = ImageContents("3.11", "/usr", ("/usr/lib/python3/dist-packages",))
+    plan = plan_environment(
+        CellProgram("import tnbloose\nimport tnbnowhere\n"), str(ws), "base:1", lambda: image
+    )
+    assert plan is not None and plan.add == []
+    assert plan.warnings == [
+        "module 'tnbnowhere' (cell line 2) is neither in this kernel nor in base:1: the job will"
+        " fail to import it",
+        f"module 'tnbloose' (cell line 1) comes from {loose / 'tnbloose.py'}, which no installed"
+        " distribution lists: it does not travel; ship it in the workspace",
+    ]
