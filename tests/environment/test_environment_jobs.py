@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.infra.dockerd import DockerDaemon, Registry
-from tests.infra.kernel_venv import KernelVenv
+from tests.infra.kernel_venv import KernelVenv, download_wheels
 
 CELL = (
     "import tnbprobe, tnbedit, tnbserved\n"
@@ -35,21 +35,7 @@ def older_base(dockerd: DockerDaemon, base_images: dict[str, str], kernel_venv: 
     client = dockerd.client()
     tag = "localhost/torchx-nb-test/python-older:1"
     target = kernel_venv.root / "older-site"
-    subprocess.run(
-        [
-            str(kernel_venv.python),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--target",
-            str(target),
-            "tnbserved==0.9",
-        ],
-        check=True,
-        env=kernel_venv.env,
-        capture_output=True,
-    )
+    kernel_venv.install_into(target, "tnbserved==0.9")
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         docker = (
@@ -328,23 +314,7 @@ def test_a_notebook_job_gets_nbclient_and_ipykernel_through_the_environment_laye
     needs = {m: "runner" for m in RUNNER_NEEDS[NotebookProgram]}
     pins = [d.pin for d in kernel_environment(needs).dists.values()]
     served = tmp_path / "served"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "-d",
-            str(served),
-            *pins,
-        ],
-        check=True,
-        capture_output=True,
-    )
+    download_wheels(served, *pins)
     ws = tmp_path / "nbws"
     ws.mkdir()
     nb = nbformat.v4.new_notebook()
@@ -501,21 +471,7 @@ def test_what_a_dockerfile_torchx_installs_wins_over_the_kernels_version(
     the environment layer goes on top of what the Dockerfile built, without tnbserved, and the
     job imports the Dockerfile's 0.9 beside the kernel's other packages."""
     ws = _workspace(tmp_path)
-    subprocess.run(
-        [
-            str(kernel_venv.python),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--target",
-            str(ws / "pinned-site"),
-            "tnbserved==0.9",
-        ],
-        check=True,
-        env=kernel_venv.env,
-        capture_output=True,
-    )
+    kernel_venv.install_into(ws / "pinned-site", "tnbserved==0.9")
     (ws / "Dockerfile.torchx").write_text(
         "ARG IMAGE\nFROM $IMAGE\n"
         "COPY pinned-site/ /usr/local/lib/python3.11/dist-packages/\n"

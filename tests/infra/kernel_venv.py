@@ -54,6 +54,11 @@ class KernelVenv:
     def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return self.run("-m", "torchx_nb.cli", *args, timeout=timeout)
 
+    def install_into(self, target: Path, *requirements: str) -> None:
+        """pip install ``requirements`` into the folder ``target``, from the kernel's index."""
+        proc = self.run("-m", "pip", "install", "-q", "--target", str(target), *requirements)
+        assert proc.returncode == 0, proc.stderr
+
 
 def pip_isolated(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
@@ -129,6 +134,27 @@ def _native_wheel(out: Path) -> None:
         zf.writestr(f"{info}/RECORD", "")
 
 
+def download_wheels(dest: Path, *requirements: str) -> None:
+    """Wheels (no dependencies) into ``dest``, fetched with this machine's own pip settings."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(dest),
+            *requirements,
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
 def make_kernel_venv(root: Path) -> KernelVenv:
     private, served, build = root / "private", root / "served", root / "build"
     for d in (private, served, build):
@@ -161,25 +187,8 @@ def make_kernel_venv(root: Path) -> KernelVenv:
             ),
             served,
         )
-    # the build backend of the editable install, for the kernel's index (uv build needs it):
-    # fetched with this machine's own pip configuration
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "-d",
-            str(served),
-            "setuptools>=61",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    # the build backend of the editable install, for the kernel's index (uv build needs it)
+    download_wheels(served, "setuptools>=61")
     edit_src = _project(root, "tnbedit", "1.0", [], {"tnbedit.py": "VERSION = 'edited-1'\n"})
     venv = root / "venv"
     subprocess.run(
