@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torchx_nb.environment.index import IndexSettings, mask_url
 from torchx_nb.specs.api import TorchxNbError
-from torchx_nb.workspace.image_contents import ImageContents
+
+if TYPE_CHECKING:
+    from torchx_nb.workspace.image_contents import ImageContents
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;#]+)")
 
