@@ -122,7 +122,7 @@ def _pip_config(python: str, key: str) -> dict[str, str]:
     ``key`` (a subprocess costs a third of a second)."""
     import json
 
-    from torchx_nb.paths import data_dir, private_dir
+    from torchx_nb.paths import data_dir, private_dir, write_private
 
     cache = private_dir(data_dir() / "pip-config") / f"{key}.json"
     try:
@@ -140,10 +140,7 @@ def _pip_config(python: str, key: str) -> dict[str, str]:
     except (OSError, subprocess.TimeoutExpired):
         return {}
     values = _parse(out)
-    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(values))
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, cache)
+    write_private(cache, json.dumps(values))
     return values
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import tarfile
 import tempfile
@@ -201,9 +200,9 @@ def cached(key: str, read: Any) -> ImageContents:
     except (OSError, ValueError, TypeError):
         pass
     contents: ImageContents = read()
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(contents.to_json()))
-    os.replace(tmp, path)
+    from torchx_nb.paths import write_private
+
+    write_private(path, json.dumps(contents.to_json()))
     return contents
 
 
