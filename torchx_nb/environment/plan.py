@@ -54,9 +54,35 @@ class EnvPlan:
     index: IndexSettings
     add: list[PlanItem] = field(default_factory=list)
     kept: list[tuple[str, str]] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)  # module -> where it is imported
+    unpackaged: dict[str, tuple[str, str]] = field(default_factory=dict)  # module -> where, file
+    relabelled: list[tuple[str, str, str]] = field(default_factory=list)  # name, image's, kernel's
     note: str | None = None  # why it was not diffed against the image (a dry run goes on)
     wanted: list[PlanItem] = field(default_factory=list)  # before the diff
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line each: a module neither the kernel nor the image has, a module from a file
+        no distribution lists, a distribution kept at the image's local label."""
+        have = self.contents.distributions if self.contents else {}
+        lines = [
+            f"module {module!r} ({where}) is neither in this kernel nor in {self.image}:"
+            " the job will fail to import it"
+            for module, where in self.missing.items()
+            if normalize(module) not in have
+        ]
+        lines += [
+            f"module {module!r} ({where}) comes from {origin}, which no installed"
+            " distribution lists: it does not travel; ship it in the workspace"
+            for module, (where, origin) in self.unpackaged.items()
+            if normalize(module) not in have
+        ]
+        lines += [
+            f"keeping {name} {theirs} from the image (the kernel has {ours}, the same release"
+            " with another local label)"
+            for name, theirs, ours in self.relabelled
+        ]
+        return lines
 
     def key(self) -> str:
         """The layer's cache key: the pins, where each comes from, the image's Python and
@@ -154,11 +180,11 @@ def _same_public(a: str, b: str) -> bool:
 
 
 def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
-    """Fill ``plan.add``/``kept``/``warnings`` from ``plan.wanted`` against its image; a
+    """Fill ``plan.add``/``kept``/``relabelled`` from ``plan.wanted`` against its image; a
     distribution named in ``on_top`` (installed by a Dockerfile.torchx) stays as it is."""
     have = plan.contents.distributions if plan.contents else {}
     plan.add, plan.kept = [], []
-    plan.warnings = [w for w in plan.warnings if not w.startswith("keeping ")]
+    plan.relabelled = []
     for item in plan.wanted:
         key = normalize(item.name)
         theirs = have.get(key)
@@ -166,10 +192,7 @@ def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
             plan.kept.append((item.name, theirs or item.version))
         elif theirs is not None and _same_public(theirs, item.version):
             plan.kept.append((item.name, theirs))
-            plan.warnings.append(
-                f"keeping {item.name} {theirs} from the image (the kernel has {item.version},"
-                " the same release with another local label)"
-            )
+            plan.relabelled.append((item.name, theirs, item.version))
         else:
             reason = (
                 _reason(item.dist, theirs)
@@ -227,16 +250,8 @@ def _wanted_from_kernel(program: Program, workspace: str | None, plan: EnvPlan) 
     for d in env.dists.values():
         check_pin(d.name, d.version, f"this kernel's installed {d.location!r}")
     plan.wanted = [PlanItem(d.name, d.version, "", d.size, d) for d in env.dists.values()]
-    for module, where in env.missing.items():
-        plan.warnings.append(
-            f"module {module!r} ({where}) is neither in this kernel nor in {plan.image}:"
-            " the job will fail to import it"
-        )
-    for module, origin in env.unpackaged.items():
-        plan.warnings.append(
-            f"module {module!r} ({imports.modules[module]}) comes from {origin}, which no"
-            " installed distribution lists: it does not travel; ship it in the workspace"
-        )
+    plan.missing = dict(env.missing)
+    plan.unpackaged = {m: (imports.modules[m], origin) for m, origin in env.unpackaged.items()}
 
 
 def plan_environment(
@@ -259,7 +274,7 @@ def plan_environment(
     file_mode = plan.packages != AUTO
     if not file_mode:
         _wanted_from_kernel(program, workspace, plan)
-        if not plan.wanted and not plan.warnings:
+        if not plan.wanted and not plan.missing and not plan.unpackaged:
             return None
     try:
         plan.contents = read_image()
@@ -272,16 +287,6 @@ def plan_environment(
         for name, version in pins:
             check_pin(name, version, packages)
         plan.wanted = [PlanItem(name, version, "") for name, version in pins]
-    if plan.warnings and plan.contents is not None:
-        have = plan.contents.distributions
-        plan.warnings = [w for w in plan.warnings if not _module_in(w, have)]
     diff(plan)
     check_python(plan)
     return plan
-
-
-def _module_in(warning: str, have: dict[str, str]) -> bool:
-    if not warning.startswith("module "):
-        return False
-    name = warning.split("'")[1] if "'" in warning else ""
-    return normalize(name) in have
