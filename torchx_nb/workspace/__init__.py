@@ -86,13 +86,21 @@ class WorkspaceMixin(Generic[T]):
     def read_base_image(self, image: str, workspace: str, cfg: Mapping[str, Any]) -> ImageContents:
         """What ``image`` has for Python (version, platform, distributions), read by the
         builder ``patch_image`` would use: through its registry, or from the daemon. For the
-        environment plan, dry runs included (cached per image digest)."""
+        environment plan, dry runs included (cached per image digest). The workspace is
+        listed (its secret scan only read) just when it may hold a Dockerfile.torchx, the one
+        file that changes the choice."""
+        from pathlib import Path
+
         from torchx_nb.workspace.builders import choose_builder
-        from torchx_nb.workspace.collect import collect_workspace
+        from torchx_nb.workspace.collect import DOCKERFILE, collect_workspace
+        from torchx_nb.workspace.scan import default_cache
 
         opts = _workspace_opts(self.image_opts(cfg, build=False))
-        collected = collect_workspace(workspace)
-        return choose_builder(opts.builder, collected).read_image(image)
+        dockerfile = (Path(workspace).expanduser() / DOCKERFILE).is_file() and any(
+            f.path == DOCKERFILE
+            for f in collect_workspace(workspace, scan=default_cache().readonly()).files
+        )
+        return choose_builder(opts.builder, dockerfile).read_image(image)
 
     def patch_image(
         self,
@@ -109,7 +117,7 @@ class WorkspaceMixin(Generic[T]):
         hold what this kernel pickled), an image declaring another Python minor version is
         refused before anything is built."""
         from torchx_nb.workspace.builders import BuildInput, choose_builder
-        from torchx_nb.workspace.collect import collect_workspace
+        from torchx_nb.workspace.collect import DOCKERFILE, collect_workspace
 
         opts = _workspace_opts(self.image_opts(cfg, build=True))
         collected = collect_workspace(workspace)
@@ -125,7 +133,9 @@ class WorkspaceMixin(Generic[T]):
             environment.key() if environment is not None else None,
         )
         if key not in cache:
-            builder = choose_builder(opts.builder, collected)
+            builder = choose_builder(
+                opts.builder, any(f.path == DOCKERFILE for f in collected.files)
+            )
             if opts.image_repo is None and (self.pushes_image or builder.name == "registry"):
                 raise TorchxNbError(
                     "this scheduler needs the patched image in a registry: pass"

@@ -415,9 +415,9 @@ def daemon_reachable() -> bool:
         return False
 
 
-def choose_builder(name: str | None, files: WorkspaceFiles) -> Builder:
-    """``docker`` or ``registry`` as asked; ``auto`` picks docker when a daemon answers or a
-    Dockerfile.torchx needs one, else registry."""
+def choose_builder(name: str | None, dockerfile: bool) -> Builder:
+    """``docker`` or ``registry`` as asked; ``auto`` picks docker when a daemon answers or the
+    workspace's Dockerfile.torchx (``dockerfile``) needs one, else registry."""
     name = (name or "auto").lower()
     if name == "docker":
         return DockerBuilder()
@@ -425,6 +425,6 @@ def choose_builder(name: str | None, files: WorkspaceFiles) -> Builder:
         return RegistryBuilder()
     if name != "auto":
         raise TorchxNbError(f"unknown builder {name!r}: use auto, docker or registry")
-    if any(f.path == DOCKERFILE for f in files.files) or daemon_reachable():
+    if dockerfile or daemon_reachable():
         return DockerBuilder()
     return RegistryBuilder()
