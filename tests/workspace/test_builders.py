@@ -132,3 +132,80 @@ def test_registry_builder_reports_push_progress_where_the_notebook_asks(
         )
     assert state == AppState.SUCCEEDED
     assert calls and calls[-1][0] == calls[-1][1] and closed == [True]
+
+
+def test_docker_builder_for_a_remote_scheduler_uploads_our_layers_itself(
+    docker_env: DockerDaemon,
+    base_images: dict[str, str],
+    python_in_registry: str,
+    registry: Registry,
+    ws: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With image_repo and no Dockerfile.torchx, the daemon pushes only a base the registry
+    lacks (once, as ``torchx-nb-base-<id>``); the workspace and cell layers go up as we made
+    them, so the registry holds their exact digests; an edited cell pushes no base again; a
+    base pulled from (or pushed to) that registry is used where it is, with no push."""
+    import io
+    import uuid
+
+    import requests
+
+    from torchx_nb.workspace.builders import BuildInput, DockerBuilder
+    from torchx_nb.workspace.collect import collect_workspace
+
+    client = docker_env.client()
+    label = uuid.uuid4().hex  # a base this daemon never pushed, whatever ran before
+    dockerfile = f"FROM {base_images['python']}\nLABEL torchx-nb-test={label}\n".encode()
+    fresh = client.images.build(fileobj=io.BytesIO(dockerfile), rm=True)[0]
+    assert not fresh.attrs.get("RepoDigests")
+    repo = f"{registry.host}/nb/docker-remote"
+    pushes: list[str] = []
+    push = DockerBuilder._push
+
+    def counted(self: DockerBuilder, image_id: str, repo: str, tag: str, quiet: bool) -> None:
+        pushes.append(tag)
+        push(self, image_id, repo, tag, quiet)
+
+    monkeypatch.setattr(DockerBuilder, "_push", counted)
+    files = collect_workspace(ws)
+    built = DockerBuilder().build(
+        BuildInput(fresh.id, files, {"c.py": b"print(1)\n"}, repo, quiet=True)
+    )
+    assert built.image.startswith(f"{repo}@sha256:") and built.working_dir == "/workspace"
+    assert pushes == [f"torchx-nb-base-{fresh.id[7:]}"]
+    for layer in built.layers:
+        head = requests.head(f"http://{registry.host}/v2/nb/docker-remote/blobs/{layer.digest}")
+        assert head.status_code == 200, layer
+    tags = requests.get(f"http://{registry.host}/v2/nb/docker-remote/tags/list").json()["tags"]
+    assert tags == pushes
+    again = DockerBuilder().build(
+        BuildInput(fresh.id, files, {"c.py": b"print(2)\n"}, repo, quiet=True)
+    )
+    assert len(pushes) == 1 and again.image != built.image
+    assert again.layers[0].digest == built.layers[0].digest  # the workspace layer, reused
+    out = client.containers.run(
+        again.image,
+        ["sh", "-c", "cd /workspace && cat data.csv && python c.py && ls -a"],
+        network_mode="host",
+        remove=True,
+    )
+    assert out.startswith(b"x,y2\n") and b".env" not in out
+
+    # the python base was pushed to this registry (python_in_registry): used from there
+    in_registry = DockerBuilder().build(
+        BuildInput(base_images["python"], files, {}, repo, quiet=True)
+    )
+    assert len(pushes) == 1
+    manifest = requests.get(
+        f"http://{registry.host}/v2/nb/docker-remote/manifests/{in_registry.image.split('@')[1]}",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    ).json()
+    assert python_in_registry == f"{registry.host}/base/python:3.11"
+    base = requests.get(
+        f"http://{registry.host}/v2/base/python/manifests/3.11",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    ).json()
+    assert [x["digest"] for x in manifest["layers"][: len(base["layers"])]] == [
+        x["digest"] for x in base["layers"]
+    ]

@@ -100,7 +100,7 @@ class WorkspaceMixin(Generic[T]):
             f.path == DOCKERFILE
             for f in collect_workspace(workspace, scan=default_cache().readonly()).files
         )
-        return choose_builder(opts.builder, dockerfile).read_image(image)
+        return choose_builder(opts.builder, dockerfile).read_image(image, opts.image_repo)
 
     def patch_image(
         self,
@@ -150,6 +150,7 @@ class WorkspaceMixin(Generic[T]):
                     opts.quiet,
                     same_python,
                     environment,
+                    local=not self.pushes_image,
                 )
             )
         role.image = cache[key].image

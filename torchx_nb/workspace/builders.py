@@ -1,9 +1,11 @@
 """Two ways to patch a base image with the workspace and the cell, behind one interface.
 
-- ``docker``: the Docker SDK against a daemon. Without a ``Dockerfile.torchx`` the reproducible
-  workspace layer becomes an image of its own (built once per workspace content), and the cell
-  layer goes on top; with one, the Dockerfile is built as TorchX does (``IMAGE``/``WORKSPACE``
-  build args). Remote schedulers get the image pushed to ``image_repo``.
+- ``docker``: the Docker SDK against a daemon. Without a ``Dockerfile.torchx``, for a job on this
+  daemon, the reproducible workspace layer becomes an image of its own (built once per workspace
+  content), and the cell layer goes on top; for a remote scheduler, the daemon pushes the base
+  to ``image_repo`` once and our layers are uploaded as they are, as the registry builder does
+  (the daemon would unpack them and compress them again). With a ``Dockerfile.torchx``, the
+  Dockerfile is built as TorchX does (``IMAGE``/``WORKSPACE`` build args) and pushed.
 - ``registry``: no daemon. Reads the base manifest from its registry and pushes base + workspace
   layer + cell layer under ``image_repo``, uploading only blobs the repository lacks."""
 
@@ -13,9 +15,9 @@ import io
 import json
 import sys
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from torchx_nb.lazy import LazyClient
 from torchx_nb.progress import Progress, new_progress
@@ -23,6 +25,9 @@ from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.collect import DOCKERFILE, WorkspaceFiles
 from torchx_nb.workspace.image_contents import ImageContents
 from torchx_nb.workspace.layers import Layer, build_context, build_file_layer, build_layer
+
+if TYPE_CHECKING:
+    from torchx_nb.workspace.registry import ImageRef, RegistryClient
 
 LABEL_VERSION = "torchx.pytorch.org/version"
 
@@ -56,7 +61,8 @@ class BuildInput:
     """What a builder patches onto ``base``: the workspace's files, ``extra`` files beside them
     (the cell as a script), the environment layer to put under them, and where the result is
     pushed (``image_repo``; None: kept on the daemon). With ``same_python`` (the files hold
-    what this kernel pickled) a base declaring another Python minor version is refused."""
+    what this kernel pickled) a base declaring another Python minor version is refused.
+    ``local``: the job runs on this machine's daemon, so the image must be there as well."""
 
     base: str
     files: WorkspaceFiles
@@ -65,12 +71,13 @@ class BuildInput:
     quiet: bool = False
     same_python: bool = False
     environment: EnvironmentLayer | None = None
+    local: bool = False
 
 
 class Builder(Protocol):
     name: str
 
-    def read_image(self, base: str) -> ImageContents: ...
+    def read_image(self, base: str, image_repo: str | None = None) -> ImageContents: ...
 
     def build(self, job: BuildInput) -> BuiltImage: ...
 
@@ -106,17 +113,54 @@ def _labels() -> dict[str, str]:
     return {LABEL_VERSION: __version__}
 
 
+def _append(
+    job: BuildInput,
+    base: str,
+    image: Callable[[], ImageContents],
+    prefix: str,
+    clients: dict[str, RegistryClient],
+    progress: Progress | None,
+) -> tuple[str, int, tuple[Layer, ...]]:
+    """``base`` (in a registry) + the environment layer made for ``image()`` + the workspace
+    and cell layers, pushed to ``job.image_repo`` uploading only what it lacks: (image,
+    uploaded bytes, layers)."""
+    from torchx_nb.workspace.registry import append_layers
+
+    assert job.image_repo
+    layers: list[Layer] = []
+    history: list[str] = []
+    if job.environment is not None:
+        env = job.environment.layer_for(image(), progress=progress)
+        if env is not None:
+            layers.append(env)
+            history.append("environment")
+    layers.append(build_layer(job.files, prefix))
+    history.append("workspace")
+    if job.extra:
+        layers.append(build_file_layer(job.extra, prefix))
+        history.append("cell")
+    result = append_layers(
+        base,
+        job.image_repo,
+        layers,
+        labels=_labels(),
+        history=history,
+        on_progress=progress,
+        clients=clients,
+    )
+    return result.image, result.stats.uploaded_bytes, tuple(layers)
+
+
 class RegistryBuilder:
     """Daemonless: base manifest → + workspace layer → + cell layer, pushed to image_repo."""
 
     name = "registry"
 
     def __init__(self) -> None:
-        from torchx_nb.workspace.registry import RegistryClient
 
         self.clients: dict[str, RegistryClient] = {}
 
-    def read_image(self, base: str) -> ImageContents:
+    def read_image(self, base: str, image_repo: str | None = None) -> ImageContents:
         """What ``base`` has for Python, read from its layers through its registry."""
         from torchx_nb.workspace.image_contents import from_registry
         from torchx_nb.workspace.registry import ImageRef, RegistryClient
@@ -126,12 +170,7 @@ class RegistryBuilder:
         return from_registry(client, ref)
 
     def build(self, job: BuildInput) -> BuiltImage:
-        from torchx_nb.workspace.registry import (
-            ImageRef,
-            RegistryClient,
-            append_layers,
-            working_dir_for,
-        )
+        from torchx_nb.workspace.registry import ImageRef, RegistryClient, working_dir_for
 
         if not job.image_repo:
             raise TorchxNbError(
@@ -153,31 +192,13 @@ class RegistryBuilder:
         prefix = work.strip("/")
         progress = None if job.quiet else new_progress()
         try:
-            layers: list[Layer] = []
-            history: list[str] = []
-            if job.environment is not None:
-                env = job.environment.layer_for(self.read_image(job.base), progress=progress)
-                if env is not None:
-                    layers.append(env)
-                    history.append("environment")
-            layers.append(build_layer(job.files, prefix))
-            history.append("workspace")
-            if job.extra:
-                layers.append(build_file_layer(job.extra, prefix))
-                history.append("cell")
-            result = append_layers(
-                job.base,
-                job.image_repo,
-                layers,
-                labels=_labels(),
-                history=history,
-                on_progress=progress,
-                clients=self.clients,
+            image, uploaded, layers = _append(
+                job, job.base, lambda: self.read_image(job.base), prefix, self.clients, progress
             )
         finally:
             if progress:
                 progress.close()
-        return BuiltImage(result.image, work, result.stats.uploaded_bytes, tuple(layers))
+        return BuiltImage(image, work, uploaded, layers)
 
 
 def _environment_layer(
@@ -214,7 +235,9 @@ class DockerBuilder:
     name = "docker"
 
     def __init__(self, client: Any = None) -> None:
+
         self._client = client
+        self.clients: dict[str, RegistryClient] = {}
 
     client = LazyClient(lambda self: _daemon_client())
 
@@ -264,11 +287,38 @@ class DockerBuilder:
             raise TorchxNbError("docker build returned no image id")
         return str(image_id)
 
-    def read_image(self, base: str) -> ImageContents:
-        """What ``base`` has for Python, read from the daemon's copy of its layers."""
-        from torchx_nb.workspace.image_contents import from_daemon
+    def read_image(self, base: str, image_repo: str | None = None) -> ImageContents:
+        """What ``base`` has for Python, read from the daemon's copy of its layers; for an
+        image pushed to ``image_repo``, from that registry when the base is there already
+        (its layers are streamed a few at once, and the daemon need not export them)."""
+        return self._contents(self._ensure_base(base), image_repo)
 
-        return from_daemon(self.client, self._ensure_base(base))
+    def _contents(self, base_image: Any, image_repo: str | None) -> ImageContents:
+        from torchx_nb.workspace.image_contents import from_daemon, from_registry
+
+        there = self._in_registry(base_image, image_repo) if image_repo else None
+        if there is not None:
+            return from_registry(self.clients[there.host], there)
+        return from_daemon(self.client, base_image)
+
+    def _in_registry(self, base_image: Any, image_repo: str) -> ImageRef | None:
+        """Where the registry of ``image_repo`` has the daemon's ``base_image`` (it was pulled
+        from or pushed there: a repo digest naming the same config), if it does."""
+        from torchx_nb.workspace.registry import ImageRef, RegistryClient, RegistryError
+
+        host = ImageRef.parse(f"{image_repo}:x").host
+        client = self.clients.setdefault(host, RegistryClient(host))
+        for known in base_image.attrs.get("RepoDigests") or []:
+            there = ImageRef.parse(known)
+            if there.host != host:
+                continue
+            try:
+                manifest, _, _ = client.get_manifest(there)
+            except RegistryError:
+                continue
+            if manifest.get("config", {}).get("digest") == base_image.id:
+                return there
+        return None
 
     def _add_layer(self, image_id: str, layer: Layer, tag: str | None, quiet: bool) -> str:
         """``image_id`` + ``layer`` as an image (tagged ``tag``, reused when it exists)."""
@@ -300,6 +350,62 @@ class DockerBuilder:
             return image_id, None
         return self._add_layer(image_id, env, None, quiet), env
 
+    def _push(self, image_id: str, repo: str, tag: str, quiet: bool) -> None:
+        """``docker push`` of ``image_id`` as ``repo:tag``, its progress on a bar."""
+        self.client.images.get(image_id).tag(repo, tag)
+        progress = None if quiet else new_progress()
+        try:
+            pushed = self.client.images.push(
+                repo, tag, stream=True, decode=True, auth_config=_token_login(repo)
+            )
+            for event in pushed:
+                if "error" in event:
+                    raise TorchxNbError(f"push to {repo} failed: {event['error'].strip()}")
+                detail = event.get("progressDetail") or {}
+                if progress and detail.get("total"):
+                    progress(detail.get("current", 0), detail["total"], event.get("id", ""))
+        finally:
+            if progress:
+                progress.close()
+
+    def _base_in_registry(self, base_image: Any, repo: str, quiet: bool) -> str:
+        """The daemon's base in ``repo``'s registry: where it was pulled from or pushed to
+        (a repo digest on that registry naming the same image), else pushed by the daemon as
+        ``repo:torchx-nb-base-<image id>`` the first time (only the layers the registry
+        lacks) and found there after."""
+        from torchx_nb.workspace.registry import ImageRef, RegistryClient
+
+        there = self._in_registry(base_image, repo)
+        if there is not None:
+            return str(there)
+        tag = f"torchx-nb-base-{str(base_image.id).split(':')[-1]}"
+        ref = ImageRef.parse(f"{repo}:{tag}")
+        client = self.clients.setdefault(ref.host, RegistryClient(ref.host))
+        if not client.manifest_exists(ref):
+            self._push(str(base_image.id), repo, tag, quiet)
+        return str(ref)
+
+    def _append_through_registry(self, job: BuildInput, base_image: Any, work: str) -> BuiltImage:
+        """For a remote scheduler: the base pushed by the daemon, our layers uploaded as the
+        registry builder uploads them (no unpacking by the daemon, no second compression)."""
+        assert job.image_repo
+        repo = job.image_repo
+        base = self._base_in_registry(base_image, repo, job.quiet)
+        progress = None if job.quiet else new_progress()
+        try:
+            image, uploaded, layers = _append(
+                job,
+                base,
+                lambda: self._contents(base_image, repo),
+                work.strip("/"),
+                self.clients,
+                progress,
+            )
+        finally:
+            if progress:
+                progress.close()
+        return BuiltImage(image, work, uploaded, layers)
+
     def build(self, job: BuildInput) -> BuiltImage:
         import docker
 
@@ -311,7 +417,10 @@ class DockerBuilder:
         work = wd if wd not in ("", "/") else "/workspace"
         prefix = work.strip("/")
         layers: list[Layer] = []
-        if any(f.path == DOCKERFILE for f in job.files.files):
+        has_dockerfile = any(f.path == DOCKERFILE for f in job.files.files)
+        if job.image_repo and not job.local and not has_dockerfile:
+            return self._append_through_registry(job, base_image, work)
+        if has_dockerfile:
             # the checked file list, opened without following links, as the layer path does
             context = build_context(job.files, job.extra)
             try:
@@ -369,19 +478,7 @@ class DockerBuilder:
         if not job.image_repo:
             return BuiltImage(image_id, work, 0, tuple(layers))
         tag = image_id.split(":")[-1][:16]
-        self.client.images.get(image_id).tag(job.image_repo, tag)
-        progress = None if job.quiet else new_progress()
-        pushed = self.client.images.push(
-            job.image_repo, tag, stream=True, decode=True, auth_config=_token_login(job.image_repo)
-        )
-        for event in pushed:
-            if "error" in event:
-                raise TorchxNbError(f"push to {job.image_repo} failed: {event['error'].strip()}")
-            detail = event.get("progressDetail") or {}
-            if progress and detail.get("total"):
-                progress(detail.get("current", 0), detail["total"], event.get("id", ""))
-        if progress:
-            progress.close()
+        self._push(image_id, job.image_repo, tag, job.quiet)
         return BuiltImage(f"{job.image_repo}:{tag}", work, 0, tuple(layers))
 
 

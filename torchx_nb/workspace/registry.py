@@ -369,6 +369,16 @@ class RegistryClient:
             raise RegistryError(f"cannot read blob {digest} of {repo}: HTTP {resp.status_code}")
         return bytes(resp.content)
 
+    def manifest_exists(self, ref: ImageRef) -> bool:
+        """Whether the registry has ``ref`` (one HEAD request)."""
+        resp = self.request(
+            "HEAD",
+            f"/v2/{ref.repository}/manifests/{ref.reference}",
+            scope=self._scope(ref.repository),
+            headers={"Accept": ", ".join(MANIFEST_TYPES)},
+        )
+        return bool(resp.status_code == 200)
+
     def blob_exists(self, repo: str, digest: str) -> bool:
         resp = self.request("HEAD", f"/v2/{repo}/blobs/{digest}", scope=self._scope(repo, True))
         return bool(resp.status_code == 200)
