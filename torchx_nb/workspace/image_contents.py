@@ -6,12 +6,12 @@ image), and cached per image digest, so a 10 GB base is read once."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
 import tarfile
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path
@@ -25,6 +25,7 @@ _DIST = re.compile(
 _SITE = re.compile(r"^(?P<dir>(?:[^/]+/)*?lib/python3(?:\.\d+)?/(?:site|dist)-packages)/?$")
 _OLD_GLIBC = re.compile(r"(?:^|/)libc-(2\.\d+)\.so$")
 _META_LIMIT = 64 * 1024
+_READERS = 4  # layers read at once through a registry
 SCAN_VERSION = 2  # bump when what a scan records changes (invalidates the cache)
 
 
@@ -70,8 +71,51 @@ class ImageContents:
         return cls(**data)
 
 
+class _LayerScan:
+    """What one layer holds that matters here, in its own order (whiteouts included), so that
+    layers can be read apart (in parallel, or as ``docker save`` streams them) and applied
+    in the image's order afterwards."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []
+
+    def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+        name = info.name.lstrip("./")
+        folder, _, base = name.rpartition("/")
+        if base == ".wh..wh..opq":
+            self.events.append(("drop", folder, None))
+        elif base.startswith(".wh."):
+            self.events.append(("drop", f"{folder}/{base[4:]}".lstrip("/"), None))
+        elif m := _PY_DIR.match(name):
+            self.events.append(("python", m["prefix"], m["ver"]))
+        elif m := _SITE.match(name):
+            if info.isdir():
+                self.events.append(("site", m["dir"], None))
+        elif m := _DIST.match(name):
+            if info.isfile() and (m["rest"] or m["dir"].endswith(".egg-info")):
+                found = _name_version(tar, info)
+                if found:
+                    key = name.rsplit("/", 1)[0] if m["rest"] else name
+                    self.events.append(("dist", key, found))
+        elif "/ld-musl-" in f"/{name}":
+            self.events.append(("musl", "", None))
+        elif name == "var/lib/dpkg/status" and info.isfile():
+            self.events.append(("glibc", "", _dpkg_glibc(tar, info)))
+        elif m := _OLD_GLIBC.search(name):
+            self.events.append(("glibc", "", m[1]))
+
+
+def _scan_layer(stream: IO[bytes]) -> _LayerScan:
+    """One layer's stream (tar, gzip'd or not) read through once."""
+    layer = _LayerScan()
+    with tarfile.open(fileobj=stream, mode="r|*") as tar:
+        for info in tar:
+            layer.member(tar, info)
+    return layer
+
+
 class _Scan:
-    """What the layers hold so far, applied in order (later layers and whiteouts win)."""
+    """What the layers hold, applied in order (later layers and whiteouts win)."""
 
     def __init__(self) -> None:
         self.pythons: dict[str, str] = {}  # prefix -> version
@@ -87,36 +131,20 @@ class _Scan:
             del self.pythons[key]
         self.sites = {s for s in self.sites if not (s == path or s.startswith(path + "/"))}
 
-    def whiteout(self, name: str) -> bool:
-        folder, _, base = name.rpartition("/")
-        if base == ".wh..wh..opq":
-            self._drop(folder)
-            return True
-        if base.startswith(".wh."):
-            self._drop(f"{folder}/{base[4:]}".lstrip("/"))
-            return True
-        return False
-
-    def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
-        name = info.name.lstrip("./")
-        if self.whiteout(name):
-            return
-        if m := _PY_DIR.match(name):
-            self.pythons[m["prefix"]] = m["ver"]
-        elif m := _SITE.match(name):
-            if info.isdir():
-                self.sites.add(m["dir"])
-        elif m := _DIST.match(name):
-            if info.isfile() and (m["rest"] or m["dir"].endswith(".egg-info")):
-                found = _name_version(tar, info)
-                if found:
-                    self.dists[name.rsplit("/", 1)[0] if m["rest"] else name] = found
-        elif "/ld-musl-" in f"/{name}":
-            self.musl = True
-        elif name == "var/lib/dpkg/status" and info.isfile():
-            self.glibc = _dpkg_glibc(tar, info) or self.glibc
-        elif m := _OLD_GLIBC.search(name):
-            self.glibc = m[1]
+    def apply(self, layer: _LayerScan) -> None:
+        for kind, path, value in layer.events:
+            if kind == "drop":
+                self._drop(path)
+            elif kind == "python":
+                self.pythons[path] = value
+            elif kind == "site":
+                self.sites.add(path)
+            elif kind == "dist":
+                self.dists[path] = value
+            elif kind == "musl":
+                self.musl = True
+            elif kind == "glibc":
+                self.glibc = value or self.glibc
 
     def result(self, arch: str) -> ImageContents:
         if not self.pythons:
@@ -171,11 +199,13 @@ def _dpkg_glibc(tar: tarfile.TarFile, info: tarfile.TarInfo) -> str | None:
 
 def scan_layers(layers: Iterable[IO[bytes]], arch: str = "x86_64") -> ImageContents:
     """The Python side of an image from its layer streams (tar, gzip'd or not), in order."""
+    return _combine((_scan_layer(stream) for stream in layers), arch)
+
+
+def _combine(layers: Iterable[_LayerScan], arch: str) -> ImageContents:
     scan = _Scan()
-    for stream in layers:
-        with tarfile.open(fileobj=stream, mode="r|*") as tar:
-            for info in tar:
-                scan.member(tar, info)
+    for layer in layers:
+        scan.apply(layer)
     return scan.result(arch)
 
 
@@ -207,72 +237,66 @@ def cached(key: str, read: Any) -> ImageContents:
 
 
 def from_registry(client: Any, ref: Any) -> ImageContents:
-    """Read an image through its registry (``RegistryClient``, ``ImageRef``), no daemon: one
-    streamed blob at a time."""
+    """Read an image through its registry (``RegistryClient``, ``ImageRef``), no daemon: each
+    layer streamed through once, a few at a time (their decompression runs in parallel)."""
     manifest, _, digest = client.get_manifest(ref)
 
     def read() -> ImageContents:
+        from concurrent.futures import ThreadPoolExecutor
+
         config = json.loads(client.get_blob(ref.repository, manifest["config"]["digest"]))
 
-        def streams() -> Iterator[IO[bytes]]:
-            for blob in manifest["layers"]:
-                resp = client.request(
-                    "GET",
-                    f"/v2/{ref.repository}/blobs/{blob['digest']}",
-                    scope=f"repository:{ref.repository}:pull",
-                    stream=True,
-                )
-                try:
-                    resp.raw.decode_content = True
-                    yield resp.raw
-                finally:
-                    resp.close()
+        def scan(blob: dict[str, Any]) -> _LayerScan:
+            resp = client.request(
+                "GET",
+                f"/v2/{ref.repository}/blobs/{blob['digest']}",
+                scope=f"repository:{ref.repository}:pull",
+                stream=True,
+            )
+            try:
+                resp.raw.decode_content = True
+                return _scan_layer(resp.raw)
+            finally:
+                resp.close()
 
-        return scan_layers(streams(), _arch(config))
+        with ThreadPoolExecutor(max_workers=_READERS) as pool:
+            return _combine(pool.map(scan, manifest["layers"]), _arch(config))
 
     return cached(digest, read)
 
 
 def from_daemon(client: Any, image: Any) -> ImageContents:
-    """Read an image from a Docker daemon's ``docker save`` stream (docker SDK ``Image``)."""
+    """Read an image from a Docker daemon's ``docker save`` stream (docker SDK ``Image``):
+    each layer scanned as the stream passes it, then applied in the order ``manifest.json``
+    (which comes last) gives; nothing is written to disk."""
 
     def read() -> ImageContents:
-        chunks = image.save(named=False)
-        raw = _IterStream(chunks)
+        raw = _IterStream(image.save(named=False))
         order: list[str] = []
-        layers: dict[str, Path] = {}
-        with tempfile.TemporaryDirectory(prefix="torchx-nb-image-") as tmp:
-            with tarfile.open(fileobj=raw, mode="r|") as outer:
-                for info in outer:
-                    f = outer.extractfile(info) if info.isfile() else None
-                    if f is None:
-                        continue
-                    if info.name == "manifest.json":
-                        order = json.loads(f.read())[0]["Layers"]
-                    elif info.name.endswith((".tar", ".tar.gz")) or "/blobs/" in info.name:
-                        dest = Path(tmp) / str(len(layers))
-                        with open(dest, "wb") as out:
-                            while block := f.read(1 << 20):
-                                out.write(block)
-                        layers[info.name] = dest
-            paths = [layers[name] for name in order if name in layers]
-            return scan_layers(_opened(paths), _arch(image.attrs))
+        layers: dict[str, _LayerScan] = {}
+        with tarfile.open(fileobj=raw, mode="r|") as outer:
+            for info in outer:
+                f = outer.extractfile(info) if info.isfile() else None
+                if f is None:
+                    continue
+                if info.name == "manifest.json":
+                    order = json.loads(f.read())[0]["Layers"]
+                elif info.name.endswith((".tar", ".tar.gz")) or "/blobs/" in info.name:
+                    # an OCI blob that is not a layer (the config, a manifest) is no tar
+                    with contextlib.suppress(tarfile.ReadError):
+                        layers[info.name] = _scan_layer(f)
+        return _combine((layers[name] for name in order if name in layers), _arch(image.attrs))
 
     return cached(str(image.id), read)
 
 
-def _opened(paths: Iterable[Path]) -> Iterator[IO[bytes]]:
-    for path in paths:
-        with open(path, "rb") as f:
-            yield f
-
-
 class _IterStream(io.RawIOBase):
-    """A readable stream over an iterator of byte chunks."""
+    """A readable stream over an iterator of byte chunks (read through a view: a small read
+    of a large chunk copies only what it returns)."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
         self._chunks = iter(chunks)
-        self._buf = b""
+        self._buf = memoryview(b"")
 
     def readable(self) -> bool:
         return True
@@ -280,7 +304,7 @@ class _IterStream(io.RawIOBase):
     def readinto(self, b: Any) -> int:
         while not self._buf:
             try:
-                self._buf = next(self._chunks)
+                self._buf = memoryview(next(self._chunks))
             except StopIteration:
                 return 0
         n = min(len(b), len(self._buf))
