@@ -93,7 +93,7 @@ def install(plan: EnvPlan, target: Path, wheels: Path) -> None:
             ":all:",
             "--no-deps",
             "--link-mode",
-            "copy",
+            "hardlink",  # from uv's cache: the files are only read, to be packed
             *plan.index.uv_args(),
             *reqs,
         ]
