@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchx_nb.environment.imports import program_imports
+from torchx_nb.environment.imports import Imports, program_imports
 from torchx_nb.environment.index import IndexSettings, kernel_index
 from torchx_nb.environment.kernel import KernelDist, kernel_environment, kernel_python
 from torchx_nb.environment.requirements import pins_from_file
@@ -242,10 +242,7 @@ def check_pin(name: str, version: str, origin: str) -> None:
         )
 
 
-def _wanted_from_kernel(program: Program, workspace: str | None, plan: EnvPlan) -> None:
-    imports = program_imports(program, workspace)
-    if not imports.modules:
-        return
+def _wanted_from_kernel(imports: Imports, plan: EnvPlan) -> None:
     env = kernel_environment(imports.modules)
     for d in env.dists.values():
         check_pin(d.name, d.version, f"this kernel's installed {d.location!r}")
@@ -266,22 +263,36 @@ def plan_environment(
     standard library and the workspace do not give). ``packages``: ``auto`` (the kernel's,
     the default), ``none``, or a requirements.txt / pyproject.toml / uv.lock. The image is
     read (``read_image``) only when something could be added; in a dry run an image that
-    cannot be read leaves the plan undiffed, with a note."""
+    cannot be read leaves the plan undiffed, with a note. The image and pip's settings are
+    read on threads while the kernel's distributions are looked up: the first two mostly
+    wait (on a registry or the daemon, on ``pip config``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     packages = (packages or AUTO).strip()
     if packages.lower() == NONE:
         return EnvPlan(NONE, image, None, IndexSettings())
-    plan = EnvPlan(AUTO if packages.lower() == AUTO else packages, image, None, kernel_index())
-    file_mode = plan.packages != AUTO
-    if not file_mode:
-        _wanted_from_kernel(program, workspace, plan)
-        if not plan.wanted and not plan.missing and not plan.unpackaged:
-            return None
+    file_mode = packages.lower() != AUTO
+    imports = None if file_mode else program_imports(program, workspace)
+    if imports is not None and not imports.modules:
+        return None
+    plan = EnvPlan(packages if file_mode else AUTO, image, None, IndexSettings())
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="torchx-nb-plan")
     try:
-        plan.contents = read_image()
-    except TorchxNbError as e:
-        if build:
-            raise
-        plan.note = f"not compared with the image, which could not be read: {e}"
+        contents = pool.submit(read_image)
+        index = pool.submit(kernel_index)
+        if imports is not None:
+            _wanted_from_kernel(imports, plan)
+        plan.index = index.result()
+        if not file_mode and not plan.wanted and not plan.missing and not plan.unpackaged:
+            return None
+        try:
+            plan.contents = contents.result()
+        except TorchxNbError as e:
+            if build:
+                raise
+            plan.note = f"not compared with the image, which could not be read: {e}"
+    finally:
+        pool.shutdown(wait=False)
     if file_mode:
         pins = pins_from_file(Path(packages).expanduser(), plan.contents, plan.index)
         for name, version in pins:
