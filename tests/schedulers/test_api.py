@@ -157,3 +157,30 @@ def test_a_torchx_style_workspace_scheduler_subclasses_and_builds_its_workspace(
     app = specs.AppDef("app", roles=[specs.Role("r", image="base", entrypoint="true")])
     assert sched.submit(app, {}, workspace="ws") == "id-1"
     assert app.roles[0].image == "ws-built"
+
+
+def test_one_resolver_for_typed_and_torchx_style_options() -> None:
+    """``resolve_opts`` is the one place options are resolved: a TorchX-style scheduler gets a
+    dict, a typed one its own structure (returned as is when already typed); ``strict`` (the
+    Runner's) names the closest option for an unknown key; ``partial`` requires nothing."""
+    from torchx_nb.runner import get_runner
+    from torchx_nb.schedulers.aws_batch import AwsBatchOpts, create_scheduler
+
+    assert Recording().resolve_opts(None) == {"n": 1}
+    assert Recording().resolve_opts({"n": "3"}) == {"n": 3}
+    with pytest.raises(specs.InvalidRunConfigException) as err:
+        Recording().resolve_opts({"nn": 1}, strict=True)
+    assert (
+        str(err.value) == "rec has no option 'nn'; did you mean 'n'? (see `torchx-nb runopts rec`)"
+    )
+
+    batch = create_scheduler("s")
+    opts = batch.resolve_opts({"queue": "q", "image_repo": "127.0.0.1:9/r"})
+    assert isinstance(opts, AwsBatchOpts) and opts.queue == "q" and opts.builder == "auto"
+    assert batch.resolve_opts(opts) is opts
+    assert batch.resolve_opts(None, partial=True).queue is None
+    with pytest.raises(specs.InvalidRunConfigException, match="missing required option 'queue'"):
+        batch.resolve_opts({})
+    with get_runner() as runner, pytest.raises(specs.InvalidRunConfigException) as err:
+        runner.resolve_opts("aws_batch", {"queu": "q"})
+    assert "aws_batch has no option 'queu'; did you mean 'queue'?" in str(err.value)

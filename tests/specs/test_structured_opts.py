@@ -35,10 +35,23 @@ def test_as_runopts_types_defaults_and_help() -> None:
 def test_from_cfg_accepts_camel_case_and_cfg_keys() -> None:
     o = Opts.from_cfg({"queue": "q", "shareId": "s", "priority": "3", "mail-user": "me", "x": 1})
     assert (o.queue, o.share_id, o.priority, o.mail_user) == ("q", "s", 3, "me")
-    assert o["shareId"] == "s" and o["share_id"] == "s" and o["x"] == 1
-    assert dict(o)["mail-user"] == "me"
-    assert len(o) == 4
-    assert (o | {"priority": 5})["priority"] == 5
+    assert o.extra == {"x": 1}
+    assert o.to_cfg() == {"queue": "q", "share_id": "s", "priority": 3, "mail-user": "me", "x": 1}
+
+
+def test_typed_options_are_read_by_attribute_and_adapted_once_for_torchx_code() -> None:
+    """Not a mapping: code written TorchX's way gets a plain dict through ``as_cfg``."""
+    from collections.abc import Mapping
+
+    from torchx_nb.specs.structured_opts import as_cfg
+
+    o = Opts.from_cfg({"queue": "q"})
+    assert not isinstance(o, Mapping)
+    with pytest.raises(TypeError):
+        o["queue"]  # type: ignore[index]
+    assert as_cfg(o) == {"queue": "q", "priority": 0}
+    assert as_cfg({"a": 1}) == {"a": 1} and as_cfg(None) == {}
+    assert o.with_(priority=2).to_cfg()["priority"] == 2
 
 
 def test_from_cfg_errors() -> None:

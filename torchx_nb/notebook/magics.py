@@ -216,7 +216,7 @@ class TorchxMagics(Magics):
         with self._progress():
             prepared = runner.prepare(request, build=True)
         known = {m.name for m in metric_specs}
-        defined = metric_definitions(prepared.info.cfg.get("metric_definitions"))
+        defined = metric_definitions(prepared.metric_definitions)
         metric_specs += [m for m in defined if m.name not in known]
         handle = runner.submit(prepared)
         from torchx_nb.notebook.handle import JobHandle

@@ -14,13 +14,8 @@ from torchx_nb.errors import one_line
 from torchx_nb.metrics import MetricLog
 from torchx_nb.notebook import render
 from torchx_nb.notebook.charts import line_chart
-from torchx_nb.notebook.widgets import (
-    MIN_REFRESH_S,
-    LogWidget,
-    _Reader,
-    close_tree,
-    display_with_text,
-)
+from torchx_nb.notebook.log_widget import LogReader, LogWidget
+from torchx_nb.notebook.widget_base import MIN_REFRESH_S, close_tree, display_with_text
 from torchx_nb.specs.api import AppState, AppStatus, is_terminal
 from torchx_nb.specs.log_line import LogLine
 from torchx_nb.sweeps import sweep_rows, sweep_summary, sweep_text
@@ -40,7 +35,7 @@ class SweepView:
         self.statuses: list[AppStatus | None] = [None] * n
         self.results: list[str | None] = [None] * n
         self.metrics = [MetricLog(sweep.metric_specs) for _ in range(n)]
-        self._readers: dict[int, _Reader] = {}
+        self._readers: dict[int, LogReader] = {}
         self._watches: dict[str, int] = {}
         self._submitted = time.time()
         self._ended_at: list[float | None] = [None] * n
@@ -128,7 +123,7 @@ class SweepView:
         handle = self.sweep.handles[i]
         log = self.metrics[i]
 
-        def read(reader: _Reader) -> None:
+        def read(reader: LogReader) -> None:
             with contextlib.suppress(Exception):
                 app = self.runner.describe(handle)
                 role = app.roles[0].name if app and app.roles else "cell"
@@ -138,7 +133,7 @@ class SweepView:
                     log.feed(line, LogLine.time_of(line) or time.time())
                     self._request_render()
 
-        self._readers[i] = _Reader(read)
+        self._readers[i] = LogReader(read)
 
     def _fetch_result(self, i: int) -> None:
         handle = self.sweep.handles[i]

@@ -22,7 +22,6 @@ from torchx_nb.schedulers import (
 )
 from torchx_nb.schedulers.abilities import (
     DirWorkspaceMixin,
-    TakesTypedOptions,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, Scheduler
 from torchx_nb.specs.api import (
@@ -30,7 +29,6 @@ from torchx_nb.specs.api import (
     AppHandle,
     AppStatus,
     CfgVal,
-    InvalidRunConfigException,
     RoleStatus,
     UnknownSchedulerException,
     parse_app_handle,
@@ -155,26 +153,11 @@ class RunnerCore:
 
         return config.apply_runopts(scheduler, dict(cfg or {}), self.scheduler_run_opts(scheduler))
 
-    def resolve_opts(self, scheduler: str, cfg: Mapping[str, CfgVal] | None) -> Any:
-        """The scheduler's options from ``cfg``, checked once: an unknown key names the closest
-        option; the result is the scheduler's typed structure (``TakesTypedOptions``) or a dict."""
-        sched = self.get_scheduler(scheduler)
-        if isinstance(sched, TakesTypedOptions) and isinstance(cfg, sched.opts_type):
-            return cfg
-        given = dict(cfg.items()) if cfg is not None else {}
-        opts = sched.run_opts()
-        unknown = opts.unknown_keys(given)
-        if unknown:
-            key = unknown[0]
-            hint = opts.suggest(key)
-            raise InvalidRunConfigException(
-                f"{scheduler} has no option {key!r}"
-                + (f"; did you mean {hint!r}?" if hint else "")
-                + f" (see `torchx-nb runopts {scheduler}`)",
-                key,
-                given,
-            )
-        return sched.resolve_opts(given)
+    def resolve_opts(self, scheduler: str, cfg: Any) -> Any:
+        """The scheduler's options from ``cfg``, checked once by its resolver: an unknown key
+        names the closest option; the result is the scheduler's typed structure
+        (``TakesTypedOptions``) or a dict."""
+        return self.get_scheduler(scheduler).resolve_opts(cfg, strict=True)
 
     def default_scheduler(self, preferred: str | None = None) -> str:
         """``preferred`` (a front end's own default), else ``[cli:run] scheduler``, else

@@ -124,3 +124,9 @@ class PreparedRun:
     def app(self) -> AppDef:
         assert self.info.app is not None
         return self.info.app
+
+    @property
+    def metric_definitions(self) -> dict[str, str]:
+        """The metrics the scheduler's options define as ``{NAME: REGEX}`` (SageMaker's
+        ``metric_definitions``): the notebook charts them beside those the magic names."""
+        return dict(getattr(self.opts, "metric_definitions", None) or {})

@@ -208,16 +208,14 @@ class Submitting(RunnerCore):
         value = request.packages or config.cli_defaults("run").get("packages") or "auto"
         return check_packages_option(str(value))
 
-    def request_opts(self, request: RunRequest) -> Mapping[str, CfgVal]:
+    def request_opts(self, request: RunRequest) -> Any:
         """The scheduler options ``request`` runs with: the front end's defaults, then
-        ``-cfg``, then ``.torchxconfig``, resolved against the scheduler's runopts."""
+        ``-cfg``, then ``.torchxconfig``, resolved by the scheduler (its typed options, or a
+        dict for a scheduler written TorchX's way)."""
         scheduler = self.request_scheduler(request)
         cfg = dict(request.scheduler_defaults.get(scheduler, {}))
         cfg.update(self.cfg_from_str(scheduler, *request.cfg))
-        opts: Mapping[str, CfgVal] = self.resolve_opts(
-            scheduler, self.cfg_with_config_files(scheduler, cfg)
-        )
-        return opts
+        return self.resolve_opts(scheduler, self.cfg_with_config_files(scheduler, cfg))
 
     def request_app(self, request: RunRequest) -> AppDef:
         """The AppDef ``request`` names (nothing built): what a sweep checks before it

@@ -244,7 +244,7 @@ class Watching(RunnerCore):
         scheduler gets its options (required ones may be missing: e.g. every queue)."""
         sched = self.get_scheduler(scheduler)
         if isinstance(sched, TakesTypedOptions):
-            apps = sched.list(sched.opts_type.from_cfg(dict(cfg or {}), partial=True))
+            apps = sched.list(sched.resolve_opts(cfg, partial=True))
         else:
             apps = sched.list()
         for app in apps:

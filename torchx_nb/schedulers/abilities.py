@@ -37,15 +37,6 @@ class TakesTypedOptions(Generic[OptsT]):
     def _run_opts(self) -> runopts:
         return self.opts_type.as_runopts()
 
-    def typed(self, cfg: Any, partial: bool = False) -> Any:
-        """``cfg`` as this scheduler's options: the typed structure as it is; a mapping (as
-        TorchX code passes one) checked and typed; with ``partial``, only what is given."""
-        if isinstance(cfg, self.opts_type):
-            return cfg
-        if partial:
-            return self.opts_type.from_cfg(dict(cfg or {}), partial=True)
-        return self.opts_type.from_cfg(self._run_opts().resolve(dict(cfg or {})))
-
 
 class DescribesMany(abc.ABC):
     """Ability: the status of many jobs in one call (AWS Batch describes 100 per call, GCP
@@ -89,7 +80,7 @@ class SubmitsArrays(abc.ABC):
     #: whether the backend bounds how many tasks run at once (``max_parallel``)
     throttles_arrays: bool = False
 
-    def can_array(self, app: AppDef, cfg: Mapping[str, Any]) -> bool:
+    def can_array(self, app: AppDef, cfg: Any) -> bool:
         """Whether ``app`` can run as array tasks with options ``cfg`` (by default: one role
         of one replica)."""
         return len(app.roles) == 1 and app.roles[0].num_replicas == 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -19,7 +19,7 @@ from torchx_nb.specs.api import (
     NULL_RESOURCE,
     AppDef,
     AppDryRunInfo,
-    CfgVal,
+    InvalidRunConfigException,
     TorchxNbError,
     runopts,
 )
@@ -68,7 +68,7 @@ class Scheduler(abc.ABC, Generic[T]):
     def submit(self, app: AppDef, cfg: T, workspace: str | None = None) -> str:
         """Dryrun and schedule in one call (mostly for tests; prefer the Runner, which also
         runs a cell from the workspace as a script)."""
-        opts = self.resolve_opts(cfg)  # type: ignore[arg-type]
+        opts = self.resolve_opts(cfg)
         folder: LocalWorkspace | None = None
         if workspace and isinstance(self, DirWorkspaceMixin):
             folder = LocalWorkspace(workspace)
@@ -83,18 +83,33 @@ class Scheduler(abc.ABC, Generic[T]):
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Send the request built by ``submit_dryrun``; returns the app id."""
 
-    def resolve_opts(self, cfg: Mapping[str, CfgVal] | None) -> Any:
-        """``cfg`` checked against ``run_opts()`` (defaults filled in, strings cast, required
-        options present): the typed structure for ``TakesTypedOptions`` schedulers, else a dict."""
-        from torchx_nb.specs.structured_opts import StructuredOpts
+    def resolve_opts(self, cfg: Any, partial: bool = False, strict: bool = False) -> Any:
+        """The one resolver of options: ``cfg`` (this scheduler's typed options, returned as
+        they are; a mapping, as TorchX code passes one; None) checked against ``run_opts()``:
+        defaults filled in, strings cast, required options present; with ``partial`` only the
+        options given (none required: e.g. to list every queue); with ``strict`` an unknown
+        key is refused, naming the closest option. The typed structure for
+        ``TakesTypedOptions`` schedulers, else a dict."""
+        from torchx_nb.specs.structured_opts import as_cfg
 
-        if isinstance(self, TakesTypedOptions) and isinstance(cfg, self.opts_type):
+        typed = self.opts_type if isinstance(self, TakesTypedOptions) else None
+        if typed is not None and isinstance(cfg, typed):
             return cfg
-        if isinstance(cfg, StructuredOpts):
-            cfg = {**dict(cfg.items()), **cfg.extra}
-        resolved = self.run_opts().resolve(dict(cfg or {}))
-        if isinstance(self, TakesTypedOptions):
-            return self.opts_type.from_cfg(resolved)
+        given = as_cfg(cfg)
+        opts = self.run_opts()
+        unknown = opts.unknown_keys(given) if strict else []
+        if unknown:
+            hint = opts.suggest(unknown[0])
+            raise InvalidRunConfigException(
+                f"{self.backend} has no option {unknown[0]!r}"
+                + (f"; did you mean {hint!r}?" if hint else "")
+                + f" (see `torchx-nb runopts {self.backend}`)",
+                unknown[0],
+                given,
+            )
+        resolved = given if partial else opts.resolve(given)
+        if typed is not None:
+            return typed.from_cfg(resolved, partial=partial)
         return resolved
 
     def submit_dryrun(
@@ -102,7 +117,7 @@ class Scheduler(abc.ABC, Generic[T]):
     ) -> AppDryRunInfo[Any]:
         """The native request for ``app``, built without any network call. ``workspace`` is
         the folder a ``DirWorkspaceMixin`` scheduler runs the job from."""
-        opts = self.resolve_opts(cfg)  # type: ignore[arg-type]
+        opts = self.resolve_opts(cfg)
         if workspace is not None:
             if not isinstance(self, DirWorkspaceMixin):
                 raise TorchxNbError(f"scheduler {self.backend!r} does not run from a folder")

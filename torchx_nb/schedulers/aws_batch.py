@@ -23,6 +23,7 @@ from torchx_nb.schedulers.abilities import (
     TakesTypedOptions,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
+from torchx_nb.schedulers.aws_batch_options import AwsBatchOpts
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
 from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
 from torchx_nb.schedulers.devices import get_device_mounts
@@ -45,9 +46,8 @@ from torchx_nb.specs.api import (
     macros,
 )
 from torchx_nb.specs.named_resources_aws import instance_type_from_resource
-from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
-from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
+from torchx_nb.workspace import WorkspaceMixin
 
 TAG_VERSION = "torchx.pytorch.org/version"
 TAG_APP_NAME = "torchx.pytorch.org/app-name"
@@ -133,39 +133,6 @@ def _resource_requirements(res: Resource) -> list[dict[str, str]]:
     return reqs
 
 
-@dataclass(kw_only=True)
-class _AwsBatchFields(StructuredOpts):
-    queue: str
-    """job queue to submit to"""
-
-    user: str | None = None
-    """user tagged on the job (default: the current user)"""
-
-    privileged: bool = False
-    """run the containers privileged"""
-
-    share_id: str | None = None
-    """share identifier (queues with a fair-share scheduling policy)"""
-
-    priority: int = 0
-    """scheduling priority; needs share_id"""
-
-    job_role_arn: str | None = None
-    """IAM role the job's containers assume"""
-
-    execution_role_arn: str | None = None
-    """IAM role ECS uses to start the containers (pull images, write logs)"""
-
-    output_path: str | None = None
-    """s3://BUCKET/PREFIX: each job's $TORCHX_OUTPUT_DIR (a cell's result, its files) is
-    uploaded to PREFIX/JOB_NAME/ at its end (with boto3 from the image)"""
-
-
-@dataclass(kw_only=True)
-class AwsBatchOpts(WorkspaceOpts, _AwsBatchFields):
-    """aws_batch's options, then the workspace's."""
-
-
 class AwsBatchScheduler(
     AwsClients,
     TakesTypedOptions[AwsBatchOpts],
@@ -222,7 +189,7 @@ class AwsBatchScheduler(
 
     def _validate(self, app: AppDef, scheduler: str, cfg: AwsBatchOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
-        cfg = self.typed(cfg, partial=True) if cfg is not None else None
+        cfg = self.resolve_opts(cfg, partial=True) if cfg is not None else None
         if len(app.roles) > MAX_ROLES:
             raise InvalidRunConfigException(
                 f"AWS Batch takes at most {MAX_ROLES} roles (node groups); this app has"
@@ -514,7 +481,7 @@ class AwsBatchScheduler(
     def list(self, cfg: AwsBatchOpts | None = None) -> list[ListAppResponse]:
         """Every job of ours in every queue (or ``cfg.queue``): pages through list_jobs with
         no cap and keeps the jobs tagged by torchx, describing 100 per call."""
-        queue = self.typed(cfg, partial=True).queue
+        queue = self.resolve_opts(cfg, partial=True).queue
         if queue:
             queues = [str(queue)]
         else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import getpass
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +30,7 @@ from torchx_nb.schedulers.aws_common import (
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import tail_wait
 from torchx_nb.schedulers.outputs import REMOTE_OUTPUT_DIR, output_env, upload_target
+from torchx_nb.schedulers.sagemaker_options import AwsSageMakerOpts
 from torchx_nb.schedulers.sagemaker_status import out_of_memory, status_message
 from torchx_nb.specs.api import (
     AppDef,
@@ -44,9 +45,8 @@ from torchx_nb.specs.api import (
     macros,
     make_app_handle,
 )
-from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
-from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
+from torchx_nb.workspace import WorkspaceMixin
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 TAG_VERSION = "torchx.pytorch.org/version"
@@ -94,132 +94,6 @@ while kill -0 $p 2>/dev/null; do wait $p; rc=$?; done
 if [ $rc != 0 ]; then mkdir -p /opt/ml/output
 echo "$1 exited with code $rc on $SM_CURRENT_HOST (replica $TORCHX_REPLICA_ID)" >>/opt/ml/output/failure
 fi; exit $rc"""
-
-
-@dataclass(kw_only=True)
-class _SageMakerFields(StructuredOpts):
-    role: str | None = None
-    """IAM role (name or ARN) the job runs as (default: the SageMaker Studio or notebook
-    instance execution role)"""
-
-    instance_type: str
-    """e.g. ml.g5.xlarge"""
-
-    instance_count: int | None = None
-    """number of instances (default: the role's replicas, -j N)"""
-
-    user: str | None = None
-    """user tagged on the job (default: the current user)"""
-
-    keep_alive_period_in_seconds: int | None = None
-    """keep instances warm for this long (warm pools)"""
-
-    volume_size: int = 30
-    """GB of storage per instance"""
-
-    volume_kms_key: str | None = None
-    """KMS key for the storage volume"""
-
-    max_run: int = 86400
-    """seconds the job may run"""
-
-    input_mode: str = "File"
-    """File, Pipe or FastFile"""
-
-    output_path: str | None = None
-    """S3 prefix for outputs (default: the account's SageMaker bucket)"""
-
-    output_kms_key: str | None = None
-    """KMS key for the outputs"""
-
-    base_job_name: str | None = None
-    """prefix of the job name (default: the app's name)"""
-
-    tags: dict[str, str] | None = None
-    """extra tags"""
-
-    subnets: list[str] | None = None
-    """VPC subnets (with security_group_ids)"""
-
-    security_group_ids: list[str] | None = None
-    """VPC security groups (with subnets)"""
-
-    model_uri: str | None = None
-    """S3 URI of a model to load, as an input channel"""
-
-    model_channel_name: str = "model"
-    """channel name of model_uri"""
-
-    metric_definitions: dict[str, str] | None = None
-    """metric NAME:REGEX pairs parsed from the logs"""
-
-    encrypt_inter_container_traffic: bool = False
-    """encrypt traffic between instances"""
-
-    use_spot_instances: bool = False
-    """use managed spot training"""
-
-    max_wait: int | None = None
-    """seconds to wait for spot capacity (with use_spot_instances)"""
-
-    checkpoint_s3_uri: str | None = None
-    """S3 URI checkpoints are synced to"""
-
-    checkpoint_local_path: str | None = None
-    """local checkpoint folder in the container"""
-
-    debugger_hook_config: bool = False
-    """enable the debugger hook (writes to output_path)"""
-
-    enable_sagemaker_metrics: bool = False
-    """publish metrics as time series"""
-
-    enable_network_isolation: bool = False
-    """no network access from the container"""
-
-    disable_profiler: bool = False
-    """turn the profiler off"""
-
-    environment: dict[str, str] | None = None
-    """environment variables for the container"""
-
-    max_retry_attempts: int | None = None
-    """retries after an internal failure"""
-
-    source_dir: str | None = None
-    """(SDK script mode only; refused)"""
-
-    git_config: dict[str, str] | None = None
-    """(SDK script mode only; refused)"""
-
-    hyperparameters: dict[str, str] | None = None
-    """hyperparameters passed to the job"""
-
-    container_log_level: int | None = None
-    """log level inside the container (Python logging level)"""
-
-    code_location: str | None = None
-    """(SDK script mode only; refused)"""
-
-    dependencies: list[str] | None = None
-    """(SDK script mode only; refused)"""
-
-    training_repository_access_mode: str | None = None
-    """Platform or Vpc: where the image is pulled from"""
-
-    training_repository_credentials_provider_arn: str | None = None
-    """Lambda giving credentials for a private Vpc registry"""
-
-    disable_output_compression: bool = False
-    """upload outputs uncompressed"""
-
-    enable_infra_check: bool = False
-    """run infrastructure health checks first"""
-
-
-@dataclass(kw_only=True)
-class AwsSageMakerOpts(WorkspaceOpts, _SageMakerFields):
-    """aws_sagemaker's options (TorchX's, then ours), then the workspace's."""
 
 
 @dataclass
@@ -323,7 +197,6 @@ class AwsSageMakerScheduler(
         comes from the role or instance_count."""
         from torchx_nb.metrics import metric_definitions
 
-        cfg = self.typed(cfg)
         if len(app.roles) != 1:
             raise InvalidRunConfigException(
                 f"SageMaker runs one role; this app has {len(app.roles)}", "roles"
@@ -511,12 +384,12 @@ class AwsSageMakerScheduler(
             return default_image_repo(boto_client("ecr", self._region), region, self._account())
         return image_repo_uri(region, self._account())
 
-    def image_opts(self, cfg: Mapping[str, Any], build: bool) -> Mapping[str, Any]:
+    def image_opts(self, cfg: AwsSageMakerOpts, build: bool) -> AwsSageMakerOpts:
         """With no image_repo, images go to the account's ECR repository ``torchx-nb``
         (made at the first build)."""
-        if cfg.get("image_repo"):
+        if cfg.image_repo:
             return cfg
-        return {**cfg, "image_repo": self._default_image_repo(create=build)}
+        return cfg.with_(image_repo=self._default_image_repo(create=build))
 
     def schedule(self, dryrun_info: AppDryRunInfo[TrainingJob]) -> str:
         """Sends the dry run's request as it is; the default output bucket it names is created

@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,14 @@ from torchx_nb.schedulers.abilities import (
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.local_cwd_request import (
+    PopenRequest,
+    ReplicaParam,
+    check_app_id,
+    format_request,
+    role_from_json,
+    role_to_json,
+)
 from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans, start_ticks
 from torchx_nb.schedulers.logs import LineSplitter, tail_wait
 from torchx_nb.schedulers.outputs import OUTPUT_DIR_ENV
@@ -41,8 +48,6 @@ from torchx_nb.specs.api import (
     AppDryRunInfo,
     AppState,
     ReplicaStatus,
-    Resource,
-    Role,
     RoleStatus,
     is_terminal,
     macros,
@@ -55,37 +60,6 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 SUPERVISOR = Path(__file__).with_name("local_supervisor.py")
 # A log tail that found nothing new looks again after at most this long.
 TAIL_IDLE_S = 1.0
-
-
-@dataclass
-class ReplicaParam:
-    """How one replica is started: argv, the env added to the supervisor's, log files, cwd."""
-
-    args: list[str]
-    env: dict[str, str]
-    stdout: str
-    stderr: str
-    combined: str
-    cwd: str
-
-
-@dataclass
-class PopenRequest:
-    """local_cwd's native request: the app's folders and every replica's launch parameters."""
-
-    app_id: str
-    state_dir: str
-    log_dir: str
-    role_params: dict[str, list[ReplicaParam]] = field(default_factory=dict)
-    role_log_dirs: dict[str, list[str]] = field(default_factory=dict)
-    roles: list[dict[str, Any]] = field(default_factory=list)
-    grace_seconds: float = 10.0
-
-
-def _fmt_request(req: PopenRequest) -> str:
-    from torchx_nb.redact import redact
-
-    return json.dumps(redact(asdict(req)), indent=2)
 
 
 def _spawn_detached(argv: list[str], log: Path) -> int:
@@ -120,49 +94,6 @@ def _read_pidfile(path: Path) -> tuple[int | None, int | None]:
         return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
     except (FileNotFoundError, ValueError, IndexError):
         return None, None
-
-
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
-
-
-def check_app_id(app_id: str) -> str:
-    """``app_id`` if it is a plain folder name (letters, digits, ``_.-``; no ``..``), else a
-    one-line error: a hostile handle must not reach outside the state folder."""
-    if not _SAFE_ID.fullmatch(app_id) or ".." in app_id:
-        raise ValueError(f"{app_id!r} is not a local_cwd app id")
-    return app_id
-
-
-def _role_to_json(role: Role) -> dict[str, Any]:
-    return {
-        "name": role.name,
-        "image": role.image,
-        "entrypoint": role.entrypoint,
-        "args": role.args,
-        "env": role.env,
-        "num_replicas": role.num_replicas,
-        "max_retries": role.max_retries,
-        "resource": {
-            "cpu": role.resource.cpu,
-            "gpu": role.resource.gpu,
-            "memMB": role.resource.memMB,
-        },
-        "metadata": role.metadata,
-    }
-
-
-def _role_from_json(d: dict[str, Any]) -> Role:
-    return Role(
-        name=d["name"],
-        image=d["image"],
-        entrypoint=d["entrypoint"],
-        args=list(d["args"]),
-        env=dict(d["env"]),
-        num_replicas=d["num_replicas"],
-        max_retries=d.get("max_retries", 0),
-        resource=Resource(**d["resource"]),
-        metadata=dict(d.get("metadata", {})),
-    )
 
 
 @dataclass(kw_only=True)
@@ -261,7 +192,7 @@ class LocalCwdScheduler(
         )
         gpu_slices = self._gpu_slices(app) if cfg.auto_set_cuda_visible_devices else {}
         for role in app.roles:
-            req.roles.append(_role_to_json(role))
+            req.roles.append(role_to_json(role))
             params: list[ReplicaParam] = []
             dirs: list[str] = []
             for i in range(role.num_replicas):
@@ -295,7 +226,7 @@ class LocalCwdScheduler(
                 dirs.append(str(rdir))
             req.role_params[role.name] = params
             req.role_log_dirs[role.name] = dirs
-        return AppDryRunInfo(req, _fmt_request)
+        return AppDryRunInfo(req, format_request)
 
     def _path(self, role_path: str | None, cwd: str, prepend_cwd: bool) -> str:
         """The replica's PATH: the role's, this Python's bin folder, extra paths, ours, cwd."""
@@ -433,7 +364,7 @@ class LocalCwdScheduler(
             app_id=app_id,
             num_restarts=0,
             ui_url=f"file://{request['log_dir']}",
-            roles=[_role_from_json(r) for r in request["roles"]],
+            roles=[role_from_json(r) for r in request["roles"]],
         )
         sup_pid, sup_ticks = _read_pidfile(state_dir / "supervisor.pid")
         sup_alive = is_same_process(sup_pid, sup_ticks)

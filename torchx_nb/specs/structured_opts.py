@@ -13,10 +13,10 @@ import itertools
 import re
 import textwrap
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from torchx_nb.specs.api import CfgVal, InvalidRunConfigException, runopts
+from torchx_nb.specs.api import CfgVal, InvalidRunConfigException, as_cfg, runopts
 from torchx_nb.specs.hints import unwrap_optional
 
 S = TypeVar("S", bound="StructuredOpts")
@@ -59,8 +59,10 @@ def _field_docs(cls: type) -> dict[str, str]:
 
 
 @dataclasses.dataclass
-class StructuredOpts(Mapping[str, CfgVal]):
-    """Base class for typed scheduler options (subclass it as a ``@dataclass``)."""
+class StructuredOpts:
+    """Base class for typed scheduler options (subclass it as a ``@dataclass``). Read by
+    attribute; code written TorchX's way, which reads options as a mapping, gets them through
+    ``as_cfg`` (the one adapter)."""
 
     @classmethod
     def _cfg_key(cls, f: dataclasses.Field[Any]) -> str:
@@ -153,28 +155,15 @@ class StructuredOpts(Mapping[str, CfgVal]):
         """Options given that no field declares (a subclass's own runopts)."""
         return dict(getattr(self, "_extra_cfg", {}))
 
-    def _key_to_field(self, key: str) -> str | None:
+    def to_cfg(self) -> dict[str, CfgVal]:
+        """The options set, as a cfg mapping keyed by option name (``.torchxconfig``'s and
+        ``-cfg``'s spelling), the undeclared ones given included."""
+        out: dict[str, CfgVal] = {}
         for f in dataclasses.fields(self):
-            if key in (f.name, snake_to_camel(f.name), self._cfg_key(f)):
-                return f.name
-        return None
+            value = getattr(self, f.name)
+            if not f.name.startswith("_") and value is not None:
+                out[self._cfg_key(f)] = value
+        return {**out, **self.extra}
 
-    def __getitem__(self, key: str) -> CfgVal:
-        name = self._key_to_field(key)
-        if name is None:
-            extra = getattr(self, "_extra_cfg", {})
-            if key in extra:
-                return typing.cast(CfgVal, extra[key])
-            raise KeyError(key)
-        return typing.cast(CfgVal, getattr(self, name))
 
-    def __iter__(self) -> Iterator[str]:
-        for f in dataclasses.fields(self):
-            if not f.name.startswith("_"):
-                yield self._cfg_key(f)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __or__(self, other: Mapping[str, CfgVal]) -> dict[str, CfgVal]:
-        return {**dict(self.items()), **dict(other)}
+__all__ = ["StructuredOpts", "as_cfg", "camel_to_snake", "snake_to_camel"]

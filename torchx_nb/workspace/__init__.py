@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from torchx_nb.specs.api import Role, TorchxNbError, runopts
-from torchx_nb.specs.structured_opts import StructuredOpts
+from torchx_nb.specs.structured_opts import StructuredOpts, as_cfg
 
 if TYPE_CHECKING:
     from torchx_nb.workspace.builders import EnvironmentLayer
@@ -33,12 +33,15 @@ class WorkspaceOpts(StructuredOpts):
 T = TypeVar("T")
 
 
-def _workspace_opts(cfg: Mapping[str, Any]) -> WorkspaceOpts:
-    """The workspace options out of a scheduler's options (typed or a plain mapping)."""
+def _workspace_opts(cfg: Any) -> WorkspaceOpts:
+    """The workspace options out of a scheduler's options: typed ones are (their type derives
+    from ``WorkspaceOpts``); for a scheduler written TorchX's way, whose options are a
+    mapping, the edge where they become typed."""
     if isinstance(cfg, WorkspaceOpts):
         return cfg
     keys = {f.name for f in dataclasses.fields(WorkspaceOpts)}
-    return WorkspaceOpts.from_cfg({k: v for k, v in cfg.items() if k in keys and v is not None})
+    given = as_cfg(cfg)
+    return WorkspaceOpts.from_cfg({k: v for k, v in given.items() if k in keys and v is not None})
 
 
 class WorkspaceMixin(Generic[T]):
@@ -66,13 +69,13 @@ class WorkspaceMixin(Generic[T]):
         files.warn()
         return files.preview()
 
-    def image_opts(self, cfg: Mapping[str, Any], build: bool) -> Mapping[str, Any]:
-        """The options an image is planned (``build`` False) or built with: a backend checks
-        here what must hold before anything is built or pushed, or fills in a default
-        ``image_repo``; by default ``cfg`` as it is."""
+    def image_opts(self, cfg: Any, build: bool) -> Any:
+        """The options an image is planned (``build`` False) or built with, in the backend's
+        own option type: a backend checks here what must hold before anything is built or
+        pushed, or fills in a default ``image_repo``; by default ``cfg`` as it is."""
         return cfg
 
-    def plan_image(self, role: Role, workspace: str, cfg: Mapping[str, Any]) -> None:
+    def plan_image(self, role: Role, workspace: str, cfg: Any) -> None:
         """What ``patch_image`` will make of ``role.image``, without building or pushing: the
         patched image to be pushed (its digest is known only after the push). For dry runs."""
         repo = _workspace_opts(self.image_opts(cfg, build=False)).image_repo
@@ -83,7 +86,7 @@ class WorkspaceMixin(Generic[T]):
             else f"<{base} + workspace, built at submit>"
         )
 
-    def read_base_image(self, image: str, workspace: str, cfg: Mapping[str, Any]) -> ImageContents:
+    def read_base_image(self, image: str, workspace: str, cfg: Any) -> ImageContents:
         """What ``image`` has for Python (version, platform, distributions), read by the
         builder ``patch_image`` would use: through its registry, or from the daemon. For the
         environment plan, dry runs included (cached per image digest). The workspace is
@@ -106,7 +109,7 @@ class WorkspaceMixin(Generic[T]):
         self,
         role: Role,
         workspace: str,
-        cfg: Mapping[str, Any],
+        cfg: Any,
         files: Mapping[str, bytes],
         same_python: bool = False,
         environment: EnvironmentLayer | None = None,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx_nb.apps.cell_main import CANCEL_MARK, CANCELLED_EXIT
@@ -23,6 +22,7 @@ from torchx_nb.schedulers.gcp_batch.describe import (
     _task_replica,
     _ts,
 )
+from torchx_nb.schedulers.gcp_batch.options import GcpBatchOpts
 from torchx_nb.schedulers.gcp_batch.request import (
     GCPBatchJob,
     _fmt,
@@ -52,19 +52,16 @@ class GcpArrays(SubmitsArrays):
 
         def _get(self, project: str, location: str, name: str) -> Any: ...
 
-        def typed(self, cfg: Any, partial: bool = False) -> Any: ...
-
         def _cancel_existing(self, app_id: str) -> None: ...
 
         def _replicas(
             self, job: Any, tasks: list[Any] | None, role: str, count: int, state: AppState
         ) -> list[ReplicaStatus]: ...
 
-    def can_array(self, app: AppDef, cfg: Mapping[str, Any]) -> bool:
+    def can_array(self, app: AppDef, cfg: GcpBatchOpts) -> bool:
         """One role of one replica, with a ``gs://`` ``output_path``: a trial's cancel is a
         mark in that bucket (GCP Batch has no call that stops one task)."""
-        opts = self.typed(cfg, partial=True)
-        return super().can_array(app, cfg) and str(opts.output_path or "").startswith("gs://")
+        return super().can_array(app, cfg) and str(cfg.output_path or "").startswith("gs://")
 
     def array_request(
         self, info: AppDryRunInfo[GCPBatchJob], size: int, max_parallel: int | None

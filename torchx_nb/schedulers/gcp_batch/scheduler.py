@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import getpass
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from torchx_nb.schedulers.abilities import (
@@ -119,7 +119,6 @@ class GcpBatchScheduler(
 
     def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: GcpBatchOpts) -> None:
         """Every check the request makes, before an image is built."""
-        cfg = self.typed(cfg)
         self._validate(app, scheduler, cfg)
         self._check(app, cfg)
 
@@ -151,11 +150,10 @@ class GcpBatchScheduler(
             project, location, machine_type_for(res, cfg.machine_type or None), model, seconds
         )
 
-    def image_opts(self, cfg: Mapping[str, Any], build: bool) -> Mapping[str, Any]:
+    def image_opts(self, cfg: GcpBatchOpts, build: bool) -> GcpBatchOpts:
         """An unknown location is found before the image is built and pushed."""
         if build:
-            opts = self.typed(cfg, partial=True)
-            self._check_location(self._project(opts), opts.location or DEFAULT_LOCATION)
+            self._check_location(self._project(cfg), cfg.location or DEFAULT_LOCATION)
         return cfg
 
     def _project(self, cfg: GcpBatchOpts) -> str:
@@ -492,7 +490,7 @@ class GcpBatchScheduler(
     def list(self, cfg: GcpBatchOpts | None = None) -> list[ListAppResponse]:
         """Our jobs (labelled ``torchx_version``) in every location, or in ``cfg.location``
         when given, every page."""
-        cfg = self.typed(cfg, partial=True)
+        cfg = self.resolve_opts(cfg, partial=True)
         project = self._project(cfg)
         location = cfg.location or "-"
         out: list[ListAppResponse] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchx_nb.schedulers.abilities import (
@@ -25,6 +24,7 @@ from torchx_nb.schedulers.kubernetes.describe import (
     _latest,
     array_job,
 )
+from torchx_nb.schedulers.kubernetes.options import KubernetesOpts
 from torchx_nb.schedulers.kubernetes.request import (
     KubernetesJob,
     _fmt,
@@ -53,17 +53,14 @@ class KubeArrays(SubmitsArrays):
 
         def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]: ...
 
-        def typed(self, cfg: Any, partial: bool = False) -> Any: ...
-
         def _roles(
             self, job: dict[str, Any], pods: list[dict[str, Any]], volcano: bool, state: AppState
         ) -> tuple[list[Role], list[RoleStatus]]: ...
 
-    def can_array(self, app: AppDef, cfg: Mapping[str, Any]) -> bool:
+    def can_array(self, app: AppDef, cfg: KubernetesOpts) -> bool:
         """Indexed Jobs only: a Volcano job has no way to stop one of its tasks, so under
         ``api=volcano`` each trial is a job of its own, in the queue the user chose."""
-        opts = self.typed(cfg, partial=True)
-        return super().can_array(app, cfg) and (opts.api or "volcano") == "indexed"
+        return super().can_array(app, cfg) and (cfg.api or "volcano") == "indexed"
 
     def array_request(
         self, info: AppDryRunInfo[KubernetesJob], size: int, max_parallel: int | None

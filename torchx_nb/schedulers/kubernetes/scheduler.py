@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from torchx_nb.schedulers.abilities import (
@@ -102,7 +101,7 @@ class KubernetesScheduler(
 
     def _validate(self, app: AppDef, scheduler: str, cfg: KubernetesOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
-        cfg = self.typed(cfg or {})
+        cfg = self.resolve_opts(cfg)
         api = cfg.api or "volcano"
         if api not in ("volcano", "indexed"):
             raise InvalidRunConfigException(f"api {api!r}: use volcano or indexed", "api")
@@ -125,7 +124,6 @@ class KubernetesScheduler(
     def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: KubernetesOpts) -> None:
         """Every check the request makes, before an image is built (the request itself is
         built once, by the dry run)."""
-        cfg = self.typed(cfg)
         self._validate(app, scheduler, cfg)
         _tolerations(cfg.tolerations or [])
 
@@ -150,12 +148,11 @@ class KubernetesScheduler(
             req.outputs = outputs
         return AppDryRunInfo(req, _fmt)
 
-    def image_opts(self, cfg: Mapping[str, Any], build: bool) -> Mapping[str, Any]:
+    def image_opts(self, cfg: KubernetesOpts, build: bool) -> KubernetesOpts:
         """The namespace (and queue) are checked before an image is built and pushed."""
         if build:
-            opts = self.typed(cfg)
-            queue = (opts.queue or "") if (opts.api or "volcano") == "volcano" else ""
-            self._check_target(opts.namespace or "default", queue)
+            queue = (cfg.queue or "") if (cfg.api or "volcano") == "volcano" else ""
+            self._check_target(cfg.namespace or "default", queue)
         return cfg
 
     def _check_target(self, namespace: str, queue: str) -> None:
@@ -505,7 +502,7 @@ class KubernetesScheduler(
 
     def list(self, cfg: KubernetesOpts | None = None) -> list[ListAppResponse]:
         """Our jobs (by label) in ``cfg.namespace`` (default ``default``), every page."""
-        namespace = self.typed(cfg, partial=True).namespace or "default"
+        namespace = self.resolve_opts(cfg, partial=True).namespace or "default"
         selector = f"{LABEL_ORGANIZATION}={ORGANIZATION}"
         out = []
         for job in [*self._vcjobs(namespace, selector), *self._jobs(namespace, selector)]:

@@ -102,7 +102,7 @@ class SlurmScheduler(
 
     def preview_workspace(self, workspace: str, cfg: Any = None) -> str | None:
         """What ``job_dir`` would receive (the same rules as images)."""
-        if not self.typed(cfg, partial=True).job_dir:
+        if not self.resolve_opts(cfg, partial=True).job_dir:
             return None
         from torchx_nb.workspace.collect import collect_workspace
         from torchx_nb.workspace.scan import default_cache
@@ -115,7 +115,7 @@ class SlurmScheduler(
 
     # ---- validation ----------------------------------------------------------------------
     def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: SlurmOpts) -> None:
-        job_dir = self.typed(cfg).job_dir
+        job_dir = cfg.job_dir
         if job_dir:
             target = Path(str(job_dir)).expanduser().absolute()
             parent = target
@@ -132,8 +132,8 @@ class SlurmScheduler(
     def _validate(self, app: AppDef, scheduler: str, cfg: SlurmOpts | None = None) -> None:
         # values land in #SBATCH lines and a script comment: a space would add an option, a
         # newline a shell command
-        cfg = self.typed(cfg or {})
-        for key, value in cfg.items():
+        cfg = self.resolve_opts(cfg)
+        for key, value in cfg.to_cfg().items():
             if isinstance(value, str) and (
                 "\n" in value or "\r" in value or (key not in CMD_OPTS and value.split() != [value])
             ):

@@ -1,0 +1,42 @@
+"""aws_batch's options (TorchX's, then ours), then the workspace's; typed, with their help taken
+from the docstrings below."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchx_nb.specs.structured_opts import StructuredOpts
+from torchx_nb.workspace import WorkspaceOpts
+
+
+@dataclass(kw_only=True)
+class _AwsBatchFields(StructuredOpts):
+    queue: str
+    """job queue to submit to"""
+
+    user: str | None = None
+    """user tagged on the job (default: the current user)"""
+
+    privileged: bool = False
+    """run the containers privileged"""
+
+    share_id: str | None = None
+    """share identifier (queues with a fair-share scheduling policy)"""
+
+    priority: int = 0
+    """scheduling priority; needs share_id"""
+
+    job_role_arn: str | None = None
+    """IAM role the job's containers assume"""
+
+    execution_role_arn: str | None = None
+    """IAM role ECS uses to start the containers (pull images, write logs)"""
+
+    output_path: str | None = None
+    """s3://BUCKET/PREFIX: each job's $TORCHX_OUTPUT_DIR (a cell's result, its files) is
+    uploaded to PREFIX/JOB_NAME/ at its end (with boto3 from the image)"""
+
+
+@dataclass(kw_only=True)
+class AwsBatchOpts(WorkspaceOpts, _AwsBatchFields):
+    """aws_batch's options, then the workspace's."""
