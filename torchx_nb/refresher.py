@@ -1,6 +1,6 @@
 """One refresher loop per process: a background thread that watches every job something here
-waits on (a kernel's widgets, ``Sweep.wait``, ``%torchx watch``), so the process stays free and
-each scheduler is asked once per round, not once per watcher.
+waits on (a kernel's widgets, ``Sweep.wait``, ``%torchx watch``, the server's panel feed), so the
+process stays free and each scheduler is asked once per round, not once per watcher.
 
 Handles are grouped by scheduler and each group is asked on its own clock: local schedulers
 (``Scheduler.is_local``) every ``local_interval`` (0.5 s, so an ended job shows within a second),
@@ -36,6 +36,7 @@ class _Watch:
     tick: Tick | None = None
     last: AppStatus | None = None
     failing: bool = False
+    record_unknown: bool = False
 
 
 @dataclass
@@ -76,25 +77,47 @@ class Refresher:
         """Call ``callback(status, None)`` with each new status of ``handle`` (or
         ``callback(None, error)`` on a transient error) until the job ends, and ``tick()``
         every second meanwhile. The first status is asked for at once."""
-        scheduler = parse_app_handle(handle).scheduler_backend
+        return self.watch_many([handle], callback, tick)[0]
+
+    def watch_many(
+        self,
+        handles: list[str],
+        callback: Callback,
+        tick: Tick | None = None,
+        record_unknown: bool = False,
+    ) -> list[int]:
+        """``watch`` of each handle, registered at once (so a scheduler's first round asks for
+        all of them in one call). ``record_unknown``: a job its scheduler no longer knows is
+        recorded UNKNOWN in the job store (the server's watch, for every process's jobs)."""
+        ids = []
         with self._lock:
-            watch_id = next(self._ids)
-            self._watches[watch_id] = _Watch(handle, scheduler, callback, tick)
-            group = self._groups.setdefault(scheduler, _Group())
-            if not group.failures:
-                group.next_at = 0.0
-            if self._thread is None or not self._thread.is_alive():
+            for handle in handles:
+                scheduler = parse_app_handle(handle).scheduler_backend
+                watch_id = next(self._ids)
+                self._watches[watch_id] = _Watch(
+                    handle, scheduler, callback, tick, record_unknown=record_unknown
+                )
+                ids.append(watch_id)
+                group = self._groups.setdefault(scheduler, _Group())
+                if not group.failures:
+                    group.next_at = 0.0
+            if ids and (self._thread is None or not self._thread.is_alive()):
                 self._stop.clear()
                 self._thread = threading.Thread(
                     target=self._run, name="torchx-nb-refresher", daemon=True
                 )
                 self._thread.start()
         self._wake.set()
-        return watch_id
+        return ids
 
     def unwatch(self, watch_id: int) -> None:
         with self._lock:
             self._watches.pop(watch_id, None)
+
+    def is_watched(self, watch_id: int | None) -> bool:
+        """Whether ``watch_id`` is still watched (its job not seen ended)."""
+        with self._lock:
+            return watch_id in self._watches
 
     @property
     def watching(self) -> int:
@@ -149,8 +172,11 @@ class Refresher:
             self._wake.clear()
 
     def _poll_group(self, sched_name: str, group: _Group, watches: dict[int, _Watch]) -> None:
-        handles = [w.handle for w in watches.values()]
-        statuses: dict[str, AppStatus | BaseException | None] = dict(self.runner.refresh(handles))
+        handles = list(dict.fromkeys(w.handle for w in watches.values()))
+        record = any(w.record_unknown for w in watches.values())
+        statuses: dict[str, AppStatus | BaseException | None] = dict(
+            self.runner.refresh(handles, record_unknown=record)
+        )
         if len(handles) > 1 and all(isinstance(s, BaseException) for s in statuses.values()):
             # the batch failed: ask one by one, so one bad job does not hold back the others
             statuses = {h: self._status_or_error(h) for h in handles}
@@ -190,12 +216,13 @@ _POLLERS: dict[int, Refresher] = {}
 _POLLERS_LOCK = threading.Lock()
 
 
-def get_refresher(runner: Any) -> Refresher:
-    """The process's refresher for ``runner`` (one per runner, so one per kernel or command in
-    practice)."""
+def get_refresher(runner: Any, **intervals: float) -> Refresher:
+    """The process's refresher for ``runner`` (one per runner, so one per kernel, command or
+    server in practice); ``intervals`` (``local_interval``, ``remote_interval``) set its clocks
+    when it is made."""
     with _POLLERS_LOCK:
         poller = _POLLERS.get(id(runner))
         if poller is None or poller.runner is not runner:
-            poller = Refresher(runner)
+            poller = Refresher(runner, **intervals)
             _POLLERS[id(runner)] = poller
         return poller

@@ -238,11 +238,11 @@ def test_job_view_survives_an_unreachable_scheduler_at_submission(runner) -> Non
                 raise ConnectionError("endpoint unreachable")
             return self.real.status(handle)
 
-        def refresh(self, handles):  # type: ignore[no-untyped-def]
+        def refresh(self, handles, record_unknown=False):  # type: ignore[no-untyped-def]
             if self.failures:
                 self.failures -= 1
                 return dict.fromkeys(handles, ConnectionError("endpoint unreachable"))
-            return self.real.refresh(handles)
+            return self.real.refresh(handles, record_unknown)
 
         def __getattr__(self, name):  # type: ignore[no-untyped-def]
             return getattr(self.real, name)

@@ -68,6 +68,13 @@ def test_the_poller_stops_when_the_last_client_leaves(
     assert spy.asked and all(len(h) == 3 for h in spy.asked)
 
 
+def wait_for(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
 def test_finished_jobs_cost_the_poller_nothing(isolated: Path) -> None:
     store = JobStore()
     for i in range(2000):
@@ -77,8 +84,37 @@ def test_finished_jobs_cost_the_poller_nothing(isolated: Path) -> None:
     spy = Spy(service)
     try:
         service._refresh()
-        assert spy.asked == [["local_cwd://torchx/j-5000"]]
+        wait_for(lambda: spy.asked)
+        wait_for(lambda: store.get("local_cwd://torchx/j-5000").state == "UNKNOWN")  # type: ignore[union-attr]
+        assert all(h == ["local_cwd://torchx/j-5000"] for h in spy.asked)
         service._refresh()
         assert service._refresh() == [], "nothing changed: nothing to send"
+    finally:
+        service.close()
+
+
+def test_the_server_and_a_kernels_watch_share_the_processs_refresher(isolated: Path) -> None:
+    """One refresher loop per process: the server's watch of the store's active jobs and a
+    kernel-side watch of one of them are asked for together, one call per round, each job
+    once; when the poller stops, its watches go."""
+    from torchx_nb.refresher import get_refresher
+
+    store = JobStore()
+    for i in range(3):
+        store.add(record(i, "RUNNING"))
+    service = JobService(local_interval=0.2)
+    spy = Spy(service)
+    refresher = get_refresher(service.runner)
+    assert service.refresher is refresher
+    seen: list[Any] = []
+    try:
+        service._refresh()
+        kernel_watch = refresher.watch("local_cwd://torchx/j-0", lambda st, err: seen.append(st))
+        wait_for(lambda: seen and not refresher.is_watched(kernel_watch))
+        assert max(len(h) for h in spy.asked) == 3, spy.asked
+        assert all(len(set(h)) == len(h) for h in spy.asked), "each job asked once per call"
+        assert seen == [None] and not refresher.is_watched(kernel_watch), "unknown: ended"
+        service._let_go()
+        assert not service._watched and refresher.watching == 0
     finally:
         service.close()

@@ -7,11 +7,13 @@ scheduler, a huge store or a hostile request cannot hold up Jupyter's other requ
 are bounded and indexed; user regexes run on RE2 (linear time); tails are read from the end.
 
 While an event-stream client is connected, or for ``LEASE_S`` after a jobs page was asked
-for, a poller refreshes the jobs not yet ended (local ones every ``local_interval``, remote ones
-every ``remote_interval``, one batched call per scheduler through the runner's refresher) and
-reads what changed in the store since its last look (the store's own change counter, indexed:
-never wall-clock times, which machines disagree about), so its cost follows the active jobs,
-not the store's size. Then it stops: an idle server costs nothing."""
+for, a poller hands the jobs not yet ended (any process's) to the process's one refresher
+(``torchx_nb.refresher``: local ones asked every ``local_interval``, remote ones every
+``remote_interval``, one batched call per scheduler, errors backing off), which writes what it
+learns to the store, and reads what changed in the store since its last look (the store's own
+change counter, indexed: never wall-clock times, which machines disagree about), so its cost
+follows the active jobs, not the store's size. Then it stops and lets go of its watches: an
+idle server costs nothing."""
 
 from __future__ import annotations
 
@@ -30,9 +32,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from torchx_nb.errors import one_line
-from torchx_nb.jobstore import JobStoreError, fold_query, search_text
+from torchx_nb.jobstore import JobStoreError
 from torchx_nb.phases import queue_and_run
 from torchx_nb.redact import redact, redact_lines, redact_text
+from torchx_nb.server.pages import (
+    BadCursor,
+    matches,
+    notebook_path,
+    page_cursor,
+    parse_cursor,
+    trial_params,
+)
 from torchx_nb.server.submit import BadSubmission, NotebookSubmission
 from torchx_nb.specs.api import AppState, TorchxNbError, message_text
 
@@ -50,78 +60,12 @@ class BadEventId(ValueError):
     """A Last-Event-ID that this stream never sent."""
 
 
-class BadCursor(ValueError):
-    """An ``after`` cursor that no jobs page gave."""
-
-
 class JobEnded(TorchxNbError):
     """Cancel of a job that has already ended: nothing was done."""
 
     def __init__(self, handle: str, state: str) -> None:
         super().__init__(f"{handle} has already ended ({state}); there is nothing to cancel")
         self.state = state
-
-
-_CURSOR = re.compile(r"(-?[0-9]{1,20}(?:\.[0-9]{1,20})?(?:[eE][-+]?[0-9]{1,3})?):([\s\S]{1,1000})")
-
-
-def page_cursor(submitted: float, handle: str) -> str:
-    """The position after one row of a jobs page (keyset paging): ``SUBMITTED:HANDLE``, a
-    plain value a client may also write itself (everything before the newest job)."""
-    return f"{submitted!r}:{handle}"
-
-
-def parse_cursor(text: str) -> tuple[float, str]:
-    """A ``page_cursor`` back to (submitted, handle); anything else is ``BadCursor``."""
-    m = _CURSOR.fullmatch(text)
-    if m is None:
-        raise BadCursor("after must be SUBMITTED:HANDLE, as a jobs page's next gives it")
-    return float(m.group(1)), m.group(2)
-
-
-def matches(
-    row: dict[str, Any], scheduler: str | None, state: str | None, text: str | None
-) -> bool:
-    """Whether a job row passes a jobs page's filters: the same test as the store's query
-    (``search_text`` and ``fold_query`` are the store's own fold), so a row that changes
-    live stays in, or leaves, a filtered list exactly as a reload would show it."""
-    if scheduler and row["scheduler"] != scheduler:
-        return False
-    if state and row["state"] != state.upper():
-        return False
-    if text:
-        found = search_text(row["handle"], row["name"], row.get("notebook"), row.get("sweep"))
-        if fold_query(text) not in found:
-            return False
-    return True
-
-
-def notebook_path(notebook: str | None, root_dir: str | None) -> str | None:
-    """The submitting notebook as a path under the server's root (what the page opens), or None
-    when it lies outside it or is not a notebook file."""
-    if not notebook or not root_dir or not notebook.endswith(".ipynb"):
-        return None
-    path = Path(os.path.expanduser(notebook))
-    root = Path(os.path.expanduser(root_dir)).resolve()
-    if not path.is_absolute():
-        path = root / path
-    try:
-        return path.resolve().relative_to(root).as_posix()
-    except (ValueError, OSError):
-        return None
-
-
-def _params(text: str | None) -> dict[str, Any] | None:
-    """A trial's parameters (masked), or None for a job that is not a sweep's trial."""
-    import json
-
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return redact(value) if isinstance(value, dict) else None
 
 
 class JobService:
@@ -152,7 +96,7 @@ class JobService:
         self._poller: asyncio.Task[None] | None = None
         self._clients = 0
         self._lease_until = 0.0
-        self._last_remote = 0.0
+        self._watched: dict[str, int] = {}
         self.polls = 0
 
     @property
@@ -179,9 +123,23 @@ class JobService:
         """``fn(*args)`` in the service's thread pool, off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
+    @property
+    def refresher(self) -> Any:
+        """The process's refresher, on the service's clocks."""
+        from torchx_nb.refresher import get_refresher
+
+        return get_refresher(
+            self.runner,
+            local_interval=self.local_interval,
+            remote_interval=self.remote_interval,
+        )
+
     def close(self) -> None:
         if self._poller is not None:
             self._poller.cancel()
+        self._let_go()
+        if self._runner is not None:
+            self.refresher.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self._runner is not None:
             self._runner.close()
@@ -255,7 +213,7 @@ class JobService:
             "msg": redact_text(rec.msg or ""),
             "sweep": rec.sweep,
             "trial": rec.trial,
-            "params": _params(rec.params),
+            "params": trial_params(rec.params),
         }
 
     def counts(self) -> dict[str, int]:
@@ -477,18 +435,26 @@ class JobService:
                 self._rev = max(self._rev or 0, rec.rev or 0)
             return found.records
 
-    def _refresh(self) -> list[dict[str, Any]]:
-        """One poll: refresh the jobs not yet ended that are due, then the rows whose state or
-        message changed in the store since the last look (from any process)."""
-        runner = self.runner
-        now = time.monotonic()
-        due_remote = now - self._last_remote >= self.remote_interval
-        if due_remote:
-            self._last_remote = now
-        active = [r.handle for r in runner.jobstore.list(active_only=True)]
-        due = [h for h in active if due_remote or runner.is_local(h)]
-        if due:
-            runner.refresh(due, record_unknown=True)
+    def _refresh(self, poke: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+        """One look: the jobs not yet ended are watched by the refresher (new ones added,
+        those the store shows ended let go; ``poke`` is called when it learns something),
+        then the rows whose state or message changed in the store since the last look (from
+        any process)."""
+        active = {r.handle for r in self.runner.jobstore.list(active_only=True)}
+        refresher = self.refresher
+        # a watch the refresher ended while the store still shows the job active (its
+        # state could not be written) is made again: the next answer is written then
+        new = [h for h in active if not refresher.is_watched(self._watched.get(h))]
+        if new:
+
+            def learned(status: Any, error: BaseException | None) -> None:
+                if poke is not None:
+                    poke()
+
+            ids = refresher.watch_many(new, learned, record_unknown=True)
+            self._watched.update(zip(new, ids, strict=True))
+        for handle in [h for h in self._watched if h not in active]:
+            refresher.unwatch(self._watched.pop(handle))
         self.polls += 1
         changed = []
         for rec in self._changed_records():
@@ -498,11 +464,26 @@ class JobService:
                 changed.append(self.row(rec))
         return changed
 
+    def _let_go(self) -> None:
+        """Stop watching: the refresher's thread idles when nothing else watches."""
+        if self._watched and self._runner is not None:
+            refresher = self.refresher
+            for watch_id in self._watched.values():
+                refresher.unwatch(watch_id)
+        self._watched.clear()
+
     async def _poll(self) -> None:
+        loop = asyncio.get_running_loop()
+        poke = asyncio.Event()
+
+        def poked() -> None:
+            loop.call_soon_threadsafe(poke.set)
+
         try:
             while self._clients > 0 or time.monotonic() < self._lease_until:
+                poke.clear()
                 try:
-                    changed = await self.run(self._refresh)
+                    changed = await self.run(self._refresh, poked)
                 except Exception:
                     changed = []
                 if changed:
@@ -510,9 +491,11 @@ class JobService:
                     if self._wakeup is not None:
                         self._wakeup.set()
                         self._wakeup = asyncio.Event()
-                await asyncio.sleep(self.local_interval)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(poke.wait(), self.local_interval)
         finally:
             self._poller = None
+            self._let_go()
 
     def _record(self, rows: list[dict[str, Any]]) -> None:
         """A new version with these rows; the oldest are forgotten past CHANGES_KEPT (a client
