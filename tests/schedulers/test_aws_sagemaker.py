@@ -164,7 +164,7 @@ def test_refused_options(extra: dict[str, Any], message: str) -> None:
     sched = AwsSageMakerScheduler("torchx", client=object())
     cfg = {"role": ROLE, "instance_type": "ml.m5.large", **extra}
     with pytest.raises(specs.InvalidRunConfigException, match=message):
-        sched._pre_build_validate(app(), "aws_sagemaker", cfg)
+        sched._pre_build_validate(app(), "aws_sagemaker", sched.resolve_opts(cfg))
 
 
 def test_an_argument_over_256_characters_is_refused() -> None:

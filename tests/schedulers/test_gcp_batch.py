@@ -579,9 +579,9 @@ def test_an_array_is_one_job_with_a_task_count_of_one_replica_trials() -> None:
 
     sched = GcpBatchScheduler("torchx")
     one = app(n=1)
-    gs = {"project": PROJECT, "output_path": "gs://b/runs"}
+    gs = sched.resolve_opts({"project": PROJECT, "output_path": "gs://b/runs"})
     assert sched.can_array(one, gs)
-    assert not sched.can_array(one, {"project": PROJECT})  # nowhere for a cancel mark
+    assert not sched.can_array(one, sched.resolve_opts({"project": PROJECT}))  # no cancel mark
     assert not sched.can_array(app(n=2), gs)
     info = sched.array_request(dryrun(one, output_path="gs://b/runs"), 5, 2)
     group = info.request.job_def.task_groups[0]

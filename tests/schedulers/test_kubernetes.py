@@ -160,7 +160,7 @@ def test_indexed_request_has_a_stable_rank0_and_real_replica_ids() -> None:
 def test_bad_options_are_one_line(cfg: dict[str, Any], message: str) -> None:
     sched = KubernetesScheduler("torchx")
     with pytest.raises(specs.InvalidRunConfigException, match=message):
-        sched._pre_build_validate(app(), "kubernetes", cfg)
+        sched._pre_build_validate(app(), "kubernetes", sched.resolve_opts(cfg))
 
 
 def test_app_ids_are_checked() -> None:
@@ -392,9 +392,10 @@ def test_an_array_is_one_indexed_job_of_one_replica_trials() -> None:
 
     sched = KubernetesScheduler("torchx")
     one = app(n=1, max_retries=2)
-    assert sched.can_array(one, {"api": "indexed"})
-    assert not sched.can_array(one, {"queue": "q"})  # Volcano: a job per trial
-    assert not sched.can_array(app(n=2), {"api": "indexed"})
+    indexed, volcano = sched.resolve_opts({"api": "indexed"}), sched.resolve_opts({"queue": "q"})
+    assert sched.can_array(one, indexed)
+    assert not sched.can_array(one, volcano)  # Volcano: a job per trial
+    assert not sched.can_array(app(n=2), indexed)
     info = sched.array_request(dryrun(one, api="indexed"), 4, None)
     job = info.request.resource
     assert info.request.service is None and job["kind"] == "Job"

@@ -428,8 +428,11 @@ class JobService:
         with self._rev_lock:
             found = store.changes(self._rev or 0)
             if found.store_id != self._store_id:
+                # a new store's counter starts again: the old one's position would hide
+                # its changes until it caught up
                 self._store_id = found.store_id
                 self._seen.clear()
+                self._rev = 0
                 found = store.changes(0)
             for rec in found.records:
                 self._rev = max(self._rev or 0, rec.rev or 0)
