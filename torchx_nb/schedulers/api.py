@@ -21,6 +21,7 @@ from torchx_nb.specs.api import (
     AppDryRunInfo,
     InvalidRunConfigException,
     TorchxNbError,
+    as_cfg,
     runopts,
 )
 from torchx_nb.specs.log_line import Stream
@@ -90,8 +91,6 @@ class Scheduler(abc.ABC, Generic[T]):
         options given (none required: e.g. to list every queue); with ``strict`` an unknown
         key is refused, naming the closest option. The typed structure for
         ``TakesTypedOptions`` schedulers, else a dict."""
-        from torchx_nb.specs.structured_opts import as_cfg
-
         typed = self.opts_type if isinstance(self, TakesTypedOptions) else None
         if typed is not None and isinstance(cfg, typed):
             return cfg

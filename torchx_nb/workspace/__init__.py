@@ -6,8 +6,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from torchx_nb.specs.api import Role, TorchxNbError, runopts
-from torchx_nb.specs.structured_opts import StructuredOpts, as_cfg
+from torchx_nb.specs.api import Role, TorchxNbError, as_cfg, runopts
+from torchx_nb.specs.structured_opts import StructuredOpts
 
 if TYPE_CHECKING:
     from torchx_nb.workspace.builders import EnvironmentLayer

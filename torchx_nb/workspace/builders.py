@@ -2,9 +2,10 @@
 
 - ``docker``: the Docker SDK against a daemon. Without a ``Dockerfile.torchx``, for a job on this
   daemon, the reproducible workspace layer becomes an image of its own (built once per workspace
-  content), and the cell layer goes on top; for a remote scheduler, the daemon pushes the base
-  to ``image_repo`` once and our layers are uploaded as they are, as the registry builder does
-  (the daemon would unpack them and compress them again). With a ``Dockerfile.torchx``, the
+  content), and the cell layer goes on top; for a remote scheduler, the base is found in
+  ``image_repo``'s registry (or pushed there once by the daemon) and our layers are uploaded
+  as they are, as the registry builder does (the daemon would unpack them and compress them
+  again). With a ``Dockerfile.torchx``, the
   Dockerfile is built as TorchX does (``IMAGE``/``WORKSPACE`` build args) and pushed.
 - ``registry``: no daemon. Reads the base manifest from its registry and pushes base + workspace
   layer + cell layer under ``image_repo``, uploading only blobs the repository lacks."""
@@ -157,7 +158,6 @@ class RegistryBuilder:
     name = "registry"
 
     def __init__(self) -> None:
-
         self.clients: dict[str, RegistryClient] = {}
 
     def read_image(self, base: str, image_repo: str | None = None) -> ImageContents:
@@ -235,7 +235,6 @@ class DockerBuilder:
     name = "docker"
 
     def __init__(self, client: Any = None) -> None:
-
         self._client = client
         self.clients: dict[str, RegistryClient] = {}
 
