@@ -262,10 +262,11 @@ def plan_environment(
     """The environment plan of ``program`` on ``image`` (None when it imports nothing the
     standard library and the workspace do not give). ``packages``: ``auto`` (the kernel's,
     the default), ``none``, or a requirements.txt / pyproject.toml / uv.lock. The image is
-    read (``read_image``) only when something could be added; in a dry run an image that
-    cannot be read leaves the plan undiffed, with a note. The image and pip's settings are
-    read on threads while the kernel's distributions are looked up: the first two mostly
-    wait (on a registry or the daemon, on ``pip config``)."""
+    read (``read_image``) only when the program imports something beyond the standard library
+    and the workspace, or a file is given; in a dry run an image that cannot be read leaves
+    the plan undiffed, with a note. The image and pip's settings are read on threads while
+    the kernel's distributions are looked up: the first two mostly wait (on a registry or
+    the daemon, on ``pip config``)."""
     from concurrent.futures import ThreadPoolExecutor
 
     packages = (packages or AUTO).strip()
