@@ -1,6 +1,6 @@
 """The kernel's environment in the image: a kernel with 20 packages the base lacks (about 50 MB
-of wheels, served by pypiserver on 127.0.0.1), a cell importing them all. Side by side in one
-run, wall time and bytes pushed:
+of wheels, served by pypiserver under gunicorn on 127.0.0.1), a cell importing them all. Side
+by side in one run, wall time and bytes pushed:
 
   registry  our daemonless builder: plan (imports, kernel pins, the base read from its layers),
             environment layer by uv from the kernel's index, workspace and cell layers, push
@@ -124,30 +124,28 @@ def make_packages(dest: Path, build: Path, n: int, mb: int) -> list[str]:
 
 def start_index(tmp: Path, packages: Path) -> tuple[subprocess.Popen[bytes], str]:
     """pypiserver, in its own virtualenv (installed from this machine's index), on 127.0.0.1,
-    served by Paste's threaded server (several downloads at once, as a real index serves them;
-    the default wsgiref serves one at a time)."""
+    served as its docs deploy it, by gunicorn (two workers of eight threads: several downloads
+    at once, as a real index serves them; Paste's server stalled connections by one to two
+    seconds at random, which made every method's time a lottery)."""
     venv = tmp / "pypiserver-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run(
-        [str(venv / "bin/python"), "-m", "pip", "install", "-q", "pypiserver", "paste"],
+        [str(venv / "bin/python"), "-m", "pip", "install", "-q", "pypiserver", "gunicorn"],
         check=True,
     )
     port = free_port()
+    app = f"pypiserver:app(root={str(packages)!r}, authenticate=[], password_file='.')"
     proc = subprocess.Popen(
         [
-            str(venv / "bin/pypi-server"),
-            "run",
-            "-i",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-a",
-            ".",
-            "-P",
-            ".",
-            "--server",
-            "paste",
-            str(packages),
+            str(venv / "bin/gunicorn"),
+            "--workers",
+            "2",
+            "--threads",
+            "8",
+            "--no-control-socket",
+            "--bind",
+            f"127.0.0.1:{port}",
+            app,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -208,7 +206,7 @@ def torchx_method(client: Any, base: str, pins: list[str], index: str, repo: str
 
 
 def floor(pins: list[str], index: str, tmp: Path, base: str, repo: str) -> dict[str, float]:
-    from torchx_nb.environment.layer import LEVEL
+    from torchx_nb.environment.pack import LEVEL
     from torchx_nb.environment.wheels import uv_bin
     from torchx_nb.workspace.layers import _entries_for, _write_layer
     from torchx_nb.workspace.registry import append_layers
@@ -240,7 +238,9 @@ def floor(pins: list[str], index: str, tmp: Path, base: str, repo: str) -> dict[
         p.relative_to(target).as_posix(): (p, 0o644, None) for p in target.rglob("*") if p.is_file()
     }
     t1 = time.perf_counter()
-    layer = _write_layer(_entries_for(files, "opt/env"), tmp / f"{target.name}.tar.gz", LEVEL)
+    layer = _write_layer(
+        _entries_for(files, "opt/env"), tmp / f"{target.name}.tar.gz", LEVEL, fast=True
+    )
     t2 = time.perf_counter()
     append_layers(base, repo, [layer])
     return {"install_s": t1 - t0, "layer_s": t2 - t1, "push_s": time.perf_counter() - t2}
