@@ -114,3 +114,27 @@ def test_a_wheel_is_packed_back_from_installed_files_and_a_compiled_one_refused(
     compiled = KernelDist("tnbpacked", "2.0", "index", None, False, 10, "cell")
     with pytest.raises(TorchxNbError, match="is compiled and no index serves it"):
         wheels.repack_installed(compiled, out)
+
+
+def test_a_distribution_named_as_its_module_is_found_without_reading_them_all() -> None:
+    """The quick lookup (the distribution of the module's own name, in the module's folder,
+    whose RECORD lists its file) agrees with reading every installed distribution, for every
+    top-level module this environment has; where it cannot tell, it says nothing."""
+    import importlib.util
+
+    from torchx_nb.environment.kernel import _named_provider
+
+    found = 0
+    for module, names in sorted(md.packages_distributions().items()):
+        if not module.isidentifier():
+            continue
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            continue
+        named = _named_provider(module, spec)
+        if named is not None:
+            assert named in names, (module, named, names)
+            found += 1
+    assert found >= 20  # numpy, requests, pandas, … on any machine that runs these tests
+    assert _named_provider("yaml", importlib.util.find_spec("yaml")) is None  # PyYAML's

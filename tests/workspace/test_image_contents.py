@@ -79,3 +79,53 @@ def test_the_bookworm_base_through_the_registry_and_the_daemon_read_once(
     assert client.stats.requests - before == 1  # the manifest only: the layers are cached
     docker = dockerd.client()
     assert from_daemon(docker, docker.images.get(python_in_registry)) == c
+
+
+def test_a_damaged_layer_in_the_registry_is_named_in_one_line(registry: Registry) -> None:
+    """A layer whose gzip stream ends early (a broken push, a truncated blob) stops the read
+    with one line naming the layer and the fix, not a decompressor's traceback."""
+    import hashlib
+    import json
+
+    import pytest
+
+    from torchx_nb.specs.api import TorchxNbError
+    from torchx_nb.workspace.registry import ImageRef, RegistryClient
+
+    whole = _layer({"usr/lib/python3.11/os.py": b"x" * 200_000}).getvalue()
+    broken = whole[: len(whole) // 2]
+    with pytest.raises(tarfile.ReadError):
+        scan_layers([io.BytesIO(broken)])
+    client = RegistryClient(registry.host)
+    repo = "damaged/python"
+    digest = "sha256:" + hashlib.sha256(broken).hexdigest()
+    client.upload_blob(repo, digest, broken)
+    config = json.dumps({"architecture": "amd64", "rootfs": {"type": "layers"}}).encode()
+    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    client.upload_blob(repo, config_digest, config)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest,
+            "size": len(config),
+        },
+        "layers": [
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                "digest": digest,
+                "size": len(broken),
+            }
+        ],
+    }
+    client.put_manifest(
+        repo, "1", json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json"
+    )
+    ref = ImageRef.parse(f"{registry.host}/{repo}:1")
+    with pytest.raises(TorchxNbError) as err:
+        from_registry(RegistryClient(registry.host), ref)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"cannot read layer {digest[:19]} of {ref}: it is not an intact tar")
+    assert message.endswith("push the image again, or pass --packages none")

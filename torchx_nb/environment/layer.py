@@ -10,49 +10,24 @@ unchanged environment is neither rebuilt nor pushed again."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from torchx_nb.environment.index import mask_url
+from torchx_nb.environment.pack import EnvPack
 from torchx_nb.environment.plan import EnvPlan, PlanItem, check_python, diff
-from torchx_nb.environment.wheels import local_wheel, uv_bin
+from torchx_nb.environment.uv_install import uv_install_cmd
+from torchx_nb.environment.wheels import local_wheel
 from torchx_nb.progress import Progress
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.image_contents import ImageContents
-from torchx_nb.workspace.layers import Layer, _entries_for, _norm_mode, _write_layer, cache_dir
+from torchx_nb.workspace.layers import Layer, cache_dir
 
-ENV_DIR = "/opt/torchx-nb/env"
-HOOK_PTH = "torchx-nb-env.pth"
-HOOK_MODULE = "_torchx_nb_env"
-HOOK_SOURCE = f'''"""torchx_nb's environment layer: {ENV_DIR} as a site directory, ahead of the
-image's own site-packages (after the standard library)."""
-import site
-import sys
-
-_DIR = {ENV_DIR!r}
-if _DIR not in sys.path:
-    _n = len(sys.path)
-    site.addsitedir(_DIR)
-    _new = sys.path[_n:]
-    del sys.path[_n:]
-    _at = next(
-        (i for i, p in enumerate(sys.path) if p.endswith(("site-packages", "dist-packages"))),
-        len(sys.path),
-    )
-    sys.path[_at:_at] = _new
-'''
-_SKIP_TOP = {"bin", "__pycache__", ".lock"}
-_SKIP_NAMES = {"direct_url.json", "uv_cache.json"}  # local paths, install times
 _MAX_ROUNDS = 50
-# gzip's fastest level: an environment is tens to thousands of MB of already dense files
-# (wheels' contents, shared objects), where level 6 costs three times the time for a few
-# percent; the level is part of what makes the digest reproducible
-LEVEL = 1
 
 
 def _unserved(stderr: str, pending: list[PlanItem]) -> PlanItem | None:
@@ -66,42 +41,69 @@ def _unserved(stderr: str, pending: list[PlanItem]) -> PlanItem | None:
     return best[1] if best else None
 
 
-def install(plan: EnvPlan, target: Path, wheels: Path) -> None:
-    """Install the plan's distributions into ``target`` (nothing else: the plan is already
-    closed over its requirements)."""
+def _uv(reqs: list[str], folder: Path, plan: EnvPlan) -> subprocess.CompletedProcess[str]:
+    c = plan.contents
+    assert c is not None and c.python
+    cmd = uv_install_cmd(folder, reqs, c.python, c.platform, plan.index)
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def install(plan: EnvPlan, tmp: Path, report: Callable[[int, int], None] | None = None) -> EnvPack:
+    """Install the plan's distributions (nothing else: the plan is already closed over its
+    requirements) and pack them: those an index serves first (packed ahead by the plan's head
+    start when it fetched exactly these), then those made from the kernel's copies."""
     contents = plan.contents
     assert contents is not None and contents.python
+    wheels = tmp / "wheels"
+    wheels.mkdir(exist_ok=True)
     local: dict[str, Path] = {}
     for item in plan.add:
         if item.local and item.dist is not None:
             local[item.name] = local_wheel(item.dist, wheels, plan.index)
+    served = [i for i in plan.add if i.name not in local]
+    head, plan.head_start = plan.head_start, None
+    pack = None
+    if head is not None:
+        pins = [i.pin for i in served]
+        pack = head.take(pins, contents.python, contents.platform, plan.index, report)
+    if pack is None:
+        pack = EnvPack(report)
+        try:
+            served = _install_served(plan, served, local, wheels, tmp / "served")
+            if served:
+                pack.add_folder(tmp / "served")
+        except BaseException:
+            pack.abort()
+            raise
+    try:
+        if local:
+            proc = _uv(
+                [str(local[i.name]) for i in plan.add if i.name in local], tmp / "local", plan
+            )
+            if proc.returncode != 0:
+                why = mask_url(" ".join(proc.stderr.split())[-400:])
+                raise TorchxNbError(f"cannot install the environment layer: {why}")
+            pack.add_folder(tmp / "local")
+    except BaseException:
+        pack.abort()
+        raise
+    return pack
+
+
+def _install_served(
+    plan: EnvPlan, served: list[PlanItem], local: dict[str, Path], wheels: Path, folder: Path
+) -> list[PlanItem]:
+    """Install what an index serves into ``folder``; a distribution no index serves is made
+    into a wheel from the kernel's copy (into ``local``) when it is pure. The items installed."""
+    contents = plan.contents
+    assert contents is not None
     for _ in range(_MAX_ROUNDS):
-        reqs = [str(local[i.name]) if i.name in local else i.pin for i in plan.add]
-        cmd = [
-            uv_bin(),
-            "pip",
-            "install",
-            "--no-config",
-            "--quiet",
-            "--target",
-            str(target),
-            "--python-platform",
-            contents.platform,
-            "--python-version",
-            contents.python,
-            "--only-binary",
-            ":all:",
-            "--no-deps",
-            "--link-mode",
-            "hardlink",  # from uv's cache: the files are only read, to be packed
-            *plan.index.uv_args(),
-            *reqs,
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if not served:
+            return served
+        proc = _uv([i.pin for i in served], folder, plan)
         if proc.returncode == 0:
-            return
-        pending = [i for i in plan.add if i.name not in local]
-        missing = _unserved(proc.stderr, pending)
+            return served
+        missing = _unserved(proc.stderr, served)
         if missing is None:
             why = mask_url(" ".join(proc.stderr.split())[-400:])
             raise TorchxNbError(f"cannot install the environment layer: {why}")
@@ -118,27 +120,8 @@ def install(plan: EnvPlan, target: Path, wheels: Path) -> None:
                 " base image, or pass --packages none"
             )
         local[missing.name] = local_wheel(missing.dist, wheels, plan.index)
+        served = [i for i in served if i.name != missing.name]
     raise TorchxNbError("cannot install the environment layer: too many unserved distributions")
-
-
-def _files(target: Path) -> dict[str, tuple[bytes | Path | None, int, str | None]]:
-    out: dict[str, tuple[bytes | Path | None, int, str | None]] = {}
-    for path in sorted(target.rglob("*")):
-        rel = path.relative_to(target)
-        if rel.parts[0] in _SKIP_TOP or "__pycache__" in rel.parts or rel.name in _SKIP_NAMES:
-            continue
-        if path.is_symlink():
-            out[rel.as_posix()] = (None, 0o777, os.readlink(path))
-        elif rel.name == "RECORD" and rel.parent.name.endswith(".dist-info"):
-            kept = [
-                line
-                for line in path.read_text().splitlines()
-                if line.split(",", 1)[0].rsplit("/", 1)[-1] not in _SKIP_NAMES
-            ]
-            out[rel.as_posix()] = ("\n".join(kept).encode() + b"\n", 0o644, None)
-        elif path.is_file():
-            out[rel.as_posix()] = (path, _norm_mode(path.stat().st_mode), None)
-    return out
 
 
 def build_env_layer(plan: EnvPlan, progress: Progress | None = None) -> Layer | None:
@@ -149,48 +132,36 @@ def build_env_layer(plan: EnvPlan, progress: Progress | None = None) -> Layer | 
     key = plan.key()
     cached, meta = cache / f"env-{key}.tar.gz", cache / f"env-{key}.json"
     if cached.exists() and meta.exists():
+        if plan.head_start is not None:
+            plan.head_start.cancel()
+            plan.head_start = None
         m = json.loads(meta.read_text())
         return Layer(cached, m["digest"], m["diff_id"], m["size"])
     planned = max(plan.size(), 1)
     if progress:
         progress(0, planned, "environment: installing")
-    with tempfile.TemporaryDirectory(prefix="torchx-nb-env-") as tmp:
-        target, wheels = Path(tmp) / "site", Path(tmp) / "wheels"
-        target.mkdir()
-        wheels.mkdir()
-        install(plan, target, wheels)
-        if progress:
+    packed: list[int] = []
+
+    def report(done: int, total: int) -> None:
+        if progress and not packed:
+            packed.append(1)
             progress(planned, planned, "environment: installing")
-        files = _files(target)
-        total = max(sum(p.stat().st_size for p, _, _ in files.values() if isinstance(p, Path)), 1)
         if progress:
-            progress(0, total, "environment: packing")
-        entries = _entries_for(files, ENV_DIR)
-        site = plan.contents.site_dir.strip("/")
-        hooks = _entries_for(
-            {
-                HOOK_PTH: (f"import {HOOK_MODULE}\n".encode(), 0o644, None),
-                f"{HOOK_MODULE}.py": (HOOK_SOURCE.encode(), 0o644, None),
-            },
-            site,
-        )
-        merged = {e[0]: e for e in [*entries, *hooks]}
-        fd, partial = tempfile.mkstemp(dir=cache, suffix=".partial")
-        os.close(fd)
-        layer = _write_layer(
-            [merged[k] for k in sorted(merged)],
-            Path(partial),
-            LEVEL,
-            (lambda n: progress(min(n, total), total, "environment: packing"))
-            if progress
-            else None,
-        )
-    shutil.move(partial, cached)
+            progress(done, total, "environment: packing")
+
+    with tempfile.TemporaryDirectory(prefix="torchx-nb-env-") as tmp:
+        pack = install(plan, Path(tmp), report)
+    try:
+        layer = pack.finish(plan.contents.site_dir)
+    except BaseException:
+        pack.abort()
+        raise
+    shutil.move(layer.path, cached)
     meta.write_text(
         json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size})
     )
     if progress:
-        progress(total, total, "environment: packing")
+        progress(pack.total, max(pack.total, 1), "environment: packing")
     return Layer(cached, layer.digest, layer.diff_id, layer.size)
 
 

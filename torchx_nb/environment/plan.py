@@ -16,12 +16,13 @@ from torchx_nb.environment.imports import Imports, program_imports
 from torchx_nb.environment.index import IndexSettings, kernel_index
 from torchx_nb.environment.kernel import KernelDist, kernel_environment, kernel_python
 from torchx_nb.environment.requirements import pins_from_file
+from torchx_nb.environment.uv_install import HeadStart, head_start, likely_platform
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.specs.program import Program
 from torchx_nb.workspace.image_contents import ImageContents, normalize
 
 AUTO, NONE = "auto", "none"
-LAYOUT = 1  # bump when the layer's layout changes (invalidates cached layers)
+LAYOUT = 2  # bump when the layer's layout changes (invalidates cached layers)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class EnvPlan:
     relabelled: list[tuple[str, str, str]] = field(default_factory=list)  # name, image's, kernel's
     note: str | None = None  # why it was not diffed against the image (a dry run goes on)
     wanted: list[PlanItem] = field(default_factory=list)  # before the diff
+    head_start: HeadStart | None = None  # the install begun while the image was read
 
     @property
     def warnings(self) -> list[str]:
@@ -286,6 +288,13 @@ def plan_environment(
         plan.index = index.result()
         if not file_mode and not plan.wanted and not plan.missing and not plan.unpackaged:
             return None
+        if build and not contents.done():
+            plan.head_start = head_start(
+                [(i.pin, i.size) for i in plan.wanted if i.dist and not i.local],
+                kernel_python(),
+                likely_platform(),
+                plan.index,
+            )
         try:
             plan.contents = contents.result()
         except TorchxNbError as e:
@@ -299,6 +308,10 @@ def plan_environment(
         for name, version in pins:
             check_pin(name, version, packages)
         plan.wanted = [PlanItem(name, version, "") for name, version in pins]
-    diff(plan)
-    check_python(plan)
+    try:
+        diff(plan)
+        check_python(plan)
+    finally:
+        if plan.head_start is not None and not plan.add:
+            plan.head_start.cancel()
     return plan
