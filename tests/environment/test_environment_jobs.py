@@ -190,6 +190,71 @@ print(json.dumps(out))
     assert second < 3 * second_layers[-1] + 4096, (first, second, second_layers)
 
 
+def test_a_layer_packed_ahead_is_the_layer_made_without_and_is_uploaded_as_it_is_written(
+    kernel_venv: KernelVenv,
+    python_in_registry: str,
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    """The same plan built twice from cold layer caches, once with the head start (the
+    index's pins installed and packed before the image is known) and once without: the same
+    environment layer digest, the head start taken, and in both the layer uploaded once, as
+    it was written (the push then finds it in the registry)."""
+    ws = _workspace(tmp_path)
+    image = python_in_registry
+    script = f"""
+import json, os, sys
+from torchx_nb.environment import uv_install
+from torchx_nb.environment.layer import EnvironmentBuild
+from torchx_nb.environment.plan import plan_environment
+from torchx_nb.specs.program import CellProgram
+from torchx_nb.workspace.builders import BuildInput, RegistryBuilder
+from torchx_nb.workspace.collect import collect_workspace
+
+taken = []
+take = uv_install.HeadStart.take
+def recording_take(self, *args, **kwargs):
+    pack = take(self, *args, **kwargs)
+    taken.append(pack is not None)
+    return pack
+uv_install.HeadStart.take = recording_take
+
+out = []
+for ahead in (True, False):
+    os.environ["TORCHX_NB_DATA_DIR"] = {str(tmp_path)!r} + f"/data-{{ahead}}"
+    b = RegistryBuilder()
+    plan = plan_environment(CellProgram(sys.argv[1]), {str(ws)!r}, {image!r},
+                            lambda: b.read_image({image!r}), "auto", True)
+    if plan.head_start is not None:  # started when the image's read was not yet done
+        plan.head_start.cancel()
+        plan.head_start = None
+    if ahead:
+        c = plan.contents
+        served = [i.pin for i in plan.add if not i.local]
+        plan.head_start = uv_install.HeadStart(served, c.python, c.platform, plan.index)
+    repo = {registry.host!r} + f"/ahead-{{ahead}}".lower()
+    built = b.build(BuildInput({image!r}, collect_workspace({str(ws)!r}), {{"c.py": b"print(1)"}},
+                    repo, True, False, EnvironmentBuild(plan)))
+    stats = b.clients[{registry.host!r}].stats
+    env = built.layers[0].digest
+    out.append([env, stats.uploaded_blobs.count(env), env in stats.skipped_blobs,
+                sorted(i.reason.split(";")[0] for i in plan.add)])
+print(json.dumps({{"taken": taken, "builds": out}}))
+"""
+    # one served by the kernel's find-links folder, packed ahead; one editable, made from
+    # the kernel's copy and packed after it
+    proc = kernel_venv.run("-c", script, "import tnbserved, tnbedit\n")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["taken"] == [True]
+    (ahead, ahead_uploads, ahead_found, adds), (plain, plain_uploads, plain_found, _) = result[
+        "builds"
+    ]
+    assert adds == ["missing", "missing"]
+    assert ahead == plain
+    assert ahead_uploads == plain_uploads == 1 and ahead_found and plain_found
+
+
 def test_a_compiled_package_no_index_serves_fails_in_one_line_before_any_push(
     kernel_venv: KernelVenv,
     older_base: str,

@@ -61,3 +61,46 @@ def test_file_layer_is_small_and_reproducible(tmp_path: Path) -> None:
     one = build_file_layer({".torchx/cell-abc.py": b"print(1)\n"}, "workspace", tmp_path)
     two = build_file_layer({".torchx/cell-abc.py": b"print(1)\n"}, "workspace", tmp_path)
     assert one.digest == two.digest and one.size < 300
+
+
+def test_a_layer_written_in_parts_can_be_followed_as_it_is_written(tmp_path: Path) -> None:
+    """A follower on another thread reads the compressed bytes while two threads add parts:
+    what it reads is the layer (its digest), in pieces of the size asked for except the last;
+    a layer given up ends its follower with ``LayerAborted``."""
+    import threading
+
+    from torchx_nb.workspace.layers import LayerAborted, LayerWriter
+
+    blobs = [(f"f{i}.bin", os.urandom(300_000) * 3) for i in range(12)]
+    writer = LayerWriter(tmp_path / "l.tar.gz", 1, fast=True)
+    got: list[bytes] = []
+    follower = threading.Thread(target=lambda: got.extend(writer.follow(1 << 20)))
+    follower.start()
+    first = threading.Thread(target=writer.add, args=([(n, d, 0o644, None) for n, d in blobs[:6]],))
+    first.start()
+    first.join()
+    writer.add([(n, d, 0o644, None) for n, d in blobs[6:]])
+    layer = writer.close()
+    follower.join(timeout=30)
+    data = b"".join(got)
+    assert "sha256:" + hashlib.sha256(data).hexdigest() == layer.digest
+    assert data == layer.path.read_bytes() and len(got) >= 3
+    assert all(len(piece) == 1 << 20 for piece in got[:-1])
+    with tarfile.open(layer.path) as tar:
+        assert [m.name for m in tar.getmembers()] == [n for n, _ in blobs]
+
+    given_up = LayerWriter(tmp_path / "g.tar.gz", 1, fast=True)
+    errors: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            list(given_up.follow())
+        except LayerAborted as e:
+            errors.append(e)
+
+    waiting = threading.Thread(target=follow)
+    waiting.start()
+    given_up.add([(n, d, 0o644, None) for n, d in blobs[:2]])
+    given_up.abort()
+    waiting.join(timeout=30)
+    assert len(errors) == 1 and not (tmp_path / "g.tar.gz").exists()

@@ -301,3 +301,43 @@ def test_credential_helper(
     assert client.blob_exists("helper/repo", digest)
     assert client.credentials is not None
     assert client.credentials.source == "docker-credential-torchxtest"
+
+
+def test_a_layer_is_uploaded_while_it_is_written(registry: Registry, tmp_path: Path) -> None:
+    """``upload_stream`` follows a layer being written on another thread: the registry ends
+    with the layer's exact blob under its digest, uploaded once; a layer given up midway
+    leaves nothing behind under any digest."""
+    import os
+    import threading
+
+    from torchx_nb.workspace.layers import LayerAborted, LayerWriter
+
+    client = RegistryClient(registry.host)
+    writer = LayerWriter(tmp_path / "l.tar.gz", 1, fast=True)
+    result: list[str] = []
+    upload = threading.Thread(
+        target=lambda: result.append(client.upload_stream("streamed/env", writer.follow(1 << 20)))
+    )
+    upload.start()
+    writer.add([(f"f{i}", os.urandom(400_000) * 2, 0o644, None) for i in range(10)])
+    layer = writer.close()
+    upload.join(timeout=60)
+    assert result == [layer.digest]
+    assert client.get_blob("streamed/env", layer.digest) == layer.path.read_bytes()
+    assert client.stats.uploaded_blobs == [layer.digest]
+
+    given_up = LayerWriter(tmp_path / "g.tar.gz", 1, fast=True)
+    failed: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            client.upload_stream("streamed/gone", given_up.follow(1 << 20))
+        except LayerAborted as e:
+            failed.append(e)
+
+    upload = threading.Thread(target=follow)
+    upload.start()
+    given_up.add([(f"f{i}", os.urandom(400_000) * 2, 0o644, None) for i in range(4)])
+    given_up.abort()
+    upload.join(timeout=60)
+    assert len(failed) == 1 and client.stats.uploaded_blobs == [layer.digest]

@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from torchx_nb.environment.index import mask_url
@@ -48,10 +48,16 @@ def _uv(reqs: list[str], folder: Path, plan: EnvPlan) -> subprocess.CompletedPro
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
-def install(plan: EnvPlan, tmp: Path, report: Callable[[int, int], None] | None = None) -> EnvPack:
+def install(
+    plan: EnvPlan,
+    tmp: Path,
+    report: Callable[[int, int], None] | None = None,
+    stream: Callable[[Iterator[bytes]], None] | None = None,
+) -> EnvPack:
     """Install the plan's distributions (nothing else: the plan is already closed over its
     requirements) and pack them: those an index serves first (packed ahead by the plan's head
-    start when it fetched exactly these), then those made from the kernel's copies."""
+    start when it fetched exactly these), then those made from the kernel's copies.
+    ``stream`` is handed the layer's bytes as they are written (to upload them meanwhile)."""
     contents = plan.contents
     assert contents is not None and contents.python
     wheels = tmp / "wheels"
@@ -65,9 +71,11 @@ def install(plan: EnvPlan, tmp: Path, report: Callable[[int, int], None] | None 
     pack = None
     if head is not None:
         pins = [i.pin for i in served]
-        pack = head.take(pins, contents.python, contents.platform, plan.index, report)
+        pack = head.take(pins, contents.python, contents.platform, plan.index, report, stream)
     if pack is None:
         pack = EnvPack(report)
+        if stream is not None:
+            stream(pack.follow())
         try:
             served = _install_served(plan, served, local, wheels, tmp / "served")
             if served:
@@ -124,8 +132,13 @@ def _install_served(
     raise TorchxNbError("cannot install the environment layer: too many unserved distributions")
 
 
-def build_env_layer(plan: EnvPlan, progress: Progress | None = None) -> Layer | None:
-    """The plan's layer (None when it adds nothing), from the cache when the key is known."""
+def build_env_layer(
+    plan: EnvPlan,
+    progress: Progress | None = None,
+    stream: Callable[[Iterator[bytes]], None] | None = None,
+) -> Layer | None:
+    """The plan's layer (None when it adds nothing), from the cache when the key is known;
+    when it is made, ``stream`` is handed its bytes as they are written."""
     if not plan.add or plan.contents is None or not plan.contents.site_dir:
         return None
     cache = cache_dir()
@@ -150,7 +163,7 @@ def build_env_layer(plan: EnvPlan, progress: Progress | None = None) -> Layer | 
             progress(done, total, "environment: packing")
 
     with tempfile.TemporaryDirectory(prefix="torchx-nb-env-") as tmp:
-        pack = install(plan, Path(tmp), report)
+        pack = install(plan, Path(tmp), report, stream)
     try:
         layer = pack.finish(plan.contents.site_dir)
     except BaseException:
@@ -181,10 +194,11 @@ class EnvironmentBuild:
         image: ImageContents,
         on_top: Mapping[str, str] | None = None,
         progress: Progress | None = None,
+        stream: Callable[[Iterator[bytes]], None] | None = None,
     ) -> Layer | None:
         plan = self.plan
         if image != plan.contents or on_top:
             plan.contents = image
             diff(plan, frozenset(on_top or ()))
             check_python(plan)
-        return build_env_layer(plan, progress)
+        return build_env_layer(plan, progress, stream)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from torchx_nb.workspace.layers import Layer, LayerWriter, _entries_for, _norm_mode, cache_dir
@@ -107,6 +107,10 @@ class EnvPack:
         }
         self._add(_entries_for(hooks, site_dir.strip("/")))
         return self._writer.close()
+
+    def follow(self) -> Iterator[bytes]:
+        """The layer's compressed bytes as they are written (see ``LayerWriter.follow``)."""
+        return self._writer.follow()
 
     def abort(self) -> None:
         self._writer.abort()

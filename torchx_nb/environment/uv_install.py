@@ -6,6 +6,7 @@ rather than follow each other."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import platform as _platform
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from torchx_nb.environment.index import IndexSettings
@@ -73,22 +74,28 @@ _RUNNING: weakref.WeakSet[HeadStart] = weakref.WeakSet()
 class HeadStart:
     """An install begun before the image is known, packed as the first part of the layer as
     soon as it is done. When the image turns out to want exactly these pins for this Python
-    and platform, that part is the layer's; otherwise it has filled uv's cache, and the real
-    install finds the wheels there."""
+    and platform, that part is the layer's (and its bytes may already be on their way to the
+    registry); otherwise it has filled uv's cache, and the real install finds the wheels
+    there."""
 
     def __init__(self, reqs: list[str], python: str, platform: str, index: IndexSettings) -> None:
         self.what = (tuple(reqs), python, platform, index)
         self._tmp = Path(tempfile.mkdtemp(prefix="torchx-nb-env-head-"))
         self._stop = threading.Event()
+        self._pack: EnvPack | None = None  # packed, waiting for the image's hook
+        self._packing: EnvPack | None = EnvPack()
+        try:
+            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                uv_install_cmd(self._tmp / "site", reqs, python, platform, index),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            self._packing.abort()
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise
         self._installed = threading.Event()
-        self._pack: EnvPack | None = None  # packed
-        self._packing: EnvPack | None = None
-        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            uv_install_cmd(self._tmp / "site", reqs, python, platform, index),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
         self._thread = threading.Thread(target=self._run, name="torchx-nb-env-head", daemon=True)
         self._thread.start()
         _RUNNING.add(self)
@@ -99,18 +106,21 @@ class HeadStart:
             ok = proc is not None and proc.wait() == 0
         finally:
             self._installed.set()
-        if not ok or self._stop.is_set():
+        pack = self._packing
+        if pack is None:
             return
-        pack = None
-        try:
-            pack = self._packing = EnvPack()
-            if pack.add_folder(self._tmp / "site", self._stop.is_set):
-                self._pack, pack = pack, None
-        except (OSError, ValueError):
-            pass  # the real install will do it, and say what is wrong
-        finally:
-            if pack is not None:
-                pack.abort()
+        done = False
+        with contextlib.suppress(OSError, ValueError):  # the real install will say what it is
+            done = (
+                ok
+                and not self._stop.is_set()
+                and pack.add_folder(self._tmp / "site", self._stop.is_set)
+            )
+        if done:
+            self._pack = pack
+        else:
+            pack.abort()
+        self._packing = None
 
     def take(
         self,
@@ -119,15 +129,18 @@ class HeadStart:
         platform: str,
         index: IndexSettings,
         report: Callable[[int, int], None] | None = None,
+        stream: Callable[[Iterator[bytes]], None] | None = None,
     ) -> EnvPack | None:
         """The layer begun with these pins, when they are the ones this started with (None
-        otherwise, once uv's cache is filled); ``report`` hears the rest of its packing."""
+        otherwise, once uv's cache is filled); ``report`` hears the rest of its packing and
+        ``stream`` is handed its bytes as they are written."""
         pack = None
         if self.what == (tuple(reqs), python, platform, index):
-            self._installed.wait()
-            packing = self._packing
-            if packing is not None:  # show the rest of its packing
-                packing.report = report
+            begun = self._packing or self._pack
+            if begun is not None:
+                begun.report = report
+                if stream is not None:
+                    stream(begun.follow())
             self._thread.join()
             pack, self._pack = self._pack, None
         else:
@@ -145,9 +158,10 @@ class HeadStart:
             proc.wait()
         if self._thread is not threading.current_thread():
             self._thread.join()
-        pack, self._pack = self._pack, None
-        if pack is not None:
-            pack.abort()
+        for pack in (self._pack, self._packing):
+            if pack is not None:
+                pack.abort()
+        self._pack = self._packing = None
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 

@@ -13,8 +13,9 @@ import shutil
 import struct
 import tarfile
 import tempfile
+import threading
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -169,10 +170,42 @@ def _parents(paths: Iterable[str]) -> list[str]:
     return sorted(dirs)
 
 
+class LayerAborted(Exception):
+    """The layer being followed was given up."""
+
+
+class _Notifying(io.RawIOBase):
+    """A file written straight through (no buffer), telling ``cond``'s waiters how much it
+    holds."""
+
+    def __init__(self, path: Path, cond: threading.Condition) -> None:
+        self.f = open(path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
+        self.cond = cond
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: bytes) -> int:  # type: ignore[override]
+        view = memoryview(b)
+        while view:
+            view = view[self.f.write(view) or 0 :]
+        with self.cond:
+            self.size += len(b)
+            self.cond.notify_all()
+        return len(b)
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
 class LayerWriter:
     """A gzip'd tar layer written in parts: entries added in one or more calls (one may come
     from another thread, before the rest of the layer is known), then ``close()`` gives the
-    layer. The same entries in the same order at the same level give the same bytes."""
+    layer. The same entries in the same order at the same level give the same bytes. Its
+    compressed bytes can be followed as they are written (``follow``), to upload the layer
+    while it is being made."""
 
     def __init__(
         self,
@@ -182,8 +215,10 @@ class LayerWriter:
         fast: bool = False,
     ) -> None:
         self.dest = dest
-        self._raw = open(dest, "wb")  # noqa: SIM115 - closed by close() or abort()
-        self._compressed = _HashingWriter(self._raw)
+        self._cond = threading.Condition()
+        self._state = "open"
+        self._raw = _Notifying(dest, self._cond)
+        self._compressed = _HashingWriter(self._raw)  # type: ignore[arg-type]
         self._gz = _BlockGzip(self._compressed, level, fast)  # type: ignore[arg-type]
         self._plain = _HashingWriter(self._gz, on_bytes)  # type: ignore[arg-type]
         self._tar = tarfile.open(  # noqa: SIM115 - closed by close()
@@ -222,6 +257,7 @@ class LayerWriter:
         self._tar.close()
         self._gz.close()
         self._raw.close()
+        self._end("closed")
         return Layer(
             self.dest,
             "sha256:" + self._compressed.sha.hexdigest(),
@@ -233,7 +269,35 @@ class LayerWriter:
         """Give it up: the file is removed."""
         self._gz.close()
         self._raw.close()
+        self._end("aborted")
         self.dest.unlink(missing_ok=True)
+
+    def _end(self, state: str) -> None:
+        with self._cond:
+            self._state = state
+            self._cond.notify_all()
+
+    def follow(self, chunk: int = 8 << 20) -> Iterator[bytes]:
+        """The compressed bytes, as they are written: pieces of ``chunk`` bytes (the last
+        one shorter), until the layer is closed; ``LayerAborted`` when it is given up."""
+        fd = os.open(self.dest, os.O_RDONLY)
+        offset = 0
+        try:
+            while True:
+                with self._cond:
+                    while self._state == "open" and self._raw.size - offset < chunk:
+                        self._cond.wait()
+                    if self._state == "aborted":
+                        raise LayerAborted(str(self.dest))
+                    size, final = self._raw.size, self._state == "closed"
+                while size - offset >= chunk or (final and offset < size):
+                    data = os.pread(fd, min(chunk, size - offset), offset)
+                    offset += len(data)
+                    yield data
+                if final:
+                    return
+        finally:
+            os.close(fd)
 
 
 def _write_layer(

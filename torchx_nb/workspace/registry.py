@@ -8,12 +8,13 @@ base must keep its media type), and has no cross-repository blob mount."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import re
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -446,6 +447,57 @@ class RegistryClient:
                 f" accepted: HTTP {resp.status_code} {resp.text[:200]}"
             )
         self.stats.uploaded_blobs.append(digest)
+
+    def upload_stream(self, repo: str, chunks: Iterable[bytes], what: str = "") -> str:
+        """Upload a blob whose bytes are still being made (PATCH as they come, PUT with the
+        digest once they end); its digest. An upload that fails midway is cancelled."""
+        scope = self._scope(repo, True)
+        resp = self.request("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)
+        if resp.status_code != 202:
+            raise RegistryError(
+                f"cannot start an upload to {self.host}/{repo}:"
+                f" HTTP {resp.status_code} {resp.text[:200]}"
+            )
+        location = resp.headers["Location"]
+        sha = hashlib.sha256()
+        done = 0
+        try:
+            for chunk in chunks:
+                sha.update(chunk)
+                resp = self.request(
+                    "PATCH",
+                    location,
+                    scope=scope,
+                    data=chunk,
+                    headers={
+                        "Content-Type": "application/octet-stream",
+                        "Content-Range": f"{done}-{done + len(chunk) - 1}",
+                    },
+                )
+                if resp.status_code != 202:
+                    raise RegistryError(
+                        f"upload of {what or 'a layer'} to {self.host}/{repo} failed:"
+                        f" HTTP {resp.status_code} {resp.text[:200]}"
+                    )
+                location = resp.headers.get("Location", location)
+                done += len(chunk)
+                self.stats.uploaded_bytes += len(chunk)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.request("DELETE", location, scope=scope)
+            raise
+        digest = "sha256:" + sha.hexdigest()
+        sep = "&" if "?" in location else "?"
+        resp = self.request(
+            "PUT", f"{location}{sep}digest={digest}", scope=scope, headers={"Content-Length": "0"}
+        )
+        if resp.status_code != 201:
+            raise RegistryError(
+                f"upload of {what or digest} to {self.host}/{repo} was not"
+                f" accepted: HTTP {resp.status_code} {resp.text[:200]}"
+            )
+        self.stats.uploaded_blobs.append(digest)
+        return digest
 
     def ensure_blob(
         self,
