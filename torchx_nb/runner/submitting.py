@@ -401,7 +401,12 @@ class Submitting(RunnerCore):
 
                     pickles = isinstance(program, CellProgram) and extra is not None
                     env = EnvironmentBuild(plan) if plan is not None and plan.add else None
-                    sched.patch_image(role, workspace, opts, extra or {}, pickles, env)
+                    try:
+                        sched.patch_image(role, workspace, opts, extra or {}, pickles, env)
+                    finally:
+                        if plan is not None and plan.head_start is not None:
+                            plan.head_start.cancel()  # not taken: the build failed early
+                            plan.head_start = None
                 else:
                     sched.plan_image(role, workspace, opts)
                 if program is not None and extra is not None:
