@@ -192,11 +192,17 @@ def test_docker_builder_for_a_remote_scheduler_uploads_our_layers_itself(
     )
     assert out.startswith(b"x,y2\n") and b".env" not in out
 
-    # the python base was pushed to this registry (python_in_registry): used from there
-    in_registry = DockerBuilder().build(
-        BuildInput(base_images["python"], files, {}, repo, quiet=True)
-    )
+    # the python base was pushed to this registry (python_in_registry): used from there,
+    # its manifest asked for once however many times the build needs to know where it is
+    builder = DockerBuilder()
+    in_registry = builder.build(BuildInput(base_images["python"], files, {}, repo, quiet=True))
     assert len(pushes) == 1
+    client = builder.clients[registry.host]
+    asked = client.stats.requests
+    python = builder.client.images.get(base_images["python"])
+    there = builder._in_registry(python, repo)
+    assert there is not None and str(there).startswith(f"{registry.host}/base/python@sha256:")
+    assert client.stats.requests == asked
     manifest = requests.get(
         f"http://{registry.host}/v2/nb/docker-remote/manifests/{in_registry.image.split('@')[1]}",
         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},

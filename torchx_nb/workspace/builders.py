@@ -272,6 +272,7 @@ class DockerBuilder:
     def __init__(self, client: Any = None) -> None:
         self._client = client
         self.clients: dict[str, RegistryClient] = {}
+        self._found: dict[tuple[str, str], ImageRef] = {}  # (image id, host) -> where
 
     client = LazyClient(lambda self: _daemon_client())
 
@@ -341,6 +342,8 @@ class DockerBuilder:
         from torchx_nb.workspace.registry import ImageRef, RegistryClient, RegistryError
 
         host = ImageRef.parse(f"{image_repo}:x").host
+        if (str(base_image.id), host) in self._found:  # one build asks up to three times
+            return self._found[str(base_image.id), host]
         client = self.clients.setdefault(host, RegistryClient(host))
         for known in base_image.attrs.get("RepoDigests") or []:
             there = ImageRef.parse(known)
@@ -351,6 +354,7 @@ class DockerBuilder:
             except RegistryError:
                 continue
             if manifest.get("config", {}).get("digest") == base_image.id:
+                self._found[str(base_image.id), host] = there
                 return there
         return None
 
