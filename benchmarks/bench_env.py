@@ -71,8 +71,8 @@ for n, packages in ((1, "auto"), (2, "none"), (3, "auto"), (4, "none")):
     source = cell + f"print('edit', {n})\n"
     t0 = time.perf_counter()
     b = RegistryBuilder() if builder_name == "registry" else DockerBuilder()
-    plan = plan_environment(
-        CellProgram(source), ws, base, lambda: b.read_image(base, repo), packages, True
+    plan = plan_environment(  # as the runner plans it: the build's repository named
+        CellProgram(source), ws, base, lambda: b.read_image(base, repo), packages, True, repo
     )
     planned = time.perf_counter() - t0
     env = EnvironmentBuild(plan) if plan is not None and plan.add else None

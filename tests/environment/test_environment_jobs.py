@@ -197,9 +197,10 @@ def test_a_layer_packed_ahead_is_the_layer_made_without_and_is_uploaded_as_it_is
     tmp_path: Path,
 ) -> None:
     """The same plan built twice from cold layer caches, once with the head start (the
-    index's pins installed and packed before the image is known) and once without: the same
-    environment layer digest, the head start taken, and in both the layer uploaded once, as
-    it was written (the push then finds it in the registry)."""
+    index's pins installed and packed before the image is known, its bytes sent to the
+    build's repository as they are written) and once without: the same environment layer
+    digest, the head start taken, and the layer uploaded once as it was written (by the head
+    start, or by the build), so the push finds it in the registry."""
     ws = _workspace(tmp_path)
     image = python_in_registry
     script = f"""
@@ -228,11 +229,11 @@ for ahead in (True, False):
     if plan.head_start is not None:  # started when the image's read was not yet done
         plan.head_start.cancel()
         plan.head_start = None
-    if ahead:
+    repo = {registry.host!r} + f"/ahead-{{ahead}}".lower()
+    if ahead:  # as the runner starts it: the build's repository named
         c = plan.contents
         served = [i.pin for i in plan.add if not i.local]
-        plan.head_start = uv_install.HeadStart(served, c.python, c.platform, plan.index)
-    repo = {registry.host!r} + f"/ahead-{{ahead}}".lower()
+        plan.head_start = uv_install.HeadStart(served, c.python, c.platform, plan.index, repo)
     built = b.build(BuildInput({image!r}, collect_workspace({str(ws)!r}), {{"c.py": b"print(1)"}},
                     repo, True, False, EnvironmentBuild(plan)))
     stats = b.clients[{registry.host!r}].stats
@@ -252,7 +253,7 @@ print(json.dumps({{"taken": taken, "builds": out}}))
     ]
     assert adds == ["missing", "missing"]
     assert ahead == plain
-    assert ahead_uploads == plain_uploads == 1 and ahead_found and plain_found
+    assert (ahead_uploads, plain_uploads) == (0, 1) and ahead_found and plain_found
 
 
 def test_a_compiled_package_no_index_serves_fails_in_one_line_before_any_push(

@@ -173,3 +173,38 @@ def test_modules_nothing_installed_provides_are_warned_about(
         f"module 'tnbloose' (cell line 1) comes from {loose / 'tnbloose.py'}, which no installed"
         " distribution lists: it does not travel; ship it in the workspace",
     ]
+
+
+def test_pip_settings_from_its_variables_alone_are_what_pip_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no configuration file for pip to read (``PIP_CONFIG_FILE`` set to the null device
+    turns them all off), its settings are read from its ``PIP_*`` variables without starting
+    pip: the same as ``pip config list`` gives."""
+    import os
+    import subprocess
+    import sys
+
+    from torchx_nb.environment import index
+
+    for key in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "https://user:tok@idx.example/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "file:///x/simple file:///y/simple")
+    monkeypatch.setenv("PIP_FIND_LINKS", "/srv/a")
+    monkeypatch.setenv("PIP_NO_INDEX", "0")
+    cli = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
+    ).stdout
+    started: list[object] = []
+    monkeypatch.setattr(index.subprocess, "run", lambda *a, **k: started.append(a))
+    settings = index.kernel_index()
+    assert started == []
+    assert index._parse(cli) == index._parse(index._variables_listing())
+    assert settings == IndexSettings(
+        "https://user:tok@idx.example/simple",
+        ("file:///x/simple", "file:///y/simple"),
+        ("/srv/a",),
+        no_index=False,
+    )

@@ -215,3 +215,25 @@ def test_docker_builder_for_a_remote_scheduler_uploads_our_layers_itself(
     assert [x["digest"] for x in manifest["layers"][: len(base["layers"])]] == [
         x["digest"] for x in base["layers"]
     ]
+
+
+def test_the_upload_target_is_where_the_build_uploads_its_own_layers(tmp_path: Path) -> None:
+    """A layer can start on its way before the build only to the repository the build itself
+    uploads to: the registry builder's, the docker builder's for a scheduler that pulls from
+    a registry; never when the daemon pushes (local_docker's docker builder, a
+    Dockerfile.torchx)."""
+    from torchx_nb.schedulers import get_scheduler_factories
+
+    factories = get_scheduler_factories()
+    local = factories["local_docker"]("t")
+    batch = factories["aws_batch"]("t")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    repo = "127.0.0.1:5000/nb"
+    assert local.upload_target(str(ws), local.resolve_opts({"builder": "docker"})) is None
+    registry_opts = local.resolve_opts({"builder": "registry", "image_repo": repo})
+    assert local.upload_target(str(ws), registry_opts) == repo
+    batch_opts = batch.resolve_opts({"queue": "q", "image_repo": repo, "builder": "docker"})
+    assert batch.upload_target(str(ws), batch_opts) == repo
+    (ws / "Dockerfile.torchx").write_text("FROM scratch\n")
+    assert batch.upload_target(str(ws), batch_opts) is None

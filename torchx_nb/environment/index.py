@@ -96,6 +96,8 @@ def _config_files(python: str) -> list[str]:
         os.path.join(xdg, "pip", "pip.conf"),
         os.path.join(home, ".pip", "pip.conf"),
         os.path.join(prefix, "pip.conf"),
+        "/Library/Application Support/pip/pip.conf",
+        os.path.join(home, "Library", "Application Support", "pip", "pip.conf"),
         os.environ.get("PIP_CONFIG_FILE", ""),
     ]
 
@@ -144,10 +146,31 @@ def _pip_config(python: str, key: str) -> dict[str, str]:
     return values
 
 
+def _only_variables(python: str) -> bool:
+    """Whether pip reads no configuration file here (``PIP_CONFIG_FILE`` is the null device,
+    which turns them all off, or none of them exists): then its settings are its ``PIP_*``
+    variables alone, read without starting pip."""
+    if os.environ.get("PIP_CONFIG_FILE") == os.devnull:
+        return True
+    return not any(path and os.path.exists(path) for path in _config_files(python))
+
+
+def _variables_listing() -> str:
+    """The ``PIP_*`` variables as ``pip config list`` prints them (``:env:.index-url='…'``)."""
+    return "\n".join(
+        f":env:.{key[4:].lower().replace('_', '-')}={value!r}"
+        for key, value in sorted(os.environ.items())
+        if key.startswith("PIP_")
+    )
+
+
 def kernel_index(python: str | None = None) -> IndexSettings:
     """The index settings the kernel's pip would use (its config files and ``PIP_*``)."""
     python = python or sys.executable
-    values = _pip_config(python, _cache_key(python))
+    if _only_variables(python):
+        values = _parse(_variables_listing())
+    else:
+        values = _pip_config(python, _cache_key(python))
     no_index = values.get("no-index", "").lower() in ("1", "true", "yes", "on")
     return IndexSettings(
         index_url=values.get("index-url") or None,

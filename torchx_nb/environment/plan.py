@@ -260,6 +260,7 @@ def plan_environment(
     read_image: Callable[[], ImageContents],
     packages: str | None = None,
     build: bool = False,
+    upload_to: str | None = None,
 ) -> EnvPlan | None:
     """The environment plan of ``program`` on ``image`` (None when it imports nothing the
     standard library and the workspace do not give). ``packages``: ``auto`` (the kernel's,
@@ -268,7 +269,9 @@ def plan_environment(
     and the workspace, or a file is given; in a dry run an image that cannot be read leaves
     the plan undiffed, with a note. The image and pip's settings are read on threads while
     the kernel's distributions are looked up: the first two mostly wait (on a registry or
-    the daemon, on ``pip config``)."""
+    the daemon, on ``pip config``). When building, the index's pins get a head start while
+    the image is read (their packed bytes going to ``upload_to``, the repository the build
+    pushes to, as they are written)."""
     from concurrent.futures import ThreadPoolExecutor
 
     packages = (packages or AUTO).strip()
@@ -294,6 +297,7 @@ def plan_environment(
                 kernel_python(),
                 likely_platform(),
                 plan.index,
+                upload_to,
             )
         try:
             plan.contents = contents.result()

@@ -20,6 +20,7 @@ from pathlib import Path
 from torchx_nb.environment.index import IndexSettings
 from torchx_nb.environment.pack import EnvPack
 from torchx_nb.environment.wheels import uv_bin
+from torchx_nb.workspace.registry import start_upload
 
 # a head start fetches only what is likely wanted and cheap to fetch for nothing: the image may
 # turn out to have it (a base with torch must not make us download 2 GB to throw away)
@@ -78,8 +79,18 @@ class HeadStart:
     registry); otherwise it has filled uv's cache, and the real install finds the wheels
     there."""
 
-    def __init__(self, reqs: list[str], python: str, platform: str, index: IndexSettings) -> None:
+    def __init__(
+        self,
+        reqs: list[str],
+        python: str,
+        platform: str,
+        index: IndexSettings,
+        upload_to: str | None = None,
+    ) -> None:
         self.what = (tuple(reqs), python, platform, index)
+        self._upload_to = upload_to
+        self._streaming = False  # its bytes are on their way (one upload, whoever starts it)
+        self._lock = threading.Lock()
         self._tmp = Path(tempfile.mkdtemp(prefix="torchx-nb-env-head-"))
         self._stop = threading.Event()
         self._pack: EnvPack | None = None  # packed, waiting for the image's hook
@@ -109,6 +120,9 @@ class HeadStart:
         pack = self._packing
         if pack is None:
             return
+        if ok and self._upload_to is not None:
+            repo = self._upload_to
+            self._stream(pack, lambda chunks: start_upload(repo, chunks))
         done = False
         with contextlib.suppress(OSError, ValueError):  # the real install will say what it is
             done = (
@@ -140,13 +154,22 @@ class HeadStart:
             if begun is not None:
                 begun.report = report
                 if stream is not None:
-                    stream(begun.follow())
+                    self._stream(begun, stream)
             self._thread.join()
             pack, self._pack = self._pack, None
         else:
             self._installed.wait()
         self.cancel()
         return pack
+
+    def _stream(self, pack: EnvPack, stream: Callable[[Iterator[bytes]], None]) -> None:
+        """Hand the pack's bytes to ``stream``, unless they are already on their way (to the
+        build's repository, as soon as the install was done)."""
+        with self._lock:
+            if self._streaming:
+                return
+            self._streaming = True
+        stream(pack.follow())
 
     def cancel(self) -> None:
         """Stop it (the image did not want it, or the layer was cached) and remove what it
@@ -172,11 +195,17 @@ def _stop_running() -> None:
 
 
 def head_start(
-    pins: list[tuple[str, int]], python: str, platform: str, index: IndexSettings
+    pins: list[tuple[str, int]],
+    python: str,
+    platform: str,
+    index: IndexSettings,
+    upload_to: str | None = None,
 ) -> HeadStart | None:
     """A head start for ``pins`` (pin, installed size), or None: none of them is small
     enough, or the same were fetched on this machine before (uv's cache has them; a
-    re-submit must not pay for a second install it throws away)."""
+    re-submit must not pay for a second install it throws away). ``upload_to``: the
+    repository the build will push to, where the packed bytes go as they are written (an
+    upload the build does not take is cancelled with the head start)."""
     import hashlib
     import json
 
@@ -195,7 +224,7 @@ def head_start(
     if mark.exists():
         return None
     try:
-        started = HeadStart(chosen, python, platform, index)
+        started = HeadStart(chosen, python, platform, index, upload_to)
     except OSError:
         return None
     mark.touch()

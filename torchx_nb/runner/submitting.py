@@ -439,6 +439,7 @@ class Submitting(RunnerCore):
             lambda: sched.read_base_image(image, workspace, opts),
             packages,
             build,
+            sched.upload_target(workspace, opts) if build else None,
         )
         if plan is not None and build:
             for line in plan.warnings:

@@ -89,9 +89,23 @@ class WorkspaceMixin(Generic[T]):
     def read_base_image(self, image: str, workspace: str, cfg: Any) -> ImageContents:
         """What ``image`` has for Python (version, platform, distributions), read by the
         builder ``patch_image`` would use: through its registry, or from the daemon. For the
-        environment plan, dry runs included (cached per image digest). The workspace is
-        listed (its secret scan only read) just when it may hold a Dockerfile.torchx, the one
-        file that changes the choice."""
+        environment plan, dry runs included (cached per image digest)."""
+        builder, opts, _ = self._planned_builder(workspace, cfg)
+        return builder.read_image(image, opts.image_repo)
+
+    def upload_target(self, workspace: str, cfg: Any) -> str | None:
+        """The repository ``patch_image`` will upload its own layers to (the registry
+        builder's, or the docker builder's for a scheduler that pulls from a registry), so
+        that a layer can start on its way before the build: None when the daemon pushes."""
+        builder, opts, dockerfile = self._planned_builder(workspace, cfg)
+        if builder.name == "registry" or (self.pushes_image and not dockerfile):
+            return opts.image_repo
+        return None
+
+    def _planned_builder(self, workspace: str, cfg: Any) -> tuple[Any, WorkspaceOpts, bool]:
+        """The builder a build would choose, its options, and whether the workspace has a
+        Dockerfile.torchx (the workspace is listed, its secret scan only read, just when it
+        may hold one: the one file that changes the choice)."""
         from pathlib import Path
 
         from torchx_nb.workspace.builders import choose_builder
@@ -103,7 +117,7 @@ class WorkspaceMixin(Generic[T]):
             f.path == DOCKERFILE
             for f in collect_workspace(workspace, scan=default_cache().readonly()).files
         )
-        return choose_builder(opts.builder, dockerfile).read_image(image, opts.image_repo)
+        return choose_builder(opts.builder, dockerfile), opts, dockerfile
 
     def patch_image(
         self,

@@ -12,12 +12,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import sys
 import tarfile
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -128,14 +126,19 @@ def _append(
     """``base`` (in a registry) + the environment layer made for ``image()`` + the workspace
     and cell layers, pushed to ``job.image_repo`` uploading only what it lacks: (image,
     uploaded bytes, layers)."""
-    from torchx_nb.workspace.registry import append_layers
+    from torchx_nb.workspace.registry import append_layers, finish_uploads, start_upload
 
     assert job.image_repo
     layers: list[Layer] = []
     history: list[str] = []
     if job.environment is not None:
-        with _StreamedUpload(job.image_repo, clients) as upload:
-            env = job.environment.layer_for(image(), progress=progress, stream=upload.start)
+        repo = job.image_repo
+
+        def upload(chunks: Iterator[bytes]) -> None:
+            start_upload(repo, chunks, clients)
+
+        env = job.environment.layer_for(image(), progress=progress, stream=upload)
+        finish_uploads(repo)
         if env is not None:
             layers.append(env)
             history.append("environment")
@@ -154,37 +157,6 @@ def _append(
         clients=clients,
     )
     return result.image, result.stats.uploaded_bytes, tuple(layers)
-
-
-class _StreamedUpload:
-    """A layer uploaded to ``image_repo`` while it is being made, on a thread of its own.
-    Leaving waits for it; an upload that failed (or a layer given up) leaves the blob to the
-    ordinary push, which uploads what the registry lacks."""
-
-    def __init__(self, image_repo: str, clients: dict[str, RegistryClient]) -> None:
-        from torchx_nb.workspace.registry import ImageRef, RegistryClient
-
-        target = ImageRef.parse(image_repo.rstrip("/") + ":unused")
-        self.repo = target.repository
-        self.client = clients.setdefault(target.host, RegistryClient(target.host))
-        self.threads: list[threading.Thread] = []
-
-    def start(self, chunks: Iterator[bytes]) -> None:
-        def upload() -> None:
-            with contextlib.suppress(Exception):
-                self.client.upload_stream(self.repo, chunks, "environment")
-
-        thread = threading.Thread(target=upload, name="torchx-nb-upload", daemon=True)
-        thread.start()
-        self.threads.append(thread)
-
-    def __enter__(self) -> _StreamedUpload:
-        return self
-
-    def __exit__(self, kind: object, *_: object) -> None:
-        if kind is None:  # else the layer was given up, which ends the upload
-            for thread in self.threads:
-                thread.join()
 
 
 class RegistryBuilder:

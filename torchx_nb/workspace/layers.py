@@ -277,9 +277,10 @@ class LayerWriter:
             self._state = state
             self._cond.notify_all()
 
-    def follow(self, chunk: int = 8 << 20) -> Iterator[bytes]:
+    def follow(self, chunk: int = 5 << 20) -> Iterator[bytes]:
         """The compressed bytes, as they are written: pieces of ``chunk`` bytes (the last
-        one shorter), until the layer is closed; ``LayerAborted`` when it is given up."""
+        one shorter; 5 MiB is the smallest part ECR takes but the last), until the layer is
+        closed; ``LayerAborted`` when it is given up."""
         fd = os.open(self.dest, os.O_RDONLY)
         offset = 0
         try:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -545,6 +546,39 @@ def _chunks(data: bytes | Path) -> Iterator[bytes]:
     with open(data, "rb") as f:
         while chunk := f.read(CHUNK):
             yield chunk
+
+
+_UPLOADS: dict[str, list[threading.Thread]] = {}
+_UPLOADS_LOCK = threading.Lock()
+
+
+def start_upload(
+    image_repo: str, chunks: Iterable[bytes], clients: dict[str, RegistryClient] | None = None
+) -> None:
+    """Upload a blob still being made to ``image_repo`` (``HOST/REPO``) on a thread of its
+    own; ``finish_uploads`` waits for it. An upload that fails (or a layer given up) is left
+    to the push, which uploads whatever the registry lacks."""
+    target = ImageRef.parse(image_repo.rstrip("/") + ":unused")
+    client = (clients if clients is not None else {}).setdefault(
+        target.host, RegistryClient(target.host)
+    )
+
+    def upload() -> None:
+        with contextlib.suppress(Exception):
+            client.upload_stream(target.repository, chunks, "environment")
+
+    thread = threading.Thread(target=upload, name="torchx-nb-upload", daemon=True)
+    with _UPLOADS_LOCK:
+        _UPLOADS.setdefault(image_repo.rstrip("/"), []).append(thread)
+    thread.start()
+
+
+def finish_uploads(image_repo: str) -> None:
+    """Wait for the uploads begun to ``image_repo``, from this thread or another."""
+    with _UPLOADS_LOCK:
+        threads = _UPLOADS.pop(image_repo.rstrip("/"), [])
+    for thread in threads:
+        thread.join()
 
 
 @dataclass
