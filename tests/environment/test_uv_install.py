@@ -73,3 +73,34 @@ def test_small_pins_only_and_once_per_machine(links: IndexSettings) -> None:
     first.cancel()
     again = head_start([("tnbfast==1.0", 10_000)], "3.11", "x86_64-manylinux_2_17", links)
     assert again is None  # uv's cache has them: a re-submit pays for no second install
+
+
+def test_what_a_killed_build_left_is_swept_once_it_is_a_day_old(
+    links: IndexSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partial layer and a head start's folder from a build killed a day ago go when the
+    next layer is begun; today's (perhaps another kernel's, still being written) stay."""
+    import os
+    import tempfile
+    import time
+
+    from torchx_nb.environment.pack import STALE_SECONDS, EnvPack
+    from torchx_nb.workspace.layers import cache_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    old = time.time() - STALE_SECONDS - 60
+    stale_partial = cache_dir() / "killed.partial"
+    stale_head = tmp_path / "tmp" / "torchx-nb-env-head-killed"
+    fresh_partial = cache_dir() / "writing.partial"
+    fresh_head = tmp_path / "tmp" / "torchx-nb-env-head-writing"
+    for path in (stale_partial, fresh_partial):
+        path.write_bytes(b"x")
+    for path in (stale_head, fresh_head):
+        (path / "site").mkdir(parents=True)
+    for path in (stale_partial, stale_head):
+        os.utime(path, (old, old))
+    pack = EnvPack()
+    pack.abort()
+    assert not stale_partial.exists() and not stale_head.exists()
+    assert fresh_partial.exists() and fresh_head.exists()

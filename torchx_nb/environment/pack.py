@@ -9,6 +9,7 @@ being read, or not."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,12 +69,39 @@ def _files(target: Path) -> dict[str, tuple[bytes | Path | None, int, str | None
     return out
 
 
+STALE_SECONDS = 24 * 3600
+
+
+def sweep_stale(now: float | None = None) -> None:
+    """Remove what a build killed midway left behind (a partial layer in the layer cache, a
+    head start's install folder), once it is a day old: nothing that old is still being
+    written."""
+    import time
+
+    limit = (now if now is not None else time.time()) - STALE_SECONDS
+    leftovers = [
+        *cache_dir().glob("*.partial"),
+        *Path(tempfile.gettempdir()).glob("torchx-nb-env-head-*"),
+    ]
+    for path in leftovers:
+        try:
+            if path.lstat().st_mtime >= limit:
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            continue
+
+
 class EnvPack:
     """The environment layer being written (into the layer cache's folder, as a partial
     file): install folders added in order, then ``finish`` with the image's site directory.
     ``report(done, total)`` hears the bytes packed so far, from whichever thread packs."""
 
     def __init__(self, report: Callable[[int, int], None] | None = None) -> None:
+        sweep_stale()
         fd, partial = tempfile.mkstemp(dir=cache_dir(), suffix=".partial")
         os.close(fd)
         self.total = 0
