@@ -145,9 +145,7 @@ def build_env_layer(
     key = plan.key()
     cached, meta = cache / f"env-{key}.tar.gz", cache / f"env-{key}.json"
     if cached.exists() and meta.exists():
-        if plan.head_start is not None:
-            plan.head_start.cancel()
-            plan.head_start = None
+        plan.drop_head_start()
         m = json.loads(meta.read_text())
         return Layer(cached, m["digest"], m["diff_id"], m["size"])
     planned = max(plan.size(), 1)

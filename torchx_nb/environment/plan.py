@@ -86,6 +86,13 @@ class EnvPlan:
         ]
         return lines
 
+    def drop_head_start(self) -> None:
+        """Stop the head start nobody will take (the image wants nothing, the layer is
+        cached, the build failed before it) and remove what it made."""
+        head, self.head_start = self.head_start, None
+        if head is not None:
+            head.cancel()
+
     def key(self) -> str:
         """The layer's cache key: the pins, where each comes from, the image's Python and
         platform and where the layer hooks in."""
@@ -316,6 +323,6 @@ def plan_environment(
         diff(plan)
         check_python(plan)
     finally:
-        if plan.head_start is not None and not plan.add:
-            plan.head_start.cancel()
+        if not plan.add:
+            plan.drop_head_start()
     return plan

@@ -404,9 +404,8 @@ class Submitting(RunnerCore):
                     try:
                         sched.patch_image(role, workspace, opts, extra or {}, pickles, env)
                     finally:
-                        if plan is not None and plan.head_start is not None:
-                            plan.head_start.cancel()  # not taken: the build failed early
-                            plan.head_start = None
+                        if plan is not None:
+                            plan.drop_head_start()  # one the build did not take
                 else:
                     sched.plan_image(role, workspace, opts)
                 if program is not None and extra is not None:

@@ -407,51 +407,25 @@ class RegistryClient:
         what: str = "",
     ) -> None:
         """Chunked upload (POST, PATCH…, PUT ?digest=), reporting progress per chunk."""
-        scope = self._scope(repo, True)
-        resp = self.request("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)
-        if resp.status_code != 202:
-            raise RegistryError(
-                f"cannot start an upload to {self.host}/{repo}:"
-                f" HTTP {resp.status_code} {resp.text[:200]}"
-            )
-        location = resp.headers["Location"]
         total = len(data) if isinstance(data, bytes) else data.stat().st_size
-        done = 0
-        for chunk in _chunks(data):
-            resp = self.request(
-                "PATCH",
-                location,
-                scope=scope,
-                data=chunk,
-                headers={
-                    "Content-Type": "application/octet-stream",
-                    "Content-Range": f"{done}-{done + len(chunk) - 1}",
-                },
-            )
-            if resp.status_code != 202:
-                raise RegistryError(
-                    f"upload of {what or digest} to {self.host}/{repo} failed:"
-                    f" HTTP {resp.status_code} {resp.text[:200]}"
-                )
-            location = resp.headers.get("Location", location)
-            done += len(chunk)
-            self.stats.uploaded_bytes += len(chunk)
-            if on_progress:
-                on_progress(done, total, what or digest[:19])
-        sep = "&" if "?" in location else "?"
-        resp = self.request(
-            "PUT", f"{location}{sep}digest={digest}", scope=scope, headers={"Content-Length": "0"}
-        )
-        if resp.status_code != 201:
-            raise RegistryError(
-                f"upload of {what or digest} to {self.host}/{repo} was not"
-                f" accepted: HTTP {resp.status_code} {resp.text[:200]}"
-            )
-        self.stats.uploaded_blobs.append(digest)
+        self._upload(repo, _chunks(data), digest, total, on_progress, what)
 
     def upload_stream(self, repo: str, chunks: Iterable[bytes], what: str = "") -> str:
         """Upload a blob whose bytes are still being made (PATCH as they come, PUT with the
-        digest once they end); its digest. An upload that fails midway is cancelled."""
+        digest once they end); its digest."""
+        return self._upload(repo, chunks, None, 0, None, what)
+
+    def _upload(
+        self,
+        repo: str,
+        chunks: Iterable[bytes],
+        digest: str | None,
+        total: int,
+        on_progress: Progress | None,
+        what: str,
+    ) -> str:
+        """POST, a PATCH per chunk, PUT with ``digest`` (computed from the chunks when it is
+        None); an upload that fails midway is cancelled. The blob's digest."""
         scope = self._scope(repo, True)
         resp = self.request("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)
         if resp.status_code != 202:
@@ -460,11 +434,12 @@ class RegistryClient:
                 f" HTTP {resp.status_code} {resp.text[:200]}"
             )
         location = resp.headers["Location"]
-        sha = hashlib.sha256()
+        sha = hashlib.sha256() if digest is None else None
         done = 0
         try:
             for chunk in chunks:
-                sha.update(chunk)
+                if sha is not None:
+                    sha.update(chunk)
                 resp = self.request(
                     "PATCH",
                     location,
@@ -477,17 +452,21 @@ class RegistryClient:
                 )
                 if resp.status_code != 202:
                     raise RegistryError(
-                        f"upload of {what or 'a layer'} to {self.host}/{repo} failed:"
+                        f"upload of {what or digest or 'a layer'} to {self.host}/{repo} failed:"
                         f" HTTP {resp.status_code} {resp.text[:200]}"
                     )
                 location = resp.headers.get("Location", location)
                 done += len(chunk)
                 self.stats.uploaded_bytes += len(chunk)
+                if on_progress:
+                    on_progress(done, total, what or (digest or "")[:19])
         except BaseException:
             with contextlib.suppress(Exception):
                 self.request("DELETE", location, scope=scope)
             raise
-        digest = "sha256:" + sha.hexdigest()
+        if sha is not None:
+            digest = "sha256:" + sha.hexdigest()
+        assert digest is not None
         sep = "&" if "?" in location else "?"
         resp = self.request(
             "PUT", f"{location}{sep}digest={digest}", scope=scope, headers={"Content-Length": "0"}
