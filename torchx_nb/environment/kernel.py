@@ -134,6 +134,7 @@ def _named_provider(module: str, spec: importlib.machinery.ModuleSpec | None) ->
     path = Path(origin)
     site = path.parent.parent if spec.submodule_search_locations is not None else path.parent
     want = normalize(module)
+    rel = path.relative_to(site).as_posix()
     try:
         entries = list(os.scandir(site))
     except OSError:
@@ -144,7 +145,6 @@ def _named_provider(module: str, spec: importlib.machinery.ModuleSpec | None) ->
         if normalize(entry.name[: -len(".dist-info")].split("-", 1)[0]) != want:
             continue
         dist = md.PathDistribution(Path(entry.path))
-        rel = path.relative_to(site).as_posix()
         if any(str(f) == rel for f in dist.files or ()):
             return str(dist.metadata["Name"])
     return None
