@@ -368,8 +368,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    from torchx_nb.results import RemoteTraceback
     from torchx_nb.specs.api import is_terminal
+    from torchx_nb.specs.exceptions import RemoteTraceback
 
     with _runner() as runner:
         status = runner.wait(args.app_handle, wait_interval=0.5, timeout=args.timeout)

@@ -7,7 +7,7 @@ Watchers follow what changed by a counter the store assigns (``rev``, bumped by 
 every insert and state write, whoever writes), never by wall-clock times: machines and
 processes disagree about the time. Text search folds case with Python's ``str.lower`` into a
 stored column, so a query matches the same rows whatever its alphabet (SQLite's ``lower()``
-folds ASCII only), and the server's event stream uses the same fold (``search_text``)."""
+folds ASCII only), and the server's event stream uses the same fold (``torchx_nb/search.py``)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from typing import Any
 from urllib import parse as urllib_parse
 
 from torchx_nb.paths import JOBSTORE_ENV, check_private, jobstore_path, private_dir
-from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.search import fold_query, search_text
+from torchx_nb.specs.exceptions import JobStoreError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -134,17 +135,6 @@ Records = list[JobRecord]
 _FIELDS = tuple(JobRecord.__dataclass_fields__)
 
 
-def search_text(handle: str, name: str, notebook: str | None, sweep: str | None) -> str:
-    """What a text search looks in, case folded: the one definition the store's query and the
-    server's live matching share."""
-    return f"{handle} {name} {notebook or ''} {sweep or ''}".lower()
-
-
-def fold_query(text: str) -> str:
-    """A search query folded as ``search_text`` folds what it searches."""
-    return text.lower()
-
-
 def _record(row: sqlite3.Row) -> JobRecord:
     return JobRecord(**{k: row[k] for k in _FIELDS})
 
@@ -157,10 +147,6 @@ class Changes:
     store_id: int
     rev: int
     records: list[JobRecord]
-
-
-class JobStoreError(TorchxNbError):
-    """The job store cannot be read or written; the message names the file and the fix."""
 
 
 class JobStore:

@@ -21,6 +21,7 @@ from typing import IO, Any, Protocol
 
 from torchx_nb.lazy import LazyClient
 from torchx_nb.specs.api import AppStatus, TorchxNbError, is_terminal
+from torchx_nb.specs.exceptions import NoResult, RemoteTraceback
 
 OWN = ".torchx-nb/"
 RESULT = ".torchx-nb/result.pkl"
@@ -31,25 +32,9 @@ CHUNK = 1 << 20
 SHORT_CHARS = 1000  # the most of a short repr or an error line any surface reads
 
 
-class NoResult(TorchxNbError):
-    """The job ended without a result (killed, out of memory, cancelled, no output store)."""
-
-
 class RemoteError(TorchxNbError):
     """The cell raised an exception the kernel cannot rebuild (its type is not importable here,
     or it could not be pickled): its type and message."""
-
-
-class RemoteTraceback(Exception):
-    """The job's traceback, set as the cause of the exception ``result()`` raises, so IPython
-    (and Python) show it above the kernel's own, as ``concurrent.futures`` does."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return "\n" + self.text
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ class TorchxMagics(Magics):
         except SystemExit:
             return None
         except Exception as e:
-            from torchx_nb.results import RemoteTraceback
+            from torchx_nb.specs.exceptions import RemoteTraceback
 
             if os.environ.get("TORCHX_NB_DEBUG") or isinstance(e.__cause__, RemoteTraceback):
                 raise  # the cell's own exception, shown with the job's traceback

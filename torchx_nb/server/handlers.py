@@ -20,9 +20,7 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
 from torchx_nb.errors import one_line
-from torchx_nb.jobstore import JobStoreError
 from torchx_nb.redact import redact_text
-from torchx_nb.results import NoResult
 from torchx_nb.runner import NoSuchReplica
 from torchx_nb.server.jobs import (
     JOBS_PAGE_MAX,
@@ -34,10 +32,12 @@ from torchx_nb.server.jobs import (
 )
 from torchx_nb.server.submit import BadSubmission, parse_submission
 from torchx_nb.specs.api import AppState, TorchxNbError, UnknownAppException
+from torchx_nb.specs.exceptions import JobStoreError, NoResult
 from torchx_nb.user_regex import BadRegex, compile_regex
 
 PREFIX = "/torchx-nb/api"
 OPENAPI = Path(__file__).with_name("openapi.json")
+CHUNK = 1 << 20  # an output file is streamed in pieces this big
 _HANDLE = re.compile(r"[a-z0-9_]+://[^/\s]*/\S+")
 _SCHEDULER = re.compile(r"[a-z0-9_]{1,64}")
 STATES = {s.name for s in AppState}
@@ -244,8 +244,6 @@ class OutputFileHandler(Base):
 
     @tornado.web.authenticated
     async def get(self, raw: str, path: str) -> None:
-        from torchx_nb.results import CHUNK
-
         handle = self.handle_arg(raw)
         name = path  # tornado has decoded it once, as the page encoded it once
         if not name or len(name) > 4096 or "\0" in name:

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from torchx_nb.errors import one_line
-from torchx_nb.jobstore import JobStoreError
 from torchx_nb.phases import queue_and_run
 from torchx_nb.redact import redact, redact_lines, redact_text
 from torchx_nb.server.pages import (
@@ -45,6 +44,7 @@ from torchx_nb.server.pages import (
 )
 from torchx_nb.server.submit import BadSubmission, NotebookSubmission
 from torchx_nb.specs.api import AppState, TorchxNbError, message_text
+from torchx_nb.specs.exceptions import JobStoreError
 
 JOBS_PAGE_MAX = 500
 LOG_LINES_MAX = 5000

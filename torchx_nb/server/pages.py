@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from torchx_nb.jobstore import fold_query, search_text
 from torchx_nb.redact import redact
+from torchx_nb.search import fold_query, search_text
 
 
 class BadCursor(ValueError):

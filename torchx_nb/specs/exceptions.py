@@ -53,3 +53,23 @@ class UnknownSchedulerException(TorchxNbError):
             hint = f"; did you mean {close[0]!r}?" if close else ""
             hint += f" (available: {', '.join(sorted(known))})"
         super().__init__(f"unknown scheduler {scheduler!r}{hint}")
+
+
+class JobStoreError(TorchxNbError):
+    """The job store cannot be read or written; the message names the file and the fix."""
+
+
+class NoResult(TorchxNbError):
+    """The job ended without a result (killed, out of memory, cancelled, no output store)."""
+
+
+class RemoteTraceback(Exception):
+    """The job's traceback, set as the cause of the exception ``result()`` raises, so IPython
+    (and Python) show it above the kernel's own, as ``concurrent.futures`` does."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n" + self.text
