@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.infra.kernel_venv import KernelVenv
-from torchx_nb.environment.index import IndexSettings, _parse, mask_url
+from torchx_nb.environment.index import IndexSettings, mask_url
 from torchx_nb.environment.kernel import KernelDist
+from torchx_nb.environment.pip_config import _parse
 from torchx_nb.environment.plan import EnvPlan, PlanItem, check_pin, check_python, diff
 from torchx_nb.environment.requirements import check_packages_option, pins_from_file
 from torchx_nb.specs.api import TorchxNbError
@@ -114,7 +115,11 @@ def test_pip_configuration_is_read_as_pip_ranks_it_and_credentials_are_masked() 
     assert settings.describe() == (
         "https://***@idx.example/simple, file:///a/simple, find-links /srv/w1"
     )
-    assert settings.uv_args()[:2] == ["--index-url", "https://user:s3cret@idx.example/simple"]
+    env = settings.uv_env({})
+    assert env["UV_INDEX_URL"] == "https://user:s3cret@idx.example/simple"
+    assert env["UV_EXTRA_INDEX_URL"] == "file:///a/simple" and env["UV_FIND_LINKS"] == "/srv/w1"
+    assert env["UV_INDEX_STRATEGY"] == "unsafe-best-match"
+    assert settings.uv_args() == []
     assert (
         mask_url("see http://tok@h/x and https://a:b@c/") == "see http://***@h/x and https://***@c/"
     )
@@ -185,7 +190,7 @@ def test_pip_settings_from_its_variables_alone_are_what_pip_reads(
     import subprocess
     import sys
 
-    from torchx_nb.environment import index
+    from torchx_nb.environment import pip_config as index
 
     for key in [k for k in os.environ if k.startswith("PIP_")]:
         monkeypatch.delenv(key)

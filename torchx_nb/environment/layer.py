@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from torchx_nb.environment.index import mask_url
+from torchx_nb.environment.index import uv_message
 from torchx_nb.environment.pack import EnvPack
 from torchx_nb.environment.plan import EnvPlan, PlanItem, check_python, diff
 from torchx_nb.environment.uv_install import uv_install_cmd
@@ -45,7 +45,7 @@ def _uv(reqs: list[str], folder: Path, plan: EnvPlan) -> subprocess.CompletedPro
     c = plan.contents
     assert c is not None and c.python
     cmd = uv_install_cmd(folder, reqs, c.python, c.platform, plan.index)
-    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, env=plan.index.uv_env())
 
 
 def install(
@@ -89,7 +89,7 @@ def install(
                 [str(local[i.name]) for i in plan.add if i.name in local], tmp / "local", plan
             )
             if proc.returncode != 0:
-                why = mask_url(" ".join(proc.stderr.split())[-400:])
+                why = uv_message(proc.stderr)
                 raise TorchxNbError(f"cannot install the environment layer: {why}")
             pack.add_folder(tmp / "local")
     except BaseException:
@@ -113,7 +113,7 @@ def _install_served(
             return served
         missing = _unserved(proc.stderr, served)
         if missing is None:
-            why = mask_url(" ".join(proc.stderr.split())[-400:])
+            why = uv_message(proc.stderr)
             raise TorchxNbError(f"cannot install the environment layer: {why}")
         if missing.dist is None:
             raise TorchxNbError(

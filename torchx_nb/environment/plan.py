@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchx_nb.environment.imports import Imports, program_imports
-from torchx_nb.environment.index import IndexSettings, kernel_index
+from torchx_nb.environment.index import IndexSettings
 from torchx_nb.environment.kernel import KernelDist, kernel_environment, kernel_python
+from torchx_nb.environment.pip_config import kernel_index
 from torchx_nb.environment.requirements import pins_from_file
 from torchx_nb.environment.uv_install import HeadStart, head_start, likely_platform
 from torchx_nb.specs.api import TorchxNbError

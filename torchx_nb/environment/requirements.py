@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torchx_nb.environment.index import IndexSettings, mask_url
+from torchx_nb.environment.index import IndexSettings, uv_message
 from torchx_nb.specs.api import TorchxNbError
 
 if TYPE_CHECKING:
@@ -63,9 +63,11 @@ def _compile(
     if contents is not None and contents.python:
         cmd += ["--python-version", contents.python, "--python-platform", contents.platform]
     cmd += [*index.uv_args(), str(path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, timeout=600, env=index.uv_env()
+    )
     if proc.returncode != 0:
-        why = mask_url(" ".join(proc.stderr.split())[-300:])
+        why = uv_message(proc.stderr, 300)
         raise TorchxNbError(f"--packages {path}: cannot resolve its requirements ({why})")
     return [(m[1], m[2]) for line in proc.stdout.splitlines() if (m := _PIN.match(line.strip()))]
 

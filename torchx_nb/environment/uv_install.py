@@ -33,7 +33,8 @@ def uv_install_cmd(
 ) -> list[str]:
     """``uv pip install --target`` of ``reqs`` (pins or wheel files) for ``python`` on
     ``platform``: binary wheels only, no dependencies (the pins are already closed over
-    them), hardlinked from uv's cache (the files are only read, to be packed)."""
+    them), hardlinked from uv's cache (the files are only read, to be packed). The indexes
+    are not in it: uv runs with ``index.uv_env()``."""
     return [
         uv_bin(),
         "pip",
@@ -98,6 +99,7 @@ class HeadStart:
         try:
             self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
                 uv_install_cmd(self._tmp / "site", reqs, python, platform, index),
+                env=index.uv_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -219,7 +221,7 @@ def head_start(
             total += size
     if not chosen:
         return None
-    doc = json.dumps([sorted(chosen), python, platform, index.uv_args()])
+    doc = json.dumps([sorted(chosen), python, platform, index.fingerprint()])
     mark = private_dir(data_dir() / "env-fetched") / hashlib.sha256(doc.encode()).hexdigest()
     if mark.exists():
         return None

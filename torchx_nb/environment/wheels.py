@@ -15,7 +15,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from torchx_nb.environment.index import IndexSettings
+from torchx_nb.environment.index import IndexSettings, uv_message
 from torchx_nb.environment.kernel import KernelDist, installed_files
 from torchx_nb.specs.api import TorchxNbError
 
@@ -126,12 +126,13 @@ def build_source(dist: KernelDist, out: Path, index: IndexSettings) -> Path:
         capture_output=True,
         text=True,
         check=False,
+        env=index.uv_env(),
     )
     made = sorted(set(out.glob("*.whl")) - before)
     if proc.returncode != 0 or not made:
-        last = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+        last = uv_message((proc.stderr.strip().splitlines() or ["no wheel"])[-1], 200)
         raise TorchxNbError(
-            f"cannot build a wheel of {dist.name} from {dist.source_path} ({last[:200]}):"
+            f"cannot build a wheel of {dist.name} from {dist.source_path} ({last}):"
             " make its build backend reachable from the kernel's index, or pass --packages none"
         )
     return made[-1]

@@ -1,0 +1,120 @@
+"""A package index on 127.0.0.1: pypiserver serving a folder of wheels (its simple pages carry
+each file's sha256), optionally behind basic auth (for listings and downloads alike), for the
+environment layer's index tests. Each index is its own process, stopped by ``stop``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.infra.dockerd import free_port
+
+_SERVE = """
+import socketserver, sys
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+import pypiserver
+root, port, user, password = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+auth = {}
+if user:
+    auth = dict(
+        authenticate=["download", "list"],
+        password_file=None,
+        auther=lambda u, p: (u, p) == (user, password),
+    )
+app = pypiserver.app(root=[root], **auth)
+class Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+class Quiet(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+make_server("127.0.0.1", port, app, server_class=Server, handler_class=Quiet).serve_forever()
+"""
+
+
+def pypiserver_available() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("pypiserver") is None:
+        return "pypiserver is not installed (pip install -e '.[test]')"
+    return None
+
+
+@dataclass
+class PypiIndex:
+    folder: Path
+    port: int
+    user: str
+    password: str
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        """The simple index's URL, without credentials."""
+        return f"http://127.0.0.1:{self.port}/simple"
+
+    def url_with(self, user: str, password: str) -> str:
+        from urllib.parse import quote
+
+        return (
+            f"http://{quote(user, safe='')}:{quote(password, safe='')}@127.0.0.1:{self.port}/simple"
+        )
+
+    @property
+    def auth_url(self) -> str:
+        """The URL with this index's credentials (percent-encoded, as pip takes them)."""
+        return self.url_with(self.user, self.password)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def start_index(folder: Path, user: str = "", password: str = "") -> PypiIndex:
+    """pypiserver serving ``folder`` (basic auth when ``user`` is given)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, str(folder), str(port), user, password],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    index = PypiIndex(folder, port, user, password, proc)
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"{index.url}/", timeout=1).close()
+            return index
+        except urllib.error.HTTPError:
+            return index  # it answers (401 when it asks for credentials)
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+    index.stop()
+    raise RuntimeError("pypiserver did not start")
+
+
+def make_wheel(
+    out: Path, name: str, version: str, tag: str = "py3-none-any", body: str | None = None
+) -> Path:
+    """A one-module wheel ``name`` ``version`` (``VERSION`` and ``BODY`` in it) tagged ``tag``."""
+    out.mkdir(parents=True, exist_ok=True)
+    info = f"{name}-{version}.dist-info"
+    path = out / f"{name}-{version}-{tag}.whl"
+    pure = "true" if tag.endswith("-none-any") else "false"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{name}.py", f"VERSION = {version!r}\nBODY = {body!r}\n")
+        zf.writestr(
+            f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        )
+        zf.writestr(
+            f"{info}/WHEEL",
+            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {pure}\nTag: {tag}\n",
+        )
+        zf.writestr(f"{info}/top_level.txt", f"{name}\n")
+        zf.writestr(f"{info}/RECORD", "")
+    return path
