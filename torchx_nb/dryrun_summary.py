@@ -59,6 +59,8 @@ def summarize(runner: Runner, prepared: PreparedRun, whole: str = "--json") -> D
     plan = prepared.environment
     if plan is not None:
         lines.append(f"packages:  {plan.summary()}")
+        if plan.contents is not None and plan.add:
+            lines.append(f"python:    {plan.contents.describe_python()}")
         lines += [f"warning:   {w}" for w in plan.warnings]
     lines.append(f"request:   {_size(request)}; the whole request: {whole}")
     table = plan.table() if plan is not None and plan.packages != "none" else None

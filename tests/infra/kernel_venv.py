@@ -213,6 +213,11 @@ def make_kernel_venv(root: Path) -> KernelVenv:
         capture_output=True,
     )
     site = next((venv / "lib").glob("python3*/site-packages"))
+    # the torchx_nb under test, ahead of any other the base interpreter has installed (a
+    # venv made from a worktree's venv sees the base's site-packages, not the worktree's)
+    import torchx_nb
+
+    (site / "_torchx_nb_under_test.pth").write_text(f"{Path(torchx_nb.__file__).parent.parent}\n")
     (site / "tnbevil.py").write_text("X = 1\n")
     evil = site / "tnbevil-1.0.dist-info"
     evil.mkdir()

@@ -11,13 +11,21 @@ from tests.infra.dockerd import DockerDaemon, Registry
 from torchx_nb.workspace.image_contents import from_daemon, from_registry, scan_layers
 
 
-def _layer(files: dict[str, bytes | None]) -> io.BytesIO:
+class Link(str):
+    """A symlink's target, in ``_layer``'s files."""
+
+
+def _layer(files: dict[str, bytes | Link | None]) -> io.BytesIO:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             if data is None:
                 info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif isinstance(data, Link):
+                info.type = tarfile.SYMTYPE
+                info.linkname = str(data)
                 tar.addfile(info)
             else:
                 info.size = len(data)
@@ -37,6 +45,8 @@ def test_layers_in_order_with_whiteouts_egg_info_and_the_libc() -> None:
     base = _layer(
         {
             "usr/local/lib/python3.12/os.py": b"",
+            "usr/local/bin/python3.12": b"ELF",
+            "usr/local/bin/python": Link("python3.12"),
             f"{SITE}/": None,
             f"{SITE}/numpy-1.26.0.dist-info/METADATA": _meta("numpy", "1.26.0"),
             f"{SITE}/Old_Pkg-0.1.dist-info/METADATA": _meta("Old_Pkg", "0.1"),
@@ -58,7 +68,18 @@ def test_layers_in_order_with_whiteouts_egg_info_and_the_libc() -> None:
     assert c.site_dirs == ("/usr/local/lib/python3.12/site-packages",)
     assert c.distributions == {"numpy": "2.0.0", "six": "1.16.0"}
     assert c.platform == "x86_64-manylinux_2_36"
-    musl = scan_layers([_layer({"lib/ld-musl-x86_64.so.1": b"", "usr/lib/python3.11/os.py": b""})])
+    musl = scan_layers(
+        [
+            _layer(
+                {
+                    "lib/ld-musl-x86_64.so.1": b"",
+                    "usr/lib/python3.11/os.py": b"",
+                    "usr/bin/python3.11": b"ELF",
+                    "usr/bin/python3": Link("/usr/bin/python3.11"),
+                }
+            )
+        ]
+    )
     assert musl.platform == "x86_64-unknown-linux-musl" and musl.python == "3.11"
     assert scan_layers([_layer({"bin/sh": b""})]).python is None
 

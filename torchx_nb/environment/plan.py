@@ -132,7 +132,10 @@ class EnvPlan:
         head = f"environment plan for {self.image}"
         if c is not None and c.python:
             head += f" (Python {c.python}, {c.platform}, layer hooked in at {c.site_dir})"
-        lines = [head, f"index: {self.index.describe()}"]
+        lines = [head]
+        if c is not None:
+            lines.append(f"python: {c.describe_python()}")
+        lines.append(f"index: {self.index.describe()}")
         if self.note:
             lines.append(f"note: {self.note}")
         if self.add:
@@ -217,6 +220,11 @@ def check_python(plan: EnvPlan) -> None:
     c = plan.contents
     if not plan.add or c is None:
         return
+    if c.python is None and c.python_why:
+        raise TorchxNbError(
+            f"image {plan.image}: cannot tell which Python the job runs ({c.python_why}):"
+            " put python on the image's PATH, or pass --packages none"
+        )
     if c.python is None:
         raise TorchxNbError(
             f"image {plan.image} has no Python 3 to add {plan.add[0].name} to: use an image"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.workspace.image_python import PYTHON_NAME, ImageFiles, find_interpreter
 
 _PY_DIR = re.compile(r"^(?P<prefix>(?:[^/]+/)*?)lib/python(?P<ver>3\.\d+)/os\.py$")
 _DIST = re.compile(
@@ -28,7 +29,7 @@ _SITE = re.compile(r"^(?P<dir>(?:[^/]+/)*?lib/python3(?:\.\d+)?/(?:site|dist)-pa
 _OLD_GLIBC = re.compile(r"(?:^|/)libc-(2\.\d+)\.so$")
 _META_LIMIT = 64 * 1024
 _READERS = 4  # layers read at once through a registry
-SCAN_VERSION = 2  # bump when what a scan records changes (invalidates the cache)
+SCAN_VERSION = 3  # bump when what a scan records changes (invalidates the cache)
 
 
 def normalize(name: str) -> str:
@@ -47,6 +48,8 @@ class ImageContents:
     arch: str = "x86_64"
     libc: str = "glibc"
     glibc: str | None = None
+    python_path: str | None = None  # the command a job's ``python`` runs (/opt/venv/bin/python)
+    python_why: str = ""  # how it was found; when ``python`` is None, what was tried
 
     @property
     def platform(self) -> str:
@@ -60,8 +63,14 @@ class ImageContents:
     @property
     def site_dir(self) -> str | None:
         """The site directory whose ``.pth`` files the image's Python processes at start:
-        site-packages of its prefix, else Debian's ``dist-packages``."""
+        the virtualenv's or the prefix's site-packages, else Debian's ``dist-packages``."""
         return self.site_dirs[0] if self.site_dirs else None
+
+    def describe_python(self) -> str:
+        """One line: which Python a job runs on this image, and why that one."""
+        if self.python is None:
+            return self.python_why or "no Python 3 in the image"
+        return f"{self.python_path} ({self.python_why}); packages go to {self.site_dir}"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +97,18 @@ class _LayerScan:
             self.events.append(("drop", folder, None))
         elif base.startswith(".wh."):
             self.events.append(("drop", f"{folder}/{base[4:]}".lstrip("/"), None))
+        elif info.issym() and (name.count("/") < 3 or PYTHON_NAME.match(base)):
+            self.events.append(("link", name.rstrip("/"), info.linkname))
+        elif (
+            PYTHON_NAME.match(base)
+            and folder.rpartition("/")[2] == "bin"
+            and (info.isfile() or info.islnk())
+        ):
+            self.events.append(("exe", name, None))
+        elif base == "pyvenv.cfg" and info.isfile():
+            self.events.append(("venv", folder, _pyvenv(tar, info)))
+        elif (base == "conda-meta" and info.isdir()) or name.endswith("conda-meta/history"):
+            self.events.append(("conda", name.rstrip("/").rsplit("conda-meta", 1)[0], None))
         elif m := _PY_DIR.match(name):
             self.events.append(("python", m["prefix"], m["ver"]))
         elif m := _SITE.match(name):
@@ -140,10 +161,20 @@ class _Scan:
         self.sites: set[str] = set()
         self.musl = False
         self.glibc: str | None = None
+        self.links: dict[str, str] = {}
+        self.exes: set[str] = set()
+        self.venvs: dict[str, dict[str, str]] = {}
+        self.condas: set[str] = set()
 
     def _drop(self, path: str) -> None:
-        for key in [k for k in self.dists if k == path or k.startswith(path + "/")]:
-            del self.dists[key]
+        def under(key: str) -> bool:
+            return key == path or key.startswith(path + "/")
+
+        for table in (self.dists, self.links, self.venvs):
+            for key in [k for k in table if under(k)]:
+                del table[key]
+        self.exes = {e for e in self.exes if not under(e)}
+        self.condas = {c for c in self.condas if not under(c.rstrip("/") + "/conda-meta")}
         for key in [p for p in self.pythons if f"{p}lib/python{self.pythons[p]}".startswith(path)]:
             del self.pythons[key]
         self.sites = {s for s in self.sites if not (s == path or s.startswith(path + "/"))}
@@ -158,38 +189,58 @@ class _Scan:
                 self.sites.add(path)
             elif kind == "dist":
                 self.dists[path] = value
+            elif kind == "link":
+                self.links[path] = value
+            elif kind == "exe":
+                self.exes.add(path)
+            elif kind == "venv":
+                self.venvs[path] = value
+            elif kind == "conda":
+                self.condas.add(path.rstrip("/"))
             elif kind == "musl":
                 self.musl = True
             elif kind == "glibc":
                 self.glibc = value or self.glibc
 
-    def result(self, arch: str) -> ImageContents:
-        if not self.pythons:
-            return ImageContents(None, "", (), {}, arch)
-        # /usr/local's Python (the official images build one there) over the system's
-        prefix = max(self.pythons, key=lambda p: (p.startswith("usr/local"), self.pythons[p]))
-        ver = self.pythons[prefix]
-        candidates = [
-            f"{prefix}lib/python{ver}/site-packages",
-            f"{prefix}lib/python3/dist-packages",
-            f"{prefix}local/lib/python{ver}/dist-packages",
-        ]
+    def result(self, arch: str, env: list[str] | None = None) -> ImageContents:
+        libc = "musl" if self.musl else "glibc"
+        files = ImageFiles(
+            self.links, frozenset(self.exes), self.pythons, self.venvs, frozenset(self.condas)
+        )
+        found = find_interpreter(files, env)
+        if isinstance(found, str):
+            why = found if self.pythons or self.exes else ""
+            return ImageContents(None, "", (), {}, arch, libc, self.glibc, None, why)
+        candidates = found.site_candidates
         sites = tuple("/" + c for c in candidates if c in self.sites)
         if not sites:
             sites = ("/" + candidates[0],)
         dists: dict[str, str] = {}
         for path, (name, version) in sorted(self.dists.items()):
-            if f"/python{ver}/" in path or "/python3/" in path:
+            if path.rsplit("/", 1)[0] in candidates:
                 dists.setdefault(normalize(name), version)
         return ImageContents(
-            ver,
-            "/" + prefix.rstrip("/"),
+            found.version,
+            found.prefix,
             sites,
             dists,
             arch,
-            "musl" if self.musl else "glibc",
+            libc,
             self.glibc,
+            found.command,
+            found.why,
         )
+
+
+def _pyvenv(tar: tarfile.TarFile, info: tarfile.TarInfo) -> dict[str, str]:
+    """A virtualenv's ``pyvenv.cfg`` (``key = value`` lines)."""
+    text = _read_head(tar, info, 16 * 1024).decode("utf-8", "replace")
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip().lower()] = value.strip()
+    return out
 
 
 def _read_head(tar: tarfile.TarFile, info: tarfile.TarInfo, limit: int) -> bytes:
@@ -214,16 +265,19 @@ def _dpkg_glibc(tar: tarfile.TarFile, info: tarfile.TarInfo) -> str | None:
     return None
 
 
-def scan_layers(layers: Iterable[IO[bytes]], arch: str = "x86_64") -> ImageContents:
-    """The Python side of an image from its layer streams (tar, gzip'd or not), in order."""
-    return _combine((_scan_layer(stream) for stream in layers), arch)
+def scan_layers(
+    layers: Iterable[IO[bytes]], arch: str = "x86_64", env: list[str] | None = None
+) -> ImageContents:
+    """The Python side of an image from its layer streams (tar, gzip'd or not), in order;
+    ``env``: its config's ``Env`` (where ``PATH`` says which ``python`` runs)."""
+    return _combine((_scan_layer(stream) for stream in layers), arch, env)
 
 
-def _combine(layers: Iterable[_LayerScan], arch: str) -> ImageContents:
+def _combine(layers: Iterable[_LayerScan], arch: str, env: list[str] | None) -> ImageContents:
     scan = _Scan()
     for layer in layers:
         scan.apply(layer)
-    return scan.result(arch)
+    return scan.result(arch, env)
 
 
 def _arch(config: dict[str, Any]) -> str:
@@ -281,7 +335,8 @@ def from_registry(client: Any, ref: Any) -> ImageContents:
                 resp.close()
 
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
-            return _combine(pool.map(scan, manifest["layers"]), _arch(config))
+            env = (config.get("config") or {}).get("Env")
+            return _combine(pool.map(scan, manifest["layers"]), _arch(config), env)
 
     return cached(digest, read)
 
@@ -306,7 +361,9 @@ def from_daemon(client: Any, image: Any) -> ImageContents:
                     # an OCI blob that is not a layer (the config, a manifest) is no tar
                     with contextlib.suppress(tarfile.ReadError):
                         layers[info.name] = _scan_layer(f)
-        return _combine((layers[name] for name in order if name in layers), _arch(image.attrs))
+        env = (image.attrs.get("Config") or {}).get("Env")
+        found = (layers[name] for name in order if name in layers)
+        return _combine(found, _arch(image.attrs), env)
 
     return cached(str(image.id), read)
 
