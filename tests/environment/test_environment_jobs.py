@@ -283,7 +283,9 @@ def test_a_compiled_package_no_index_serves_fails_in_one_line_before_any_push(
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].split("\r")[-1] == (
         "torchx-nb: error: tnbnative==1.0 is compiled and no index serves a wheel of it for Python 3.11 on"
-        " x86_64-manylinux_2_36: publish one, install it in the base image, or pass --packages none"
+        " x86_64-manylinux_2_36, nor does this kernel's copy fit the image"
+        " (cp311-cp311-linux_x86_64): publish one, install it in the base image, or pass"
+        " --packages none"
     ), proc.stderr
     import requests
 

@@ -31,6 +31,7 @@ class KernelDist:
     size: int
     wanted_by: str  # the module or distribution that brought it in
     location: str = ""
+    tags: tuple[str, ...] = ()  # its installed WHEEL file's tags (cp311-cp311-manylinux_…)
 
     @property
     def key(self) -> str:
@@ -78,6 +79,13 @@ def _pure(dist: md.Distribution) -> bool:
     if "Root-Is-Purelib: false" in wheel:
         return False
     return not any(str(f).endswith((".so", ".pyd", ".dylib")) for f in dist.files or ())
+
+
+def _tags(dist: md.Distribution) -> tuple[str, ...]:
+    wheel = dist.read_text("WHEEL") or ""
+    return tuple(
+        line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")
+    )
 
 
 def _size(dist: md.Distribution) -> int:
@@ -233,6 +241,7 @@ def kernel_environment(
                 size=_size(dist),
                 wanted_by=wanted_by,
                 location=str(dist.locate_file("")),
+                tags=_tags(dist),
             )
         for req, req_extras in _requirements(dist, extras):
             queue.append((req, req_extras, env.dists[key].name))

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from torchx_nb.environment.index import uv_message
+from torchx_nb.environment.kernel import KernelDist
 from torchx_nb.environment.pack import EnvPack
 from torchx_nb.environment.plan import EnvPlan, PlanItem, check_python, diff
 from torchx_nb.environment.uv_install import uv_install_cmd
@@ -65,7 +66,8 @@ def install(
     local: dict[str, Path] = {}
     for item in plan.add:
         if item.local and item.dist is not None:
-            local[item.name] = local_wheel(item.dist, wheels, plan.index)
+            tag = _fitting_tag(item.dist, contents)
+            local[item.name] = local_wheel(item.dist, wheels, plan.index, tag)
     served = [i for i in plan.add if i.name not in local]
     head, plan.head_start = plan.head_start, None
     pack = None
@@ -98,11 +100,22 @@ def install(
     return pack
 
 
+def _fitting_tag(dist: KernelDist, contents: ImageContents) -> str | None:
+    """For a compiled distribution, the first of its wheel tags the image accepts."""
+    if dist.pure:
+        return None
+    from torchx_nb.environment.tags import fitting
+
+    found = fitting(dist.tags, contents)
+    return found[0] if found else None
+
+
 def _install_served(
     plan: EnvPlan, served: list[PlanItem], local: dict[str, Path], wheels: Path, folder: Path
 ) -> list[PlanItem]:
     """Install what an index serves into ``folder``; a distribution no index serves is made
-    into a wheel from the kernel's copy (into ``local``) when it is pure. The items installed."""
+    into a wheel from the kernel's copy (into ``local``) when it is pure, or compiled with wheel
+    tags the image accepts. The items installed."""
     contents = plan.contents
     assert contents is not None
     for _ in range(_MAX_ROUNDS):
@@ -121,13 +134,16 @@ def _install_served(
                 f" {contents.platform} ({plan.index.describe()}): check --packages"
                 f" {plan.packages}"
             )
-        if not missing.dist.pure:
+        tag = _fitting_tag(missing.dist, contents)
+        if not missing.dist.pure and tag is None:
+            tags = ", ".join(missing.dist.tags) or "no wheel tags recorded"
             raise TorchxNbError(
                 f"{missing.pin} is compiled and no index serves a wheel of it for Python"
-                f" {contents.python} on {contents.platform}: publish one, install it in the"
-                " base image, or pass --packages none"
+                f" {contents.python} on {contents.platform}, nor does this kernel's copy fit"
+                f" the image ({tags}): publish one, install it in the base image, or pass"
+                " --packages none"
             )
-        local[missing.name] = local_wheel(missing.dist, wheels, plan.index)
+        local[missing.name] = local_wheel(missing.dist, wheels, plan.index, tag)
         served = [i for i in served if i.name != missing.name]
     raise TorchxNbError("cannot install the environment layer: too many unserved distributions")
 

@@ -232,12 +232,32 @@ def check_python(plan: EnvPlan) -> None:
         )
     ours = kernel_python()
     compiled = [i for i in plan.add if i.dist is not None and not i.dist.pure]
+    check_tags(plan, [i.dist for i in compiled if i.dist and i.dist.source != "index"])
     if c.python != ours and compiled:
         raise TorchxNbError(
             f"image {plan.image} has Python {c.python} and this kernel {ours}: the binary"
             f" wheels of {', '.join(i.name for i in compiled[:3])} need the same minor"
             f" version; use an image with Python {ours}, or pass --packages none"
         )
+
+
+def check_tags(plan: EnvPlan, dists: list[KernelDist]) -> None:
+    """Refuse, in one line, a compiled distribution made from the kernel's copy whose wheel
+    tags the image's Python and libc do not accept (a host-built ``linux_x86_64`` wheel, a
+    manylinux tag above the image's glibc)."""
+    from torchx_nb.environment.tags import fitting
+
+    c = plan.contents
+    assert c is not None and c.python is not None
+    for dist in dists:
+        if not fitting(dist.tags, c):
+            tags = ", ".join(dist.tags) or "no wheel tags recorded"
+            raise TorchxNbError(
+                f"{dist.name} {dist.version} is compiled, and this kernel's copy ({tags}) does"
+                f" not fit image {plan.image} (Python {c.python}, {c.platform} or older):"
+                " install a wheel built for it, install it in the base image, or pass"
+                " --packages none"
+            )
 
 
 _NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")

@@ -65,16 +65,17 @@ def _add(zf: zipfile.ZipFile, rel: str, content: bytes | Path) -> str:
     return f"{rel},sha256={digest},{size}"
 
 
-def _wheel_name(dist: KernelDist) -> str:
+def _wheel_name(dist: KernelDist, tag: str = "py3-none-any") -> str:
     name = re.sub(r"[-_.]+", "_", dist.name)
     version = dist.version.replace("-", "_")
-    return f"{name}-{version}-py3-none-any.whl"
+    return f"{name}-{version}-{tag}.whl"
 
 
-def repack_installed(dist: KernelDist, out: Path) -> Path:
-    """The kernel's installed files of a pure-Python distribution as a wheel in ``out``
-    (reproducible: sorted entries, fixed dates, RECORD rewritten)."""
-    if not dist.pure:
+def repack_installed(dist: KernelDist, out: Path, tag: str | None = None) -> Path:
+    """The kernel's installed files as a wheel in ``out`` (reproducible: sorted entries, fixed
+    dates, RECORD rewritten): a pure-Python distribution tagged ``py3-none-any``, a compiled
+    one under ``tag``, one of its own wheel tags the image accepts (its WHEEL file kept)."""
+    if not dist.pure and tag is None:
         raise TorchxNbError(
             f"{dist.name} {dist.version} is compiled and no index serves it for the image's"
             " platform: publish a wheel for it, install it in the base image, or pass"
@@ -86,7 +87,7 @@ def repack_installed(dist: KernelDist, out: Path) -> Path:
     )
     if dist_info is None:
         dist_info = f"{re.sub(r'[-_.]+', '_', dist.name)}-{dist.version}.dist-info"
-    target = out / _wheel_name(dist)
+    target = out / _wheel_name(dist, tag or "py3-none-any")
     entries: dict[str, bytes | Path] = {}
     for rel, path in files:
         parts = rel.split("/")
@@ -98,7 +99,10 @@ def repack_installed(dist: KernelDist, out: Path) -> Path:
     wheel_file = f"{dist_info}/WHEEL"
     found = entries.get(wheel_file)
     declared = found.read_bytes() if isinstance(found, Path) else _WHEEL
-    entries[wheel_file] = re.sub(rb"(?m)^Tag: .*$\n?", b"", declared).rstrip(b"\n") + _TAG
+    if tag is None:
+        entries[wheel_file] = re.sub(rb"(?m)^Tag: .*$\n?", b"", declared).rstrip(b"\n") + _TAG
+    else:
+        entries[wheel_file] = declared
     record: list[str] = []
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for rel in sorted(entries):
@@ -138,8 +142,9 @@ def build_source(dist: KernelDist, out: Path, index: IndexSettings) -> Path:
     return made[-1]
 
 
-def local_wheel(dist: KernelDist, out: Path, index: IndexSettings) -> Path:
-    """A wheel of ``dist`` as the kernel has it, into ``out``."""
+def local_wheel(dist: KernelDist, out: Path, index: IndexSettings, tag: str | None = None) -> Path:
+    """A wheel of ``dist`` as the kernel has it, into ``out``; ``tag``: for a compiled one,
+    which of its wheel tags the image accepts."""
     path = Path(dist.source_path) if dist.source_path else None
     if dist.source == "archive" and path and path.suffix == ".whl" and path.is_file():
         return Path(shutil.copy2(path, out / path.name))
@@ -150,4 +155,4 @@ def local_wheel(dist: KernelDist, out: Path, index: IndexSettings) -> Path:
             f"{dist.name} is an editable install whose source folder {dist.source_path} is"
             " gone: reinstall it, or pass --packages none"
         )
-    return repack_installed(dist, out)
+    return repack_installed(dist, out, tag)
