@@ -51,3 +51,42 @@ def test_the_exception_line_of_torchelastics_error_file() -> None:
     assert torchelastic_exception('{"message": "RuntimeError: x"}') == "RuntimeError: x"
     assert torchelastic_exception("FAILED (exit code 3): Error") is None
     assert torchelastic_exception("{not json") is None and torchelastic_exception(None) is None
+
+
+def test_cards_are_bounded_and_free_of_terminal_escapes() -> None:
+    from torchx_nb.specs.failure import MAX_CARD_BYTES, MAX_LINE, MAX_LINES
+
+    card = FailureCard(
+        "cell",
+        0,
+        1,
+        exception="ValueError: " + "x" * 200_000,
+        last_lines=["\x1b[31mred\x1b[0m \x1b]0;title\x07done"] + ["é" * 5000] * 50,
+    )
+    import json
+
+    assert len(card.exception or "") <= MAX_LINE
+    assert card.exception.endswith("more characters)")  # type: ignore[union-attr]
+    assert len(card.last_lines) <= MAX_LINES
+    assert all(len(line) <= MAX_LINE for line in card.last_lines)
+    assert len(json.dumps(card.to_json()).encode()) <= MAX_CARD_BYTES + 1000
+    clean = FailureCard("c", 0, 1, last_lines=["\x1b[1;31mError\x1b[0m: \x1b[2Kbad\r\n"])
+    assert clean.last_lines == ["Error: bad"]
+
+
+def test_a_signal_is_named_only_where_the_scheduler_says_so() -> None:
+    # a local process that called os._exit(139): its scheduler says no signal
+    assert FailureCard("w", 0, 139, signal_number=0).headline() == "w/0 exited with code 139"
+    # Slurm's 0:11
+    assert FailureCard("w", 0, None, signal_number=11).headline() == "w/0 was killed by SIGSEGV"
+    # a container's 137 (the runtime's 128+N), where the scheduler names none
+    assert FailureCard("w", 0, 137).signal == "SIGKILL"
+
+
+def test_the_first_failure_is_the_earliest() -> None:
+    from torchx_nb.specs.failure import first_failures
+
+    late = FailureCard("a", 0, 1, exception="ValueError: late", ended=200.0)
+    early = FailureCard("b", 1, 3, ended=100.0)
+    untimed = FailureCard("a", 1, 137)
+    assert first_failures([late, untimed, early]) == [early, late, untimed]

@@ -136,7 +136,8 @@ def status_html(
 
 
 def failures_html(failures: Sequence[FailureCard]) -> str:
-    """A card per failing replica: its headline, then its last lines (masked, as text)."""
+    """A card per failing replica: its headline, the next step where there is one, then its
+    last lines (masked, as text)."""
     cards = []
     for card in failures:
         tail = (
@@ -145,9 +146,14 @@ def failures_html(failures: Sequence[FailureCard]) -> str:
             if card.last_lines
             else ""
         )
+        step = (
+            f"<br><small>next: {html.escape(redact_text(card.next_step))}</small>"
+            if card.next_step
+            else ""
+        )
         cards.append(
             f'<div class="torchx-nb-failure"><b>{html.escape(redact_text(card.headline()))}</b>'
-            f"{tail}</div>"
+            f"{step}{tail}</div>"
         )
     return "".join(cards)
 

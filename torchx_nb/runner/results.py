@@ -14,7 +14,7 @@ from torchx_nb.specs.api import (
     AppStatus,
     UnknownAppException,
 )
-from torchx_nb.specs.failure import FailureCard, torchelastic_exception
+from torchx_nb.specs.failure import FailureCard, first_failures, torchelastic_exception
 
 
 class Results(RunnerCore):
@@ -62,9 +62,8 @@ class Results(RunnerCore):
     def failure_cards(
         self, app_handle: AppHandle, status: AppStatus | None = None, lines: int = 5
     ) -> list[FailureCard]:
-        """A card per failing replica of a FAILED job, the first failure first: one that
-        raised, then one that ran out of memory, then other exit codes, then replicas killed
-        by a signal (usually the others being stopped). Each holds its exit code and signal,
+        """A card per failing replica of a FAILED job, the first failure first (the earliest
+        end where the scheduler tells; ``first_failures``). Each holds its exit code and signal,
         the exception line the cell runner wrote for it, and its last ``lines`` log lines
         (masked). Any part its backend cannot give is left out, never guessed."""
         from torchx_nb.redact import redact_lines
@@ -94,13 +93,21 @@ class Results(RunnerCore):
                 with contextlib.suppress(Exception):
                     found = self.log_tail(app_handle, role, rep.id, lines)
                     tail = [line.rstrip("\n") for line in redact_lines(found)]
-            cards.append(FailureCard(role, rep.id, rep.exit_code, rep.oom, exception, tail))
-
-        def first(card: FailureCard) -> tuple[int, str, int]:
-            rank = 0 if card.exception else 1 if card.oom else 3 if card.signal else 2
-            return rank, card.role, card.replica
-
-        return sorted(cards, key=first)
+            cards.append(
+                FailureCard(
+                    role,
+                    rep.id,
+                    rep.exit_code,
+                    rep.oom,
+                    exception,
+                    tail,
+                    signal_number=rep.signal,
+                    ended=rep.ended,
+                    ending=rep.ending,
+                    next_step=rep.next_step,
+                )
+            )
+        return first_failures(cards)
 
     def outputs(self, app_handle: AppHandle) -> Any:
         """The files the job wrote to ``$TORCHX_OUTPUT_DIR`` (``OutputFile``: path, size). A

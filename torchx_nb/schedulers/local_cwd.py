@@ -410,6 +410,10 @@ class LocalCwdScheduler(
                         "localhost",
                         structured_error_msg=self._error_msg(rep),
                         exit_code=code,
+                        # Popen's return code: -N is signal N; a positive code is the
+                        # process's own (os._exit(139) is not a SIGSEGV)
+                        signal=None if code is None else max(0, -code),
+                        ended=rep.get("ended"),
                     )
                 )
             resp.roles_statuses.append(RoleStatus(role, statuses))

@@ -261,6 +261,15 @@ class ReplicaStatus:
     exit_code: int | None = None
     num_restarts: int = 0
     oom: bool = False  # its scheduler says it was killed for running out of memory
+    # the signal that ended it, when its scheduler says so exactly (Slurm's ``code:signal``, a
+    # local process's negative return code); 0: it exited by itself; None: not told, so a
+    # container's 128+N exit code is read as signal N
+    signal: int | None = None
+    ended: float | None = None  # when it ended (epoch seconds), as its scheduler tells
+    # why it ended, in words, when its scheduler says (a time limit, who cancelled it), and
+    # what to do about it
+    ending: str = ""
+    next_step: str = ""
 
     def __post_init__(self) -> None:
         if self.hostaddr is None:

@@ -79,8 +79,9 @@ def app_state(value: Any) -> AppState:
 
 
 def exit_code(value: Any) -> int | None:
-    """A process exit code from squeue's raw wait status (22.05: ``768`` is exit 3) or the
-    ``{"status": ..., "return_code": N}`` form of sacct and of squeue 23.02+."""
+    """A process exit code from squeue's raw wait status (22.05: ``768`` is exit 3, ``15`` is
+    no exit code but signal 15) or the ``{"status": ..., "return_code": N}`` form of sacct and
+    of squeue 23.02+. Only a fallback: sacct's text columns are the truth (``exits.py``)."""
     if isinstance(value, dict):
         if "return_code" in value:
             return number(value.get("return_code"))
@@ -88,7 +89,17 @@ def exit_code(value: Any) -> int | None:
     raw = number(value)
     if raw is None:
         return None
-    return raw >> 8 if raw > 255 else raw
+    return None if raw & 0x7F else raw >> 8
+
+
+def exit_signal(value: Any) -> int | None:
+    """The signal of the same forms (22.05: the wait status' low bits; 23.02+:
+    ``{"signal": {"id": N}}``); None when not told."""
+    if isinstance(value, dict):
+        sig = value.get("signal")
+        return number(sig.get("id")) if isinstance(sig, dict) else None
+    raw = number(value)
+    return None if raw is None else raw & 0x7F
 
 
 @dataclass
@@ -109,6 +120,12 @@ class Component:
     end: int | None = None
     submitted: int | None = None
     step_state: AppState | None = None
+    signal: int | None = None
+    # from sacct's text (exits.py): when its step ended, whether it ran at all, why it ended
+    step_end: float | None = None
+    ran: bool = True
+    ending: str = ""
+    next_step: str = ""
 
 
 @dataclass
@@ -180,6 +197,7 @@ def _component(raw: dict[str, Any], accounting: bool) -> tuple[int, Component]:
         state_text=" ".join(names) or "UNKNOWN",
         reason="" if reason in ("None", "") else reason,
         exit_code=exit_code(raw.get("exit_code")),
+        signal=exit_signal(raw.get("exit_code")),
         node=str(raw.get("nodes") or raw.get("batch_host") or ""),
         restarts=number(raw.get("restart_cnt")) or 0,
         workdir=workdir,

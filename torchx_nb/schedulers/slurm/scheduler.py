@@ -33,8 +33,9 @@ from torchx_nb.schedulers.slurm.commands import (
     _not_on_path,
     run_slurm,
 )
+from torchx_nb.schedulers.slurm.exits import COLUMNS, Ending, parse_endings
 from torchx_nb.schedulers.slurm.fit import Node, never_fits, parse_sinfo, replica_needs
-from torchx_nb.schedulers.slurm.jobs import Job, combined_state, errors, parse_jobs
+from torchx_nb.schedulers.slurm.jobs import Component, Job, combined_state, errors, parse_jobs
 from torchx_nb.schedulers.slurm.logs import SlurmLogs
 from torchx_nb.schedulers.slurm.options import SlurmOpts
 from torchx_nb.schedulers.slurm.reasons import pending_reason
@@ -358,6 +359,16 @@ class SlurmScheduler(
                 return None
         return parse_jobs(doc, accounting=True)
 
+    def _endings(self, ids: list[str]) -> dict[str, Ending]:
+        """How each component of these jobs ended, from sacct's text columns (the JSON's
+        exit code says SUCCESS/0 for failed steps on 22.05): one call; empty when accounting
+        has no answer."""
+        argv = ["sacct", "--parsable2", "--noheader", "-o", ",".join(COLUMNS), "-j", ",".join(ids)]
+        try:
+            return parse_endings(run_slurm(argv, self._command_env()))
+        except SlurmError:
+            return {}
+
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         return self.describe_many([app_id]).get(app_id)
 
@@ -377,10 +388,13 @@ class SlurmScheduler(
         ]
         finished: dict[str, Job] = {}
         accounting_off = self._accounting is False
+        endings: dict[str, Ending] = {}
         if ask and not accounting_off:
             got = self._sacct(ask)
             accounting_off = got is None
             finished = got or {}
+            if not accounting_off:
+                endings = self._endings(ask)
         nodes: dict[str | None, tuple[str, list[Node]]] = {}  # one sinfo per round
         for a in ids:
             job = queued.get(a)
@@ -390,6 +404,7 @@ class SlurmScheduler(
             elif done is not None:
                 _add_steps(job, done)
             if job is not None:
+                _add_endings(job, a, endings)
                 out[a] = self._response(a, job)
                 resp = out[a]
                 if resp is not None and resp.state == AppState.PENDING:
@@ -433,11 +448,13 @@ class SlurmScheduler(
             role, _, idx = comp.name.rpartition("-")
             if not role or not idx.isdigit():
                 role, idx = comp.name or "job", str(comp.offset)
-            state = comp.step_state or comp.state
+            state = _replica_state(comp)
             msg = NONE
             if state == AppState.FAILED:
                 code = f" (exit code {comp.exit_code})" if comp.exit_code else ""
                 msg = f"{comp.state_text}{code}" + (f": {comp.reason}" if comp.reason else "")
+            elif state == AppState.CANCELLED and comp.ending:
+                msg = comp.ending
             roles.setdefault(role, []).append(
                 ReplicaStatus(
                     id=int(idx),
@@ -448,6 +465,10 @@ class SlurmScheduler(
                     exit_code=comp.exit_code if is_terminal(state) else None,
                     num_restarts=comp.restarts,
                     oom="OUT_OF_MEMORY" in comp.state_text,
+                    signal=comp.signal if is_terminal(state) else None,
+                    ended=comp.step_end if is_terminal(state) else None,
+                    ending=comp.ending,
+                    next_step=comp.next_step,
                 )
             )
         state = combined_state(c.state for c in job.components)
@@ -457,9 +478,14 @@ class SlurmScheduler(
             failed = [
                 f"{c.name}: {c.state_text}" + (f" (exit code {c.exit_code})" if c.exit_code else "")
                 for c in job.components
-                if (c.step_state or c.state) == AppState.FAILED
+                if _replica_state(c) == AppState.FAILED
             ]
             msg = "; ".join(failed) or lead.state_text
+            limit = next((c for c in job.components if c.next_step), None)
+            if limit is not None:
+                msg = f"{msg}: it {limit.ending}; {limit.next_step}"
+        elif state == AppState.CANCELLED and lead.ending:
+            msg = f"it {lead.ending}"
         elif state == AppState.PENDING and lead.reason:
             msg = pending_reason(lead.reason, app_id)
         ends = [c.end for c in job.components if c.end]
@@ -471,7 +497,10 @@ class SlurmScheduler(
             roles_statuses=[RoleStatus(r, sorted(v, key=lambda x: x.id)) for r, v in roles.items()],
             roles=[Role(name=r, image="", num_replicas=len(v)) for r, v in roles.items()],
             metadata={"workdir": known.get("workdir") or lead.workdir},
-            started=float(lead.start) if lead.start and state != AppState.PENDING else None,
+            # a job cancelled while it waited has start == end in Slurm's books: it never ran
+            started=float(lead.start)
+            if lead.start and state != AppState.PENDING and any(c.ran for c in job.components)
+            else None,
             ended=float(max(ends)) if ends and is_terminal(state) else None,
         )
 
@@ -511,6 +540,39 @@ class SlurmScheduler(
         if desc is None or not desc.metadata.get("workdir"):
             raise FileNotFoundError(f"Slurm knows no job {app_id} (nor where its logs are)")
         return desc.metadata["workdir"]
+
+
+# the job's own end that is its replicas' too: a step that Slurm stopped for the job's time
+# limit (or a node failure...) shows CANCELLED, but nobody cancelled it
+_JOB_ENDS = ("TIMEOUT", "DEADLINE", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "OUT_OF_MEMORY")
+
+
+def _replica_state(comp: Component) -> AppState:
+    """A replica's state: its srun step's, except where the job's own end explains it (a
+    time limit), or a step killed by a signal in a job that failed (srun says CANCELLED)."""
+    if comp.state_text.split(" ", 1)[0] in _JOB_ENDS:
+        return comp.state
+    step = comp.step_state or comp.state
+    if step == AppState.CANCELLED and comp.state == AppState.FAILED and comp.signal:
+        return AppState.FAILED
+    return step
+
+
+def _add_endings(job: Job, app_id: str, endings: Mapping[str, Ending]) -> None:
+    """Each component's exit code, signal, end and why, from sacct's text, where it has a row
+    (``41+1`` for a heterogeneous component, ``41`` or ``41_3`` for the only one)."""
+    for comp in job.components:
+        found = endings.get(f"{app_id}+{comp.offset}")
+        if found is None and comp.offset == 0:
+            found = endings.get(app_id)
+        if found is None:
+            continue
+        comp.exit_code = found.code if not (found.signal and found.code == 0) else None
+        comp.signal = found.signal
+        comp.step_end = found.end
+        comp.ran = found.ran
+        comp.ending, comp.next_step = found.ending, found.next_step
+        comp.state_text = found.state.split(" ", 1)[0].upper() or comp.state_text
 
 
 def create_scheduler(

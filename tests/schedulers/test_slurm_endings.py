@@ -1,0 +1,147 @@
+"""How Slurm jobs ended, read back once they have left squeue (only sacct knows them then), on
+the real private cluster: exit codes and signals from sacct's text columns (Slurm 22.05's
+``sacct --json`` says SUCCESS/0 for a failed step), time limits and cancellations in words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import ROOT, cli, wait_for
+from tests.infra.slurm import SlurmCluster
+from torchx_nb import specs
+from torchx_nb.runner import get_runner
+from torchx_nb.schedulers.slurm import SlurmScheduler
+from torchx_nb.schedulers.slurm.exits import parse_endings
+from torchx_nb.schedulers.slurm.jobs import Component, Job
+from torchx_nb.specs.api import AppState
+from torchx_nb.specs.failure import FailureCard
+
+FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
+
+
+def _role(name: str, script: str, **kw: object) -> specs.Role:
+    return specs.Role(
+        name=name,
+        image="",
+        entrypoint="bash",
+        args=["-c", script],
+        resource=specs.Resource(cpu=1, gpu=0, memMB=200),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _left_the_queue(cluster: SlurmCluster, *job_ids: str) -> None:
+    """Wait until squeue has forgotten the jobs (MinJobAge): from then on only sacct knows."""
+
+    def gone() -> bool:
+        out = cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+        return not any(j.partition("_")[0] in {o.partition("+")[0] for o in out} for j in job_ids)
+
+    wait_for(gone, timeout=180, interval=1)
+
+
+def test_exit_codes_exceptions_and_signals_after_the_job_left_the_queue(
+    slurm_env: SlurmCluster, tmp_path: Path
+) -> None:
+    from tests.result_checks import RAISE_CELL, result_workspace
+    from torchx_nb.components.cell import cell
+
+    ws = result_workspace(tmp_path)
+    with get_runner() as runner:
+        code3 = runner.run(specs.AppDef("three", roles=[_role("r", "exit 3")]), "slurm", {})
+        raised = runner.run(cell(source=RAISE_CELL, memMB=500), "slurm", {}, str(ws))
+        killed = runner.run(
+            specs.AppDef(
+                "segv",
+                roles=[_role("s", "echo before; python3 -c 'import os; os.kill(os.getpid(), 11)'")],
+            ),
+            "slurm",
+            {},
+        )
+        # a heterogeneous job: the replica that succeeded keeps its 0, the one that failed
+        # its 3 (the job's own ExitCode is 3 for both components)
+        het = runner.run(
+            specs.AppDef("het", roles=[_role("ok", "true"), _role("boom", "sleep 1; exit 3")]),
+            "slurm",
+            {},
+        )
+        handles = [code3, raised, killed, het]
+        for h in handles:
+            runner.wait(h, wait_interval=1, timeout=180)
+        _left_the_queue(slurm_env, *(h.rsplit("/", 1)[1] for h in handles))
+        statuses = {h: runner.status(h) for h in handles}
+        cards = {h: runner.failure_cards(h, statuses[h]) for h in handles}
+
+    assert all(s is not None and s.state == AppState.FAILED for s in statuses.values())
+    (card,) = cards[code3]
+    assert card.headline() == "r/0 exited with code 3"
+    (card,) = cards[raised]
+    assert card.headline() == "cell/0 raised ValueError: bad input 7 (ACC 0.9) (exit code 1)"
+    (card,) = cards[killed]
+    assert card.headline() == "s/0 was killed by SIGSEGV"
+    assert card.last_lines[-1:] == ["before"]
+    (card,) = cards[het]
+    assert card.headline() == "boom/0 exited with code 3"
+    ok = {r.role: r for r in statuses[het].roles}["ok"].replicas[0]  # type: ignore[union-attr]
+    assert ok.state == AppState.SUCCEEDED and ok.exit_code == 0
+
+    # what a user types, once the job is only in accounting
+    code, out, err = cli("status", code3)
+    assert code == 0, err
+    assert "r/0 exited with code 3" in out and "exit code 0" not in out
+
+
+def test_a_time_limit_and_a_cancel_while_pending_are_said_in_words(
+    slurm_env: SlurmCluster,
+) -> None:
+    with get_runner() as runner:
+        limited = runner.run(
+            specs.AppDef("limited", roles=[_role("t", "echo started; sleep 300")]),
+            "slurm",
+            {"time": "1"},
+        )
+        wait_for(lambda: runner.status(limited).state == AppState.RUNNING, timeout=120)  # type: ignore[union-attr]
+        # a partition that is down holds a new job pending (the running one goes on)
+        slurm_env.run("scontrol", "update", "PartitionName=debug", "State=DOWN")
+        try:
+            waiting = runner.run(specs.AppDef("later", roles=[_role("w", "true")]), "slurm", {})
+            job = waiting.rsplit("/", 1)[1]
+            wait_for(lambda: runner.status(waiting).state == AppState.PENDING, timeout=60)  # type: ignore[union-attr]
+            runner.cancel(waiting)
+            runner.wait(waiting, wait_interval=1, timeout=60)
+        finally:
+            slurm_env.run("scontrol", "update", "PartitionName=debug", "State=UP")
+        status = runner.wait(limited, wait_interval=2, timeout=240)
+        _left_the_queue(slurm_env, limited.rsplit("/", 1)[1], job)
+        status = runner.status(limited)
+        cancelled = runner.status(waiting)
+        (card,) = runner.failure_cards(limited, status)
+        rec = runner.jobstore.get(waiting)
+
+    assert status is not None and status.state == AppState.FAILED
+    assert card.headline() == "t/0 was stopped at its time limit of 00:01:00 (SIGTERM)"
+    assert card.next_step.startswith("raise the limit with -cfg time=MINUTES")
+    assert "time limit" in status.msg
+    assert cancelled is not None and cancelled.state == AppState.CANCELLED
+    assert cancelled.msg == "it was cancelled by root (uid 0) before it started"
+    # it never ran: no start time, so no running phase
+    assert cancelled.started is None
+    from torchx_nb.phases import phases
+
+    assert rec is not None and [p.name for p in phases(rec)] == ["queued"]
+
+
+def test_out_of_memory_from_a_recorded_sacct_answer() -> None:
+    """The private cluster runs without cgroups, so nothing there is stopped for its memory:
+    sacct's lines for a job that was, in the form Slurm 22.05 prints them (``OUT_OF_MEMORY``
+    with ``0:125``, the signal Slurm records for it)."""
+    from torchx_nb.schedulers.slurm.scheduler import _add_endings
+
+    endings = parse_endings((FIXTURES / "sacct-oom-22.05.txt").read_text())
+    job = Job(7, [Component(7, 0, "trainer-0", AppState.FAILED, "OUT_OF_MEMORY")])
+    _add_endings(job, "7", endings)
+    resp = SlurmScheduler("torchx")._response("7", job)
+    (replica,) = resp.roles_statuses[0].replicas
+    assert replica.oom and replica.state == AppState.FAILED and replica.exit_code is None
+    card = FailureCard("trainer", 0, replica.exit_code, replica.oom, signal_number=replica.signal)
+    assert card.headline() == "trainer/0 ran out of memory"

@@ -1,0 +1,148 @@
+"""How each replica of a Slurm job ended, from ``sacct --parsable2``'s text columns.
+
+Slurm 22.05's ``sacct --json`` says ``exit_code {"status": "SUCCESS", "return_code": 0}`` for a
+job whose step ran ``exit 3``; the ``ExitCode`` column says ``3:0`` (code:signal), as ``sacct``
+users read it. So exit codes and signals come from the text, keyed by the id sacct prints: a
+plain job ``41``, a heterogeneous component ``41+1``, an array task ``41_3``; their steps
+``41+1.batch`` and ``41+1.0`` (our srun: one step per component)."""
+
+from __future__ import annotations
+
+import pwd
+from dataclasses import dataclass
+from datetime import datetime
+
+# the columns asked for, in order
+COLUMNS = ("JobID", "State", "ExitCode", "DerivedExitCode", "End", "Timelimit")
+
+
+@dataclass(frozen=True)
+class Row:
+    state: str  # "FAILED", "CANCELLED by 1000", "TIMEOUT"
+    code: int | None
+    signal: int | None
+    end: float | None
+    timelimit: str
+
+
+@dataclass(frozen=True)
+class Ending:
+    """One component's end: its replica's exit code and signal (from its srun step where it
+    ran one), whether it ran at all, when it ended, and why in words."""
+
+    code: int | None
+    signal: int | None
+    ran: bool
+    end: float | None
+    state: str
+    ending: str = ""
+    next_step: str = ""
+
+
+def exit_pair(text: str) -> tuple[int | None, int | None]:
+    """``"3:0"`` → (3, 0); ``"0:11"`` → (0, 11); anything else → (None, None)."""
+    code, sep, sig = text.strip().partition(":")
+    if not sep or not code.isdigit() or not sig.isdigit():
+        return None, None
+    return int(code), int(sig)
+
+
+def _time(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:  # "Unknown", "None"
+        return None
+
+
+def parse_rows(text: str) -> dict[str, dict[str, Row]]:
+    """sacct's lines, by component id, then by step (``""`` for the component's own row,
+    ``"batch"``, ``"0"``)."""
+    out: dict[str, dict[str, Row]] = {}
+    for line in text.splitlines():
+        cols = line.split("|")
+        if len(cols) < len(COLUMNS):
+            continue
+        job_id, state, exit_code, _derived, end, limit = cols[: len(COLUMNS)]
+        component, _, step = job_id.partition(".")
+        code, sig = exit_pair(exit_code)
+        out.setdefault(component, {})[step] = Row(state.strip(), code, sig, _time(end), limit)
+    return out
+
+
+def _who(state: str) -> str:
+    """``"CANCELLED by 1000"`` → ``"by alice (uid 1000)"``; ``""`` when sacct names nobody."""
+    _, _, uid = state.partition(" by ")
+    if not uid.strip().isdigit():
+        return ""
+    try:
+        name = pwd.getpwuid(int(uid)).pw_name
+    except (KeyError, OverflowError):
+        return f"by uid {uid.strip()}"
+    return f"by {name} (uid {uid.strip()})"
+
+
+def ending_of(rows: dict[str, Row]) -> Ending | None:
+    """The end of one component from its rows; None when sacct has no row for it yet."""
+    own = rows.get("")
+    if own is None:
+        return None
+    step = rows.get("0")
+    ran = "batch" in rows or step is not None
+    word = own.state.split(" ", 1)[0].upper()
+    code, sig = (step.code, step.signal) if step is not None else (own.code, own.signal)
+    if not ran:
+        code = sig = None
+    end = step.end if step is not None and step.end is not None else own.end
+    if word == "TIMEOUT":
+        limit = own.timelimit.strip()
+        said = f" of {limit}" if limit and limit not in ("UNLIMITED", "Partition_Limit") else ""
+        return Ending(
+            code,
+            sig,
+            ran,
+            end,
+            own.state,
+            f"was stopped at its time limit{said}",
+            "raise the limit with -cfg time=MINUTES (or D-HH:MM:SS), up to the partition's"
+            " MaxTime (`sinfo -o '%P %l'`)",
+        )
+    if word == "CANCELLED":
+        who = _who(own.state)
+        return Ending(
+            code,
+            sig,
+            ran,
+            end,
+            own.state,
+            f"was cancelled {who}".rstrip() + ("" if ran else " before it started"),
+        )
+    if word == "DEADLINE":
+        return Ending(code, sig, ran, end, own.state, "missed its deadline (--deadline)")
+    if word == "NODE_FAIL":
+        return Ending(
+            code,
+            sig,
+            ran,
+            end,
+            own.state,
+            "was ended by a node failure",
+            "run it again; `sinfo -R` shows why nodes are down",
+        )
+    if word == "PREEMPTED":
+        return Ending(code, sig, ran, end, own.state, "was preempted by a job of higher priority")
+    if word == "BOOT_FAIL":
+        return Ending(code, sig, ran, end, own.state, "could not start: its node failed to boot")
+    return Ending(code, sig, ran, end, own.state)
+
+
+def parse_endings(text: str) -> dict[str, Ending]:
+    """Each component's end, by the id sacct prints (``41``, ``41+1``, ``41_3``)."""
+    out: dict[str, Ending] = {}
+    for component, rows in parse_rows(text).items():
+        found = ending_of(rows)
+        if found is not None:
+            out[component] = found
+    return out
+
+
+__all__ = ["COLUMNS", "Ending", "ending_of", "exit_pair", "parse_endings", "parse_rows"]
