@@ -255,7 +255,9 @@ def _follow_to_end(runner: Any, handle: str, show_logs: bool) -> int:
         for card in cards:
             print(f"{PROG}: {redact_text(card.text())}", file=sys.stderr)
         if not cards and message_text(status.msg):
-            print(f"{PROG}: {status.msg}", file=sys.stderr)
+            from torchx_nb.specs.failure import clean_line
+
+            print(f"{PROG}: {clean_line(status.msg, 2000)}", file=sys.stderr)
         return 1
     return 0
 
@@ -334,12 +336,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from torchx_nb.specs.api import UnknownAppException, display_url
+    from torchx_nb.specs.failure import strip_escapes
 
     with _runner() as runner:
         status = runner.status(args.app_handle)
         if status is None:
             raise UnknownAppException(args.app_handle)
-        print(replace(status, ui_url=display_url(status.ui_url)).format())
+        shown = replace(status, ui_url=display_url(status.ui_url)).format()
+        print(strip_escapes(shown))  # a message may quote a program's coloured output
         for card in runner.failure_cards(args.app_handle, status):
             print(redact_text(card.text()))
     return 0

@@ -86,7 +86,25 @@ def payload(
     }
     masked: dict[str, Any] = redact(body)
     masked["text"] = redact_text(text)
-    return masked
+    return bounded(masked)
+
+
+MAX_BODY_BYTES = 32_000  # a chat webhook refuses more (Slack cuts text at 40,000 characters)
+
+
+def bounded(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` cut to ``MAX_BODY_BYTES`` of JSON: the card's last lines go first, then the
+    text is shortened (cards are bounded already: this is the last guard)."""
+    from torchx_nb.specs.failure import clean_line
+
+    if len(json.dumps(body).encode()) <= MAX_BODY_BYTES:
+        return body
+    if isinstance(body.get("failure"), dict):
+        body["failure"] = {**body["failure"], "last_lines": []}
+    body["text"] = clean_line(str(body.get("text") or "").split("\n", 1)[0], 2000)
+    for key in ("name", "handle"):
+        body[key] = clean_line(str(body.get(key) or ""), 1000)
+    return body
 
 
 def post(url: str, body: dict[str, Any]) -> None:
@@ -189,6 +207,7 @@ def drain(timeout: float = 30.0) -> None:
 
 
 __all__ = [
+    "MAX_BODY_BYTES",
     "NOTIFY_ENV",
     "Notifier",
     "NotifyError",

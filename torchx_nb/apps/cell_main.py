@@ -338,6 +338,11 @@ def run(script: str, args: list[str]) -> int:
     except SystemExit as exc:
         if _rank() == 0:
             _write(out, "exit.txt", repr(exc.code).encode()[:200])
+        if exc.code is not None and not isinstance(exc.code, int):
+            # sys.exit("message"): Python prints the message to stderr and exits 1; so do
+            # we, and the message is the failure card's line
+            sys.stderr.write(f"{exc.code}\n")
+            _write(out, f"error-{_rank()}.txt", f"SystemExit: {exc.code}".encode()[:100_000])
         raise
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):

@@ -66,6 +66,12 @@ _ESCAPES = re.compile(
 )
 
 
+def strip_escapes(text: str) -> str:
+    """``text`` without terminal escapes and control characters (newlines and tabs stay): what
+    the CLI prints of a scheduler's or a program's words."""
+    return _ESCAPES.sub("", text)
+
+
 def clean_line(text: str, limit: int = MAX_LINE) -> str:
     """``text`` without terminal escapes or control characters, at most ``limit``
     characters (a longer one ends with ``… (N more characters)``)."""
@@ -186,5 +192,6 @@ __all__ = [
     "clean_lines",
     "first_failures",
     "signal_name",
+    "strip_escapes",
     "torchelastic_exception",
 ]
