@@ -128,6 +128,12 @@ class KubeFake:
         self.events: list[dict[str, Any]] = []
         # a namespace's ResourceQuota on limits.memory (bytes per pod), as admission enforces it
         self.memory_quota: dict[str, int] = {}
+        # the one node the scheduler places pods on: its labels and taints; claims that are not
+        # bound; scheduling gates an admission webhook (Kueue) adds to every new pod
+        self.node_labels = {"kubernetes.io/hostname": "fake-node", "kubernetes.io/os": "linux"}
+        self.node_taints: list[dict[str, str]] = []
+        self.unbound_claims: set[str] = set()
+        self.scheduling_gates: list[str] = []
         self.requests: list[str] = []
         self.lock = threading.RLock()
         self.stopping = threading.Event()
@@ -766,6 +772,8 @@ class KubeFake:
             extra_env = {**extra_env, "JOB_COMPLETION_INDEX": str(index)}
         spec = json.loads(json.dumps(template["spec"]))
         spec.update({"hostname": hostname, "subdomain": subdomain, "nodeName": "fake-node"})
+        if self.scheduling_gates:
+            spec["schedulingGates"] = [{"name": g} for g in self.scheduling_gates]
         obj = {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
         pod = Pod(obj, owner)
         with self.lock:
@@ -790,6 +798,45 @@ class KubeFake:
             }
             pod.done.set()
 
+    def _unschedulable(self, spec: dict[str, Any]) -> tuple[str, str] | None:
+        """What kube-scheduler says of a pod its one node cannot take (its words, 1.28+): a
+        scheduling gate, an unbound claim, a taint the pod does not tolerate, labels the node
+        lacks. None: it fits."""
+        if spec.get("schedulingGates"):
+            return "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates"
+        tail = " preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+        claims = {
+            v["persistentVolumeClaim"]["claimName"]
+            for v in spec.get("volumes") or []
+            if v.get("persistentVolumeClaim")
+        }
+        if claims & self.unbound_claims:
+            return (
+                "Unschedulable",
+                "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims." + tail,
+            )
+        for taint in self.node_taints:
+            tolerated = any(
+                t.get("key") == taint["key"]
+                and (t.get("operator") == "Exists" or t.get("value") == taint.get("value"))
+                and t.get("effect") in (None, "", taint["effect"])
+                for t in spec.get("tolerations") or []
+            )
+            if not tolerated:
+                said = f"{{{taint['key']}: {taint.get('value', '')}}}"
+                return (
+                    "Unschedulable",
+                    f"0/1 nodes are available: 1 node(s) had untolerated taint {said}." + tail,
+                )
+        selector = spec.get("nodeSelector") or {}
+        if any(self.node_labels.get(k) != v for k, v in selector.items()):
+            return (
+                "Unschedulable",
+                "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+                + tail,
+            )
+        return None
+
     def _env(self, pod: Pod, container: dict[str, Any], extra: dict[str, str]) -> dict[str, str]:
         env: dict[str, str] = dict(extra)
         for e in container.get("env", []):
@@ -810,6 +857,21 @@ class KubeFake:
         spec = pod.obj["spec"]
         c = spec["containers"][0]
         limits = (c.get("resources") or {}).get("limits") or {}
+        held = self._unschedulable(spec)
+        if held is not None:
+            reason, message = held
+            pod.obj["status"] = {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": reason,
+                        "message": message,
+                    }
+                ],
+            }
+            return
         if int(str(limits.get("nvidia.com/gpu", 0) or 0)) > 0:
             # as the real scheduler says it: this cluster's one node has no GPU
             pod.obj["status"] = {

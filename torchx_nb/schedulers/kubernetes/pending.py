@@ -7,6 +7,7 @@ its pods (a ResourceQuota that refuses every pod leaves no pod at all: only the 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 _IMAGE = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
@@ -22,11 +23,8 @@ def pod_pending_reason(pod: dict[str, Any]) -> str | None:
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             reason = cond.get("reason") or "Unschedulable"
-            message = " ".join(str(cond.get("message") or "no node fits it").split())
-            return (
-                f"pending ({reason}): {message}; ask for less (-h, cpu, memMB, gpu), or add"
-                " nodes that have it"
-            )
+            message = " ".join(str(cond.get("message") or "no node fits it").split())[:600]
+            return f"pending ({reason}): {message}; {unschedulable_step(reason, message, pod)}"
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     image = containers[0].get("image", "")
     for cs in status.get("containerStatuses") or []:
@@ -43,6 +41,63 @@ def pod_pending_reason(pod: dict[str, Any]) -> str | None:
         if reason in _CONFIG:
             return f"pending ({reason}): {message or 'the container cannot be created'}"
     return None
+
+
+_LESS = "ask for less (-h, cpu, memMB, gpu), or add nodes that have it"
+
+
+def unschedulable_step(
+    reason: str, message: str, pod: dict[str, Any] | None = None, fallback: str = _LESS
+) -> str:
+    """The next step for a pod the scheduler cannot place, fitted to what it said (one per
+    cause it names, in its order): a taint wants a toleration, a node selector or affinity
+    wants labels, a scheduling gate its controller, an unbound claim the claim; only too
+    few resources want a smaller ask."""
+    spec = (pod or {}).get("spec") or {}
+    if reason == "SchedulingGated":
+        gates = ", ".join(str(g.get("name")) for g in spec.get("schedulingGates") or [])
+        return (
+            f"it waits for its scheduling gates ({gates or 'see the pod'}) to be removed by"
+            " the controller that set them (a queue such as Kueue admits it when there is room)"
+        )
+    steps: list[str] = []
+    for taint in re.findall(r"untolerated taints?\(?s?\)? ?\{([^}]*)\}", message):
+        key, _, value = taint.partition(":")
+        value = value.strip()
+        spec_ = f"{key.strip()}={value}:NoSchedule" if value else f"{key.strip()}:NoSchedule"
+        steps.append(
+            f"tolerate the taint {{{taint}}} with -cfg tolerations={spec_} (its effect:"
+            " `kubectl describe node`), or run where no such taint is"
+        )
+    if "untolerated taint" in message and not steps:
+        steps.append("tolerate the nodes' taints with -cfg tolerations=KEY=VALUE:EFFECT")
+    if "node affinity/selector" in message or "node(s) didn't match node selector" in message:
+        wanted = spec.get("nodeSelector") or {}
+        said = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        steps.append(
+            "no node has the labels the pod selects"
+            + (f" ({said})" if said else "")
+            + ": change -cfg node_selector (or the instance type), or label nodes"
+            " (`kubectl get nodes --show-labels`)"
+        )
+    if "PersistentVolumeClaim" in message or "persistentvolumeclaim" in message:
+        claims = [
+            str((v.get("persistentVolumeClaim") or {}).get("claimName"))
+            for v in spec.get("volumes") or []
+            if v.get("persistentVolumeClaim")
+        ]
+        named = re.findall(r'persistentvolumeclaim "([^"]+)" not found', message) or claims
+        steps.append(
+            f"the claim {', '.join(named) or 'it mounts'} is not bound: create it, or check"
+            " its StorageClass can provision it (`kubectl describe pvc`)"
+        )
+    if "volume node affinity conflict" in message:
+        steps.append("its volume lives in another zone than the nodes that fit: run there")
+    if "Insufficient" in message or "Too many pods" in message:
+        steps.append(_LESS)
+    if not steps and fallback:
+        steps.append(fallback)
+    return "; ".join(steps)
 
 
 _NEXT_STEP = {
@@ -95,6 +150,10 @@ def event_pending_reason(
     message = " ".join(str(best.get("message") or "").split())[:400]
     count = int(best.get("count") or 1)
     step = next((s for key, s in _NEXT_STEP.items() if key in message or key == reason), "")
+    if reason == "FailedScheduling":
+        about = (best.get("involvedObject") or {}).get("name")
+        found = [p for p in pods if p["metadata"].get("name") == about]
+        step = unschedulable_step(reason, message, found[0] if found else None, "")
     return (
         f"pending ({reason}): {message}"
         + (f" (x{count})" if count > 1 else "")
@@ -102,4 +161,4 @@ def event_pending_reason(
     )
 
 
-__all__ = ["event_pending_reason", "pod_pending_reason"]
+__all__ = ["event_pending_reason", "pod_pending_reason", "unschedulable_step"]
