@@ -124,6 +124,10 @@ def _build_parser() -> argparse.ArgumentParser:
     res = sub.add_parser("result", help="wait for a cell job and print its value")
     res.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
     res.add_argument("--timeout", type=float, default=None, metavar="S", help="wait at most S s")
+    env = sub.add_parser(
+        "env", help="the distributions a job's Python ran, and how they differ from this one's"
+    )
+    env.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
     out = sub.add_parser("outputs", help="list (or download) the files a job wrote")
     out.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
     out.add_argument(
@@ -390,6 +394,13 @@ def cmd_result(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_env(args: argparse.Namespace) -> int:
+    with _runner() as runner:
+        for line in runner.environment(args.app_handle).lines():
+            print(line)
+    return 0
+
+
 def cmd_outputs(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -529,6 +540,7 @@ COMMANDS = {
     "cancel": cmd_cancel,
     "result": cmd_result,
     "outputs": cmd_outputs,
+    "env": cmd_env,
     "log": cmd_log,
     "list": cmd_list,
     "runopts": cmd_runopts,

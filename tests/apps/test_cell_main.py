@@ -189,6 +189,7 @@ def test_outputs_are_uploaded_to_an_object_store_url_at_the_end(
     assert proc.returncode == 1
     keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="cell-main-out")["Contents"])
     assert keys == [
+        "runs/job-1/.torchx-nb/environment.json",
         "runs/job-1/.torchx-nb/error-0.pkl",
         "runs/job-1/.torchx-nb/error-0.txt",
         "runs/job-1/.torchx-nb/python.txt",

@@ -62,6 +62,19 @@ def _rank() -> int:
     return 0
 
 
+def _env_record() -> Any:
+    """The module beside this file that records what the job ran (None when it is absent)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "env_record.py")
+    spec = importlib.util.spec_from_file_location("torchx_nb_env_record", path)
+    if spec is None or spec.loader is None or not os.path.isfile(path):
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _write(folder: str, name: str, data: bytes) -> None:
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
@@ -285,6 +298,9 @@ def _start() -> tuple[str, dict[str, Any], bool]:
     _record_python(
         os.path.join(folder, OWN)
     )  # the runner started: a missing result is the program's
+    record = _env_record()
+    if record is not None and _rank() == 0:  # a planned distribution it lacks: one line each
+        record.check_plan(record.planned())
     url = os.environ.get("TORCHX_NB_OUTPUT_URL", "")
     poll = os.environ.get("TORCHX_NB_CANCEL_POLL", "")
     if url and poll:
@@ -631,6 +647,12 @@ def main(argv: list[str]) -> int:
     finally:
         url = os.environ.get("TORCHX_NB_OUTPUT_URL")
         folder = os.environ.get("TORCHX_OUTPUT_DIR")
+        record = _env_record()
+        if record is not None and folder and os.path.isdir(folder) and _rank() == 0:
+            try:  # what the job ran, into its outputs
+                record.record(os.path.join(folder, OWN), record.planned())
+            except Exception as e:
+                sys.stderr.write(f"torchx_nb: the job's environment was not recorded: {e}\n")
         if url and folder and os.path.isdir(folder):
             try:
                 upload(folder, url)

@@ -11,6 +11,7 @@ from torchx_nb.specs.program import CellApp, CellProgram
 MAX_SOURCE_BYTES = 96 * 1024
 # the files beside a cell that runs with results (see cell_files)
 RUNNER = ".torchx-nb/cell_main.py"
+ENV_RECORD = ".torchx-nb/env_record.py"  # what the job ran (imported by the runner by path)
 VENDOR = ".torchx-nb/vendor"
 PUSH = ".torchx-nb/push.pkl"
 
@@ -182,6 +183,7 @@ def runner_files() -> dict[str, bytes]:
     runner = importlib.util.find_spec("torchx_nb.apps.cell_main")
     assert runner is not None and runner.origin is not None
     files = {RUNNER: Path(runner.origin).read_bytes()}
+    files[ENV_RECORD] = (Path(runner.origin).parent / "env_record.py").read_bytes()
     pickler = importlib.util.find_spec("cloudpickle")
     if pickler is not None and pickler.submodule_search_locations:
         for path in sorted(Path(next(iter(pickler.submodule_search_locations))).glob("*.py")):

@@ -88,6 +88,12 @@ class JobHandle:
             raise TimeoutError(f"{self.handle} is still {status.state.name} after {timeout} s")
         return self._runner.result(self.handle, status)
 
+    def environment(self) -> Any:
+        """What the job's Python ran: each distribution it imported (or the environment plan
+        named), its version and where it came from (the image, the environment layer, the
+        workspace), and how it differs from this kernel's (``.differences()``)."""
+        return self._runner.environment(self.handle)
+
     def outputs(self) -> list[str]:
         """The files the job wrote to ``$TORCHX_OUTPUT_DIR``, relative to it."""
         return [f.path for f in self._runner.outputs(self.handle)]

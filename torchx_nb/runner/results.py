@@ -121,6 +121,22 @@ class Results(RunnerCore):
                 raise NoResult(folder_gone(store, app_handle))
         return outputs(store)
 
+    def environment(self, app_handle: AppHandle) -> Any:
+        """What the job's Python ran (``JobEnvironment``: each distribution it imported or
+        the plan named, its version and where it came from), beside this kernel's versions;
+        ``NoResult`` when the job recorded none."""
+        from torchx_nb.environment.record import RECORD_FILE, read_record
+        from torchx_nb.results import NoResult
+
+        store = self.output_store(app_handle)
+        if RECORD_FILE not in {f.path for f in store.list()}:
+            raise NoResult(
+                f"{app_handle} recorded no environment: only a cell or notebook job records"
+                " one, when its runner ends"
+            )
+        with store.open(RECORD_FILE) as stream:
+            return read_record(stream, app_handle)
+
     def executed_notebook(self, app_handle: AppHandle, folder: str | Path) -> Path:
         """The executed notebook of a notebook job, fetched into ``folder`` under a name
         that overwrites nothing (``NAME.executed.ipynb``); returns its path."""

@@ -396,6 +396,10 @@ class Submitting(RunnerCore):
                         sched, program or app, role.image, workspace, opts, packages, build
                     )
                 plan = plans[role.image]
+                if extra is not None and plan is not None and plan.contents is not None:
+                    from torchx_nb.environment.record import PLAN_FILE, plan_file
+
+                    extra[PLAN_FILE] = plan_file(plan)  # the job warns when it differs
                 if build:
                     from torchx_nb.environment.layer import EnvironmentBuild
 
