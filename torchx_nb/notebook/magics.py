@@ -307,10 +307,19 @@ class TorchxMagics(Magics):
         summary = summarize(self.runner, prepared, whole="below (collapsed)")
         display({"text/plain": summary.full(), "text/html": dryrun_html(summary)}, raw=True)
 
-    def _watch(self, job: Any, wait: bool) -> None:
+    def _watch(self, job: Any, wait: bool, again: bool = False) -> None:
+        """The job's widgets (or, without widgets, its status in text), from what is known:
+        as submitted, or, when it is watched ``again``, its state in the job store (an ended
+        job's final status and snapshot at once)."""
         from IPython.display import display
 
         runner = self.runner
+        if again:
+            from torchx_nb.notebook.widgets import known_status
+
+            first = known_status(runner, job.handle)
+        else:
+            first = runner.submitted_status(job.handle)
         if self._widget_mode():
             from torchx_nb.metrics import MetricLog
             from torchx_nb.notebook.widgets import JobView
@@ -325,6 +334,7 @@ class TorchxMagics(Magics):
                 metrics=MetricLog(job.metric_specs),
                 log_lines=self.log_lines,
                 show_logs=not wait,
+                first=first,
             )
             job.live_metrics = view.metrics
             job.view = view
@@ -332,10 +342,7 @@ class TorchxMagics(Magics):
         else:
             from torchx_nb.notebook.render import status_text
 
-            display(
-                {"text/plain": status_text(job.handle, runner.submitted_status(job.handle))},
-                raw=True,
-            )
+            display({"text/plain": status_text(job.handle, first)}, raw=True)
             if not wait:
                 print(
                     f"(not waiting: `%torchx status {job.handle}`, `%torchx log "
@@ -483,7 +490,7 @@ class TorchxMagics(Magics):
         if self.runner.jobstore.get(job.handle) is None and self.runner.status(job.handle) is None:
             raise UnknownAppException(job.handle)
         job.metric_specs = [*job.metric_specs, *(parse_metric(m) for m in args.metric)]
-        self._watch(job, wait=not self._widget_mode())
+        self._watch(job, wait=not self._widget_mode(), again=True)
 
     def _do_result(self, args: argparse.Namespace, cell: str | None) -> Any:
         job = self._job(args.handle)

@@ -35,6 +35,30 @@ from torchx_nb.specs.api import AppState, AppStatus, is_terminal
 from torchx_nb.specs.failure import FailureCard
 
 
+def known_status(runner: Any, handle: str) -> AppStatus | None:
+    """What is known of a job at once, for ``%torchx watch``: an ended job's final status (one
+    describe: its replicas and failure cards, for the snapshot; the job store's state where
+    its scheduler no longer knows it), a live job's last state and message in the job store,
+    or, for a job this kernel has just submitted and nothing has seen since, its submitted
+    status. Never SUBMITTED for a job known to be further on."""
+    record = runner.jobstore.get(handle)
+    mine = runner.submitted_status(handle)
+    if record is None or (record.state in ("SUBMITTED", "UNKNOWN") and mine is not None):
+        return mine
+    stored = AppStatus(
+        AppState[record.state] if record.state in AppState.__members__ else AppState.UNKNOWN,
+        msg=record.msg or "",
+        started=record.started,
+        ended=record.ended,
+    )
+    if record.is_terminal:
+        with contextlib.suppress(Exception):
+            status = runner.status(handle)
+            if status is not None and is_terminal(status.state):
+                return status
+    return stored
+
+
 class StatusWidget:
     """Handle, state badge, elapsed clock, Cancel, message, UI link, roles-by-replicas table and
     metric charts, kept current by the kernel's poller (the clock ticks every second)."""
@@ -192,6 +216,7 @@ class JobView:
         metrics: MetricLog | None = None,
         log_lines: int = 1000,
         show_logs: bool = True,
+        first: AppStatus | None = None,
     ) -> None:
         self.handle = handle
         self.runner = runner
@@ -202,8 +227,10 @@ class JobView:
         self._log_display: Any = None
         self._metrics_reader: LogReader | None = None
         self.logs: LogWidget | None = None
-        # as submitted (no scheduler call): the poller asks for the status at once
-        first = runner.submitted_status(handle)
+        # as submitted (no scheduler call), or what is known of a job watched again
+        # (``known_status``): the poller asks for the status at once
+        if first is None:
+            first = runner.submitted_status(handle)
         if show_logs:
             self.logs = LogWidget(handle, runner, max_lines=log_lines)
         if self.metrics is not None:
