@@ -32,3 +32,13 @@ def test_still_running_never_ran_and_a_clock_behind() -> None:
     skewed = at(submitted=100.0, started=98.0, ended=120.0)  # the scheduler's clock behind ours
     assert queue_and_run(skewed) == (0.0, 20.0)  # type: ignore[arg-type]
     assert fmt_duration(None) == "" and fmt_duration(3725) == "1:02:05"
+
+
+def test_a_start_in_the_future_or_after_the_end_counts_no_future_or_negative_time() -> None:
+    # the scheduler's clock is ahead of ours: it says it started at 200; it is 150 here
+    ahead = at(submitted=100.0, started=200.0, ended=None)
+    assert queue_and_run(ahead, now=150.0) == (50.0, 0.0)  # type: ignore[arg-type]
+    assert phases_line(ahead, now=150.0) == "queued 0:50 · running 0:00"  # type: ignore[arg-type]
+    late = at(submitted=100.0, started=190.0, ended=160.0)  # a start after the end
+    assert queue_and_run(late) == (60.0, 0.0)  # type: ignore[arg-type]
+    assert all(p.seconds(150.0) >= 0 for p in phases(late))  # type: ignore[arg-type]

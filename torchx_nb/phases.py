@@ -21,26 +21,30 @@ class Phase:
         return max(0.0, (self.end if self.end is not None else now or time.time()) - self.start)
 
 
-def phases(rec: JobRecord) -> list[Phase]:
-    """The phases of one job, in order."""
+def phases(rec: JobRecord, now: float | None = None) -> list[Phase]:
+    """The phases of one job, in order. Times from another clock are kept inside what we
+    know: a start before the submit is the submit (it started at once), a start after the
+    end, or in the future, is the end (or now): never negative or future time."""
     out = []
     if rec.build_seconds:
         out.append(
             Phase("image built and pushed", rec.submitted - rec.build_seconds, rec.submitted)
         )
-    started = rec.started if rec.started is not None and rec.started >= rec.submitted else None
-    if started is None and rec.started is not None:
-        started = rec.submitted  # a clock behind ours: it started at once
-    queue_end = started if started is not None else rec.ended
+    ended = max(rec.ended, rec.submitted) if rec.ended is not None else None
+    started = rec.started
+    if started is not None:
+        latest = ended if ended is not None else max(rec.submitted, now or time.time())
+        started = min(max(started, rec.submitted), latest)
+    queue_end = started if started is not None else ended
     out.append(Phase("queued", rec.submitted, queue_end))
     if started is not None:
-        out.append(Phase("running", started, rec.ended))
+        out.append(Phase("running", started, ended))
     return out
 
 
 def queue_and_run(rec: JobRecord, now: float | None = None) -> tuple[float, float | None]:
     """Seconds queued, and seconds run (None: it never ran)."""
-    found = {p.name: p.seconds(now) for p in phases(rec)}
+    found = {p.name: p.seconds(now) for p in phases(rec, now)}
     return found["queued"], found.get("running")
 
 
@@ -58,7 +62,7 @@ def phases_line(rec: JobRecord, now: float | None = None) -> str:
     """``built 0:12 · queued 0:03 · ran 1:20`` (``running 0:40`` while it runs)."""
     words = {"image built and pushed": "built", "queued": "queued", "running": "ran"}
     parts = []
-    for p in phases(rec):
+    for p in phases(rec, now):
         word = "running" if p.name == "running" and p.end is None else words[p.name]
         parts.append(f"{word} {fmt_duration(p.seconds(now))}")
     return " · ".join(parts)

@@ -57,7 +57,7 @@ export interface IReplica {
   msg?: string;
 }
 
-/** Why one replica failed: its headline, and its last log lines (masked). */
+/** Why one replica failed: its headline, the next step, and its last log lines (masked). */
 export interface IFailureCard {
   role: string;
   replica: number;
@@ -67,6 +67,8 @@ export interface IFailureCard {
   exception?: string | null;
   last_lines: string[];
   headline: string;
+  /** What to do about it (how to raise a time limit), or empty. */
+  next_step?: string;
 }
 
 export interface IJobDetail extends IJob {

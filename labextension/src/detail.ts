@@ -353,11 +353,14 @@ export class JobView extends Widget {
   private _gone = false;
 }
 
-/** A card per failing replica: its headline, and its last lines as text. */
+/** A card per failing replica: its headline, the next step, and its last lines as text. */
 function failureCards(job: IJobDetail): HTMLElement[] {
   return (job.failures ?? []).map(card => {
     const node = el('div', 'tnb-failure');
     node.append(el('div', 'tnb-failure-headline', card.headline));
+    if (card.next_step) {
+      node.append(el('div', 'tnb-failure-next', `next: ${card.next_step}`));
+    }
     if (card.last_lines.length) {
       node.append(el('pre', 'tnb-failure-lines', card.last_lines.join('\n')));
     }

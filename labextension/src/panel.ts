@@ -5,6 +5,28 @@ import { IJob, TERMINAL } from './api';
 import { badge, basename, duration, el, submitted } from './format';
 import { JobsModel } from './model';
 
+/** Whether a job's clock runs: not once it ended, nor while nothing knows it (UNKNOWN). */
+function ticks(state: string, ended: string | undefined): boolean {
+  return !TERMINAL.has(state) && state !== 'UNKNOWN' && !ended;
+}
+
+/**
+ * The duration a row shows. A running job's clock only goes forward: a row the model read
+ * earlier (every render re-fills every row) never sets back what the tick already showed;
+ * an ended or UNKNOWN job shows the server's figure, which stands still.
+ */
+function liveDuration(li: HTMLLIElement, job: IJob): number {
+  if (!ticks(job.state, job.ended ? String(job.ended) : '') || li.dataset.handle !== job.handle) {
+    return job.duration;
+  }
+  const base = Number(li.dataset.duration);
+  const seen = Number(li.dataset.seen);
+  if (!Number.isFinite(base) || !Number.isFinite(seen) || !ticks(li.dataset.state ?? '', '')) {
+    return job.duration;
+  }
+  return Math.max(job.duration, base + (Date.now() / 1000 - seen));
+}
+
 const STATES = ['RUNNING', 'PENDING', 'SUBMITTED', 'SUCCEEDED', 'FAILED', 'CANCELLED', 'UNKNOWN'];
 
 export interface IPanelActions {
@@ -129,14 +151,15 @@ export class JobsPanel extends Widget {
 
   private _fill(li: HTMLLIElement, job: IJob): void {
     const key = `${job.state}|${job.msg}|${job.notebook_path}|${job.name}|${job.sweep}`;
+    const shown = liveDuration(li, job); // before the row takes the job's new values
     li.dataset.handle = job.handle;
     li.dataset.state = job.state;
     li.dataset.submitted = String(job.submitted);
     li.dataset.ended = job.ended ? String(job.ended) : '';
-    li.dataset.duration = String(job.duration);
+    li.dataset.duration = String(shown);
     li.dataset.seen = String(Date.now() / 1000);
     if (li.dataset.key === key) {
-      li.querySelector('.tnb-duration')!.textContent = duration(job.duration);
+      li.querySelector('.tnb-duration')!.textContent = duration(shown);
       return;
     }
     li.dataset.key = key;
@@ -158,7 +181,7 @@ export class JobsPanel extends Widget {
     meta.append(
       el('span', 'tnb-scheduler', job.scheduler),
       el('span', 'tnb-submitted', submitted(job.submitted)),
-      el('span', 'tnb-duration', duration(job.duration))
+      el('span', 'tnb-duration', duration(shown))
     );
     if (job.notebook_path) {
       const link = el('a', 'tnb-notebook', basename(job.notebook_path));
@@ -200,11 +223,12 @@ export class JobsPanel extends Widget {
     };
   }
 
-  /** Running jobs' durations go up every second without a server round trip. */
+  /** Running jobs' durations go up every second without a server round trip; an ended or
+   * UNKNOWN job's clock stands still. */
   private _tickDurations(): void {
     const now = Date.now() / 1000;
     for (const li of this._list.querySelectorAll<HTMLLIElement>('.tnb-job')) {
-      if (TERMINAL.has(li.dataset.state ?? '') || li.dataset.ended) {
+      if (!ticks(li.dataset.state ?? '', li.dataset.ended)) {
         continue;
       }
       const base = Number(li.dataset.duration) + (now - Number(li.dataset.seen));

@@ -193,7 +193,9 @@ class JobService:
     def row(self, rec: Any) -> dict[str, Any]:
         """A job store record as the API shows it."""
         now = time.time()
-        end = rec.ended if rec.ended else (rec.updated if rec.is_terminal else now)
+        # an UNKNOWN job's clock stops when it became unknown (its last change)
+        stopped = rec.is_terminal or rec.state == "UNKNOWN"
+        end = rec.ended if rec.ended else (rec.updated if stopped else now)
         queued, ran = queue_and_run(rec, now)
         return {
             "handle": rec.handle,
