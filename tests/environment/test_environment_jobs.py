@@ -125,7 +125,8 @@ def test_the_dry_run_lists_the_plan_before_anything_is_built(
     rows = {r.split()[0]: r for r in table.splitlines() if r.startswith("  ")}
     assert rows["tnbserved"].endswith("image has 0.9"), rows
     assert rows["tnbedit"].endswith("missing; built from the kernel's editable install"), rows
-    assert rows["tnbprobe"].endswith("missing") and rows["tnbdep"].endswith("missing"), rows
+    made = "missing; made from the kernel's installed files (no index serves a wheel of it)"
+    assert rows["tnbprobe"].endswith(made) and rows["tnbdep"].endswith(made), rows
     assert "tnbnative" not in rows  # not imported: not planned
     assert {i.id for i in docker.images.list(all=True)} == images_before
 
@@ -282,10 +283,10 @@ def test_a_compiled_package_no_index_serves_fails_in_one_line_before_any_push(
     )
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].split("\r")[-1] == (
-        "torchx-nb: error: tnbnative==1.0 is compiled and no index serves a wheel of it for Python 3.11 on"
-        " x86_64-manylinux_2_36, nor does this kernel's copy fit the image"
-        " (cp311-cp311-linux_x86_64): publish one, install it in the base image, or pass"
-        " --packages none"
+        "torchx-nb: error: cannot install tnbnative==1.0 for Python 3.11 on x86_64-manylinux_2_36:"
+        f" no index lists tnbnative (no index, find-links {kernel_venv.served}), nor does this"
+        " kernel's copy fit the image (cp311-cp311-linux_x86_64): publish a wheel for it,"
+        " install it in the base image, or pass --packages none"
     ), proc.stderr
     import requests
 

@@ -60,6 +60,16 @@ class KernelVenv:
         assert proc.returncode == 0, proc.stderr
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def with_this_tree(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this source tree's torchx_nb first on the path: the venv sees the base
+    interpreter's packages, where another checkout may be the one installed."""
+    paths = [str(REPO), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def pip_isolated(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", **extra)

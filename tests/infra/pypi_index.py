@@ -4,6 +4,7 @@ environment layer's index tests. Each index is its own process, stopped by ``sto
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -16,10 +17,11 @@ from pathlib import Path
 from tests.infra.dockerd import free_port
 
 _SERVE = """
-import socketserver, sys
+import os, socketserver, sys
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pypiserver
-root, port, user, password = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+root, port, user = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+password = os.environ.pop("TNB_INDEX_PASSWORD", "")
 auth = {}
 if user:
     auth = dict(
@@ -79,7 +81,8 @@ def start_index(folder: Path, user: str = "", password: str = "") -> PypiIndex:
     """pypiserver serving ``folder`` (basic auth when ``user`` is given)."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVE, str(folder), str(port), user, password],
+        [sys.executable, "-c", _SERVE, str(folder), str(port), user],
+        env={**os.environ, "TNB_INDEX_PASSWORD": password},  # not on its command line
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -10,7 +10,6 @@ unchanged environment is neither rebuilt nor pushed again."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import tempfile
@@ -18,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from torchx_nb.environment.index import uv_message
+from torchx_nb.environment.index_pages import all_listings, what_the_indexes_said
 from torchx_nb.environment.kernel import KernelDist
 from torchx_nb.environment.pack import EnvPack
 from torchx_nb.environment.plan import EnvPlan, PlanItem, check_python, diff
@@ -29,17 +29,6 @@ from torchx_nb.workspace.image_contents import ImageContents
 from torchx_nb.workspace.layers import Layer, cache_dir
 
 _MAX_ROUNDS = 50
-
-
-def _unserved(stderr: str, pending: list[PlanItem]) -> PlanItem | None:
-    """The distribution uv says no index offers for the image (the first one it names)."""
-    text = " ".join(stderr.split())
-    best: tuple[int, PlanItem] | None = None
-    for item in pending:
-        m = re.search(rf"(?<![\w.-]){re.escape(item.name)}(?![\w-])", text, re.I)
-        if m and (best is None or m.start() < best[0]):
-            best = (m.start(), item)
-    return best[1] if best else None
 
 
 def _uv(reqs: list[str], folder: Path, plan: EnvPlan) -> subprocess.CompletedProcess[str]:
@@ -113,38 +102,60 @@ def _fitting_tag(dist: KernelDist, contents: ImageContents) -> str | None:
 def _install_served(
     plan: EnvPlan, served: list[PlanItem], local: dict[str, Path], wheels: Path, folder: Path
 ) -> list[PlanItem]:
-    """Install what an index serves into ``folder``; a distribution no index serves is made
-    into a wheel from the kernel's copy (into ``local``) when it is pure, or compiled with wheel
-    tags the image accepts. The items installed."""
+    """Install what an index serves into ``folder``. When uv fails, what the indexes say
+    (their pages, read again) names why: a pure distribution of the kernel's that no index
+    serves for the image is made into a wheel from the kernel's copy (into ``local``); a
+    refusal, an unreachable index, a missing version or a wheel for other platforms is one
+    line. The items installed."""
     contents = plan.contents
-    assert contents is not None
+    assert contents is not None and contents.python
     for _ in range(_MAX_ROUNDS):
         if not served:
             return served
         proc = _uv([i.pin for i in served], folder, plan)
         if proc.returncode == 0:
             return served
-        missing = _unserved(proc.stderr, served)
-        if missing is None:
-            why = uv_message(proc.stderr)
-            raise TorchxNbError(f"cannot install the environment layer: {why}")
-        if missing.dist is None:
+        found = all_listings(plan.index, [i.name for i in served])
+        said = {
+            i.name: why
+            for i in served
+            if (why := what_the_indexes_said(i.name, i.version, found[i.name], contents))
+        }
+        if not said:
+            raise TorchxNbError(f"cannot install the environment layer: {uv_message(proc.stderr)}")
+        blocked = next(
+            (w for w in said.values() if " refused the credentials " in w or " unreachable " in w),
+            None,
+        )
+        if blocked is not None:
             raise TorchxNbError(
-                f"no index serves {missing.pin} for Python {contents.python} on"
-                f" {contents.platform} ({plan.index.describe()}): check --packages"
-                f" {plan.packages}"
+                f"cannot install the environment layer: {blocked}: fix the index settings"
+                " of the kernel's pip (pip config list), or pass --packages none"
             )
-        tag = _fitting_tag(missing.dist, contents)
-        if not missing.dist.pure and tag is None:
-            tags = ", ".join(missing.dist.tags) or "no wheel tags recorded"
+        fallback: dict[str, str | None] = {}  # name -> the wheel tag a compiled one takes
+        for i in served:
+            if i.name in said and i.dist is not None:
+                tag = _fitting_tag(i.dist, contents)
+                if i.dist.pure or tag is not None:
+                    fallback[i.name] = tag
+        if len(fallback) < len(said):
+            item = next(i for i in served if i.name in said and i.name not in fallback)
+            if item.dist is not None:
+                tags = ", ".join(item.dist.tags) or "no wheel tags recorded"
+                fix = (
+                    f", nor does this kernel's copy fit the image ({tags}): publish a wheel"
+                    " for it, install it in the base image, or pass --packages none"
+                )
+            else:
+                fix = f": check --packages {plan.packages}"
             raise TorchxNbError(
-                f"{missing.pin} is compiled and no index serves a wheel of it for Python"
-                f" {contents.python} on {contents.platform}, nor does this kernel's copy fit"
-                f" the image ({tags}): publish one, install it in the base image, or pass"
-                " --packages none"
+                f"cannot install {item.pin} for Python {contents.python} on"
+                f" {contents.platform}: {said[item.name]} ({plan.index.describe()}){fix}"
             )
-        local[missing.name] = local_wheel(missing.dist, wheels, plan.index, tag)
-        served = [i for i in served if i.name != missing.name]
+        for item in served:
+            if item.name in fallback and item.dist is not None:
+                local[item.name] = local_wheel(item.dist, wheels, plan.index, fallback[item.name])
+        served = [i for i in served if i.name not in said]
     raise TorchxNbError("cannot install the environment layer: too many unserved distributions")
 
 

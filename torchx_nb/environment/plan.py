@@ -12,11 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchx_nb.environment.identity import installed_identity, served_identity
 from torchx_nb.environment.imports import Imports, program_imports
 from torchx_nb.environment.index import IndexSettings
+from torchx_nb.environment.index_pages import Listing, all_listings, fitting, served
 from torchx_nb.environment.kernel import KernelDist, kernel_environment, kernel_python
 from torchx_nb.environment.pip_config import kernel_index
 from torchx_nb.environment.requirements import pins_from_file
+from torchx_nb.environment.tags import fitting as fitting_tags
 from torchx_nb.environment.uv_install import HeadStart, head_start, likely_platform
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.specs.program import Program
@@ -35,6 +38,7 @@ class PlanItem:
     reason: str  # missing | image has X | built locally (editable)…
     size: int = 0
     dist: KernelDist | None = None  # the kernel's copy (None: from a requirements file)
+    unserved: bool = False  # installed from an index, but none serves a wheel for the image
 
     @property
     def pin(self) -> str:
@@ -43,7 +47,7 @@ class PlanItem:
     @property
     def local(self) -> bool:
         """Made from the kernel's copy rather than fetched from an index."""
-        return self.dist is not None and self.dist.source != "index"
+        return self.dist is not None and (self.dist.source != "index" or self.unserved)
 
 
 @dataclass
@@ -62,6 +66,8 @@ class EnvPlan:
     note: str | None = None  # why it was not diffed against the image (a dry run goes on)
     wanted: list[PlanItem] = field(default_factory=list)  # before the diff
     head_start: HeadStart | None = None  # the install begun while the image was read
+    # what the indexes list for each distribution fetched from them (normalized name ->)
+    listings: dict[str, list[Listing]] = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
@@ -94,14 +100,26 @@ class EnvPlan:
         if head is not None:
             head.cancel()
 
+    def identity(self, item: PlanItem) -> str:
+        """What ``item`` is by its contents: the sha256 of the wheels the indexes serve for
+        the image, or the kernel's installed files (see identity.py)."""
+        if item.local and item.dist is not None:
+            return "installed:" + installed_identity(item.dist)
+        c = self.contents
+        found = self.listings.get(normalize(item.name), [])
+        files = fitting(found, item.version, c) if c and c.python else []
+        if files:
+            return "served:" + served_identity(files)
+        return "installed:" + installed_identity(item.dist) if item.dist else ""
+
     def key(self) -> str:
-        """The layer's cache key: the pins, where each comes from, the image's Python and
-        platform and where the layer hooks in."""
+        """The layer's cache key: the distributions by their contents (identity), where each
+        comes from, the image's Python and platform and where the layer hooks in."""
         c = self.contents
         doc = {
             "layout": LAYOUT,
             "pins": sorted(
-                (i.pin, i.dist.source if i.dist else "index", _source_stamp(i)) for i in self.add
+                (i.pin, i.dist.source if i.dist else "index", self.identity(i)) for i in self.add
             ),
             "python": c.python if c else None,
             "platform": c.platform if c else None,
@@ -156,31 +174,15 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.0f} KB"
 
 
-def _source_stamp(item: PlanItem) -> str:
-    """For a distribution built from a source folder: the folder's files (path, size, mtime),
-    so an edit of an editable install makes a new layer although its version is unchanged."""
-    dist = item.dist
-    if dist is None or dist.source not in ("editable", "local") or not dist.source_path:
-        return ""
-    root = Path(dist.source_path)
-    digest = hashlib.sha256()
-    skip = {".git", "build", "dist", "__pycache__", ".venv", ".tox"}
-    for path in sorted(root.rglob("*")) if root.is_dir() else []:
-        rel = path.relative_to(root)
-        if skip & set(rel.parts) or not path.is_file():
-            continue
-        if any(part.endswith((".egg-info", ".dist-info")) for part in rel.parts):
-            continue
-        st = path.stat()
-        digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
-def _reason(dist: KernelDist, image_version: str | None) -> str:
+def _reason(dist: KernelDist, image_version: str | None, unserved: bool) -> str:
     base = "missing" if image_version is None else f"image has {image_version}"
+    if unserved:
+        return f"{base}; made from the kernel's installed files (no index serves a wheel of it)"
     if dist.source == "index":
         return base
-    return f"{base}; built from the kernel's {dist.source} install"
+    if dist.source == "editable":
+        return f"{base}; built from the kernel's editable install"
+    return f"{base}; made from the kernel's {dist.source} install (its installed files)"
 
 
 def _same_public(a: str, b: str) -> bool:
@@ -207,12 +209,29 @@ def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
             plan.kept.append((item.name, theirs))
             plan.relabelled.append((item.name, theirs, item.version))
         else:
+            unserved = _unserved(plan, item)
             reason = (
-                _reason(item.dist, theirs)
+                _reason(item.dist, theirs, unserved)
                 if item.dist
                 else ("missing" if theirs is None else f"image has {theirs}")
             )
-            plan.add.append(PlanItem(item.name, item.version, reason, item.size, item.dist))
+            plan.add.append(
+                PlanItem(item.name, item.version, reason, item.size, item.dist, unserved)
+            )
+
+
+def _unserved(plan: EnvPlan, item: PlanItem) -> bool:
+    """Whether ``item``, which the kernel installed from an index, is known to be served by
+    no index for the image (then it is made from the kernel's copy, when pure)."""
+    c = plan.contents
+    if item.dist is None or item.dist.source != "index" or c is None or not c.python:
+        return False
+    found = plan.listings.get(normalize(item.name))
+    if found is None:
+        return False
+    if served(found, item.version, c) is not False:
+        return False
+    return item.dist.pure or bool(fitting_tags(item.dist.tags, c))
 
 
 def check_python(plan: EnvPlan) -> None:
@@ -327,6 +346,8 @@ def plan_environment(
         plan.index = index.result()
         if not file_mode and not plan.wanted and not plan.missing and not plan.unpackaged:
             return None
+        names = [i.name for i in plan.wanted if i.dist is not None and i.dist.source == "index"]
+        listed = pool.submit(all_listings, plan.index, names)
         if build and not contents.done():
             plan.head_start = head_start(
                 [(i.pin, i.size) for i in plan.wanted if i.dist and not i.local],
@@ -341,17 +362,25 @@ def plan_environment(
             if build:
                 raise
             plan.note = f"not compared with the image, which could not be read: {e}"
+        plan.listings = {normalize(n): found for n, found in listed.result().items()}
+    except BaseException:
+        plan.drop_head_start()
+        raise
     finally:
         pool.shutdown(wait=False)
-    if file_mode:
-        pins = pins_from_file(Path(packages).expanduser(), plan.contents, plan.index)
-        for name, version in pins:
-            check_pin(name, version, packages)
-        plan.wanted = [PlanItem(name, version, "") for name, version in pins]
     try:
+        if file_mode:
+            pins = pins_from_file(Path(packages).expanduser(), plan.contents, plan.index)
+            for name, version in pins:
+                check_pin(name, version, packages)
+            plan.wanted = [PlanItem(name, version, "") for name, version in pins]
+            found = all_listings(plan.index, [name for name, _ in pins])
+            plan.listings = {normalize(n): f for n, f in found.items()}
         diff(plan)
         check_python(plan)
-    finally:
-        if not plan.add:
-            plan.drop_head_start()
+    except BaseException:
+        plan.drop_head_start()
+        raise
+    if not plan.add:
+        plan.drop_head_start()
     return plan

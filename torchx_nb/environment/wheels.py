@@ -142,13 +142,38 @@ def build_source(dist: KernelDist, out: Path, index: IndexSettings) -> Path:
     return made[-1]
 
 
+def _installed_from(dist: KernelDist, path: Path) -> bool:
+    """Whether the wheel file ``path`` is still the one ``dist`` was installed from (its
+    sha256, as direct_url.json recorded it at install)."""
+    import importlib.metadata as md
+    import json
+
+    from torchx_nb.environment.identity import file_digest
+
+    try:
+        info = json.loads(md.distribution(dist.name).read_text("direct_url.json") or "{}")
+        archive = info.get("archive_info", {})
+        recorded = archive.get("hashes", {}).get("sha256") or archive.get("hash", "")
+    except (md.PackageNotFoundError, ValueError, AttributeError):
+        return False
+    recorded = str(recorded).removeprefix("sha256=")
+    try:
+        return bool(recorded) and file_digest(path) == recorded
+    except OSError:
+        return False
+
+
 def local_wheel(dist: KernelDist, out: Path, index: IndexSettings, tag: str | None = None) -> Path:
-    """A wheel of ``dist`` as the kernel has it, into ``out``; ``tag``: for a compiled one,
-    which of its wheel tags the image accepts."""
+    """A wheel of ``dist`` as the kernel has it, into ``out``: the wheel file it was
+    installed from while that file is unchanged, a build of an editable install's folder
+    (the kernel imports that folder as it is now), else its installed files (a local
+    folder's install ships what was installed, never the folder as it is now); ``tag``: for
+    a compiled one, which of its wheel tags the image accepts."""
     path = Path(dist.source_path) if dist.source_path else None
-    if dist.source == "archive" and path and path.suffix == ".whl" and path.is_file():
+    wheel = dist.source == "archive" and path and path.suffix == ".whl" and path.is_file()
+    if wheel and path and _installed_from(dist, path):
         return Path(shutil.copy2(path, out / path.name))
-    if dist.source in ("editable", "local") and path and path.is_dir():
+    if dist.source == "editable" and path and path.is_dir():
         return build_source(dist, out, index)
     if dist.source == "editable":
         raise TorchxNbError(

@@ -1,0 +1,182 @@
+"""A distribution is "the same" by its contents, not its version: a wheel file reinstalled at
+the same version with new contents, a new VCS commit and an edit of an editable install (even
+one that keeps the files' sizes and times) each make a new layer, and a job runs what the
+kernel has installed; a non-editable install from a local folder ships what was installed,
+never the folder as it is now. Against a kernel virtualenv, the registry builder and jobs on
+local_docker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.infra.dockerd import DockerDaemon, Registry
+from tests.infra.kernel_venv import _project, pip_isolated, with_this_tree
+from tests.infra.pypi_index import make_wheel
+
+KEY = """
+import sys
+from torchx_nb.environment.plan import plan_environment
+from torchx_nb.specs.program import CellProgram
+from torchx_nb.workspace.builders import RegistryBuilder
+
+b = RegistryBuilder()
+image = sys.argv[3]
+plan = plan_environment(
+    CellProgram(sys.argv[1]), sys.argv[2], image, lambda: b.read_image(image), "auto", False
+)
+print(plan.key())
+"""
+
+
+@dataclass
+class Kernel:
+    root: Path
+    python: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = pip_isolated(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(self.root / "links"))
+        env.pop("VIRTUAL_ENV", None)
+        return with_this_tree(env)
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.python), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=900,
+            check=False,
+        )
+
+    def pip(self, *args: str) -> None:
+        proc = self.run("-m", "pip", "install", "-q", "--no-warn-script-location", *args)
+        assert proc.returncode == 0, proc.stderr
+
+    def key(self, cell: str, image: str) -> str:
+        proc = self.run("-c", KEY, cell, str(self.root / "ws"), image)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+
+@pytest.fixture()
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        check=True,
+    )
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "links").mkdir()
+    yield Kernel(tmp_path, venv / "bin" / "python")
+
+
+def _rewheel(path: Path, body: str) -> None:
+    """The same wheel name and version, new contents (a rebuild)."""
+    name, version = path.name.split("-")[:2]
+    path.unlink()
+    make_wheel(path.parent, name, version, body=body)
+
+
+def test_a_rebuilt_wheel_makes_a_new_layer_and_a_local_folder_ships_what_was_installed(
+    kernel: Kernel,
+    python_in_registry: str,
+    registry: Registry,
+    docker_env: DockerDaemon,
+) -> None:
+    wheel = make_wheel(kernel.root / "files", "tnbw", "1.0", body="one")
+    kernel.pip("--no-deps", str(wheel))
+    src = _project(kernel.root, "tnbl", "1.0", [], {"tnbl.py": "BODY = 'installed'\n"})
+    kernel.pip("--no-deps", "--no-build-isolation", str(src))
+    cell = "import tnbw, tnbl\nprint('tnbw', tnbw.BODY, 'tnbl', tnbl.BODY)\n"
+
+    def submit() -> str:
+        proc = kernel.run(
+            "-m",
+            "torchx_nb.cli",
+            "run",
+            "-s",
+            "local_docker",
+            "--workspace",
+            str(kernel.root / "ws"),
+            "--wait",
+            "-cfg",
+            f"network=host,builder=registry,image_repo={registry.host}/identity",
+            "cell",
+            "--image",
+            python_in_registry,
+            "--source",
+            cell,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
+        return kernel.run("-m", "torchx_nb.cli", "log", handle).stdout
+
+    first_key = kernel.key(cell, python_in_registry)
+    (src / "tnbl.py").write_text("BODY = 'edited, never installed'\n")
+    assert "tnbw one tnbl installed" in submit()
+    assert kernel.key(cell, python_in_registry) == first_key  # the folder's edit is not it
+    _rewheel(wheel, "two")
+    kernel.pip("--no-deps", "--force-reinstall", str(wheel))
+    assert kernel.key(cell, python_in_registry) != first_key
+    assert "tnbw two tnbl installed" in submit()
+
+
+def test_an_editable_edit_keeping_size_and_times_and_a_new_commit_make_new_keys(
+    kernel: Kernel, python_in_registry: str, registry: Registry
+) -> None:
+    edit = _project(kernel.root, "tnbe", "1.0", [], {"tnbe.py": "BODY = 'aaaa'\n"})
+    kernel.pip("--no-deps", "--no-build-isolation", "-e", str(edit))
+    repo = _project(kernel.root / "git", "tnbg", "1.0", [], {"tnbg.py": "BODY = 'first'\n"})
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    kernel.pip("--no-deps", "--no-build-isolation", f"git+{repo.as_uri()}")
+    cell = "import tnbe, tnbg\n"
+    keys = [kernel.key(cell, python_in_registry)]
+    assert kernel.key(cell, python_in_registry) == keys[0]  # unchanged: the same key
+
+    module = edit / "tnbe.py"
+    st = module.stat()
+    module.write_text("BODY = 'bbbb'\n")  # the same size
+    os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same times
+    keys.append(kernel.key(cell, python_in_registry))
+
+    (repo / "tnbg.py").write_text("BODY = 'second'\n")
+    subprocess.run([*git, "commit", "-q", "-am", "two"], check=True)
+    kernel.pip("--no-deps", "--no-build-isolation", "--force-reinstall", f"git+{repo.as_uri()}")
+    keys.append(kernel.key(cell, python_in_registry))
+    assert len(set(keys)) == 3, keys
+
+
+def test_an_index_wheel_is_known_by_its_hash(tmp_path: Path) -> None:
+    """The identity of a wheel an index serves is its sha256 from the index's pages (here a
+    find-links folder, whose files are read): a same-version rebuild is another identity."""
+    from torchx_nb.environment.identity import served_identity
+    from torchx_nb.environment.index import IndexSettings
+    from torchx_nb.environment.index_pages import fitting, listings
+    from torchx_nb.workspace.image_contents import ImageContents
+
+    wheel = make_wheel(tmp_path / "links", "tnbh", "1.0", body="one")
+    settings = IndexSettings(no_index=True, find_links=(str(tmp_path / "links"),))
+
+    def identity() -> str:
+        image = ImageContents("3.11", "/usr", ("/usr/lib/python3/dist-packages",), glibc="2.17")
+        found = fitting(listings(settings, "tnbh"), "1.0", image)
+        assert [f.filename for f in found] == [wheel.name]
+        return served_identity(found)
+
+    first = identity()
+    _rewheel(wheel, "two")
+    with zipfile.ZipFile(wheel) as zf:
+        assert b"two" in zf.read("tnbh.py")
+    assert identity() != first

@@ -1,0 +1,100 @@
+"""What makes a distribution "the same": its contents, never its name and version alone. A
+wheel an index serves is its sha256 (from the index's pages); a distribution made from the
+kernel's copy is its installed files (RECORD's digests; the source folder's file contents for
+an editable install) plus the commit of a VCS install. The environment layer's cache key is
+made of these, so a same-version rebuild or a new commit makes a new layer."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import json
+import os
+from pathlib import Path
+
+from torchx_nb.environment.index_pages import ServedFile
+from torchx_nb.environment.kernel import KernelDist
+
+_SKIP_FILES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+_SKIP_DIRS = {".git", ".hg", "build", "dist", "__pycache__", ".venv", ".tox", ".mypy_cache"}
+# file digests already computed, by (path, size, mtime): the stamp only says when to compute
+# again; the identity is the content
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: Path) -> str:
+    """The sha256 of a file's contents (computed once per version of the file)."""
+    st = path.stat()
+    stamp = (str(path), st.st_size, st.st_mtime_ns)
+    found = _DIGESTS.get(stamp)
+    if found is None:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        found = _DIGESTS[stamp] = h.hexdigest()
+    return found
+
+
+def served_identity(files: list[ServedFile]) -> str:
+    """The wheels an index serves for a pin, by their sha256 (a local folder's files read)."""
+    parts = set()
+    for f in files:
+        digest = f.sha256
+        if digest is None and f.path:
+            try:
+                digest = file_digest(Path(f.path))
+            except OSError:
+                digest = None
+        parts.add(f"{f.filename}={digest or ''}")
+    return ";".join(sorted(parts))
+
+
+def _folder_identity(root: Path) -> str:
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d not in _SKIP_DIRS and not d.endswith((".egg-info", ".dist-info"))
+        )
+        for name in sorted(filenames):
+            path = Path(dirpath, name)
+            if name.endswith(".pyc") or not path.is_file():
+                continue
+            rel = path.relative_to(root).as_posix()
+            h.update(f"{rel}\0{file_digest(path)}\n".encode())
+    return h.hexdigest()
+
+
+def installed_identity(dist: KernelDist) -> str:
+    """The kernel's installed copy of ``dist`` by its contents."""
+    h = hashlib.sha256()
+    try:
+        found = md.distribution(dist.name)
+    except md.PackageNotFoundError:
+        return ""
+    root = Path(str(found.locate_file("")))
+    for f in sorted(found.files or (), key=str):
+        rel = str(f)
+        if "__pycache__" in f.parts or rel.endswith(".pyc") or f.name in _SKIP_FILES:
+            continue
+        if f.hash is not None:
+            h.update(f"{rel}\0{f.hash.mode}={f.hash.value}\n".encode())
+            continue
+        path = root / rel
+        try:
+            h.update(f"{rel}\0{file_digest(path)}\n".encode())
+        except OSError:
+            h.update(f"{rel}\0\n".encode())
+    raw = found.read_text("direct_url.json")
+    if raw:
+        try:
+            commit = json.loads(raw).get("vcs_info", {}).get("commit_id")
+        except (ValueError, AttributeError):
+            commit = None
+        if commit:
+            h.update(f"commit\0{commit}\n".encode())
+    if dist.source == "editable" and dist.source_path and Path(dist.source_path).is_dir():
+        h.update(f"source\0{_folder_identity(Path(dist.source_path))}\n".encode())
+    return h.hexdigest()
