@@ -12,6 +12,7 @@ from torchx_nb.specs.api import (
     AppHandle,
     AppState,
     AppStatus,
+    ReplicaStatus,
     UnknownAppException,
 )
 from torchx_nb.specs.failure import FailureCard, first_failures, torchelastic_exception
@@ -81,6 +82,15 @@ class Results(RunnerCore):
         failing = [
             (rs.role, r) for rs in status.roles for r in rs.replicas if r.state == AppState.FAILED
         ]
+        if not status.roles and raised and record is not None and record.outputs:
+            # nothing of the job is left at its scheduler (its status is the job store's):
+            # the outputs of the cell (or notebook) runner still say what each rank raised
+            role = "cell"
+            with contextlib.suppress(Exception):
+                files = store_for(record.outputs).list()
+                if any("/" not in f.path and f.path.endswith(".ipynb") for f in files):
+                    role = "notebook"
+            failing = [(role, ReplicaStatus(rank, AppState.FAILED, role, "")) for rank in raised]
         cards = []
         for i, (role, rep) in enumerate(failing):
             exception = raised.get(rep.id)

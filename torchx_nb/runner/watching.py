@@ -44,10 +44,25 @@ class Watching(RunnerCore):
         desc = sched.describe(app_id)
         if desc is None:
             self._apps.pop(app_handle, None)
-            return None
+            return self._stored_status(app_handle)
         status = _status_of(desc)
         self._record_state(app_handle, status)
         return status
+
+    def _stored_status(self, app_handle: AppHandle) -> AppStatus | None:
+        """An ended job its scheduler keeps nothing of (a removed container, a Kubernetes Job
+        deleted by its TTL): the job store's record is the truth — its final state, message
+        and times (its outputs give the failure cards). None for a job the store does not
+        know ended."""
+        try:
+            rec = self.jobstore.get(app_handle)
+        except Exception:
+            return None
+        if rec is None or not rec.is_terminal:
+            return None
+        return AppStatus(
+            AppState[rec.state], msg=rec.msg or "", started=rec.started, ended=rec.ended
+        )
 
     def status_many(self, app_handles: list[AppHandle]) -> dict[AppHandle, AppStatus | None]:
         """Statuses of many apps of one scheduler: a single ``describe_many`` call where the
@@ -64,7 +79,7 @@ class Watching(RunnerCore):
         for app_id, handle in ids.items():
             desc = found.get(app_id)
             if desc is None:
-                out[handle] = None
+                out[handle] = self._stored_status(handle)
                 continue
             status = _status_of(desc)
             self._record_state(handle, status)

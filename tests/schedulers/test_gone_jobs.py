@@ -1,0 +1,73 @@
+"""An ended job its scheduler keeps nothing of — a removed container, a Kubernetes Job deleted
+(as its TTL does) — still reads as it ended: the job store and the job's outputs are the
+truth, so ``status`` and the failure card agree with what was seen live, instead of "unknown
+app". Against real dockerd and the loopback Kubernetes API server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import cli, shell_app, wait_for
+from tests.infra.dockerd import DockerDaemon
+from tests.infra.kube import KubeFake
+from torchx_nb.components.cell import cell
+from torchx_nb.runner import get_runner
+from torchx_nb.specs.api import AppState
+
+
+def test_a_removed_container_keeps_its_end_and_card(
+    docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with get_runner() as runner:
+        handle = runner.run(
+            cell(source="raise ValueError('boom')", image=base_images["python"]),
+            "local_docker",
+            {},
+            workspace=str(ws),
+        )
+        live = runner.wait(handle, wait_interval=0.2, timeout=120)
+        assert live is not None and live.state == AppState.FAILED
+        (live_card,) = runner.failure_cards(handle, live)
+        client = docker_env.client()
+        app_id = handle.rsplit("/", 1)[1]
+        for c in client.containers.list(
+            all=True, filters={"label": f"torchx.pytorch.org/app-id={app_id}"}
+        ):
+            c.remove(force=True)
+        assert runner.get_scheduler("local_docker").describe(app_id) is None  # nothing left
+        after = runner.status(handle)
+        assert after is not None
+        (card,) = runner.failure_cards(handle, after)
+    assert (after.state, after.msg, after.ended) == (live.state, live.msg, live.ended)
+    assert live_card.headline() == "cell/0 raised ValueError: boom (exit code 1)"
+    assert card.headline() == "cell/0 raised ValueError: boom"
+    code, out, err = cli("status", handle)
+    assert code == 0, err
+    assert "State: FAILED" in out and "cell/0 raised ValueError: boom" in out
+
+
+def test_a_deleted_kubernetes_job_keeps_its_end(
+    kube_env: KubeFake, base_images: dict[str, str]
+) -> None:
+    from kubernetes import client, config
+
+    with get_runner() as runner:
+        handle = runner.run(
+            shell_app("exit 3", base_images["busybox"]), "kubernetes", {"api": "indexed"}
+        )
+        live = runner.wait(handle, wait_interval=0.2, timeout=120)
+        assert live is not None and live.state == AppState.FAILED
+        namespace, name = handle.rsplit("/", 1)[1].split(":", 1)
+        # what the TTL controller does once ttlSecondsAfterFinished has passed
+        config.load_kube_config(str(kube_env.kubeconfig))
+        client.BatchV1Api().delete_namespaced_job(
+            name, namespace, body={"propagationPolicy": "Background"}
+        )
+        wait_for(
+            lambda: runner.get_scheduler("kubernetes").describe(f"{namespace}:{name}") is None, 30
+        )
+        after = runner.status(handle)
+    assert after is not None
+    assert (after.state, after.msg, after.ended) == (live.state, live.msg, live.ended)
