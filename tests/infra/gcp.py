@@ -767,6 +767,13 @@ class GcpFake:
                 continue
             if task.state != "RUNNING" or task.container is None:
                 continue
+            limit = job.job.task_groups[0].task_spec.max_run_duration.seconds
+            if limit and time.monotonic() - task.started >= limit:
+                # as GCP Batch ends a task that runs past maxRunDuration: exit code 50005
+                self._kill(task)
+                with self.lock:
+                    self._task_event(job, task, "FAILED", 50005)
+                continue
             task.container.reload()
             if task.container.status not in ("exited", "dead"):
                 continue
@@ -816,6 +823,7 @@ class GcpFake:
     def _start(self, job: FakeJob, task: FakeTask) -> None:
         group = job.job.task_groups[0]
         spec = group.task_spec
+        task.started = time.monotonic()  # maxRunDuration counts from here
         container = next(
             r.container for r in spec.runnables if r.container and r.container.image_uri
         )

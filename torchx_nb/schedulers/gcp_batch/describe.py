@@ -51,6 +51,26 @@ def _by_index(tasks: Iterable[Any] | None) -> dict[int, Any]:
     return {int(t.name.rsplit("/", 1)[-1]): t for t in tasks or ()}
 
 
+# exit codes GCP Batch itself gives a task (GCP's "Automate task retries" page)
+MAX_RUN_EXIT = 50005  # the task ran past its maxRunDuration
+PREEMPTED_EXIT = 50001  # its Spot VM was preempted
+
+
+def explain_exit(rep: ReplicaStatus, job: Any) -> None:
+    """Say in words a failure GCP Batch itself caused (its 5000x exit codes): a time limit
+    names the limit and how to raise it."""
+    if rep.exit_code == MAX_RUN_EXIT:
+        from torchx_nb.phases import fmt_duration
+
+        seconds = job.task_groups[0].task_spec.max_run_duration.seconds if job else 0
+        said = f" of {fmt_duration(seconds)}" if seconds else ""
+        rep.ending = f"was stopped at its time limit{said} (maxRunDuration)"
+        rep.next_step = "raise the limit with -cfg max_run_duration (e.g. 2h, 90m)"
+    elif rep.exit_code == PREEMPTED_EXIT:
+        rep.ending = "was stopped: its Spot VM was preempted"
+        rep.next_step = "retry it (-cfg max_retries), or run on standard VMs"
+
+
 def _task_replica(task: Any, idx: int, role: str) -> ReplicaStatus:
     """Replica ``idx`` from a task: its state, last exit code, restarts and failure."""
     tstate = TASK_STATES.get(task.status.state.name, AppState.UNKNOWN)

@@ -39,6 +39,7 @@ from torchx_nb.schedulers.gcp_batch.describe import (
     _started,
     _task_replica,
     _ts,
+    explain_exit,
 )
 from torchx_nb.schedulers.gcp_batch.logs import GcpLogs
 from torchx_nb.schedulers.gcp_batch.options import GcpBatchOpts, parse_duration
@@ -458,6 +459,7 @@ class GcpBatchScheduler(
         for idx, task in _by_index(tasks).items():
             if idx < count:
                 out[idx] = _task_replica(task, idx, role)
+                explain_exit(out[idx], job)
         return out
 
     def _cancel_existing(self, app_id: str) -> None:

@@ -1,0 +1,29 @@
+"""A job that hits its time limit is explained: its card names the limit and how to raise it.
+(Slurm's TIMEOUT is in test_slurm_endings.py, on the real cluster.) Against the loopback GCP
+Batch server, which ends a task past its maxRunDuration as GCP does (exit code 50005)."""
+
+from __future__ import annotations
+
+from tests.conftest import shell_app
+from tests.infra.gcp import GcpFake
+from torchx_nb.runner import get_runner
+from torchx_nb.specs.api import AppState
+
+
+def test_a_gcp_batch_task_past_its_max_run_duration(
+    gcp_env: GcpFake, base_images: dict[str, str]
+) -> None:
+    with get_runner() as runner:
+        handle = runner.run(
+            shell_app("echo started; sleep 300", base_images["busybox"]),
+            "gcp_batch",
+            {"max_run_duration": "3s"},
+        )
+        status = runner.wait(handle, wait_interval=0.5, timeout=120)
+        assert status is not None and status.state == AppState.FAILED, status
+        (card,) = runner.failure_cards(handle, status)
+    assert card.headline() == (
+        "r/0 was stopped at its time limit of 0:03 (maxRunDuration) (exit code 50005)"
+    )
+    assert card.next_step == "raise the limit with -cfg max_run_duration (e.g. 2h, 90m)"
+    assert "next: raise the limit with -cfg max_run_duration" in card.text()
