@@ -10,6 +10,7 @@ import pytest
 from tests.infra.kernel_venv import KernelVenv
 from torchx_nb.environment.index import IndexSettings, mask_url
 from torchx_nb.environment.kernel import KernelDist
+from torchx_nb.environment.lockfile import FilePin
 from torchx_nb.environment.pip_config import _parse
 from torchx_nb.environment.plan import EnvPlan, PlanItem, check_pin, check_python, diff
 from torchx_nb.environment.requirements import check_packages_option, pins_from_file
@@ -141,18 +142,19 @@ def test_a_uv_lock_is_taken_as_pinned_and_a_requirements_file_is_resolved(
 ) -> None:
     lock = tmp_path / "uv.lock"
     lock.write_text(
-        'version = 1\n[[package]]\nname = "proj"\nversion = "0.1"\nsource = { editable = "." }\n'
+        'version = 1\n[[package]]\nname = "proj"\nversion = "0.1"\nsource = { virtual = "." }\n'
+        'dependencies = [{ name = "tnbserved" }]\n'
         '[[package]]\nname = "tnbserved"\nversion = "1.0"\nsource = { registry = "x" }\n'
     )
-    assert pins_from_file(lock, None, IndexSettings()) == [("tnbserved", "1.0")]
+    assert pins_from_file(str(lock), None, IndexSettings()) == [FilePin("tnbserved", "1.0")]
     reqs = tmp_path / "requirements.txt"
     reqs.write_text("tnbserved<1.0\n")
     index = IndexSettings(no_index=True, find_links=(str(kernel_venv.served),))
     contents = ImageContents("3.11", "/usr", ())
-    assert pins_from_file(reqs, contents, index) == [("tnbserved", "0.9")]
+    assert pins_from_file(str(reqs), contents, index) == [FilePin("tnbserved", "0.9")]
     reqs.write_text("nosuchdist-tnb==3\n")
     with pytest.raises(TorchxNbError, match="cannot resolve its requirements"):
-        pins_from_file(reqs, contents, index)
+        pins_from_file(str(reqs), contents, index)
 
 
 def test_modules_nothing_installed_provides_are_warned_about(

@@ -98,3 +98,9 @@ def installed_identity(dist: KernelDist) -> str:
     if dist.source == "editable" and dist.source_path and Path(dist.source_path).is_dir():
         h.update(f"source\0{_folder_identity(Path(dist.source_path))}\n".encode())
     return h.hexdigest()
+
+
+def folder_identity(folder: Path) -> str:
+    """A source folder by its files' contents (a ``--packages FILE``'s project or local
+    folder, built into a wheel at submit)."""
+    return _folder_identity(folder)

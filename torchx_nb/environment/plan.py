@@ -12,7 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchx_nb.environment.identity import installed_identity, served_identity
+from torchx_nb.environment.identity import (
+    folder_identity,
+    installed_identity,
+    served_identity,
+)
 from torchx_nb.environment.imports import Imports, program_imports
 from torchx_nb.environment.index import IndexSettings
 from torchx_nb.environment.index_pages import Listing, all_listings, fitting, served
@@ -39,6 +43,7 @@ class PlanItem:
     size: int = 0
     dist: KernelDist | None = None  # the kernel's copy (None: from a requirements file)
     unserved: bool = False  # installed from an index, but none serves a wheel for the image
+    note: str = ""  # said after the reason (a FILE's: "built from ./pkg", "resolved at submit")
 
     @property
     def pin(self) -> str:
@@ -103,6 +108,8 @@ class EnvPlan:
     def identity(self, item: PlanItem) -> str:
         """What ``item`` is by its contents: the sha256 of the wheels the indexes serve for
         the image, or the kernel's installed files (see identity.py)."""
+        if item.dist is not None and item.dist.source == "project" and item.dist.source_path:
+            return "folder:" + folder_identity(Path(item.dist.source_path))
         if item.local and item.dist is not None:
             return "installed:" + installed_identity(item.dist)
         c = self.contents
@@ -178,7 +185,7 @@ def _reason(dist: KernelDist, image_version: str | None, unserved: bool) -> str:
     base = "missing" if image_version is None else f"image has {image_version}"
     if unserved:
         return f"{base}; made from the kernel's installed files (no index serves a wheel of it)"
-    if dist.source == "index":
+    if dist.source in ("index", "project"):  # a FILE's folder: its note says which
         return base
     if dist.source == "editable":
         return f"{base}; built from the kernel's editable install"
@@ -215,8 +222,10 @@ def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
                 if item.dist
                 else ("missing" if theirs is None else f"image has {theirs}")
             )
+            if item.note:
+                reason += f"; {item.note}"
             plan.add.append(
-                PlanItem(item.name, item.version, reason, item.size, item.dist, unserved)
+                PlanItem(item.name, item.version, reason, item.size, item.dist, unserved, item.note)
             )
 
 
@@ -308,6 +317,26 @@ def _wanted_from_kernel(imports: Imports, plan: EnvPlan) -> None:
     plan.unpackaged = {m: (imports.modules[m], origin) for m, origin in env.unpackaged.items()}
 
 
+def _wanted_from_file(plan: EnvPlan, packages: str, build: bool) -> None:
+    """``plan.wanted`` from ``--packages FILE``: resolved when building; in a dry run, which
+    downloads and builds nothing, a requirements file's lines as it says them."""
+    from torchx_nb.environment.requirements import UNRESOLVED
+
+    pins = pins_from_file(packages, plan.contents, plan.index, resolve=build)
+    plan.wanted = []
+    for pin in pins:
+        check_pin(pin.name, "0" if pin.version == UNRESOLVED else pin.version, packages)
+        dist = None
+        if pin.folder is not None:
+            dist = KernelDist(pin.name, pin.version, "project", pin.folder, True, 0, packages)
+        plan.wanted.append(PlanItem(pin.name, pin.version, "", 0, dist, note=pin.note))
+    if any(p.version == UNRESOLVED or p.folder for p in pins) and not build:
+        plan.note = (
+            "a dry run downloads and builds nothing: versions, requirements and local"
+            " folders' wheels are resolved at submit"
+        )
+
+
 def plan_environment(
     program: Program,
     workspace: str | None,
@@ -370,11 +399,9 @@ def plan_environment(
         pool.shutdown(wait=False)
     try:
         if file_mode:
-            pins = pins_from_file(Path(packages).expanduser(), plan.contents, plan.index)
-            for name, version in pins:
-                check_pin(name, version, packages)
-            plan.wanted = [PlanItem(name, version, "") for name, version in pins]
-            found = all_listings(plan.index, [name for name, _ in pins])
+            _wanted_from_file(plan, packages, build)
+            served = [i.name for i in plan.wanted if i.dist is None]
+            found = all_listings(plan.index, served)
             plan.listings = {normalize(n): f for n, f in found.items()}
         diff(plan)
         check_python(plan)

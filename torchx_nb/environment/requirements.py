@@ -1,21 +1,41 @@
 """``--packages FILE``: the distributions a requirements.txt, a pyproject.toml or a uv.lock
-names, resolved to exact pins for the image's Python and platform (``uv pip compile`` with
-the kernel's index settings; a uv.lock is already pinned) instead of the kernel's."""
+names, for the image's Python and platform, instead of the kernel's. A requirements file is
+read line by line (``-r``/``-c`` includes, ``-e`` and plain local paths, hashes, markers; an
+index option, a URL or a VCS line it cannot honour is one line naming it, before anything is
+built); a pyproject.toml gives its ``[project] dependencies`` (and ``[extra]`` when asked).
+At submit they are resolved with ``uv pip compile`` (the kernel's index settings); a local
+folder becomes a wheel built from it. A dry run resolves nothing (it would download or build):
+it lists what the file names, "resolved at submit". A uv.lock: lockfile.py."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchx_nb.environment.index import IndexSettings, uv_message
+from torchx_nb.environment.lockfile import FilePin, marker_environment, pins_from_lock
 from torchx_nb.specs.api import TorchxNbError
 
 if TYPE_CHECKING:
     from torchx_nb.workspace.image_contents import ImageContents
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;#]+)")
+_ASKED = re.compile(r"^(?P<file>.+?)\[(?P<names>[A-Za-z0-9._,\s-]*)\]$")
+UNRESOLVED = "(at submit)"
+_MAX_DEPTH = 10
+
+
+def split_option(value: str) -> tuple[Path, tuple[str, ...]]:
+    """``FILE[extra,group]`` -> the file and the names asked for."""
+    m = _ASKED.match(value.strip())
+    if m is None:
+        return Path(value.strip()).expanduser(), ()
+    names = tuple(n.strip() for n in m["names"].split(",") if n.strip())
+    return Path(m["file"]).expanduser(), names
 
 
 def check_packages_option(value: str) -> str:
@@ -24,7 +44,7 @@ def check_packages_option(value: str) -> str:
     v = value.strip()
     if v.lower() in ("auto", "none"):
         return v.lower()
-    path = Path(v).expanduser()
+    path, asked = split_option(v)
     if not path.is_file():
         raise TorchxNbError(
             f"--packages {value!r}: no such file; use auto, none, or a requirements.txt,"
@@ -34,46 +54,185 @@ def check_packages_option(value: str) -> str:
         raise TorchxNbError(
             f"--packages {value!r}: give a requirements.txt, a pyproject.toml or a uv.lock"
         )
-    return str(path)
+    if asked and path.suffix not in (".toml", ".lock"):
+        raise TorchxNbError(
+            f"--packages {value!r}: [names] (extras, dependency groups) go with a"
+            " pyproject.toml or a uv.lock"
+        )
+    return f"{path}[{','.join(asked)}]" if asked else str(path)
 
 
-def _from_lock(path: Path) -> list[tuple[str, str]]:
+def _is_path(spec: str, base: Path) -> Path | None:
+    """The local folder a requirement line names (``./pkg``, ``/abs``, ``file://``), if any."""
+    text = spec.split(";", 1)[0].strip()
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    elif " @ file://" in text:
+        text = text.split(" @ file://", 1)[1]
+    elif not text.startswith((".", "/", "~")):
+        return None
+    folder = (base / Path(text).expanduser()).resolve()
+    return folder
+
+
+def _read_requirements(
+    path: Path, lines: list[str], constraints: list[str], folders: list[Path], depth: int = 0
+) -> None:
+    """Gather ``path``'s requirement lines (includes followed, hashes dropped), its
+    constraints and its local folders; a line that cannot be honoured is refused in one."""
+    if depth > _MAX_DEPTH:
+        raise TorchxNbError(f"--packages: {path} is included more than {_MAX_DEPTH} deep")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TorchxNbError(f"--packages: cannot read {path} ({e})") from None
+    text = re.sub(r"\\\n", " ", text)
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+        if not line:
+            continue
+        where = f"{path}:{number}"
+        line = re.sub(r"\s--hash[=\s]\S+", "", f" {line}").strip()
+        option, _, rest = line.partition(" ")
+        rest = rest.strip()
+        if option.startswith("--") and "=" in option and not rest:
+            option, _, rest = option.partition("=")
+        if option in ("-r", "--requirement", "-c", "--constraint"):
+            target = (path.parent / rest).resolve()
+            if option in ("-r", "--requirement"):
+                _read_requirements(target, lines, constraints, folders, depth + 1)
+            else:
+                sub: list[str] = []
+                _read_requirements(target, sub, constraints, folders, depth + 1)
+                constraints += sub
+            continue
+        editable = option in ("-e", "--editable")
+        spec = rest if editable else line
+        if spec.startswith("-"):
+            raise TorchxNbError(
+                f"--packages {where}: the option {spec.split()[0]!r} is not honoured here:"
+                " set indexes in pip's configuration (the environment layer uses it)"
+            )
+        folder = _is_path(spec, path.parent)
+        if folder is not None:
+            if not folder.is_dir():
+                raise TorchxNbError(
+                    f"--packages {where}: {spec!r} is not a folder to build a wheel from"
+                )
+            folders.append(folder)
+            continue
+        _check_requirement(spec, where)
+        lines.append(spec)
+
+
+def _check_requirement(spec: str, where: str) -> None:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement as e:
+        raise TorchxNbError(f"--packages {where}: {spec!r} is not a requirement ({e})") from None
+    if req.url:
+        raise TorchxNbError(
+            f"--packages {where}: {req.name} from {req.url.split('://')[0]}:// (a URL or a VCS"
+            " checkout) is not honoured here: install it in the kernel and use --packages"
+            " auto, or publish it to your index"
+        )
+
+
+def _from_pyproject(path: Path, asked: tuple[str, ...]) -> list[str]:
     import tomllib
 
     try:
-        data = tomllib.loads(path.read_text())
+        project = tomllib.loads(path.read_text()).get("project") or {}
     except (OSError, ValueError) as e:
-        raise TorchxNbError(f"--packages {path}: not a readable uv.lock ({e})") from None
-    out = []
-    for pkg in data.get("package", []):
-        source = pkg.get("source", {})
-        if not isinstance(source, dict) or "editable" in source or "virtual" in source:
-            continue  # the project itself travels in the workspace
-        if isinstance(pkg.get("name"), str) and isinstance(pkg.get("version"), str):
-            out.append((pkg["name"], pkg["version"]))
-    return out
+        raise TorchxNbError(f"--packages {path}: not a readable pyproject.toml ({e})") from None
+    optional = project.get("optional-dependencies") or {}
+    unknown = [a for a in asked if a not in optional]
+    if unknown:
+        raise TorchxNbError(
+            f"--packages {path}: {', '.join(unknown)} is not an extra of"
+            f" {project.get('name', 'the project')} (it has: {', '.join(optional) or 'none'})"
+        )
+    specs = [str(d) for d in project.get("dependencies") or []]
+    for name in asked:
+        specs += [str(d) for d in optional[name]]
+    for spec in specs:
+        _check_requirement(spec, str(path))
+    return specs
+
+
+def _folder_pin(folder: Path) -> FilePin:
+    """A local folder's name and version, from its pyproject.toml when it says them."""
+    import tomllib
+
+    project: dict[str, object] = {}
+    with contextlib.suppress(OSError, ValueError):
+        project = tomllib.loads((folder / "pyproject.toml").read_text()).get("project") or {}
+    name = str(project.get("name") or folder.name)
+    version = str(project.get("version") or UNRESOLVED)
+    return FilePin(name, version, str(folder), f"built from {folder}")
 
 
 def _compile(
-    path: Path, contents: ImageContents | None, index: IndexSettings
-) -> list[tuple[str, str]]:
+    specs: list[str],
+    constraints: list[str],
+    origin: Path,
+    contents: ImageContents | None,
+    index: IndexSettings,
+) -> list[FilePin]:
     from torchx_nb.environment.wheels import uv_bin
 
-    cmd = [uv_bin(), "pip", "compile", "--no-config", "--no-header", "--no-annotate", "--quiet"]
-    if contents is not None and contents.python:
-        cmd += ["--python-version", contents.python, "--python-platform", contents.platform]
-    cmd += [*index.uv_args(), str(path)]
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, check=False, timeout=600, env=index.uv_env()
-    )
+    with tempfile.TemporaryDirectory(prefix="torchx-nb-reqs-") as tmp:
+        reqs, cons = Path(tmp) / "requirements.in", Path(tmp) / "constraints.txt"
+        reqs.write_text("\n".join(specs) + "\n")
+        cons.write_text("\n".join(constraints) + "\n")
+        cmd = [uv_bin(), "pip", "compile", "--no-config", "--no-header", "--no-annotate"]
+        cmd += ["--quiet", "-c", str(cons)]
+        if contents is not None and contents.python:
+            cmd += ["--python-version", contents.python, "--python-platform", contents.platform]
+        cmd += [*index.uv_args(), str(reqs)]
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, check=False, timeout=600, env=index.uv_env()
+        )
     if proc.returncode != 0:
         why = uv_message(proc.stderr, 300)
-        raise TorchxNbError(f"--packages {path}: cannot resolve its requirements ({why})")
-    return [(m[1], m[2]) for line in proc.stdout.splitlines() if (m := _PIN.match(line.strip()))]
+        raise TorchxNbError(f"--packages {origin}: cannot resolve its requirements ({why})")
+    return [
+        FilePin(m[1], m[2]) for line in proc.stdout.splitlines() if (m := _PIN.match(line.strip()))
+    ]
 
 
 def pins_from_file(
-    path: Path, contents: ImageContents | None, index: IndexSettings
-) -> list[tuple[str, str]]:
-    """The exact pins (name, version) ``path`` gives."""
-    return _from_lock(path) if path.name == "uv.lock" else _compile(path, contents, index)
+    option: str, contents: ImageContents | None, index: IndexSettings, resolve: bool = True
+) -> list[FilePin]:
+    """The distributions ``option`` (``FILE`` or ``FILE[names]``) gives for the image;
+    without ``resolve`` (a dry run) a requirements file's lines are listed unresolved."""
+    path, asked = split_option(option)
+    if path.name == "uv.lock":
+        return pins_from_lock(path, contents, asked)
+    specs: list[str] = []
+    constraints: list[str] = []
+    folders: list[Path] = []
+    if path.suffix == ".toml":
+        specs = _from_pyproject(path, asked)
+    else:
+        _read_requirements(path, specs, constraints, folders)
+    local = [_folder_pin(f) for f in folders]
+    if not resolve:
+        env = marker_environment(contents)
+        return [*(pin for s in specs if (pin := _unresolved(s, env)) is not None), *local]
+    return [*_compile(specs, constraints, path, contents, index), *local] if specs else local
+
+
+def _unresolved(spec: str, env: dict[str, str]) -> FilePin | None:
+    """A requirement as the file says it, for a dry run: its version when it pins one (None
+    when its marker does not hold on the image)."""
+    from packaging.requirements import Requirement
+
+    req = Requirement(spec)
+    if req.marker is not None and not req.marker.evaluate(env):
+        return None
+    exact = [s.version for s in req.specifier if s.operator in ("==", "===")]
+    version = exact[0] if len(exact) == 1 and "*" not in exact[0] else UNRESOLVED
+    return FilePin(req.name, version, None, f"{req.specifier or 'any version'}, resolved at submit")

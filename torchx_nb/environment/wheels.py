@@ -173,7 +173,7 @@ def local_wheel(dist: KernelDist, out: Path, index: IndexSettings, tag: str | No
     wheel = dist.source == "archive" and path and path.suffix == ".whl" and path.is_file()
     if wheel and path and _installed_from(dist, path):
         return Path(shutil.copy2(path, out / path.name))
-    if dist.source == "editable" and path and path.is_dir():
+    if dist.source in ("editable", "project") and path and path.is_dir():
         return build_source(dist, out, index)
     if dist.source == "editable":
         raise TorchxNbError(

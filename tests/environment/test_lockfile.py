@@ -1,0 +1,158 @@
+"""``--packages FILE`` read in full: a uv.lock evaluated for the image (markers, the right
+fork, a dependency's extras, the project's extras and groups only when asked, the project
+itself built from its folder); a requirements file's includes, constraints, local folders,
+hashes and markers, and one line for what it cannot honour; a dry run resolves nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchx_nb.environment.index import IndexSettings
+from torchx_nb.environment.lockfile import FilePin
+from torchx_nb.environment.requirements import check_packages_option, pins_from_file
+from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.workspace.image_contents import ImageContents
+
+LOCK = """version = 1
+requires-python = ">=3.8"
+resolution-markers = ["python_full_version >= '3.10'", "python_full_version < '3.10'"]
+
+[[package]]
+name = "app"
+version = "0.3.0"
+source = { editable = "." }
+dependencies = [
+    { name = "colorama", marker = "sys_platform == 'win32'" },
+    { name = "requests", extra = ["socks"] },
+    { name = "tabulate", version = "0.8.10", source = { registry = "https://i/simple" }, marker = "python_full_version < '3.10'" },
+    { name = "tabulate", version = "0.9.0", source = { registry = "https://i/simple" }, marker = "python_full_version >= '3.10'" },
+]
+
+[package.optional-dependencies]
+gpu = [{ name = "numpy" }]
+
+[package.dev-dependencies]
+dev = [{ name = "pytest" }]
+
+[[package]]
+name = "colorama"
+version = "0.4.6"
+source = { registry = "https://i/simple" }
+
+[[package]]
+name = "numpy"
+version = "2.1.0"
+source = { registry = "https://i/simple" }
+
+[[package]]
+name = "pysocks"
+version = "1.7.1"
+source = { registry = "https://i/simple" }
+
+[[package]]
+name = "pytest"
+version = "8.3.0"
+source = { registry = "https://i/simple" }
+
+[[package]]
+name = "requests"
+version = "2.32.3"
+source = { registry = "https://i/simple" }
+dependencies = [{ name = "urllib3" }]
+
+[package.optional-dependencies]
+socks = [{ name = "pysocks" }]
+
+[[package]]
+name = "tabulate"
+version = "0.8.10"
+source = { registry = "https://i/simple" }
+
+[[package]]
+name = "tabulate"
+version = "0.9.0"
+source = { registry = "https://i/simple" }
+
+[[package]]
+name = "urllib3"
+version = "2.2.2"
+source = { registry = "https://i/simple" }
+"""
+
+
+def _image(python: str) -> ImageContents:
+    return ImageContents(python, "/usr", ())
+
+
+def _names(pins: list[FilePin]) -> list[tuple[str, str]]:
+    return sorted((p.name, p.version) for p in pins)
+
+
+def test_a_uv_lock_is_evaluated_for_the_image_s_python_and_platform(tmp_path: Path) -> None:
+    lock = tmp_path / "uv.lock"
+    lock.write_text(LOCK)
+    pins = pins_from_file(str(lock), _image("3.11"), IndexSettings())
+    assert _names(pins) == [
+        ("app", "0.3.0"),
+        ("pysocks", "1.7.1"),
+        ("requests", "2.32.3"),
+        ("tabulate", "0.9.0"),
+        ("urllib3", "2.2.2"),
+    ]
+    (project,) = [p for p in pins if p.folder]
+    assert (project.name, project.folder) == ("app", str(tmp_path.resolve()))
+    old = pins_from_file(str(lock), _image("3.9"), IndexSettings())
+    assert ("tabulate", "0.8.10") in _names(old) and ("tabulate", "0.9.0") not in _names(old)
+    asked = check_packages_option(f"{lock}[gpu,dev]")
+    full = _names(pins_from_file(asked, _image("3.11"), IndexSettings()))
+    assert ("numpy", "2.1.0") in full and ("pytest", "8.3.0") in full
+    with pytest.raises(TorchxNbError) as e:
+        pins_from_file(f"{lock}[docs]", _image("3.11"), IndexSettings())
+    assert str(e.value) == (
+        f"--packages {lock}[docs]: docs is neither an extra nor a dependency group of app"
+        " (it has: dev, gpu)"
+    )
+
+
+def test_a_requirements_file_keeps_every_line_or_names_the_one_it_cannot_honour(
+    tmp_path: Path,
+) -> None:
+    for name in ("pkg_a", "pkg_b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pyproject.toml").write_text(
+            f'[project]\nname = "{name.replace("_", "-")}"\nversion = "1.2"\n'
+        )
+    (tmp_path / "base.txt").write_text("tnbserved>=0.9 \\\n    --hash=sha256:abc\n")
+    (tmp_path / "pins.txt").write_text("tnbserved==0.9\n")
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text(
+        "# the app\n-r base.txt\n-c pins.txt\n-e ./pkg_a\n./pkg_b  # plain path\n"
+        "tnbdep==1.0 ; python_version >= '3'\ncolorama ; sys_platform == 'win32'\n"
+    )
+    dry = pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+    assert [(p.name, p.version, p.folder, p.note) for p in dry] == [
+        ("tnbserved", "(at submit)", None, ">=0.9, resolved at submit"),
+        ("tnbdep", "1.0", None, "==1.0, resolved at submit"),
+        ("pkg-a", "1.2", str(tmp_path / "pkg_a"), f"built from {tmp_path / 'pkg_a'}"),
+        ("pkg-b", "1.2", str(tmp_path / "pkg_b"), f"built from {tmp_path / 'pkg_b'}"),
+    ]
+    for line, message in [
+        (
+            "tnbx @ git+https://127.0.0.1/x.git",
+            f"--packages {reqs}:1: tnbx from git+https:// (a URL or a VCS checkout) is not"
+            " honoured here: install it in the kernel and use --packages auto, or publish it"
+            " to your index",
+        ),
+        (
+            "--index-url http://127.0.0.1/simple",
+            f"--packages {reqs}:1: the option '--index-url' is not honoured here: set indexes"
+            " in pip's configuration (the environment layer uses it)",
+        ),
+        ("./nowhere", f"--packages {reqs}:1: './nowhere' is not a folder to build a wheel from"),
+    ]:
+        reqs.write_text(line + "\n")
+        with pytest.raises(TorchxNbError) as e:
+            pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+        assert str(e.value) == message

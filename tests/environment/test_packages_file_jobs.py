@@ -1,0 +1,191 @@
+"""``--packages FILE`` against real parts: a project with a src layout and its uv.lock (a
+Windows-only dependency, a forked one, a dev group), a requirements file with an editable
+local folder; the dry run downloads and builds nothing (the kernel's index is unreachable and
+it still shows the plan), the job on local_docker (registry builder, no daemon; docker
+builder) imports the project and what the file names."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.infra.dockerd import DockerDaemon, Registry
+from tests.infra.kernel_venv import KernelVenv
+
+LOCK = """version = 1
+requires-python = ">=3.8"
+resolution-markers = ["python_full_version >= '3.10'", "python_full_version < '3.10'"]
+
+[[package]]
+name = "tnbapp"
+version = "0.3.0"
+source = { editable = "." }
+dependencies = [
+    { name = "colorama", marker = "sys_platform == 'win32'" },
+    { name = "tnbserved", version = "0.9", source = { registry = "https://127.0.0.1/simple" }, marker = "python_full_version < '3.10'" },
+    { name = "tnbserved", version = "1.0", source = { registry = "https://127.0.0.1/simple" }, marker = "python_full_version >= '3.10'" },
+]
+
+[package.dev-dependencies]
+dev = [{ name = "pytest" }]
+
+[[package]]
+name = "colorama"
+version = "0.4.6"
+source = { registry = "https://127.0.0.1/simple" }
+
+[[package]]
+name = "pytest"
+version = "8.3.0"
+source = { registry = "https://127.0.0.1/simple" }
+
+[[package]]
+name = "tnbserved"
+version = "0.9"
+source = { registry = "https://127.0.0.1/simple" }
+
+[[package]]
+name = "tnbserved"
+version = "1.0"
+source = { registry = "https://127.0.0.1/simple" }
+"""
+BUILD = '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+CELL = (
+    "import tnbapp, tnbhelper, tnbserved\n"
+    "print('app', tnbapp.V, 'helper', tnbhelper.V, 'served', tnbserved.VERSION)\n"
+)
+
+
+def _project(tmp_path: Path) -> Path:
+    """A workspace that is a project: src layout, its uv.lock, a requirements file naming an
+    editable helper folder and the served distribution."""
+    ws = tmp_path / "ws"
+    (ws / "src" / "tnbapp").mkdir(parents=True)
+    (ws / "src" / "tnbapp" / "__init__.py").write_text("V = 'app-1'\n")
+    (ws / "pyproject.toml").write_text(
+        BUILD + '[project]\nname = "tnbapp"\nversion = "0.3.0"\ndependencies = ["tnbserved"]\n'
+        '[tool.setuptools.packages.find]\nwhere = ["src"]\n'
+    )
+    (ws / "uv.lock").write_text(LOCK)
+    helper = ws / "libs" / "tnbhelper"
+    helper.mkdir(parents=True)
+    (helper / "tnbhelper.py").write_text("V = 'helper-1'\n")
+    (helper / "pyproject.toml").write_text(
+        BUILD + '[project]\nname = "tnbhelper"\nversion = "2.0"\n'
+        '[tool.setuptools]\npy-modules = ["tnbhelper"]\n'
+    )
+    (ws / "requirements.txt").write_text("-e ./libs/tnbhelper\n-e .\ntnbserved==0.9\n")
+    return ws
+
+
+def _cli(env: dict[str, str], kv: KernelVenv, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(kv.python), "-m", "torchx_nb.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("file", ["uv.lock", "requirements.txt"])
+def test_the_dry_run_downloads_and_builds_nothing_and_marks_what_waits_for_submit(
+    kernel_venv: KernelVenv,
+    docker_env: DockerDaemon,
+    base_images: dict[str, str],
+    tmp_path: Path,
+    file: str,
+) -> None:
+    ws = _project(tmp_path)
+    env = {k: v for k, v in kernel_venv.env.items() if k not in ("PIP_NO_INDEX", "PIP_FIND_LINKS")}
+    env["PIP_INDEX_URL"] = "http://127.0.0.1:9/simple"  # nothing listens: no download possible
+    proc = _cli(
+        env,
+        kernel_venv,
+        "run",
+        "--dryrun",
+        "--json",
+        "--packages",
+        str(ws / file),
+        "-s",
+        "local_docker",
+        "--workspace",
+        str(ws),
+        "-cfg",
+        "builder=docker",
+        "cell",
+        "--image",
+        base_images["python"],
+        "--source",
+        CELL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = {
+        r.split()[0]: " ".join(r.split()) for r in proc.stdout.splitlines() if r.startswith("  ")
+    }
+    assert (
+        "note: a dry run downloads and builds nothing: versions, requirements and local"
+        " folders' wheels are resolved at submit"
+    ) in proc.stdout
+    if file == "uv.lock":
+        assert rows["tnbapp"] == (
+            "tnbapp 0.3.0 0 KB missing; the project, built from its folder"
+        ), rows
+        assert rows["tnbserved"] == "tnbserved 1.0 0 KB missing", rows
+        assert "colorama" not in rows and "pytest" not in rows
+    else:
+        assert rows["tnbhelper"].endswith(f"missing; built from {ws / 'libs' / 'tnbhelper'}")
+        assert rows["tnbapp"].endswith(f"missing; built from {ws}"), rows
+        assert rows["tnbserved"] == "tnbserved 0.9 0 KB missing; ==0.9, resolved at submit"
+    assert not list(ws.rglob("*.egg-info")) and not (ws / "build").exists()  # nothing built
+
+
+@pytest.mark.parametrize(
+    ("file", "builder"), [("uv.lock", "registry"), ("requirements.txt", "docker")]
+)
+def test_the_job_runs_the_project_and_what_the_file_names(
+    kernel_venv: KernelVenv,
+    docker_env: DockerDaemon,
+    python_in_registry: str,
+    base_images: dict[str, str],
+    registry: Registry,
+    tmp_path: Path,
+    file: str,
+    builder: str,
+) -> None:
+    ws = _project(tmp_path)
+    cell = CELL
+    if file == "uv.lock":  # the helper is not in the lock: the workspace ships it as a module
+        (ws / "tnbhelper.py").write_text("V = 'ws-helper'\n")
+    image, cfg = base_images["python"], f"network=host,builder={builder}"
+    if builder == "registry":
+        image, cfg = python_in_registry, f"{cfg},image_repo={registry.host}/pkgfile"
+    proc = _cli(
+        dict(kernel_venv.env, DOCKER_HOST=os.environ["DOCKER_HOST"]),
+        kernel_venv,
+        "run",
+        "--packages",
+        str(ws / file),
+        "-s",
+        "local_docker",
+        "--workspace",
+        str(ws),
+        "--wait",
+        "-cfg",
+        cfg,
+        "cell",
+        "--image",
+        image,
+        "--source",
+        cell,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
+    log = kernel_venv.cli("log", handle).stdout
+    helper = "ws-helper" if file == "uv.lock" else "helper-1"
+    served = "1.0" if file == "uv.lock" else "0.9"
+    assert f"app app-1 helper {helper} served {served}" in log, log

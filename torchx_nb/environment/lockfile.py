@@ -1,0 +1,179 @@
+"""``--packages uv.lock``: the lock evaluated for the image, as ``uv sync`` would install it
+there: from the project (the lock's root package) through its dependencies, each dependency's
+marker evaluated for the image's Python and platform (``packaging.markers``), the right
+version of a forked package (the one whose marker holds), a dependency's extras followed,
+and the project's own extras and dependency groups only when asked (``uv.lock[gpu,dev]``).
+The project itself, when it is a package (``source = { editable = "." }``), ships as a wheel
+built from its folder at submit; a virtual one ships nothing of its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.workspace.image_contents import normalize
+
+if TYPE_CHECKING:
+    from torchx_nb.workspace.image_contents import ImageContents
+
+_ROOT_SOURCES = ("editable", "virtual", "directory")
+
+
+@dataclass(frozen=True)
+class FilePin:
+    """One distribution a ``--packages FILE`` gives: from an index at ``version``, or built
+    from a folder (``folder`` set) at submit."""
+
+    name: str
+    version: str
+    folder: str | None = None
+    note: str = ""
+
+
+def marker_environment(contents: ImageContents | None) -> dict[str, str]:
+    """What PEP 508 markers see on the image (its Python and CPU; Linux, CPython)."""
+    python = contents.python if contents is not None and contents.python else None
+    if python is None:
+        from torchx_nb.environment.kernel import kernel_python
+
+        python = kernel_python()
+    arch = contents.arch if contents is not None else "x86_64"
+    return {
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "os_name": "posix",
+        "platform_machine": arch,
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "platform_release": "",
+        "platform_version": "",
+        "implementation_version": f"{python}.0",
+        "extra": "",
+    }
+
+
+def _holds(marker: Any, env: dict[str, str], where: Path) -> bool:
+    from packaging.markers import InvalidMarker, Marker
+
+    if not marker:
+        return True
+    try:
+        return Marker(str(marker)).evaluate(env)
+    except (InvalidMarker, ValueError) as e:
+        raise TorchxNbError(
+            f"--packages {where}: cannot read the marker {marker!r} ({e})"
+        ) from None
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise TorchxNbError(f"--packages {path}: not a readable uv.lock ({e})") from None
+    packages = data.get("package", [])
+    if not isinstance(packages, list):
+        raise TorchxNbError(f"--packages {path}: not a uv.lock (no [[package]] list)")
+    return [p for p in packages if isinstance(p, dict) and isinstance(p.get("name"), str)]
+
+
+def pins_from_lock(
+    path: Path, contents: ImageContents | None, asked: tuple[str, ...] = ()
+) -> list[FilePin]:
+    """The distributions ``path`` installs on the image (``asked``: the project's extras or
+    dependency groups to include)."""
+    packages = _load(path)
+    env = marker_environment(contents)
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for pkg in packages:
+        by_name.setdefault(normalize(pkg["name"]), []).append(pkg)
+    roots = [
+        p
+        for p in packages
+        if isinstance(p.get("source"), dict)
+        and any(p["source"].get(k) == "." for k in _ROOT_SOURCES)
+    ]
+    if not roots:
+        raise TorchxNbError(
+            f"--packages {path}: no project in it (a package with source editable or virtual"
+            ' "."): give the uv.lock of a project'
+        )
+    root = roots[0]
+    extras = root.get("optional-dependencies") or {}
+    groups = root.get("dev-dependencies") or {}
+    unknown = [a for a in asked if a not in extras and a not in groups]
+    if unknown:
+        known = ", ".join(sorted([*extras, *groups])) or "none"
+        raise TorchxNbError(
+            f"--packages {path}[{','.join(asked)}]: {', '.join(unknown)} is neither an extra"
+            f" nor a dependency group of {root['name']} (it has: {known})"
+        )
+    queue: list[dict[str, Any]] = list(root.get("dependencies") or [])
+    for name in asked:
+        queue += list(extras.get(name) or []) + list(groups.get(name) or [])
+    chosen: dict[tuple[str, str], dict[str, Any]] = {}
+    followed: set[tuple[str, str, str]] = set()
+    while queue:
+        dep = queue.pop(0)
+        if not isinstance(dep, dict) or not _holds(dep.get("marker"), env, path):
+            continue
+        key = normalize(str(dep.get("name", "")))
+        candidates = by_name.get(key, [])
+        if "version" in dep:
+            candidates = [c for c in candidates if c.get("version") == dep["version"]]
+        if len(candidates) != 1:
+            raise TorchxNbError(
+                f"--packages {path}: the lock names {dep.get('name')!r}"
+                f"{' ' + str(dep['version']) if 'version' in dep else ''}"
+                f" {'nowhere' if not candidates else 'more than once'}: run uv lock again"
+            )
+        pkg = candidates[0]
+        ident = (key, str(pkg.get("version", "")))
+        wanted_extras = [""] + [str(e) for e in dep.get("extra") or []]
+        for extra in wanted_extras:
+            if (*ident, extra) in followed:
+                continue
+            followed.add((*ident, extra))
+            if extra:
+                queue += list((pkg.get("optional-dependencies") or {}).get(extra) or [])
+            else:
+                chosen[ident] = pkg
+                queue += list(pkg.get("dependencies") or [])
+    pins = [_pin(pkg, path) for pkg in chosen.values()]
+    if (
+        root.get("source", {}).get("editable") == "."
+        or root.get("source", {}).get("directory") == "."
+    ):
+        pins.append(
+            FilePin(
+                str(root["name"]),
+                str(root.get("version", "0")),
+                str(path.parent.resolve()),
+                "the project, built from its folder",
+            )
+        )
+    return pins
+
+
+def _pin(pkg: dict[str, Any], path: Path) -> FilePin:
+    source = pkg.get("source") or {}
+    name, version = str(pkg["name"]), str(pkg.get("version", ""))
+    if not isinstance(source, dict) or "registry" in source:
+        return FilePin(name, version)
+    for kind in ("editable", "directory", "path"):
+        if kind in source:
+            folder = (path.parent / str(source[kind])).resolve()
+            if not folder.is_dir():
+                break
+            return FilePin(name, version, str(folder), f"built from {source[kind]}")
+    kind = next(iter(source), "its source")
+    raise TorchxNbError(
+        f"--packages {path}: {name} {version} comes from {kind} {source.get(kind)!r}, which"
+        " the environment layer cannot install yet: install it in the kernel and use"
+        " --packages auto, or install it in the base image"
+    )
