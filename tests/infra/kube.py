@@ -134,6 +134,8 @@ class KubeFake:
         self.node_taints: list[dict[str, str]] = []
         self.unbound_claims: set[str] = set()
         self.scheduling_gates: list[str] = []
+        # a cluster policy's activeDeadlineSeconds on every new pod (a mutating webhook's)
+        self.active_deadline: int | None = None
         self.requests: list[str] = []
         self.lock = threading.RLock()
         self.stopping = threading.Event()
@@ -774,6 +776,8 @@ class KubeFake:
         spec.update({"hostname": hostname, "subdomain": subdomain, "nodeName": "fake-node"})
         if self.scheduling_gates:
             spec["schedulingGates"] = [{"name": g} for g in self.scheduling_gates]
+        if self.active_deadline:
+            spec["activeDeadlineSeconds"] = self.active_deadline
         obj = {"metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
         pod = Pod(obj, owner)
         with self.lock:
@@ -967,6 +971,18 @@ class KubeFake:
 
         lines = LineSplitter()
         container = pod.container
+        deadline = pod.obj["spec"].get("activeDeadlineSeconds")
+        hit = threading.Event()
+
+        def past_deadline() -> None:  # what the kubelet does at activeDeadlineSeconds
+            hit.set()
+            with contextlib.suppress(Exception):
+                container.kill()
+
+        timer = threading.Timer(float(deadline), past_deadline) if deadline else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         try:
             for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
                 for line in lines.feed(chunk):
@@ -978,6 +994,23 @@ class KubeFake:
             oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
         except Exception:
             code, oom = 137, False
+        if timer is not None:
+            timer.cancel()
+        if hit.is_set() and pod.obj["status"].get("phase") == "Running":
+            pod.obj["status"] = {
+                **pod.obj["status"],
+                "phase": "Failed",
+                "reason": "DeadlineExceeded",
+                "message": "Pod was active on the node longer than the specified deadline",
+                "containerStatuses": [
+                    {
+                        "name": pod.obj["spec"]["containers"][0]["name"],
+                        "state": {
+                            "terminated": {"exitCode": 137, "reason": "Error", "finishedAt": _now()}
+                        },
+                    }
+                ],
+            }
         if pod.obj["status"].get("phase") == "Running":
             pod.obj["status"] = {
                 **pod.obj["status"],

@@ -1,11 +1,13 @@
 """A job that hits its time limit is explained: its card names the limit and how to raise it.
 (Slurm's TIMEOUT is in test_slurm_endings.py, on the real cluster.) Against the loopback GCP
-Batch server, which ends a task past its maxRunDuration as GCP does (exit code 50005)."""
+Batch server, which ends a task past its maxRunDuration as GCP does (exit code 50005), and the
+loopback Kubernetes cluster, whose kubelet stops a pod at its activeDeadlineSeconds."""
 
 from __future__ import annotations
 
 from tests.conftest import shell_app
 from tests.infra.gcp import GcpFake
+from tests.infra.kube import KubeFake
 from torchx_nb.runner import get_runner
 from torchx_nb.specs.api import AppState
 
@@ -27,3 +29,28 @@ def test_a_gcp_batch_task_past_its_max_run_duration(
     )
     assert card.next_step == "raise the limit with -cfg max_run_duration (e.g. 2h, 90m)"
     assert "next: raise the limit with -cfg max_run_duration" in card.text()
+
+
+def test_a_kubernetes_pod_past_its_active_deadline(
+    kube_env: KubeFake, base_images: dict[str, str]
+) -> None:
+    """A cluster policy puts ``activeDeadlineSeconds`` on every pod (torchx_nb sets none): the
+    kubelet stops the pod there (phase Failed, reason DeadlineExceeded)."""
+    kube_env.active_deadline = 3
+    try:
+        with get_runner() as runner:
+            handle = runner.run(
+                shell_app("echo started; sleep 300", base_images["busybox"]),
+                "kubernetes",
+                {"api": "indexed"},
+            )
+            status = runner.wait(handle, wait_interval=0.5, timeout=120)
+            assert status is not None and status.state == AppState.FAILED, status
+            (card,) = runner.failure_cards(handle, status)
+    finally:
+        kube_env.active_deadline = None
+    assert card.headline() == (
+        "r/0 was stopped at its time limit of 0:03 (the pod's activeDeadlineSeconds)"
+        " (exit code 137, SIGKILL)"
+    )
+    assert card.next_step.startswith("the limit is set on the pods by the cluster's policy")

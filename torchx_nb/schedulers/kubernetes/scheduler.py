@@ -472,6 +472,8 @@ class KubernetesScheduler(
             roles[role_name].num_replicas += 1
             current = latest.get((role_name, idx))
             rstate, host, addr, exit_code, why = default, "(no pod yet)", None, None, ""
+            finished: float | None = None
+            ending = next_step = ""
             if current is not None:
                 pstatus = current.get("status") or {}
                 rstate = POD_STATES.get(pstatus.get("phase", "Pending"), AppState.UNKNOWN)
@@ -482,6 +484,10 @@ class KubernetesScheduler(
                     if term:
                         exit_code = term.get("exitCode")
                         why = term.get("reason", "") or term.get("message", "")
+                        finished = _epoch(term.get("finishedAt"))
+                if pstatus.get("reason") == "DeadlineExceeded":
+                    ending, next_step = deadline_words(current.get("spec") or {}, "pod")
+                    why = "DeadlineExceeded"
             rep = ReplicaStatus(
                 idx,
                 rstate,
@@ -490,6 +496,9 @@ class KubernetesScheduler(
                 hostaddr=addr,
                 exit_code=exit_code,
                 oom=why == "OOMKilled" and rstate == AppState.FAILED,
+                ended=finished,
+                ending=ending,
+                next_step=next_step,
             )
             if rstate == AppState.FAILED:
                 rep.structured_error_msg = f"FAILED (exit code {exit_code})" + (
@@ -545,6 +554,19 @@ class KubernetesScheduler(
         except Exception as e:
             if getattr(e, "status", None) != 404:
                 raise _kube_error(e, what) from None
+
+
+def deadline_words(spec: dict[str, Any], what: str) -> tuple[str, str]:
+    """A card's words for a pod (or Job) stopped at its ``activeDeadlineSeconds``."""
+    from torchx_nb.phases import fmt_duration
+
+    seconds = spec.get("activeDeadlineSeconds")
+    said = f" of {fmt_duration(float(seconds))}" if seconds else ""
+    return (
+        f"was stopped at its time limit{said} (the {what}'s activeDeadlineSeconds)",
+        "the limit is set on the pods by the cluster's policy (torchx_nb sets none): ask its"
+        " admins to raise it, or split the work into shorter jobs",
+    )
 
 
 def create_scheduler(session_name: str, client: Any = None, **kwargs: Any) -> KubernetesScheduler:
