@@ -76,14 +76,17 @@ def check_plan(plan: dict[str, dict[str, str]]) -> None:
 
 
 def record(out: str, plan: dict[str, dict[str, str]]) -> None:
-    """``environment.json`` in ``out``: the distributions of the modules this process
-    imported and those the plan named."""
-    from importlib import metadata as md
-
-    provides = md.packages_distributions()
+    """``environment.json`` in ``out``: the distributions this process imported (by its
+    modules' names) and those the plan named."""
     names = {d["name"] for d in plan.values()}
+    # an imported module's distribution of its own name (numpy, requests): found without
+    # reading every installed distribution's file list (seconds in a large image); those
+    # named otherwise (yaml from PyYAML) the plan names, as the kernel found them
+    stdlib: frozenset[str] = getattr(sys, "stdlib_module_names", frozenset())
     for module in list(sys.modules):
-        names.update(provides.get(module.partition(".")[0], ()))
+        top = module.partition(".")[0]
+        if top and not top.startswith("_") and top not in stdlib:
+            names.add(top)
     dists = distributions(sorted(names))
     rows: list[dict[str, Any]] = []
     for key, dist in sorted(dists.items()):
