@@ -54,3 +54,39 @@ def test_a_kubernetes_pod_past_its_active_deadline(
         " (exit code 137, SIGKILL)"
     )
     assert card.next_step.startswith("the limit is set on the pods by the cluster's policy")
+
+
+class _Recorded:
+    """A SageMaker client answering DescribeTrainingJob with a recorded answer (moto keeps
+    every job's SecondaryStatus at Completed, so a stop at MaxRuntimeInSeconds is written out
+    as SageMaker gives it)."""
+
+    meta = type("Meta", (), {"region_name": "us-west-2"})()
+
+    def __init__(self, answer: dict[str, object]) -> None:
+        self.answer = answer
+
+    def describe_training_job(self, TrainingJobName: str) -> dict[str, object]:
+        return {"TrainingJobName": TrainingJobName, **self.answer}
+
+
+def test_a_sagemaker_job_stopped_at_its_max_runtime_failed() -> None:
+    from datetime import datetime, timezone
+
+    from torchx_nb.schedulers.aws_sagemaker import AwsSageMakerScheduler
+
+    answer = {
+        "TrainingJobStatus": "Stopped",
+        "SecondaryStatus": "MaxRuntimeExceeded",
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "ResourceConfig": {"InstanceCount": 1, "InstanceType": "ml.m5.large"},
+        "AlgorithmSpecification": {"TrainingImage": "img"},
+        "TrainingStartTime": datetime(2026, 11, 28, 1, tzinfo=timezone.utc),
+        "TrainingEndTime": datetime(2026, 11, 28, 2, tzinfo=timezone.utc),
+    }
+    sched = AwsSageMakerScheduler("torchx", client=_Recorded(answer))
+    desc = sched.describe("train-1")
+    assert desc is not None and desc.state == AppState.FAILED  # not CANCELLED: nobody stopped it
+    (replica,) = desc.roles_statuses[0].replicas
+    assert replica.ending == "was stopped at its time limit of 1:00:00 (MaxRuntimeInSeconds)"
+    assert replica.next_step == "raise the limit with -cfg max_run=SECONDS (up to 28 days)"

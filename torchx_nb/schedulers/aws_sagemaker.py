@@ -31,7 +31,7 @@ from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import tail_wait
 from torchx_nb.schedulers.outputs import REMOTE_OUTPUT_DIR, output_env, upload_target
 from torchx_nb.schedulers.sagemaker_options import AwsSageMakerOpts
-from torchx_nb.schedulers.sagemaker_status import out_of_memory, status_message
+from torchx_nb.schedulers.sagemaker_status import out_of_memory, status_message, time_limit
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -423,6 +423,10 @@ class AwsSageMakerScheduler(
         secondary = str(job.get("SecondaryStatus") or "")
         if state == AppState.RUNNING and secondary in WAITING:
             state = AppState.PENDING
+        limit = time_limit(job)
+        if limit is not None:
+            state = AppState.FAILED  # Stopped by its own limit, not by anyone: a failure
+        ending, next_step = limit or ("", "")
         algo = job.get("AlgorithmSpecification", {})
         res = job.get("ResourceConfig", {})
         count = int(res.get("InstanceCount", 1))
@@ -461,6 +465,8 @@ class AwsSageMakerScheduler(
                             "sagemaker",
                             f"algo-{i + 1}",
                             oom=state == AppState.FAILED and out_of_memory(job),
+                            ending=ending,
+                            next_step=next_step,
                         )
                         for i in range(count)
                     ],

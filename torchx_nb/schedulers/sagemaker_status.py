@@ -55,9 +55,34 @@ def status_message(job: dict[str, Any]) -> str:
     return f"{secondary}: {parts[0]}" if parts else secondary
 
 
+def time_limit(job: dict[str, Any]) -> tuple[str, str] | None:
+    """(what ended it, the next step) for a job SageMaker stopped at a limit of its
+    ``StoppingCondition`` (its status is then Stopped, though nobody stopped it); None for
+    any other job."""
+    secondary = str(job.get("SecondaryStatus") or "")
+    stopping = job.get("StoppingCondition") or {}
+    from torchx_nb.phases import fmt_duration
+
+    if secondary == "MaxRuntimeExceeded":
+        limit = stopping.get("MaxRuntimeInSeconds")
+        said = f" of {fmt_duration(float(limit))}" if limit else ""
+        return (
+            f"was stopped at its time limit{said} (MaxRuntimeInSeconds)",
+            "raise the limit with -cfg max_run=SECONDS (up to 28 days)",
+        )
+    if secondary == "MaxWaitTimeExceeded":
+        limit = stopping.get("MaxWaitTimeInSeconds")
+        said = f" of {fmt_duration(float(limit))}" if limit else ""
+        return (
+            f"was stopped at its wait limit for spot capacity{said} (MaxWaitTimeInSeconds)",
+            "raise -cfg max_wait=SECONDS, or run without -cfg use_spot_instances",
+        )
+    return None
+
+
 def out_of_memory(job: dict[str, Any]) -> bool:
     """Whether SageMaker's failure reason says the job ran out of memory."""
     return bool(_OOM.search(str(job.get("FailureReason") or "")))
 
 
-__all__ = ["out_of_memory", "status_message"]
+__all__ = ["out_of_memory", "status_message", "time_limit"]
