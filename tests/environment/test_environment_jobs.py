@@ -283,10 +283,10 @@ def test_a_compiled_package_no_index_serves_fails_in_one_line_before_any_push(
     )
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].split("\r")[-1] == (
-        "torchx-nb: error: cannot install tnbnative==1.0 for Python 3.11 on x86_64-manylinux_2_36:"
-        f" no index lists tnbnative (no index, find-links {kernel_venv.served}), nor does this"
-        " kernel's copy fit the image (cp311-cp311-linux_x86_64): publish a wheel for it,"
-        " install it in the base image, or pass --packages none"
+        "torchx-nb: error: tnbnative 1.0 is compiled, and this kernel's copy"
+        f" (cp311-cp311-linux_x86_64) does not fit image {image} (Python 3.11,"
+        " x86_64-manylinux_2_36 or older); no index lists tnbnative: install a wheel built for"
+        " it, install it in the base image, or pass --packages none"
     ), proc.stderr
     import requests
 

@@ -185,15 +185,17 @@ def test_the_best_version_across_every_index_and_no_credential_in_sight(
         (
             "import tnbc\n",
             "",
-            "cannot install tnbc==1.0 for Python 3.11 on x86_64-manylinux_2_36: no index has a"
+            "tnbc 1.0 is compiled, and this kernel's copy (cp311-cp311-linux_x86_64) does not"
+            " fit image {image} (Python 3.11, x86_64-manylinux_2_36 or older); no index has a"
             " wheel of tnbc 1.0 for Python 3.11 on x86_64-manylinux_2_36 (its wheels are tagged"
-            " cp311-cp311-macosx_11_0_arm64)",
+            " cp311-cp311-macosx_11_0_arm64): install a wheel built for it",
         ),
         (
             "import tnbv\n",
             "",
-            "cannot install tnbv==3.0 for Python 3.11 on x86_64-manylinux_2_36: no index has"
-            " tnbv 3.0 (the versions listed: 1.0)",
+            "tnbv 3.0 is compiled, and this kernel's copy (cp311-cp311-linux_x86_64) does not"
+            " fit image {image} (Python 3.11, x86_64-manylinux_2_36 or older); no index has"
+            " tnbv 3.0 (the versions listed: 1.0): install a wheel built for it",
         ),
     ],
 )
@@ -231,5 +233,7 @@ def test_a_failed_install_names_what_the_index_said(
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1].split("\r")[-1]
     assert last.startswith("torchx-nb: error: "), proc.stderr
-    assert said.format(port=kernel.private.port, closed=closed) in last, last
+    assert said.format(port=kernel.private.port, closed=closed, image=python_in_registry) in last, (
+        last
+    )
     assert "wrong@pw" not in proc.stderr and "\x1b[" not in proc.stderr

@@ -9,8 +9,6 @@ unchanged environment is neither rebuilt nor pushed again."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -26,7 +24,7 @@ from torchx_nb.environment.wheels import local_wheel
 from torchx_nb.progress import Progress
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.image_contents import ImageContents
-from torchx_nb.workspace.layers import Layer, cache_dir
+from torchx_nb.workspace.layers import Layer, cache_dir, keep_cached, read_cached
 
 _MAX_ROUNDS = 50
 
@@ -171,10 +169,10 @@ def build_env_layer(
     cache = cache_dir()
     key = plan.key()
     cached, meta = cache / f"env-{key}.tar.gz", cache / f"env-{key}.json"
-    if cached.exists() and meta.exists():
+    found = read_cached(cached, meta)
+    if found is not None:
         plan.drop_head_start()
-        m = json.loads(meta.read_text())
-        return Layer(cached, m["digest"], m["diff_id"], m["size"])
+        return found
     planned = max(plan.size(), 1)
     if progress:
         progress(0, planned, "environment: installing")
@@ -194,13 +192,10 @@ def build_env_layer(
     except BaseException:
         pack.abort()
         raise
-    shutil.move(layer.path, cached)
-    meta.write_text(
-        json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size})
-    )
+    kept = keep_cached(layer, cached, meta)
     if progress:
         progress(pack.total, max(pack.total, 1), "environment: packing")
-    return Layer(cached, layer.digest, layer.diff_id, layer.size)
+    return kept
 
 
 class EnvironmentBuild:

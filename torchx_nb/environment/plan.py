@@ -19,7 +19,13 @@ from torchx_nb.environment.identity import (
 )
 from torchx_nb.environment.imports import Imports, program_imports
 from torchx_nb.environment.index import IndexSettings
-from torchx_nb.environment.index_pages import Listing, all_listings, fitting, served
+from torchx_nb.environment.index_pages import (
+    Listing,
+    all_listings,
+    fitting,
+    served,
+    what_the_indexes_said,
+)
 from torchx_nb.environment.kernel import KernelDist, kernel_environment, kernel_python
 from torchx_nb.environment.pip_config import kernel_index
 from torchx_nb.environment.requirements import pins_from_file
@@ -231,16 +237,22 @@ def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
 
 def _unserved(plan: EnvPlan, item: PlanItem) -> bool:
     """Whether ``item``, which the kernel installed from an index, is known to be served by
-    no index for the image (then it is made from the kernel's copy, when pure)."""
+    no index for the image, and is made from the kernel's copy instead (pure, or compiled
+    with wheel tags the image accepts)."""
+    c = plan.contents
+    if not _never_served(plan, item) or c is None or item.dist is None:
+        return False
+    return item.dist.pure or bool(fitting_tags(item.dist.tags, c))
+
+
+def _never_served(plan: EnvPlan, item: PlanItem) -> bool:
+    """Whether the kernel got ``item`` from an index and, by the indexes' pages, none serves
+    a wheel of it for the image."""
     c = plan.contents
     if item.dist is None or item.dist.source != "index" or c is None or not c.python:
         return False
     found = plan.listings.get(normalize(item.name))
-    if found is None:
-        return False
-    if served(found, item.version, c) is not False:
-        return False
-    return item.dist.pure or bool(fitting_tags(item.dist.tags, c))
+    return found is not None and served(found, item.version, c) is False
 
 
 def check_python(plan: EnvPlan) -> None:
@@ -260,7 +272,17 @@ def check_python(plan: EnvPlan) -> None:
         )
     ours = kernel_python()
     compiled = [i for i in plan.add if i.dist is not None and not i.dist.pure]
-    check_tags(plan, [i.dist for i in compiled if i.dist and i.dist.source != "index"])
+    said = {
+        i.dist.key: what_the_indexes_said(i.name, i.version, plan.listings[normalize(i.name)], c)
+        or ""
+        for i in compiled
+        if i.dist and _never_served(plan, i)
+    }
+    check_tags(
+        plan,
+        [i.dist for i in compiled if i.dist and (i.dist.source != "index" or i.dist.key in said)],
+        said,
+    )
     if c.python != ours and compiled:
         raise TorchxNbError(
             f"image {plan.image} has Python {c.python} and this kernel {ours}: the binary"
@@ -269,10 +291,11 @@ def check_python(plan: EnvPlan) -> None:
         )
 
 
-def check_tags(plan: EnvPlan, dists: list[KernelDist]) -> None:
+def check_tags(plan: EnvPlan, dists: list[KernelDist], said: dict[str, str] | None = None) -> None:
     """Refuse, in one line, a compiled distribution made from the kernel's copy whose wheel
     tags the image's Python and libc do not accept (a host-built ``linux_x86_64`` wheel, a
-    manylinux tag above the image's glibc)."""
+    manylinux tag above the image's glibc); ``said``: what the indexes said of one the kernel
+    got from an index that serves no wheel of it for the image."""
     from torchx_nb.environment.tags import fitting
 
     c = plan.contents
@@ -282,8 +305,9 @@ def check_tags(plan: EnvPlan, dists: list[KernelDist]) -> None:
             tags = ", ".join(dist.tags) or "no wheel tags recorded"
             raise TorchxNbError(
                 f"{dist.name} {dist.version} is compiled, and this kernel's copy ({tags}) does"
-                f" not fit image {plan.image} (Python {c.python}, {c.platform} or older):"
-                " install a wheel built for it, install it in the base image, or pass"
+                f" not fit image {plan.image} (Python {c.python}, {c.platform} or older)"
+                + (f"; {said[dist.key]}" if said and said.get(dist.key) else "")
+                + ": install a wheel built for it, install it in the base image, or pass"
                 " --packages none"
             )
 

@@ -396,22 +396,22 @@ class Submitting(RunnerCore):
                         sched, program or app, role.image, workspace, opts, packages, build
                     )
                 plan = plans[role.image]
-                if extra is not None and plan is not None and plan.contents is not None:
-                    from torchx_nb.environment.record import PLAN_FILE, plan_file
+                try:
+                    if extra is not None and plan is not None and plan.contents is not None:
+                        from torchx_nb.environment.record import PLAN_FILE, plan_file
 
-                    extra[PLAN_FILE] = plan_file(plan)  # the job warns when it differs
-                if build:
-                    from torchx_nb.environment.layer import EnvironmentBuild
+                        extra[PLAN_FILE] = plan_file(plan)  # the job warns when it differs
+                    if build:
+                        from torchx_nb.environment.layer import EnvironmentBuild
 
-                    pickles = isinstance(program, CellProgram) and extra is not None
-                    env = EnvironmentBuild(plan) if plan is not None and plan.add else None
-                    try:
+                        pickles = isinstance(program, CellProgram) and extra is not None
+                        env = EnvironmentBuild(plan) if plan is not None and plan.add else None
                         sched.patch_image(role, workspace, opts, extra or {}, pickles, env)
-                    finally:
-                        if plan is not None:
-                            plan.drop_head_start()  # one the build did not take
-                else:
-                    sched.plan_image(role, workspace, opts)
+                    else:
+                        sched.plan_image(role, workspace, opts)
+                finally:
+                    if plan is not None:
+                        plan.drop_head_start()  # one the build did not take, or a refusal
                 if program is not None and extra is not None:
                     point_at_runner(role, program, "", push is not None)
             shown = next((p for p in plans.values() if p is not None), None)
@@ -446,7 +446,7 @@ class Submitting(RunnerCore):
         )
         if plan is not None and build:
             for line in plan.warnings:
-                warnings.warn(line, stacklevel=4)
+                _warn_plain(line)
         return plan
 
     def run(
@@ -560,3 +560,19 @@ def _cell_folder(root: Path, files: Mapping[str, bytes], write: bool) -> Path:
 
             shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _plain(message: Any, category: Any, filename: str, lineno: int, line: Any = None) -> str:
+    return f"warning: {message}\n"
+
+
+def _warn_plain(line: str) -> None:
+    """Warn with ``line`` as the user reads it, ``warning: …``, without Python's
+    ``file.py:123: UserWarning:`` prefix and source line (a handler that formats warnings
+    its own way, as the CLI's, still does; warning filters still apply)."""
+    before = warnings.formatwarning
+    warnings.formatwarning = _plain
+    try:
+        warnings.warn(line, UserWarning, stacklevel=2)
+    finally:
+        warnings.formatwarning = before

@@ -144,18 +144,23 @@ def _append(
             history.append("environment")
     layers.append(build_layer(job.files, prefix))
     history.append("workspace")
-    if job.extra:
-        layers.append(build_file_layer(job.extra, prefix))
+    cell = build_file_layer(job.extra, prefix) if job.extra else None
+    if cell is not None:
+        layers.append(cell)
         history.append("cell")
-    result = append_layers(
-        base,
-        job.image_repo,
-        layers,
-        labels=_labels(),
-        history=history,
-        on_progress=progress,
-        clients=clients,
-    )
+    try:
+        result = append_layers(
+            base,
+            job.image_repo,
+            layers,
+            labels=_labels(),
+            history=history,
+            on_progress=progress,
+            clients=clients,
+        )
+    finally:
+        if cell is not None:
+            cell.path.unlink(missing_ok=True)  # the cell's source: not kept once pushed
     return result.image, result.stats.uploaded_bytes, tuple(layers)
 
 
@@ -480,11 +485,14 @@ class DockerBuilder:
                 cell = build_file_layer(job.extra, prefix)
                 layers.append(cell)
                 dockerfile = f"FROM {ws_tag}\nADD cell.tar.gz /\n"
-                image_id = self._build(
-                    _context({"Dockerfile": dockerfile.encode(), "cell.tar.gz": cell}),
-                    None,
-                    job.quiet,
-                )
+                try:
+                    image_id = self._build(
+                        _context({"Dockerfile": dockerfile.encode(), "cell.tar.gz": cell}),
+                        None,
+                        job.quiet,
+                    )
+                finally:
+                    cell.path.unlink(missing_ok=True)  # the cell's source: not kept once built
         if not job.image_repo:
             return BuiltImage(image_id, work, 0, tuple(layers))
         tag = image_id.split(":")[-1][:16]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import shutil
 import struct
 import tarfile
 import tempfile
@@ -353,11 +352,9 @@ def build_layer(
     key = hashlib.sha256(f"{files.fingerprint()}\0{dest_prefix}\0{_mtime()}".encode()).hexdigest()
     cached = cache / f"ws-{key}.tar.gz"
     meta = cache / f"ws-{key}.json"
-    if cached.exists() and meta.exists():
-        import json
-
-        m = json.loads(meta.read_text())
-        return Layer(cached, m["digest"], m["diff_id"], m["size"])
+    found = read_cached(cached, meta)
+    if found is not None:
+        return found
     paths: dict[str, tuple[bytes | Path | None, int, str | None]] = {
         f.path: (None if f.link else files.root / f.path, _norm_mode(f.mode), f.link)
         for f in files.files
@@ -365,12 +362,33 @@ def build_layer(
     fd, tmp = tempfile.mkstemp(dir=cache, suffix=".partial")
     os.close(fd)
     layer = _write_layer(_entries_for(paths, dest_prefix), Path(tmp))
-    shutil.move(tmp, cached)
+    return keep_cached(layer, cached, meta)
+
+
+def read_cached(cached: Path, meta: Path) -> Layer | None:
+    """A cached layer, when both its file and its description are there and whole (a
+    damaged description, or a file of another size, is ignored: the layer is made again)."""
     import json
 
-    meta.write_text(
-        json.dumps({"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size})
-    )
+    try:
+        m = json.loads(meta.read_text())
+        layer = Layer(cached, str(m["digest"]), str(m["diff_id"]), int(m["size"]))
+        if cached.stat().st_size == layer.size:
+            return layer
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    return None
+
+
+def keep_cached(layer: Layer, cached: Path, meta: Path) -> Layer:
+    """Move a just-written layer to ``cached`` and write its description, each atomically."""
+    import json
+
+    from torchx_nb.paths import write_private
+
+    os.replace(layer.path, cached)
+    doc = {"digest": layer.digest, "diff_id": layer.diff_id, "size": layer.size}
+    write_private(meta, json.dumps(doc))
     return Layer(cached, layer.digest, layer.diff_id, layer.size)
 
 
