@@ -1,7 +1,7 @@
 """An ended job its scheduler keeps nothing of — a removed container, a Kubernetes Job deleted
-(as its TTL does) — still reads as it ended: the job store and the job's outputs are the
+(as its TTL does), a GCP Batch job deleted — still reads as it ended: the job store and the job's outputs are the
 truth, so ``status`` and the failure card agree with what was seen live, instead of "unknown
-app". Against real dockerd and the loopback Kubernetes API server."""
+app". Against real dockerd and the loopback Kubernetes and GCP Batch servers."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.conftest import cli, shell_app, wait_for
 from tests.infra.dockerd import DockerDaemon
+from tests.infra.gcp import GcpFake
 from tests.infra.kube import KubeFake
 from torchx_nb.components.cell import cell
 from torchx_nb.runner import get_runner
@@ -68,6 +69,28 @@ def test_a_deleted_kubernetes_job_keeps_its_end(
         wait_for(
             lambda: runner.get_scheduler("kubernetes").describe(f"{namespace}:{name}") is None, 30
         )
+        after = runner.status(handle)
+    assert after is not None
+    assert (after.state, after.msg, after.ended) == (live.state, live.msg, live.ended)
+
+
+def test_a_deleted_gcp_batch_job_keeps_its_end(
+    gcp_env: GcpFake, base_images: dict[str, str]
+) -> None:
+    from torchx_nb.schedulers.gcp_batch import GcpBatchScheduler, parse_trial_id
+
+    with get_runner() as runner:
+        handle = runner.run(shell_app("exit 3", base_images["busybox"]), "gcp_batch", {})
+        live = runner.wait(handle, wait_interval=0.2, timeout=120)
+        assert live is not None and live.state == AppState.FAILED
+        app_id = handle.rsplit("/", 1)[1]
+        sched = runner.get_scheduler("gcp_batch")
+        assert isinstance(sched, GcpBatchScheduler)
+        project, location, name, _ = parse_trial_id(app_id)
+        # a user's `gcloud batch jobs delete`, or the project's retention
+        full = f"projects/{project}/locations/{location}/jobs/{name}"
+        sched.gcp.call("delete", sched.gcp.batch.delete_job, name=full)
+        wait_for(lambda: sched.describe(app_id) is None, 30)
         after = runner.status(handle)
     assert after is not None
     assert (after.state, after.msg, after.ended) == (live.state, live.msg, live.ended)
