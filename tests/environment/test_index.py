@@ -134,3 +134,48 @@ def test_netrc_credentials_reach_uv(
     )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "t" / "tnbx.py").read_text().startswith("VERSION = '2.0'")
+
+
+def test_pips_cert_and_trusted_host_reach_uv_and_the_index_pages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index over TLS with a certificate no system bundle knows: uv (and the reading of
+    the index's pages) trusts it with pip's ``cert`` or ``trusted-host``; without either,
+    what the index said is that it is unreachable."""
+    from tests.infra.pypi_index import make_ca
+    from torchx_nb.environment.index_pages import listings
+    from torchx_nb.environment.uv_install import uv_install_cmd
+
+    reason = pypiserver_available()
+    if reason:
+        missing(reason)
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    ca, cert, key = make_ca(tmp_path / "tls")
+    make_wheel(tmp_path / "w", "tnbtls", "1.0")
+    index = start_index(tmp_path / "w", tls=(cert, key))
+    try:
+        for n, settings in enumerate(
+            [
+                IndexSettings(index.url, cert=str(ca)),
+                IndexSettings(index.url, trusted_hosts=("127.0.0.1",)),
+                IndexSettings(index.url),
+            ]
+        ):
+            proc = subprocess.run(
+                uv_install_cmd(
+                    tmp_path / f"t{n}", ["tnbtls==1.0"], "3.11", "x86_64-manylinux_2_17", settings
+                ),
+                env=settings.uv_env(),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            found = listings(settings, "tnbtls")
+            if n < 2:
+                assert proc.returncode == 0, proc.stderr
+                assert [f.filename for f in found[0].files] == ["tnbtls-1.0-py3-none-any.whl"]
+            else:
+                assert proc.returncode != 0
+                assert found[0].state == "unreachable" and found[0].detail == "SSLError", found
+    finally:
+        index.stop()

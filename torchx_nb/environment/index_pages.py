@@ -116,19 +116,25 @@ def _parse(name: str, body: bytes, content_type: str) -> tuple[ServedFile, ...]:
 
 
 def _http(url: str, name: str, settings: IndexSettings, project_page: bool, shown: str) -> Listing:
+    import warnings
+
     import requests
+    from urllib3.exceptions import InsecureRequestWarning
 
     host = urllib.parse.urlsplit(url).hostname or ""
     trusted = any(t.split(":")[0] == host for t in settings.trusted_hosts)
     verify: bool | str = False if trusted else (settings.cert or True)
     try:
-        resp = requests.get(
-            url,
-            headers={"Accept": _ACCEPT},
-            timeout=TIMEOUT,
-            verify=verify,
-            cert=settings.client_cert,
-        )
+        with warnings.catch_warnings():
+            if trusted:  # pip's trusted-host: the user asked for no TLS check, no warning
+                warnings.simplefilter("ignore", InsecureRequestWarning)
+            resp = requests.get(
+                url,
+                headers={"Accept": _ACCEPT},
+                timeout=TIMEOUT,
+                verify=verify,
+                cert=settings.client_cert,
+            )
     except requests.RequestException as e:
         return Listing(shown, "unreachable", detail=mask_url(type(e).__name__))
     if resp.status_code in (401, 403):
