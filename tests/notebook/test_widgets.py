@@ -298,3 +298,12 @@ def test_the_clock_of_an_ended_job_without_a_scheduler_end_time_stops_when_seen_
     assert elapsed(100.0, ended, seen_end=130.0) == 30.0
     assert elapsed(100.0, AppStatus(AppState.SUCCEEDED, ended=120.0), seen_end=130.0) == 20.0
     assert elapsed(time.time() - 5, AppStatus(AppState.RUNNING)) >= 5.0
+
+
+def test_the_clock_of_an_unknown_job_stops() -> None:
+    from torchx_nb.notebook.render import elapsed
+    from torchx_nb.specs.api import AppStatus
+
+    unknown = AppStatus(AppState.UNKNOWN)
+    assert elapsed(100.0, unknown, seen_end=130.0) == 30.0
+    assert elapsed(time.time() - 5, AppStatus(AppState.UNKNOWN), seen_end=None) >= 5.0

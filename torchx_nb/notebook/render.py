@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from torchx_nb.phases import fmt_duration
 from torchx_nb.redact import redact_text
-from torchx_nb.specs.api import AppStatus, display_url, message_text
+from torchx_nb.specs.api import AppState, AppStatus, display_url, message_text
 from torchx_nb.specs.failure import FailureCard
 
 if TYPE_CHECKING:
@@ -37,14 +37,15 @@ def fmt_elapsed(seconds: float | None) -> str:
 def elapsed(
     submitted: float | None, status: AppStatus | None, seen_end: float | None = None
 ) -> float:
-    """Seconds from submission to the job's end as the scheduler reports it; for an ended job
-    whose scheduler gives no end time, to ``seen_end`` (when it was first seen ended); else to
-    now."""
+    """Seconds from submission to the job's end as the scheduler reports it; for an ended (or
+    UNKNOWN) job whose scheduler gives no end time, to ``seen_end`` (when it was first seen
+    so); else to now."""
     if submitted is None:
         return 0.0
     end = status.ended if status is not None else None
-    if end is None and status is not None and status.is_terminal():
-        end = seen_end
+    stopped = status is not None and (status.is_terminal() or status.state == AppState.UNKNOWN)
+    if end is None and stopped:
+        end = seen_end  # an UNKNOWN job's clock stops too, when it was seen so
     return max(0.0, (end or time.time()) - submitted)
 
 

@@ -84,6 +84,7 @@ class StatusWidget:
         self._on_end = on_end
         self._error: str | None = None
         self._seen_end: float | None = None
+        self._unknown_since: float | None = None  # its clock stops while nothing knows it
         self._metrics_version = -1
         self.result: str | None = None  # the short repr of the cell's value, once ended
         self.failures: list[FailureCard] = []  # once it failed: a card per failing replica
@@ -110,7 +111,7 @@ class StatusWidget:
         return self.status.state if self.status else None
 
     def seconds(self) -> float:
-        return render.elapsed(self.submitted, self.status, self._seen_end)
+        return render.elapsed(self.submitted, self.status, self._seen_end or self._unknown_since)
 
     def text(self) -> str:
         text = render.status_text(self.handle, self.status, self.seconds(), self.failures)
@@ -170,6 +171,11 @@ class StatusWidget:
             return
         self._error = None
         if status is not None:
+            unknown = status.state == AppState.UNKNOWN
+            if unknown and self._unknown_since is None:
+                self._unknown_since = time.time()
+            elif not unknown:
+                self._unknown_since = None
             self.status = status
             if self._on_change is not None:
                 self._on_change(status)
