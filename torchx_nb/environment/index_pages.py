@@ -9,12 +9,15 @@ Reading pages downloads no distribution, so a dry run may do it."""
 from __future__ import annotations
 
 import os
+import threading
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 from torchx_nb.environment.index import IndexSettings, mask_url
 from torchx_nb.environment.tags import image_tags
@@ -128,7 +131,7 @@ def _http(url: str, name: str, settings: IndexSettings, project_page: bool, show
         with warnings.catch_warnings():
             if trusted:  # pip's trusted-host: the user asked for no TLS check, no warning
                 warnings.simplefilter("ignore", InsecureRequestWarning)
-            resp = requests.get(
+            resp = _session().get(
                 url,
                 headers={"Accept": _ACCEPT},
                 timeout=TIMEOUT,
@@ -150,6 +153,19 @@ def _http(url: str, name: str, settings: IndexSettings, project_page: bool, show
     if project_page or files:
         return Listing(shown, "listed" if files else "absent", files)
     return Listing(shown, "absent")
+
+
+_LOCAL = threading.local()
+
+
+def _session() -> Any:
+    """This thread's HTTP session (its connections kept alive from page to page)."""
+    session = getattr(_LOCAL, "session", None)
+    if session is None:
+        import requests
+
+        session = _LOCAL.session = requests.Session()
+    return session
 
 
 def _folder(folder: Path, name: str, shown: str) -> Listing:
@@ -211,7 +227,7 @@ def all_listings(settings: IndexSettings, names: list[str]) -> dict[str, list[Li
     """``listings`` for several names, on threads (each is one page per source)."""
     if not names:
         return {}
-    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+    with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
         return dict(zip(names, pool.map(lambda n: listings(settings, n), names), strict=True))
 
 
@@ -219,7 +235,7 @@ def fitting(found: list[Listing], version: str, image: ImageContents) -> list[Se
     """The wheels of ``version`` that install on the image's Python."""
     from packaging.version import InvalidVersion, Version
 
-    ok = {str(t) for t in image_tags(image)}
+    ok = _accepted(image.python or "", image.arch, image.libc, image.glibc)
     try:
         want = Version(version)
     except InvalidVersion:
@@ -230,6 +246,14 @@ def fitting(found: list[Listing], version: str, image: ImageContents) -> list[Se
             if f.tags & ok and f.version is not None and Version(f.version) == want:
                 out.append(f)
     return out
+
+
+@lru_cache(maxsize=16)
+def _accepted(python: str, arch: str, libc: str, glibc: str | None) -> frozenset[str]:
+    """The tags (as text) an image's Python accepts: computed once per kind of image (a few
+    thousand tags; every distribution of a plan asks)."""
+    image = ImageContents(python, "", (), arch=arch, libc=libc, glibc=glibc)
+    return frozenset(str(t) for t in image_tags(image))
 
 
 def served(found: list[Listing], version: str, image: ImageContents) -> bool | None:
