@@ -20,7 +20,7 @@ import pytest
 
 from tests.infra.dockerd import DockerDaemon, Registry, free_port
 from tests.infra.fixtures import missing
-from tests.infra.kernel_venv import pip_isolated, with_this_tree
+from tests.infra.kernel_venv import _project, download_wheels, pip_isolated, with_this_tree
 from tests.infra.pypi_index import PypiIndex, make_wheel, pypiserver_available, start_index
 
 USER, PASSWORD = "alice", "s3cr@t-pw"
@@ -72,6 +72,8 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexKernel]:
     make_wheel(root / "private", "tnbv", "1.0")
     make_wheel(root / "elsewhere", "tnbc", "1.0", "cp311-cp311-linux_x86_64")
     make_wheel(root / "elsewhere", "tnbv", "3.0", "cp311-cp311-linux_x86_64")
+    # the build backend of the editable install, on the private index (uv build fetches it)
+    download_wheels(root / "private", "setuptools>=61")
     private = start_index(root / "private", USER, PASSWORD)
     open_ = start_index(root / "open")
     venv = root / "venv"
@@ -82,6 +84,8 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexKernel]:
     k = IndexKernel(root, venv / "bin" / "python", private, open_)
     k.pip("tnbx==2.0")
     k.pip("--no-index", "--find-links", str(root / "elsewhere"), "tnbc", "tnbv")
+    edit = _project(root, "tnbe", "1.0", [], {"tnbe.py": "BODY = 'editable'\n"})
+    k.pip("--no-index", "--no-build-isolation", "-e", str(edit))
     yield k
     private.stop()
     open_.stop()
@@ -148,23 +152,25 @@ def test_the_best_version_across_every_index_and_no_credential_in_sight(
 ) -> None:
     """The open extra index lists tnbx 1.0, the private primary 2.0 (the kernel's): pip takes
     2.0, and so does the job (uv's default would stop at the extra index, which it searches
-    first, and fail). uv never holds the password on its command line, and no file
-    torchx_nb writes holds it."""
+    first, and fail). uv (its install, and its build of the kernel's editable install, whose
+    backend comes from the private index) never holds the password on its command line, and
+    no file torchx_nb writes holds it."""
     (kernel.root / "ws").mkdir(exist_ok=True)
     with CommandLines() as lines:
         proc = _cell(
             kernel,
             python_in_registry,
             f"{registry.host}/best-{builder}",
-            "import tnbx\nprint('tnbx', tnbx.VERSION, tnbx.BODY)\n",
+            "import tnbx, tnbe\nprint('tnbx', tnbx.VERSION, tnbx.BODY, tnbe.BODY)\n",
             builder,
         )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
     log = kernel.run("-m", "torchx_nb.cli", "log", handle).stdout
-    assert "tnbx 2.0 private" in log, log
+    assert "tnbx 2.0 private editable" in log, log
     uv_lines = [line for line in lines.seen if "/uv " in line or line.startswith("uv ")]
-    assert any(" pip install " in line for line in uv_lines), "no uv command line was seen"
+    assert any(" pip install " in line for line in uv_lines), uv_lines
+    assert any(" build " in line for line in uv_lines), uv_lines  # the editable install's
     assert not [line for line in lines.seen if PASSWORD in line or QUOTED in line]
     data = Path(os.environ["TORCHX_NB_DATA_DIR"])
     for path in data.rglob("*"):
