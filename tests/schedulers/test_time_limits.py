@@ -1,13 +1,17 @@
 """A job that hits its time limit is explained: its card names the limit and how to raise it.
 (Slurm's TIMEOUT is in test_slurm_endings.py, on the real cluster.) Against the loopback GCP
 Batch server, which ends a task past its maxRunDuration as GCP does (exit code 50005), and the
-loopback Kubernetes cluster, whose kubelet stops a pod at its activeDeadlineSeconds."""
+loopback Kubernetes cluster, whose kubelet stops a pod at its activeDeadlineSeconds; moto
+stops a Batch attempt at its timeout; SageMaker's MaxRuntimeExceeded is a recorded answer."""
 
 from __future__ import annotations
+
+import time
 
 from tests.conftest import shell_app
 from tests.infra.gcp import GcpFake
 from tests.infra.kube import KubeFake
+from tests.infra.moto import make_queue
 from torchx_nb.runner import get_runner
 from torchx_nb.specs.api import AppState
 
@@ -90,3 +94,51 @@ def test_a_sagemaker_job_stopped_at_its_max_runtime_failed() -> None:
     (replica,) = desc.roles_statuses[0].replicas
     assert replica.ending == "was stopped at its time limit of 1:00:00 (MaxRuntimeInSeconds)"
     assert replica.next_step == "raise the limit with -cfg max_run=SECONDS (up to 28 days)"
+
+
+def test_an_aws_batch_attempt_past_its_timeout(
+    base_images: dict[str, str], docker_env: object, aws_env: object
+) -> None:
+    """``-cfg timeout=60`` (Batch's attemptDurationSeconds; 60 s is its least) reaches Batch:
+    moto stops the container there, as Batch does. moto gives no statusReason then, so the
+    card's words are checked on Batch's own answer (recorded) below."""
+    from tests.infra.moto import MotoServer
+    from torchx_nb.schedulers.aws_batch_status import time_limit
+
+    assert isinstance(aws_env, MotoServer)
+    aws_env.use_docker(True)
+    queue = make_queue(aws_env, "q-timeout")
+    started = time.monotonic()
+    with get_runner() as runner:
+        handle = runner.run(
+            shell_app("echo started; sleep 300", base_images["busybox"], mem_mb=128),
+            "aws_batch",
+            {"queue": queue, "timeout": 60},
+        )
+        status = runner.wait(handle, wait_interval=1, timeout=240)
+    assert status is not None and status.state == AppState.FAILED, status
+    assert 60 <= time.monotonic() - started < 200
+    recorded = {
+        "status": "FAILED",
+        "statusReason": "Job attempt duration exceeded timeout",
+        "timeout": {"attemptDurationSeconds": 3600},
+    }
+    assert time_limit(recorded) == (
+        "was stopped at its time limit of 1:00:00 (attemptDurationSeconds)",
+        "raise the limit with -cfg timeout=SECONDS",
+    )
+    assert time_limit({"status": "FAILED", "statusReason": "Essential container exited"}) is None
+
+
+def test_an_aws_batch_timeout_under_a_minute_is_one_line_before_anything() -> None:
+    import pytest
+
+    from torchx_nb.schedulers.aws_batch import AwsBatchScheduler
+    from torchx_nb.specs.api import InvalidRunConfigException
+
+    sched = AwsBatchScheduler("torchx")
+    app = shell_app("true", "busybox")
+    with pytest.raises(InvalidRunConfigException, match=r"^timeout=30: AWS Batch stops"):
+        sched._validate(app, "aws_batch", {"queue": "q", "timeout": 30})  # type: ignore[arg-type]
+    job = sched.submit_dryrun(app, {"queue": "q", "timeout": 90}).request  # type: ignore[arg-type]
+    assert job.submit_args()["timeout"] == {"attemptDurationSeconds": 90}

@@ -25,6 +25,7 @@ from torchx_nb.schedulers.abilities import (
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.aws_batch_options import AwsBatchOpts
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
+from torchx_nb.schedulers.aws_batch_status import time_limit
 from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
@@ -91,6 +92,8 @@ class BatchJob:
         }
         if self.array_size:
             args["arrayProperties"] = {"size": self.array_size}
+        if self.job_def.get("timeout"):  # on the job too: DescribeJobs then says it
+            args["timeout"] = self.job_def["timeout"]
         if self.share_id:
             args["shareIdentifier"] = self.share_id
             args["schedulingPriorityOverride"] = self.priority
@@ -196,6 +199,12 @@ class AwsBatchScheduler(
                 f" {len(app.roles)}: merge roles",
                 "roles",
             )
+        if cfg is not None and cfg.timeout is not None and cfg.timeout < 60:
+            raise InvalidRunConfigException(
+                f"timeout={cfg.timeout}: AWS Batch stops an attempt no sooner than 60 seconds;"
+                " give -cfg timeout=60 or more",
+                "timeout",
+            )
         if cfg is not None and cfg.priority and not cfg.share_id:
             raise InvalidRunConfigException(
                 "priority needs share_id (it only applies to fair-share queues): add"
@@ -249,6 +258,8 @@ class AwsBatchScheduler(
         }
         if share_id:
             job_def["schedulingPriority"] = priority
+        if cfg.timeout:
+            job_def["timeout"] = {"attemptDurationSeconds": cfg.timeout}
         job = BatchJob(
             name=name,
             queue=cfg.queue,
@@ -476,6 +487,11 @@ class AwsBatchScheduler(
         )
         if job.get("statusReason"):
             resp.msg = str(job["statusReason"])
+        limit = time_limit(job)
+        if limit is not None:
+            for reps in replicas.values():
+                for rep in reps:
+                    rep.ending, rep.next_step = limit
         return resp
 
     def list(self, cfg: AwsBatchOpts | None = None) -> list[ListAppResponse]:

@@ -32,6 +32,10 @@ class _AwsBatchFields(StructuredOpts):
     execution_role_arn: str | None = None
     """IAM role ECS uses to start the containers (pull images, write logs)"""
 
+    timeout: int | None = None
+    """seconds each attempt may run (Batch's attemptDurationSeconds, at least 60); a job
+    stopped there is FAILED with a card naming the limit"""
+
     output_path: str | None = None
     """s3://BUCKET/PREFIX: each job's $TORCHX_OUTPUT_DIR (a cell's result, its files) is
     uploaded to PREFIX/JOB_NAME/ at its end (with boto3 from the image)"""
