@@ -180,3 +180,69 @@ def test_an_index_wheel_is_known_by_its_hash(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         assert b"two" in zf.read("tnbh.py")
     assert identity() != first
+
+
+def test_the_image_s_copy_at_the_same_version_with_other_contents_is_replaced(
+    kernel: Kernel, docker_env: DockerDaemon, base_images: dict[str, str]
+) -> None:
+    """The image has tnbw 1.0 as published; the kernel has its own build of tnbw 1.0 (a
+    wheel file): the same version is not the same distribution, so the plan adds the
+    kernel's and the job runs it."""
+    import io
+    import tarfile
+
+    published = make_wheel(kernel.root / "published", "tnbw", "1.0", body="published")
+    site = kernel.root / "image-site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(site),
+            str(published),
+        ],
+        check=True,
+        env=pip_isolated(),
+    )
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        docker = (
+            f"FROM {base_images['python']}\nADD site.tar /usr/local/lib/python3.11/dist-packages/\n"
+        )
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(docker)
+        tar.addfile(info, io.BytesIO(docker.encode()))
+        inner = io.BytesIO()
+        with tarfile.open(fileobj=inner, mode="w") as sub:
+            sub.add(site, arcname=".")
+        info = tarfile.TarInfo("site.tar")
+        info.size = len(inner.getvalue())
+        tar.addfile(info, io.BytesIO(inner.getvalue()))
+    context.seek(0)
+    image = "localhost/torchx-nb-test/python-tnbw:1"
+    docker_env.client().images.build(
+        fileobj=context, custom_context=True, tag=image, pull=False, rm=True
+    )
+    ours = make_wheel(kernel.root / "ours", "tnbw", "1.0", body="ours")
+    kernel.pip("--no-deps", str(ours))
+    cell = "import tnbw\nprint('tnbw', tnbw.BODY)\n"
+    args = ["-s", "local_docker", "--workspace", str(kernel.root / "ws")]
+    cfg = ["-cfg", "network=host,builder=docker"]
+    plan = kernel.run(
+        "-m", "torchx_nb.cli", "run", "--dryrun", "--json", *args, *cfg,
+        "cell", "--image", image, "--source", cell,
+    )  # fmt: skip
+    assert plan.returncode == 0, plan.stderr
+    row = next(r for r in plan.stdout.splitlines() if r.startswith("  tnbw "))
+    assert "image has 1.0 with other contents" in row, plan.stdout
+    ran = kernel.run(
+        "-m", "torchx_nb.cli", "run", "--wait", *args, *cfg,
+        "cell", "--image", image, "--source", cell,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    handle = next(w for w in ran.stdout.split() if w.startswith("local_docker://"))
+    assert "tnbw ours" in kernel.run("-m", "torchx_nb.cli", "log", handle).stdout

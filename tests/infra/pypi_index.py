@@ -4,6 +4,8 @@ environment layer's index tests. Each index is its own process, stopped by ``sto
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -128,17 +130,24 @@ def make_wheel(
     info = f"{name}-{version}.dist-info"
     path = out / f"{name}-{version}-{tag}.whl"
     pure = "true" if tag.endswith("-none-any") else "false"
+    files = {
+        f"{name}.py": f"VERSION = {version!r}\nBODY = {body!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": (
+            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {pure}\nTag: {tag}\n"
+        ),
+        f"{info}/top_level.txt": f"{name}\n",
+    }
+    record = []
+    for rel, text in files.items():
+        digest = hashlib.sha256(text.encode()).digest()
+        b64 = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+        record.append(f"{rel},sha256={b64},{len(text.encode())}")
+    record.append(f"{info}/RECORD,,")
     with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr(f"{name}.py", f"VERSION = {version!r}\nBODY = {body!r}\n")
-        zf.writestr(
-            f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-        )
-        zf.writestr(
-            f"{info}/WHEEL",
-            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: {pure}\nTag: {tag}\n",
-        )
-        zf.writestr(f"{info}/top_level.txt", f"{name}\n")
-        zf.writestr(f"{info}/RECORD", "")
+        for rel, text in files.items():
+            zf.writestr(rel, text)
+        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
     return path
 
 

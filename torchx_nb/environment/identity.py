@@ -14,6 +14,7 @@ from pathlib import Path
 
 from torchx_nb.environment.index_pages import ServedFile
 from torchx_nb.environment.kernel import KernelDist
+from torchx_nb.workspace.image_contents import record_identity
 
 _SKIP_FILES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 _SKIP_DIRS = {".git", ".hg", "build", "dist", "__pycache__", ".venv", ".tox", ".mypy_cache"}
@@ -104,3 +105,13 @@ def folder_identity(folder: Path) -> str:
     """A source folder by its files' contents (a ``--packages FILE``'s project or local
     folder, built into a wheel at submit)."""
     return _folder_identity(folder)
+
+
+def installed_record_identity(dist: KernelDist) -> str:
+    """The kernel's copy of ``dist`` by its RECORD alone, as an image's copy is known (see
+    ``record_identity``)."""
+    try:
+        text = md.distribution(dist.name).read_text("RECORD") or ""
+    except md.PackageNotFoundError:
+        return ""
+    return record_identity(text)

@@ -15,6 +15,7 @@ from pathlib import Path
 from torchx_nb.environment.identity import (
     folder_identity,
     installed_identity,
+    installed_record_identity,
     served_identity,
 )
 from torchx_nb.environment.imports import Imports, program_imports
@@ -216,15 +217,17 @@ def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
     for item in plan.wanted:
         key = normalize(item.name)
         theirs = have.get(key)
-        if theirs == item.version or key in on_top:
+        other = theirs == item.version and _other_contents(plan, item)
+        if (theirs == item.version and not other) or key in on_top:
             plan.kept.append((item.name, theirs or item.version))
-        elif theirs is not None and _same_public(theirs, item.version):
+        elif theirs is not None and not other and _same_public(theirs, item.version):
             plan.kept.append((item.name, theirs))
             plan.relabelled.append((item.name, theirs, item.version))
         else:
             unserved = _unserved(plan, item)
+            shown = f"{theirs} with other contents" if other else theirs
             reason = (
-                _reason(item.dist, theirs, unserved)
+                _reason(item.dist, shown, unserved)
                 if item.dist
                 else ("missing" if theirs is None else f"image has {theirs}")
             )
@@ -233,6 +236,20 @@ def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
             plan.add.append(
                 PlanItem(item.name, item.version, reason, item.size, item.dist, unserved, item.note)
             )
+
+
+def _other_contents(plan: EnvPlan, item: PlanItem) -> bool:
+    """Whether the image's copy of ``item``, at the kernel's version, holds other files than
+    the kernel's (by their RECORD digests): a local build, a wheel file, a VCS checkout or an
+    editable install is not "the same" because its version is. (A copy from an index is: the
+    image may hold another platform's build of the same release.)"""
+    c, dist = plan.contents, item.dist
+    if c is None or dist is None or dist.source in ("index", "conda"):
+        return False
+    theirs = c.records.get(normalize(item.name))
+    if not theirs:
+        return False
+    return installed_record_identity(dist) != theirs
 
 
 def _unserved(plan: EnvPlan, item: PlanItem) -> bool:

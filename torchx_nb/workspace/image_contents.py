@@ -23,13 +23,13 @@ from torchx_nb.workspace.image_python import PYTHON_NAME, ImageFiles, find_inter
 _PY_DIR = re.compile(r"^(?P<prefix>(?:[^/]+/)*?)lib/python(?P<ver>3\.\d+)/os\.py$")
 _DIST = re.compile(
     r"^(?:[^/]+/)*?lib/python3(?:\.\d+)?/(?:site|dist)-packages/"
-    r"(?P<dir>[^/]+\.(?:dist-info|egg-info))(?P<rest>/(?:METADATA|PKG-INFO))?$"
+    r"(?P<dir>[^/]+\.(?:dist-info|egg-info))(?P<rest>/(?:METADATA|PKG-INFO|RECORD))?$"
 )
 _SITE = re.compile(r"^(?P<dir>(?:[^/]+/)*?lib/python3(?:\.\d+)?/(?:site|dist)-packages)/?$")
 _OLD_GLIBC = re.compile(r"(?:^|/)libc-(2\.\d+)\.so$")
 _META_LIMIT = 64 * 1024
 _READERS = 4  # layers read at once through a registry
-SCAN_VERSION = 3  # bump when what a scan records changes (invalidates the cache)
+SCAN_VERSION = 4  # bump when what a scan records changes (invalidates the cache)
 
 
 def normalize(name: str) -> str:
@@ -50,6 +50,7 @@ class ImageContents:
     glibc: str | None = None
     python_path: str | None = None  # the command a job's ``python`` runs (/opt/venv/bin/python)
     python_why: str = ""  # how it was found; when ``python`` is None, what was tried
+    records: dict[str, str] = field(default_factory=dict)  # name -> record_identity
 
     @property
     def platform(self) -> str:
@@ -114,6 +115,10 @@ class _LayerScan:
         elif m := _SITE.match(name):
             if info.isdir():
                 self.events.append(("site", m["dir"], None))
+        elif (m := _DIST.match(name)) and m["rest"] == "/RECORD":
+            if info.isfile():
+                text = _read_head(tar, info, 64 * 1024 * 1024).decode("utf-8", "replace")
+                self.events.append(("record", name.rsplit("/", 1)[0], record_identity(text)))
         elif m := _DIST.match(name):
             if info.isfile() and (m["rest"] or m["dir"].endswith(".egg-info")):
                 found = _name_version(tar, info)
@@ -158,6 +163,7 @@ class _Scan:
     def __init__(self) -> None:
         self.pythons: dict[str, str] = {}  # prefix -> version
         self.dists: dict[str, tuple[str, str]] = {}  # path -> (name, version)
+        self.records: dict[str, str] = {}  # dist-info path -> record_identity
         self.sites: set[str] = set()
         self.musl = False
         self.glibc: str | None = None
@@ -170,7 +176,7 @@ class _Scan:
         def under(key: str) -> bool:
             return key == path or key.startswith(path + "/")
 
-        for table in (self.dists, self.links, self.venvs):
+        for table in (self.dists, self.records, self.links, self.venvs):
             for key in [k for k in table if under(k)]:
                 del table[key]
         self.exes = {e for e in self.exes if not under(e)}
@@ -189,6 +195,8 @@ class _Scan:
                 self.sites.add(path)
             elif kind == "dist":
                 self.dists[path] = value
+            elif kind == "record":
+                self.records[path] = value
             elif kind == "link":
                 self.links[path] = value
             elif kind == "exe":
@@ -216,9 +224,12 @@ class _Scan:
         if not sites:
             sites = ("/" + candidates[0],)
         dists: dict[str, str] = {}
+        records: dict[str, str] = {}
         for path, (name, version) in sorted(self.dists.items()):
             if path.rsplit("/", 1)[0] in candidates:
                 dists.setdefault(normalize(name), version)
+                if self.records.get(path):
+                    records.setdefault(normalize(name), self.records[path])
         return ImageContents(
             found.version,
             found.prefix,
@@ -229,7 +240,34 @@ class _Scan:
             self.glibc,
             found.command,
             found.why,
+            records,
         )
+
+
+_NOT_CONTENTS = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+
+
+def record_identity(text: str) -> str:
+    """A distribution's installed files by their digests, as its ``RECORD`` lists them (the
+    same files give the same value in an image and in a kernel): scripts outside the site
+    directory (their first line names the interpreter), byte code and install records left
+    out. Empty when RECORD gives no digest."""
+    import csv
+    import hashlib
+
+    lines = []
+    for row in csv.reader(text.splitlines()):
+        if len(row) < 2 or not row[1] or row[0].startswith(("../", "/")):
+            continue
+        path = row[0]
+        if "__pycache__/" in path or path.endswith(".pyc"):
+            continue
+        if path.rsplit("/", 1)[-1] in _NOT_CONTENTS:
+            continue
+        lines.append(f"{path}\0{row[1]}\n")
+    if not lines:
+        return ""
+    return hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
 
 
 def _pyvenv(tar: tarfile.TarFile, info: tarfile.TarInfo) -> dict[str, str]:
