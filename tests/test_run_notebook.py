@@ -241,3 +241,36 @@ def test_a_hostile_notebook_name_and_values_run_as_text(isolated: Path, tmp_path
     nb = executed(handle, tmp_path)
     assert outputs_text(nb.cells[3]) == repr(hostile) + "\n"
     assert not any((isolated / p).exists() for p in ("PWNED", "PWNED2", "PWNED3"))
+
+
+def test_a_cell_that_survives_its_interrupt_is_stopped_and_fails_the_job(isolated: Path) -> None:
+    """``--cell-timeout`` holds whatever the cell does with SIGINT: the cell is interrupted at
+    the limit and, still running a few seconds later, its kernel is stopped; the job ends
+    FAILED naming the cell and the limit (nbclient's ``interrupt_on_timeout`` alone let these
+    run on and end SUCCEEDED)."""
+    cells = {
+        "shell": "!sleep 40",
+        "ignores": "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "time.sleep(40)",
+        "catches": "import time\nfor _ in range(400):\n    try:\n        time.sleep(0.1)\n"
+        "    except KeyboardInterrupt:\n        pass",
+        "bash": "%%bash\nsleep 40",
+    }
+    handles = {}
+    for name, source in cells.items():
+        notebook(isolated / f"{name}.ipynb", source, "print('never')")
+        code, out, err = cli("run-notebook", f"{name}.ipynb", "--cell-timeout", "2")
+        assert code == 0, err
+        handles[name] = out.strip()
+    began = time.monotonic()
+    stopped = "; still running 5 s after its interrupt, so its kernel was stopped"
+    expected = {"shell": "", "ignores": stopped, "catches": stopped, "bash": ""}
+    for name, handle in handles.items():
+        code, _, err = cli("watch", handle, timeout=120)
+        assert code == 1, err
+        first = cells[name].splitlines()[0]
+        assert err.strip().splitlines()[-1] == (
+            f"torchx-nb: notebook/0 raised CellTimeoutError in cell 2 ({first!r}): over"
+            f" --cell-timeout (2 s){expected[name]} (exit code 1)"
+        ), (name, err)
+    assert time.monotonic() - began < 40  # none ran on to its end

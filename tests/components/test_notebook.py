@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from torchx_nb.apps.cell_main import inject_parameters
+from torchx_nb.apps.notebook_main import inject_parameters
 from torchx_nb.components.notebook import NOTEBOOK_PARAMS, notebook_app, notebook_program
 from torchx_nb.specs.program import NotebookProgram, program_of
 

@@ -28,9 +28,7 @@ import linecache
 import math
 import os
 import pickle
-import re
 import reprlib
-import signal
 import sys
 import threading
 import time
@@ -64,10 +62,15 @@ def _rank() -> int:
 
 def _env_record() -> Any:
     """The module beside this file that records what the job ran (None when it is absent)."""
+    return _beside("env_record")
+
+
+def _beside(name: str) -> Any:
+    """The module ``name`` shipped beside this file (None when it is absent)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "env_record.py")
-    spec = importlib.util.spec_from_file_location("torchx_nb_env_record", path)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"torchx_nb_{name}", path)
     if spec is None or spec.loader is None or not os.path.isfile(path):
         return None
     module = importlib.util.module_from_spec(spec)
@@ -180,7 +183,6 @@ def _trial() -> tuple[int | None, dict[str, Any]]:
     run as its own job), or the point of ``$TORCHX_NB_GRID`` (names and lists) at the index
     the native array gives (``$TORCHX_NB_TRIAL_FROM`` names the variable holding it; AWS
     Batch's child job id ``PARENT:INDEX`` stands in when the index variable is missing)."""
-    import json
 
     params = os.environ.get("TORCHX_NB_PARAMS")
     if params:
@@ -458,177 +460,6 @@ def upload(folder: str, url: str) -> None:
         raise ValueError(f"cannot upload to {url!r}: use s3:// or gs://")
 
 
-NOTEBOOK_PARAMS = "TORCHX_NB_NOTEBOOK_PARAMS"
-NOTEBOOK_SAVE_EVERY = 3.0  # seconds between saves of the executed notebook, at most
-NOTEBOOK_UPLOAD_EVERY = 30.0  # and between its uploads, on an object-store backend
-KERNEL = "torchx-nb-job-python"
-
-
-def _first_line(source: str) -> str:
-    line = next((x.strip() for x in source.splitlines() if x.strip()), "")
-    return line if len(line) <= 60 else line[:59] + "…"
-
-
-def inject_parameters(nb: Any, params: dict[str, Any]) -> None:
-    """papermill's convention: the values go into a code cell tagged ``injected-parameters``
-    (replacing one left by an earlier run) right after the cell tagged ``parameters``, or
-    first when there is none."""
-    import nbformat
-
-    cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
-    if params:
-        source = "# Parameters\n" + "".join(f"{k} = {v!r}\n" for k, v in params.items())
-        injected = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
-        at = next(
-            (i + 1 for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])), 0
-        )
-        cells.insert(at, injected)
-    nb.cells = cells
-
-
-def _kernel_here(root: str) -> None:
-    """A kernelspec running this very Python, first on the Jupyter path: the notebook's own
-    kernelspec names the user's machine's kernel, not the job's."""
-    folder = os.path.join(root, "kernels", KERNEL)
-    os.makedirs(folder, exist_ok=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python (job)",
-        "language": "python",
-    }
-    with open(os.path.join(folder, "kernel.json"), "w", encoding="utf-8") as f:
-        json.dump(spec, f)
-    os.environ["JUPYTER_PATH"] = os.pathsep.join(
-        [root, *filter(None, [os.environ.get("JUPYTER_PATH")])]
-    )
-
-
-def _upload_one(path: str, url: str) -> None:
-    scheme, bucket, prefix = _split(url)
-    key = f"{prefix.strip('/')}/{os.path.basename(path)}".lstrip("/")
-    if scheme == "s3":
-        import boto3
-
-        boto3.client("s3").upload_file(path, bucket, key)
-    elif scheme == "gs":
-        _gcs().bucket(bucket).blob(key).upload_from_filename(path)
-
-
-def run_notebook(path: str, cell_timeout: float | None) -> int:
-    """Execute the notebook at ``path`` with its parameters injected, saving it into the
-    output folder as it runs (after a cell, at most every few seconds; on an object-store
-    backend uploaded at most every 30 s) and at the end, however it ends. A failing cell, a
-    cell over its time limit or a kernel that dies ends the job with status 1, the cell named
-    (index and first line) in the error the failure card shows."""
-    import tempfile
-
-    folder, point, cancelled = _start()
-    if cancelled:
-        return CANCELLED_EXIT
-    out = os.path.join(folder, OWN)
-    try:
-        import ipykernel  # noqa: F401
-        import nbformat
-        from nbclient import NotebookClient
-        from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-    except ImportError as e:
-        text = (
-            f"ModuleNotFoundError: the job's Python ({sys.executable}) has no {e.name}: a"
-            " notebook job needs nbclient and ipykernel there (pip install nbclient ipykernel"
-            " in the image)"
-        )
-        _write(out, "error-0.txt", text.encode())
-        sys.stderr.write(f"torchx_nb: {text}\n")
-        return 1
-    url = os.environ.get("TORCHX_NB_OUTPUT_URL", "")
-    nb = nbformat.read(path, as_version=4)
-    kernelspec = dict(nb.metadata.get("kernelspec") or {})
-    # a sweep trial's point over the run's own values
-    inject_parameters(nb, {**json.loads(os.environ.get(NOTEBOOK_PARAMS) or "{}"), **point})
-    target = os.path.join(folder, os.path.basename(path))
-    state = {"saved": 0.0, "uploaded": 0.0, "cell": -1, "began": 0.0}
-
-    def save(final: bool = False) -> None:
-        now = time.monotonic()
-        if not final and now - state["saved"] < NOTEBOOK_SAVE_EVERY:
-            return
-        if kernelspec:
-            nb.metadata["kernelspec"] = kernelspec
-        tmp = f"{target}.part"
-        nbformat.write(nb, tmp)
-        os.replace(tmp, target)
-        state["saved"] = now
-        if url and not final and now - state["uploaded"] >= NOTEBOOK_UPLOAD_EVERY:
-            with contextlib.suppress(Exception):  # the end uploads everything anyway
-                _upload_one(target, url)
-                state["uploaded"] = now
-
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    root = tempfile.mkdtemp(prefix="torchx-nb-kernel-")  # private (0700)
-    _kernel_here(root)
-    from traitlets.config import Config
-
-    # IPC sockets in a private folder, not TCP: on a shared node (Slurm) no other user can
-    # reach the kernel
-    ipc = {"transport": "ipc", "ip": os.path.join(root, "kernel")}
-
-    class Echoing(NotebookClient):
-        """Each cell's printed output goes to the job's log too, as it comes: the live log
-        widget follows a notebook job as it follows a cell."""
-
-        def output(self, outs: Any, msg: Any, display_id: Any, cell_index: int) -> Any:
-            content = msg.get("content") or {}
-            if msg.get("msg_type") == "stream":
-                to = sys.stderr if content.get("name") == "stderr" else sys.stdout
-                to.write(content.get("text", ""))
-                to.flush()
-            return super().output(outs, msg, display_id, cell_index)
-
-    def started(cell: Any, cell_index: int, **_: Any) -> None:
-        state["cell"], state["began"] = cell_index, time.monotonic()
-        if cell.cell_type == "code":
-            print(f"[torchx_nb] cell {cell_index + 1}: {_first_line(cell.source)}", flush=True)
-
-    client = Echoing(
-        nb,
-        config=Config({"KernelManager": ipc}),
-        kernel_name=KERNEL,
-        timeout=math.ceil(cell_timeout) if cell_timeout else None,  # nbclient takes whole s
-        resources={"metadata": {"path": os.getcwd()}},
-        interrupt_on_timeout=True,  # the kernel stops the cell, then shuts down cleanly
-        on_cell_start=started,
-        on_cell_executed=lambda **_: save(),
-    )
-
-    def failed(kind: str, message: str, tb: str = "") -> int:
-        i = int(state["cell"])
-        # counted from 1 in the executed notebook (its injected parameters cell included)
-        where = f"cell {i + 1} ({_first_line(nb.cells[i].source)!r})" if i >= 0 else "the notebook"
-        text = f"{kind} in {where}: {message}"
-        if tb:
-            sys.stderr.write(re.sub(r"\x1b\[[0-9;]*m", "", tb).rstrip() + "\n")
-        return _record_failure(out, kind, f"in {where}: {message}", text, tb)
-
-    timeout = f"over --cell-timeout ({cell_timeout:g} s)" if cell_timeout else ""
-    try:
-        client.execute()
-    except CellTimeoutError:
-        return failed("CellTimeoutError", timeout)
-    except DeadKernelError:
-        return failed("DeadKernelError", "the kernel died (killed, out of memory, or os._exit)")
-    except CellExecutionError as e:
-        ran = time.monotonic() - state["began"]
-        if e.ename == "KeyboardInterrupt" and cell_timeout and ran >= cell_timeout:
-            return failed("CellTimeoutError", timeout)
-        return failed(e.ename or "Exception", e.evalue or "", str(e))
-    finally:
-        save(final=True)
-    return 0
-
-
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         sys.stderr.write(
@@ -638,8 +469,7 @@ def main(argv: list[str]) -> int:
     code = 1
     try:
         if argv[1] == "--notebook":
-            limit = argv[argv.index("--cell-timeout") + 1] if "--cell-timeout" in argv else None
-            code = run_notebook(argv[2], float(limit) if limit else None)
+            code = _beside("notebook_main").main(argv[2:], sys.modules[__name__])
         else:
             code = run(argv[1], argv[2:])
     except SystemExit as e:

@@ -12,6 +12,7 @@ MAX_SOURCE_BYTES = 96 * 1024
 # the files beside a cell that runs with results (see cell_files)
 RUNNER = ".torchx-nb/cell_main.py"
 ENV_RECORD = ".torchx-nb/env_record.py"  # what the job ran (imported by the runner by path)
+NOTEBOOK_RUNNER = ".torchx-nb/notebook_main.py"  # cell_main.py --notebook runs it, by path
 VENDOR = ".torchx-nb/vendor"
 PUSH = ".torchx-nb/push.pkl"
 
@@ -184,6 +185,7 @@ def runner_files() -> dict[str, bytes]:
     assert runner is not None and runner.origin is not None
     files = {RUNNER: Path(runner.origin).read_bytes()}
     files[ENV_RECORD] = (Path(runner.origin).parent / "env_record.py").read_bytes()
+    files[NOTEBOOK_RUNNER] = (Path(runner.origin).parent / "notebook_main.py").read_bytes()
     pickler = importlib.util.find_spec("cloudpickle")
     if pickler is not None and pickler.submodule_search_locations:
         for path in sorted(Path(next(iter(pickler.submodule_search_locations))).glob("*.py")):

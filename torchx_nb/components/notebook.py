@@ -10,7 +10,7 @@ from typing import Any
 
 import torchx_nb
 from torchx_nb import specs
-from torchx_nb.apps.cell_main import NOTEBOOK_PARAMS
+from torchx_nb.apps.notebook_main import NOTEBOOK_PARAMS
 from torchx_nb.components.cell import RUNNER
 from torchx_nb.specs.program import CellApp, NotebookProgram
 

@@ -1,0 +1,259 @@
+"""Runs a whole notebook as a job's program, under nbclient (torchx_nb's notebook runner).
+
+``python cell_main.py --notebook NB.ipynb [--cell-timeout S]`` hands over to ``main`` here,
+with the cell runner's module (its output folder, failure records and uploads are shared).
+The parameters are injected as papermill does; the executed notebook is saved into the
+output folder as it runs. A cell over ``--cell-timeout`` is interrupted and, when it is still
+running ``TIMEOUT_GRACE`` seconds later (it ignores or catches SIGINT), its kernel is
+stopped: either way the job fails naming the cell and the limit.
+
+Standalone on purpose, as the cell runner: it ships beside it into images without torchx_nb.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+import time
+from typing import Any
+
+NOTEBOOK_PARAMS = "TORCHX_NB_NOTEBOOK_PARAMS"
+NOTEBOOK_SAVE_EVERY = 3.0  # seconds between saves of the executed notebook, at most
+NOTEBOOK_UPLOAD_EVERY = 30.0  # and between its uploads, on an object-store backend
+KERNEL = "torchx-nb-job-python"
+TIMEOUT_GRACE = 5.0  # seconds a timed-out cell has to end after its interrupt
+
+
+def _first_line(source: str) -> str:
+    line = next((x.strip() for x in source.splitlines() if x.strip()), "")
+    return line if len(line) <= 60 else line[:59] + "…"
+
+
+def inject_parameters(nb: Any, params: dict[str, Any]) -> None:
+    """papermill's convention: the values go into a code cell tagged ``injected-parameters``
+    (replacing one left by an earlier run) right after the cell tagged ``parameters``, or
+    first when there is none."""
+    import nbformat
+
+    cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    if params:
+        source = "# Parameters\n" + "".join(f"{k} = {v!r}\n" for k, v in params.items())
+        injected = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
+        at = next(
+            (i + 1 for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])), 0
+        )
+        cells.insert(at, injected)
+    nb.cells = cells
+
+
+def _kernel_here(root: str) -> None:
+    """A kernelspec running this very Python, first on the Jupyter path: the notebook's own
+    kernelspec names the user's machine's kernel, not the job's."""
+    folder = os.path.join(root, "kernels", KERNEL)
+    os.makedirs(folder, exist_ok=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python (job)",
+        "language": "python",
+    }
+    with open(os.path.join(folder, "kernel.json"), "w", encoding="utf-8") as f:
+        json.dump(spec, f)
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(
+        [root, *filter(None, [os.environ.get("JUPYTER_PATH")])]
+    )
+
+
+def _upload_one(base: Any, path: str, url: str) -> None:
+    scheme, bucket, prefix = base._split(url)
+    key = f"{prefix.strip('/')}/{os.path.basename(path)}".lstrip("/")
+    if scheme == "s3":
+        import boto3
+
+        boto3.client("s3").upload_file(path, bucket, key)
+    elif scheme == "gs":
+        base._gcs().bucket(bucket).blob(key).upload_from_filename(path)
+
+
+class _OverLimit(Exception):
+    """A cell went on past its time limit and then ended (its interrupt caught or ignored)."""
+
+
+class CellLimit:
+    """Holds each code cell to ``limit`` seconds: past it the kernel is interrupted (SIGINT,
+    as the stop button does), and ``TIMEOUT_GRACE`` seconds later a cell still running has its
+    kernel's process group killed. nbclient's own ``interrupt_on_timeout`` only interrupts
+    (again after each further ``timeout``) and then reports no timeout at all."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.over: int | None = None  # the cell that went past the limit
+        self.killed = False
+        self._task: asyncio.Future[None] | None = None
+
+    def start(self, client: Any, index: int) -> None:
+        self.end()
+        self._task = asyncio.ensure_future(self._watch(client, index))
+
+    def end(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _watch(self, client: Any, index: int) -> None:
+        await asyncio.sleep(self.limit)
+        self.over = index
+        what = f"[torchx_nb] cell {index + 1} is over --cell-timeout ({self.limit:g} s)"
+        print(f"{what}: interrupting it", flush=True)
+        await _maybe_await(client.km.interrupt_kernel())
+        await asyncio.sleep(TIMEOUT_GRACE)
+        print(f"{what} and still running: stopping its kernel", flush=True)
+        self.killed = True
+        await _maybe_await(client.km.signal_kernel(signal.SIGKILL))
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if asyncio.iscoroutine(value) or asyncio.isfuture(value) else value
+
+
+def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
+    """Execute the notebook at ``path`` with its parameters injected, saving it into the
+    output folder as it runs (after a cell, at most every few seconds; on an object-store
+    backend uploaded at most every 30 s) and at the end, however it ends. A failing cell, a
+    cell over its time limit or a kernel that dies ends the job with status 1, the cell named
+    (index and first line) in the error the failure card shows."""
+    import tempfile
+
+    folder, point, cancelled = base._start()
+    if cancelled:
+        return int(base.CANCELLED_EXIT)
+    out = os.path.join(folder, base.OWN)
+    try:
+        import ipykernel  # noqa: F401
+        import nbformat
+        from nbclient import NotebookClient
+        from nbclient.exceptions import CellExecutionError, DeadKernelError
+    except ImportError as e:
+        text = (
+            f"ModuleNotFoundError: the job's Python ({sys.executable}) has no {e.name}: a"
+            " notebook job needs nbclient and ipykernel there (pip install nbclient ipykernel"
+            " in the image)"
+        )
+        base._write(out, "error-0.txt", text.encode())
+        sys.stderr.write(f"torchx_nb: {text}\n")
+        return 1
+    url = os.environ.get("TORCHX_NB_OUTPUT_URL", "")
+    nb = nbformat.read(path, as_version=4)
+    kernelspec = dict(nb.metadata.get("kernelspec") or {})
+    # a sweep trial's point over the run's own values
+    inject_parameters(nb, {**json.loads(os.environ.get(NOTEBOOK_PARAMS) or "{}"), **point})
+    target = os.path.join(folder, os.path.basename(path))
+    state = {"saved": 0.0, "uploaded": 0.0, "cell": -1, "began": 0.0}
+
+    def save(final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - state["saved"] < NOTEBOOK_SAVE_EVERY:
+            return
+        if kernelspec:
+            nb.metadata["kernelspec"] = kernelspec
+        tmp = f"{target}.part"
+        nbformat.write(nb, tmp)
+        os.replace(tmp, target)
+        state["saved"] = now
+        if url and not final and now - state["uploaded"] >= NOTEBOOK_UPLOAD_EVERY:
+            with contextlib.suppress(Exception):  # the end uploads everything anyway
+                _upload_one(base, target, url)
+                state["uploaded"] = now
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    root = tempfile.mkdtemp(prefix="torchx-nb-kernel-")  # private (0700)
+    _kernel_here(root)
+    from traitlets.config import Config
+
+    # IPC sockets in a private folder, not TCP: on a shared node (Slurm) no other user can
+    # reach the kernel
+    ipc = {"transport": "ipc", "ip": os.path.join(root, "kernel")}
+
+    class Echoing(NotebookClient):
+        """Each cell's printed output goes to the job's log too, as it comes: the live log
+        widget follows a notebook job as it follows a cell."""
+
+        def output(self, outs: Any, msg: Any, display_id: Any, cell_index: int) -> Any:
+            content = msg.get("content") or {}
+            if msg.get("msg_type") == "stream":
+                to = sys.stderr if content.get("name") == "stderr" else sys.stdout
+                to.write(content.get("text", ""))
+                to.flush()
+            return super().output(outs, msg, display_id, cell_index)
+
+    limit = CellLimit(cell_timeout) if cell_timeout else None
+
+    def started(cell: Any, cell_index: int, **_: Any) -> None:
+        state["cell"], state["began"] = cell_index, time.monotonic()
+        if cell.cell_type == "code":
+            print(f"[torchx_nb] cell {cell_index + 1}: {_first_line(cell.source)}", flush=True)
+
+    def executing(cell: Any, cell_index: int, **_: Any) -> None:
+        if limit is not None:  # only cells the kernel runs (not empty or markdown ones)
+            limit.start(client, cell_index)
+
+    def executed(**_: Any) -> None:
+        if limit is not None:
+            limit.end()
+        save()
+        if limit is not None and limit.over is not None:
+            raise _OverLimit  # the cell ended after its interrupt: still a failure
+
+    client = Echoing(
+        nb,
+        config=Config({"KernelManager": ipc}),
+        kernel_name=KERNEL,
+        timeout=None,  # CellLimit holds the cells to --cell-timeout
+        resources={"metadata": {"path": os.getcwd()}},
+        on_cell_start=started,
+        on_cell_execute=executing,
+        on_cell_executed=executed,
+    )
+
+    def failed(kind: str, message: str, tb: str = "") -> int:
+        i = int(state["cell"])
+        # counted from 1 in the executed notebook (its injected parameters cell included)
+        where = f"cell {i + 1} ({_first_line(nb.cells[i].source)!r})" if i >= 0 else "the notebook"
+        text = f"{kind} in {where}: {message}"
+        if tb:
+            sys.stderr.write(re.sub(r"\x1b\[[0-9;]*m", "", tb).rstrip() + "\n")
+        return int(base._record_failure(out, kind, f"in {where}: {message}", text, tb))
+
+    timeout = f"over --cell-timeout ({cell_timeout:g} s)" if cell_timeout else ""
+    try:
+        client.execute()
+    except (_OverLimit, CellExecutionError, DeadKernelError) as e:
+        if limit is not None and limit.over is not None:
+            if limit.killed:
+                timeout += (
+                    f"; still running {TIMEOUT_GRACE:g} s after its interrupt, so its kernel"
+                    " was stopped"
+                )
+            return failed("CellTimeoutError", timeout)
+        if isinstance(e, DeadKernelError):
+            return failed("DeadKernelError", "the kernel died (killed, out of memory, or os._exit)")
+        assert isinstance(e, CellExecutionError)
+        return failed(e.ename or "Exception", e.evalue or "", str(e))
+    finally:
+        if limit is not None:
+            limit.end()
+        save(final=True)
+    return 0
+
+
+def main(argv: list[str], base: Any) -> int:
+    """``NB.ipynb [--cell-timeout S]``, run with the cell runner's module ``base``."""
+    limit = argv[argv.index("--cell-timeout") + 1] if "--cell-timeout" in argv else None
+    return run_notebook(base, argv[0], float(limit) if limit else None)
