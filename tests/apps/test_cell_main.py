@@ -385,6 +385,33 @@ def test_result_text_is_read_as_a_bounded_prefix(tmp_path: Path) -> None:
     assert len(text) == len("raised ") + SHORT_CHARS + 1
 
 
+@pytest.mark.parametrize("kind", ["bytes", "bytearray"])
+def test_a_large_bytes_result_costs_no_more_than_its_pickle_to_show(
+    tmp_path: Path, kind: str
+) -> None:
+    """A 128 MiB binary result: the job's peak memory (measured by the kernel's wait4) stays
+    under the value plus its pickle plus a margin; repr of the whole value would add 4x."""
+    import os
+
+    size = 128 << 20
+    folder, script = job_folder(tmp_path, f"{kind}({size})")
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, str(folder / RUNNER), str(folder / script)],
+        cwd=folder,
+        env={"PATH": "/usr/bin:/bin", "TORCHX_OUTPUT_DIR": str(out)},
+        stderr=subprocess.PIPE,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read() if proc.stderr else ""
+    peak = usage.ru_maxrss * 1024  # Linux counts it in KiB
+    assert peak < 3 * size, f"the job peaked at {peak / size:.1f}x its {size >> 20} MiB result"
+    text = repr_of(LocalStore(f"file://{out}"))
+    assert text is not None
+    start = "b'\\x00" if kind == "bytes" else "bytearray(b'\\x00"
+    assert text.startswith(start) and "..." in text and len(text) <= 301
+
+
 @pytest.mark.parametrize(
     ("source", "line"),
     [

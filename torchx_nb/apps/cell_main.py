@@ -103,6 +103,24 @@ class _Short(reprlib.Repr):
             items.append("...")
         return "{" + ", ".join(items) + "}"
 
+    def repr_bytes(self, x: bytes | bytearray, level: int) -> str:
+        """Only the ends of ``x`` are copied and shown: reprlib has no bytes handler and would
+        ``repr`` the whole value first (4 characters a byte of binary data, so a multi-GB result
+        could kill the job after its cell succeeded)."""
+        n = self.maxstring
+        if len(x) <= n:
+            return repr(bytes(x))
+        head = max(0, (n - 3) // 2)
+        tail = max(0, n - 3 - head)
+        left = repr(bytes(x[:head]))  # b'...' (or b"..." when it holds a ')
+        right = repr(bytes(x[len(x) - tail :]))
+        quote = right[-1]
+        return left[:-1][: head + 2] + self.fillvalue + right[2:-1][-tail:] + quote
+
+    def repr_bytearray(self, x: bytearray, level: int) -> str:
+        """As :meth:`repr_bytes`, inside ``bytearray(...)``."""
+        return f"bytearray({self.repr_bytes(x, level)})"
+
 
 def _short_repr(value: Any) -> str:
     short = _Short()
