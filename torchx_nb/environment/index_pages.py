@@ -155,17 +155,23 @@ def _http(url: str, name: str, settings: IndexSettings, project_page: bool, show
     return Listing(shown, "absent")
 
 
-_LOCAL = threading.local()
+_SESSION: list[Any] = []
+_SESSION_LOCK = threading.Lock()
 
 
 def _session() -> Any:
-    """This thread's HTTP session (its connections kept alive from page to page)."""
-    session = getattr(_LOCAL, "session", None)
-    if session is None:
-        import requests
+    """One HTTP session for every page read in this process (its connections kept alive
+    from page to page, and from plan to plan)."""
+    with _SESSION_LOCK:
+        if not _SESSION:
+            import requests
+            from requests.adapters import HTTPAdapter
 
-        session = _LOCAL.session = requests.Session()
-    return session
+            session = requests.Session()
+            for scheme in ("http://", "https://"):
+                session.mount(scheme, HTTPAdapter(pool_connections=8, pool_maxsize=16))
+            _SESSION.append(session)
+        return _SESSION[0]
 
 
 def _folder(folder: Path, name: str, shown: str) -> Listing:
