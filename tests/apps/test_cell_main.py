@@ -594,3 +594,36 @@ def test_optional_late_lazy_and_workspace_imports_are_not_judged_early(
     (folder / "tnb_wsmod.py").write_text("X = 1\n")
     proc, _ = run_cell(tmp_path, source)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("source", "message", "line"),
+    [
+        (  # a file name read with surrogateescape: a lone surrogate in the message
+            "raise ValueError(b'bad \\xff name'.decode('utf-8', 'surrogateescape'))",
+            "bad \udcff name",
+            "raised ValueError: bad \\udcff name",
+        ),
+        (
+            "class Odd(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\n"
+            "raise Odd()",
+            "<str() failed: RuntimeError>",
+            "raised Odd: <str() failed: RuntimeError>",
+        ),
+    ],
+)
+def test_an_exception_whose_message_cannot_be_written_plainly_is_still_recorded(
+    tmp_path: Path, source: str, message: str, line: str
+) -> None:
+    """Before, the runner itself crashed writing these (a surrogate cannot be UTF-8 encoded, a
+    raising ``__str__`` raised again): the card said only "exited with code 1", no result."""
+    proc, store = run_cell(tmp_path, source)
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "cell_main" not in proc.stderr, proc.stderr
+    with pytest.raises(Exception) as info:  # the cell's own exception, rebuilt here
+        load_result(store, ended(AppState.FAILED), "h")
+    assert type(info.value).__name__ == line.split()[1].rstrip(":")
+    if type(info.value) is ValueError:
+        assert str(info.value) == message
+    assert isinstance(info.value.__cause__, RemoteTraceback)
+    assert repr_of(store) == line

@@ -152,7 +152,7 @@ def _record_error(out: str, exc: BaseException, pickler: Any) -> None:
     try:
         message = str(exc)
     except Exception as e:  # a __str__ that raises
-        message = f"<str() failed: {e}>"
+        message = f"<str() failed: {type(e).__name__}>"
     record: dict[str, Any] = {
         "type": kind,
         "message": message,
@@ -166,7 +166,8 @@ def _record_error(out: str, exc: BaseException, pickler: Any) -> None:
     rank = _rank()
     _record_python(out)
     _write(out, f"error-{rank}.pkl", pickler.dumps(record))
-    _write(out, f"error-{rank}.txt", f"{kind}: {exc}".encode())
+    # a lone surrogate (a file name read with surrogateescape) is written as its escape
+    _write(out, f"error-{rank}.txt", f"{kind}: {message}".encode(errors="backslashreplace"))
 
 
 def _record_failure(out: str, kind: str, message: str, line: str, tb: str = "") -> int:
