@@ -129,3 +129,28 @@ def test_a_cell_imports_its_folders_modules_and_pushes_their_objects(
     assert "result: 49" in ran
     quiet = text_of(cell_with(nb, "-o quiet"))
     assert "SUCCEEDED" in quiet and "4\n" in quiet and "result:" not in quiet, quiet
+
+
+def test_a_workspace_module_named_like_a_standard_one_shadows_it_as_in_the_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``statistics.py`` beside the notebook: the kernel imports the standard module (IPython
+    puts ``''`` after the standard library), and so must the local_cwd job, whose workspace
+    modules still import (``shapes``)."""
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
+    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "statistics.py").write_text("WHERE = 'workspace'\n")
+    (tmp_path / "shapes.py").write_text("SIDE = 3\n")
+    probe = "import statistics, shapes\n(statistics.__file__, shapes.SIDE)"
+    cells = [
+        "%load_ext torchx_nb",
+        probe,
+        f"%%torchx run -s local_cwd --wait -o job\n{probe}",
+        "job.result()",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb = execute(nb, tmp_path)
+    kernel = text_of(nb.cells[1]).strip()
+    assert "statistics.py" in kernel and str(tmp_path) not in kernel, kernel
+    assert kernel.endswith(", 3)"), kernel
+    assert text_of(cell_with(nb, "job.result()")).strip() == kernel
