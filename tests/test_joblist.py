@@ -71,3 +71,89 @@ def test_jobs_only_the_scheduler_knows_get_its_times(
     assert row["submitted"] == ended.started
     assert row["duration"] == pytest.approx(ended.ended - ended.started)
     assert row["state"] == "SUCCEEDED"
+
+
+def test_a_job_that_ended_unwatched_gets_its_times_and_notice_at_the_next_list(
+    isolated: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``torchx-nb list -s local_cwd`` of a job that ended while nothing watched: the row and
+    the store carry the backend's start and end (not the list's time), and the job-end notice
+    goes out, through the same code as ``status``."""
+    import time
+
+    from tests.conftest import cli
+    from tests.infra.webhook import webhook_receiver
+    from torchx_nb.cli import _fmt_time
+    from torchx_nb.phases import fmt_duration
+    from torchx_nb.specs.api import parse_app_handle
+
+    monkeypatch.delenv("TORCHX_NB_NOTIFY_URL", raising=False)
+    code, out, err = cli("run", "-s", "local_cwd", "utils.sh", "sleep", "2")
+    assert code == 0, err
+    handle = out.strip().splitlines()[-1]
+    sched = LocalCwdScheduler("torchx")
+    app_id = parse_app_handle(handle).app_id
+    deadline = time.monotonic() + 60
+    desc = sched.describe(app_id)
+    while (desc is None or desc.state.name != "SUCCEEDED") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        desc = sched.describe(app_id)
+    assert desc is not None and desc.state.name == "SUCCEEDED"
+    assert desc.started is not None and desc.ended is not None
+    time.sleep(3)  # the list comes well after the end: its time must not become the end
+    store = JobStore()
+    before = store.get(handle)
+    assert before is not None and before.state == "SUBMITTED"  # nothing watched it
+    with webhook_receiver() as hook:
+        code, out, err = cli("list", "-s", "local_cwd", env={"TORCHX_NB_NOTIFY_URL": hook.url})
+        assert code == 0, err
+        rec = store.get(handle)
+        assert rec is not None
+        assert (rec.state, rec.started, rec.ended) == ("SUCCEEDED", desc.started, desc.ended)
+        header, *rows = out.splitlines()
+        assert header.split() == [
+            "HANDLE", "STATE", "NAME", "SUBMITTED", "DURATION", "QUEUED", "RAN"
+        ]  # fmt: skip
+        (row,) = [r for r in rows if r.startswith(handle)]
+        assert row.split() == [
+            handle,
+            "SUCCEEDED",
+            rec.name,
+            *_fmt_time(rec.submitted).split(),
+            fmt_duration(desc.ended - rec.submitted),
+            fmt_duration(desc.started - rec.submitted),
+            fmt_duration(desc.ended - desc.started),
+        ]
+        assert fmt_duration(desc.ended - desc.started) in ("0:02", "0:03")
+        deadline = time.monotonic() + 30
+        while not hook.posts and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1)
+        (body,) = hook.bodies()
+        assert (body["handle"], body["state"]) == (handle, "SUCCEEDED")
+
+
+def test_describe_records_what_it_learns(isolated: Any) -> None:
+    """``torchx-nb describe`` of a job that ended unwatched records its end and the backend's
+    times in the store, as ``status`` does."""
+    import time
+
+    from tests.conftest import cli
+    from torchx_nb.specs.api import parse_app_handle
+
+    code, out, err = cli("run", "-s", "local_cwd", "utils.sh", "true")
+    assert code == 0, err
+    handle = out.strip().splitlines()[-1]
+    sched = LocalCwdScheduler("torchx")
+    app_id = parse_app_handle(handle).app_id
+    deadline = time.monotonic() + 60
+    desc = sched.describe(app_id)
+    while (desc is None or desc.state.name != "SUCCEEDED") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        desc = sched.describe(app_id)
+    assert desc is not None and desc.ended is not None
+    code, out, err = cli("describe", handle)
+    assert code == 0, err
+    rec = JobStore().get(handle)
+    assert rec is not None
+    assert (rec.state, rec.started, rec.ended) == ("SUCCEEDED", desc.started, desc.ended)

@@ -8,7 +8,7 @@ from typing import Any
 
 from torchx_nb.phases import queue_and_run
 from torchx_nb.runner import Runner
-from torchx_nb.specs.api import AppStatus, is_terminal
+from torchx_nb.specs.api import AppStatus
 
 
 def job_rows(
@@ -21,37 +21,34 @@ def job_rows(
     (seconds: the duration split at the job's start), msg.
     Jobs only the scheduler knows take their times from its describe (start → end).
 
-    Records not yet terminal are refreshed with ``status`` (and the store updated); with a
-    ``scheduler``, jobs it lists that the store lacks (run from elsewhere) are added."""
+    Records not yet terminal are refreshed with the one refresher (``Runner.refresh``), which
+    records what it learns (state, the scheduler's start and end, the job-end notice) through
+    the same code as ``status`` and the pollers; with a ``scheduler``, a record whose listed
+    state is the stored one is not asked again, and jobs it lists that the store lacks (run
+    from elsewhere) are added."""
     records = runner.jobstore.list(scheduler=scheduler, limit=limit)
     now = time.time()
     listed = {app.app_handle: app for app in runner.list(scheduler)} if scheduler else {}
-    stale = [r for r in records if not r.is_terminal and r.handle not in listed]
+    stale = [
+        r
+        for r in records
+        if not r.is_terminal and (r.handle not in listed or listed[r.handle].state.name != r.state)
+    ]
     fresh = runner.refresh(r.handle for r in stale) if refresh else {}
     rows: dict[str, dict[str, Any]] = {}
     for rec in records:
-        state, ended, msg = rec.state, rec.ended, rec.msg
-        if rec.handle in listed and not rec.is_terminal:
-            state = listed[rec.handle].state.name
-            if is_terminal(listed[rec.handle].state):
-                runner.jobstore.update_state(rec.handle, state)
-                stored = runner.jobstore.get(rec.handle)
-                ended = stored.ended if stored else now
-        elif rec.handle in fresh:
+        state, msg, stored = rec.state, rec.msg, rec
+        if rec.handle in fresh:
             status = fresh[rec.handle]
             if isinstance(status, Exception):
                 msg = f"status unavailable: {status}"
             else:
-                if status is None:
-                    state = "UNKNOWN"
-                else:
-                    state = status.state.name
-                    if is_terminal(status.state):
-                        stored = runner.jobstore.get(rec.handle)
-                        ended = stored.ended if stored else now
-        end = ended if ended else now
-        stored = runner.jobstore.get(rec.handle) if rec.handle in fresh else rec
-        queued, ran = queue_and_run(stored or rec, now)
+                state = "UNKNOWN" if status is None else status.state.name
+                stored = runner.jobstore.get(rec.handle) or rec
+        elif rec.handle in listed and not rec.is_terminal:
+            state = listed[rec.handle].state.name
+        end = stored.ended or now
+        queued, ran = queue_and_run(stored, now)
         rows[rec.handle] = {
             "handle": rec.handle,
             "scheduler": rec.scheduler,

@@ -229,6 +229,7 @@ class Watching(RunnerCore):
         desc = sched.describe(app_id)
         if desc is None:
             return None
+        self._record_state(app_handle, _status_of(desc))  # what it learned, as status records it
         if app_handle in self._apps:
             return self._apps[app_handle]
         return AppDef(name=app_id, roles=desc.roles, metadata=desc.metadata)
