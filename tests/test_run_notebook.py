@@ -151,6 +151,53 @@ def test_the_notebook_is_saved_as_it_runs_and_a_cancel_keeps_it(
     nb = executed(handle, tmp_path)
     assert outputs_text(nb.cells[1]) == "first done\n"
     assert nb.cells[2].get("outputs") == []
+    code, log, err = cli("log", handle)
+    assert code == 0, err
+    # one clean line, not nbclient's dead-kernel error
+    assert log.splitlines()[-1] == (
+        "notebook/0 torchx_nb: cancelled during cell 3 ('import time'): the notebook is saved as"
+        " far as it ran"
+    ), log
+    assert "DeadKernelError" not in log and "died" not in log
+
+
+def test_sys_exit_0_ends_the_run_as_a_success_and_result_points_to_the_notebook(
+    isolated: Path, tmp_path: Path
+) -> None:
+    """As papermill: ``sys.exit(0)`` and ``sys.exit()`` stop the run there, a success (the
+    cells after it are not run); ``sys.exit(1)`` fails it. A notebook job has no value:
+    ``result()`` says so and names ``job.notebook()``."""
+    notebook(isolated / "zero.ipynb", "print('ran')", "import sys\nsys.exit(0)", "print('no')")
+    notebook(isolated / "bare.ipynb", "import sys\nsys.exit()", "print('no')")
+    notebook(isolated / "one.ipynb", "import sys\nsys.exit(1)")
+    handles = {}
+    for name in ("zero", "bare", "one"):
+        code, out, err = cli("run-notebook", f"{name}.ipynb", "--wait", timeout=120)
+        assert code == (1 if name == "one" else 0), (name, err)
+        handles[name] = out.splitlines()[0]
+        if name != "one":
+            assert err.strip().splitlines()[-1] == f"torchx-nb: {handles[name]} SUCCEEDED", err
+    nb = executed(handles["zero"], tmp_path)
+    assert outputs_text(nb.cells[1]) == "ran\n"
+    assert nb.cells[3].execution_count is None and nb.cells[3].outputs == []
+    code, log, _ = cli("log", handles["zero"])
+    assert (
+        "notebook/0 [torchx_nb] cell 3 called sys.exit(0): the run ends there, a success (as"
+        " papermill)"
+    ) in log.splitlines(), log
+    from torchx_nb.specs.exceptions import NoResult
+
+    with get_runner() as runner:
+        try:
+            runner.result(handles["bare"])
+        except NoResult as e:
+            message = str(e)
+        else:
+            raise AssertionError("a notebook job has no result")
+    assert message == (
+        f"{handles['bare']} ended SUCCEEDED without a result: it ran the notebook bare.ipynb,"
+        " which gives no value: job.notebook() fetches the executed notebook"
+    )
 
 
 def test_bad_input_is_one_line_and_nothing_is_submitted(isolated: Path) -> None:

@@ -28,6 +28,7 @@ RESULT = ".torchx-nb/result.pkl"
 RESULT_REPR = ".torchx-nb/result.txt"
 PYTHON = ".torchx-nb/python.txt"
 EXIT = ".torchx-nb/exit.txt"
+NOTEBOOK = ".torchx-nb/notebook.txt"  # the notebook runner ran: its name, no value to give
 CHUNK = 1 << 20
 SHORT_CHARS = 1000  # the most of a short repr or an error line any surface reads
 
@@ -282,6 +283,12 @@ def _ended_how(store: OutputStore, names: set[str]) -> str | None:
     """What the cell runner's files say of a job that left no result: the cell called
     ``sys.exit``, or it ended its process before its last line (``os._exit``, a crash);
     None when the cell runner never started there."""
+    if NOTEBOOK in names:
+        name = _short(store, NOTEBOOK).strip()[:200]
+        return (
+            f"it ran the notebook {name}, which gives no value: job.notebook() fetches the"
+            " executed notebook"
+        )
     if EXIT in names:
         return f"the cell called sys.exit({_short(store, EXIT).strip()[:100]}) before its last line"
     if PYTHON in names:

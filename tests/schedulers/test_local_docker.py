@@ -367,6 +367,42 @@ def test_a_notebook_job_in_a_container(
         assert "pip install nbclient ipykernel in the image" in card.exception
 
 
+def test_a_cancelled_notebook_job_is_cancelled_with_one_clean_line(
+    docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """``docker stop`` sends SIGTERM: the notebook runner stops its kernel, saves the notebook
+    and ends as killed by SIGTERM, so the job is CANCELLED (it was FAILED, nbclient's
+    ``assert self.km is not None`` in the log) with one clean line."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from tests.infra.dockerd import host_python_mounts
+    from torchx_nb.components.notebook import notebook_app, notebook_program
+    from torchx_nb.notebook.handle import JobHandle
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cells = [new_code_cell("print('first done')"), new_code_cell("import time\ntime.sleep(90)")]
+    nbformat.write(new_notebook(cells=cells), ws / "long.ipynb")
+    program = notebook_program(str(ws / "long.ipynb"), str(ws))
+    mounts, path = host_python_mounts()
+    app = notebook_app(program, image=base_images["python"], env={"PATH": path}, mounts=mounts)
+    cfg = {"network": "host", "builder": "docker", "quiet": True}
+    with get_runner() as runner:
+        job = JobHandle(runner.run(app, "local_docker", cfg, str(ws), packages="none"), runner)
+        wait_for(lambda: "[torchx_nb] cell 2: import time" in job.logs(), 120, interval=0.5)
+        job.cancel()
+        status = job.wait(timeout=60, interval=0.5)
+        assert status is not None and status.state == AppState.CANCELLED, status
+        log = job.logs()
+        nb = nbformat.read(job.notebook(tmp_path / "back"), 4)
+    assert log.splitlines()[-1] == (
+        "torchx_nb: cancelled during cell 2 ('import time'): the notebook is saved as far as it ran"
+    ), log
+    assert "AssertionError" not in log and "DeadKernelError" not in log
+    assert nb.cells[0].outputs[0].text == "first done\n"
+
+
 def test_a_package_the_kernel_has_and_the_image_lacks_is_one_line(
     docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
 ) -> None:

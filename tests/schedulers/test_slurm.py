@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import time
@@ -784,6 +785,36 @@ def test_a_notebook_runs_as_a_slurm_job_in_place_and_from_a_job_dir(
         (card,) = runner.failure_cards(bad.handle, status, lines=0)
         assert card.exception == "KeyError in cell 1 (\"raise KeyError('k')\"): 'k'"
     assert not (ws / "PWNED").exists() and not (ws / "PWNED2").exists()
+
+
+def test_a_cancelled_notebook_job_is_cancelled_with_one_clean_line(
+    slurm_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """scancel on the real cluster: the job is CANCELLED and its log ends with Slurm's own
+    line, no nbclient error or dead-kernel traceback (the runner stops its kernel on SIGTERM)."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from torchx_nb.notebook.notebook_jobs import run_notebook
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cells = [new_code_cell("print('first done')"), new_code_cell("import time\ntime.sleep(90)")]
+    nbformat.write(new_notebook(cells=cells), ws / "long.ipynb")
+    with get_runner() as runner:
+        job = run_notebook(ws / "long.ipynb", scheduler="slurm", runner=runner)
+        wait_for(lambda: "[torchx_nb] cell 2: import time" in job.logs(), 120, interval=0.5)
+        job.cancel()
+        status = job.wait(timeout=60, interval=0.5)
+        assert status is not None and status.state == AppState.CANCELLED, status
+        log = job.logs()
+    # Slurm's own line ends the log (the step's output stops at the cancel), no nbclient error
+    assert re.fullmatch(
+        r"slurmstepd-127\.0\.0\.1: error: \*\*\* STEP \d+\.0 ON 127\.0\.0\.1 CANCELLED AT \S+ \*\*\*",
+        log.splitlines()[-1],
+    ), log
+    assert "Traceback" not in log and "died" not in log
+    assert "AssertionError" not in log and "DeadKernelError" not in log
 
 
 def test_a_notebook_sweep_is_one_job_array_each_task_its_own_notebook(

@@ -120,6 +120,12 @@ async def _maybe_await(value: Any) -> Any:
     return await value if asyncio.iscoroutine(value) or asyncio.isfuture(value) else value
 
 
+def _exited_cleanly(e: Any) -> bool:
+    """Whether the cell ended with ``sys.exit()``, ``sys.exit(0)`` or ``sys.exit(None)``: a
+    success that stops the run, as papermill has it (and Python, for a script)."""
+    return e.ename == "SystemExit" and (e.evalue or "").strip() in ("", "0", "None")
+
+
 def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     """Execute the notebook at ``path`` with its parameters injected, saving it into the
     output folder as it runs (after a cell, at most every few seconds; on an object-store
@@ -132,6 +138,7 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     if cancelled:
         return int(base.CANCELLED_EXIT)
     out = os.path.join(folder, base.OWN)
+    base._write(out, "notebook.txt", os.path.basename(path).encode())  # result(): no value
     try:
         import ipykernel  # noqa: F401
         import nbformat
@@ -169,10 +176,25 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
                 _upload_one(base, target, url)
                 state["uploaded"] = now
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: Any) -> None:  # before the kernel runs: end at once
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
+
+    killing: list[asyncio.Future[Any]] = []
+
+    async def begun(**_: Any) -> None:
+        """From now on a cancel (SIGTERM) stops the kernel: nbclient then ends as for a dead
+        kernel, the notebook is saved and the job ends as killed by SIGTERM (CANCELLED)."""
+
+        def cancel() -> None:
+            state["cancelled"] = 1.0
+            assert client.km is not None  # the notebook started: its kernel is there
+            kill = _maybe_await(client.km.signal_kernel(signal.SIGKILL))
+            killing.append(asyncio.ensure_future(kill))
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, cancel)
+
     root = tempfile.mkdtemp(prefix="torchx-nb-kernel-")  # private (0700)
     _kernel_here(root)
     from traitlets.config import Config
@@ -217,6 +239,7 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
         kernel_name=KERNEL,
         timeout=None,  # CellLimit holds the cells to --cell-timeout
         resources={"metadata": {"path": os.getcwd()}},
+        on_notebook_start=begun,
         on_cell_start=started,
         on_cell_execute=executing,
         on_cell_executed=executed,
@@ -235,6 +258,22 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     try:
         client.execute()
     except (_OverLimit, CellExecutionError, DeadKernelError) as e:
+        if state.get("cancelled"):
+            i = int(state["cell"])
+            sys.stderr.write(
+                f"torchx_nb: cancelled during cell {i + 1}"
+                f" ({_first_line(nb.cells[i].source)!r}): the notebook is saved as far as it"
+                " ran\n"
+            )
+            return 128 + signal.SIGTERM
+        if isinstance(e, CellExecutionError) and _exited_cleanly(e):
+            i = int(state["cell"])
+            print(
+                f"[torchx_nb] cell {i + 1} called sys.exit({e.evalue}): the run ends there, a"
+                " success (as papermill)",
+                flush=True,
+            )
+            return 0
         if limit is not None and limit.over is not None:
             if limit.killed:
                 timeout += (
