@@ -117,10 +117,12 @@ def jupyter_lab(
     app: str = "jupyterlab",
     port: int | None = None,
     token: str | None = None,
+    args: list[str] | None = None,
 ) -> Iterator[Lab]:
     """Start ``jupyter lab`` (or ``app="notebook"``: Notebook 7) serving ``root`` on a free
     loopback port, with torchx_nb's server and lab extensions on; stop it at the end. A
-    ``port`` and ``token`` of a server stopped before start it again as it was (a restart)."""
+    ``port`` and ``token`` of a server stopped before start it again as it was (a restart);
+    ``args`` are more options (``--TorchxNbApp.heartbeat=300``)."""
     root.mkdir(parents=True, exist_ok=True)
     home = root.parent / f"{root.name}-jupyter"
     for sub in ("config", "data", "runtime", "settings", "workspaces"):
@@ -165,6 +167,7 @@ def jupyter_lab(
                 "--LabApp.expose_app_in_browser=True",
                 "--JupyterNotebookApp.expose_app_in_browser=True",
                 "--allow-root",
+                *(args or []),
             ],
             cwd=root,
             env=full_env,

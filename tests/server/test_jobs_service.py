@@ -120,9 +120,10 @@ def test_the_server_and_a_kernels_watch_share_the_processs_refresher(isolated: P
         service.close()
 
 
-def test_a_store_made_anew_is_followed_from_its_own_start(isolated: Path) -> None:
-    """The store's file moved aside after many writes: the new store's counter starts again,
-    and a change written there later is still reported (the old position must not hide it)."""
+def test_a_store_made_anew_is_a_reset_then_followed_from_its_own_start(isolated: Path) -> None:
+    """The store's file moved aside after many writes: the new store is a reset (its rows are
+    not replayed one by one), and a change written there later is still reported (the old
+    position must not hide it)."""
     store = JobStore()
     for i in range(20):
         store.add(record(i, "SUCCEEDED"))
@@ -135,7 +136,7 @@ def test_a_store_made_anew_is_followed_from_its_own_start(isolated: Path) -> Non
                 f.rename(f.with_name(f.name + ".aside"))
         fresh = JobStore()
         fresh.add(record(100, "SUCCEEDED"))
-        assert [r["handle"] for r in service._refresh()] == ["local_cwd://torchx/j-100"]
+        assert service._refresh() == [] and service._store_swapped
         fresh.add(record(101, "FAILED"))
         assert [(r["handle"], r["state"]) for r in service._refresh()] == [
             ("local_cwd://torchx/j-101", "FAILED")
