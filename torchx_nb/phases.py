@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 from torchx_nb.jobstore import JobRecord
+from torchx_nb.specs.durations import fmt_duration
 
 
 @dataclass(frozen=True)
@@ -46,16 +47,6 @@ def queue_and_run(rec: JobRecord, now: float | None = None) -> tuple[float, floa
     """Seconds queued, and seconds run (None: it never ran)."""
     found = {p.name: p.seconds(now) for p in phases(rec, now)}
     return found["queued"], found.get("running")
-
-
-def fmt_duration(seconds: float | None) -> str:
-    """``m:ss`` or ``h:mm:ss`` ("" when unknown): how every surface shows a duration."""
-    if seconds is None:
-        return ""
-    total = int(max(0.0, seconds))
-    h, rem = divmod(total, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 def phases_line(rec: JobRecord, now: float | None = None) -> str:

@@ -16,7 +16,7 @@ def time_limit(job: dict[str, Any]) -> tuple[str, str] | None:
     """(what ended it, the next step) for a job Batch stopped at its timeout; None else."""
     if not _TIMEOUT.search(str(job.get("statusReason") or "")):
         return None
-    from torchx_nb.phases import fmt_duration
+    from torchx_nb.specs.durations import fmt_duration
 
     seconds = (job.get("timeout") or {}).get("attemptDurationSeconds")
     said = f" of {fmt_duration(float(seconds))}" if seconds else ""

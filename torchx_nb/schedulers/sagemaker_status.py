@@ -61,7 +61,7 @@ def time_limit(job: dict[str, Any]) -> tuple[str, str] | None:
     any other job."""
     secondary = str(job.get("SecondaryStatus") or "")
     stopping = job.get("StoppingCondition") or {}
-    from torchx_nb.phases import fmt_duration
+    from torchx_nb.specs.durations import fmt_duration
 
     if secondary == "MaxRuntimeExceeded":
         limit = stopping.get("MaxRuntimeInSeconds")

@@ -60,7 +60,7 @@ def explain_exit(rep: ReplicaStatus, job: Any) -> None:
     """Say in words a failure GCP Batch itself caused (its 5000x exit codes): a time limit
     names the limit and how to raise it."""
     if rep.exit_code == MAX_RUN_EXIT:
-        from torchx_nb.phases import fmt_duration
+        from torchx_nb.specs.durations import fmt_duration
 
         seconds = job.task_groups[0].task_spec.max_run_duration.seconds if job else 0
         said = f" of {fmt_duration(seconds)}" if seconds else ""

@@ -558,7 +558,7 @@ class KubernetesScheduler(
 
 def deadline_words(spec: dict[str, Any], what: str) -> tuple[str, str]:
     """A card's words for a pod (or Job) stopped at its ``activeDeadlineSeconds``."""
-    from torchx_nb.phases import fmt_duration
+    from torchx_nb.specs.durations import fmt_duration
 
     seconds = spec.get("activeDeadlineSeconds")
     said = f" of {fmt_duration(float(seconds))}" if seconds else ""
