@@ -37,6 +37,7 @@ from typing import Any
 
 CELL = "<cell>"
 OWN = ".torchx-nb"
+SITE_DIRS = {"site-packages", "dist-packages"}  # where IPython puts '' before the first
 REPR_CHARS = 300
 CANCEL_MARK = "cancel"  # in OWN under a trial's upload target: "stop this trial"
 CANCELLED_EXIT = 170  # the exit status of a trial stopped by its cancel mark
@@ -334,6 +335,19 @@ def _start() -> tuple[str, dict[str, Any], bool]:
     return folder, params, False
 
 
+def _workspace_on_path(*folders: str) -> None:
+    """The job runs in its workspace: put it (then the cell's own folder: on local_cwd and
+    Slurm a private one) where IPython puts ``''`` in a kernel, after the standard library
+    and before the first site-packages, so a ``statistics.py`` there shadows the standard
+    module in the job exactly when it does in the kernel (not at all)."""
+    for path in folders:
+        while path in sys.path:
+            sys.path.remove(path)
+    # none (python -S): first, as IPython does then
+    at = next((i for i, p in enumerate(sys.path) if os.path.basename(p) in SITE_DIRS), 0)
+    sys.path[at:at] = list(folders)
+
+
 def run(script: str, args: list[str]) -> int:
     """Run the cell; returns the process's exit status."""
     pickler = _cloudpickle()
@@ -346,12 +360,7 @@ def run(script: str, args: list[str]) -> int:
     linecache.cache[CELL] = (len(source), None, source.splitlines(keepends=True), CELL)
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__, **params}
     sys.argv = [script, *args]
-    # the job runs in its workspace: its modules come first, as '' does in a kernel, then the
-    # cell's own folder (on local_cwd and Slurm a private one, outside the workspace)
-    for path in (os.path.dirname(os.path.abspath(script)), os.getcwd()):
-        if path in sys.path:
-            sys.path.remove(path)
-        sys.path.insert(0, path)
+    _workspace_on_path(os.getcwd(), os.path.dirname(os.path.abspath(script)))
     try:
         tree = ast.parse(source, CELL)
         missing = missing_import(tree, source.splitlines())

@@ -330,25 +330,18 @@ class EventsHandler(Base):
         service.connect()
         self._counted = True
         try:
-            reset = version < 0
-            if not reset:
-                await self.flush()  # the headers at once: the client knows it is connected
+            if version < 0:
+                version = service.version
+                rows = await service.run(service.active_rows)
+                self.write("event: reset\ndata: {}\n\n")
+                await self._send(service, version, rows, counts=True)
+                if once:
+                    return
             while not self._closed:
-                if reset:
-                    version = service.version
-                    rows = await service.run(service.active_rows)
-                    self.write("event: reset\ndata: {}\n\n")
-                    counts = True
-                else:
-                    version, found = await service.changes(version)
-                    if self._closed:
-                        return
-                    if found is None:  # the store was swapped: reload, as a new client
-                        reset = True
-                        continue
-                    rows, counts = found, bool(found) or once
-                reset = False
-                await self._send(service, version, rows, counts=counts)
+                version, rows = await service.changes(version)
+                if self._closed:
+                    return
+                await self._send(service, version, rows, counts=bool(rows) or once)
                 if once:
                     return
         except tornado.iostream.StreamClosedError:
