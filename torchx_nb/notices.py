@@ -1,6 +1,8 @@
 """One notice when a job ends: a webhook (``$TORCHX_NB_NOTIFY_URL`` or ``.torchxconfig``'s
 ``[notify] url``) gets JSON with the handle, name, state, duration and, for a failed job, its
-first failure card, plus a Slack-compatible ``text``.
+first failure card, plus a Slack-compatible ``text`` and a stable ``notice_id`` (also the ``Idempotency-Key``
+header). It is POSTed with urllib3: 307/308 followed keeping the POST, 301/302/303 not
+(one warning), ``user:pass@`` sent as basic auth.
 
 Whichever watcher sees the end first sends it (the Jupyter server's poller, a kernel's poller,
 a CLI waiting on the job): the notice is claimed in the job store before it is sent, so two
@@ -27,6 +29,7 @@ from torchx_nb.specs.failure import FailureCard
 NOTIFY_ENV = "TORCHX_NB_NOTIFY_URL"
 RETRIES = (1.0, 2.0, 4.0, 8.0, 16.0)
 TIMEOUT_S = 10.0
+REDIRECTS = 5
 
 
 class NotifyError(TorchxNbError):
@@ -77,6 +80,7 @@ def payload(
         if cards[0].last_lines:
             text += "\n```\n" + "\n".join(cards[0].last_lines[-5:]) + "\n```"
     body = {
+        "notice_id": notice_id(handle),
         "handle": handle,
         "name": name,
         "state": state,
@@ -107,18 +111,83 @@ def bounded(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def post(url: str, body: dict[str, Any]) -> None:
-    """One POST of ``body`` as JSON; an HTTP error or a refused connection raises."""
-    import urllib.request  # here: a command that sends no notice does not pay for it
+class WebhookAnswer(NotifyError):
+    """The webhook answered, but did not take the notice (an error status, or a redirect that
+    would not carry the POST); ``final``: trying again will not help (a 301/302/303)."""
 
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "User-Agent": "torchx_nb"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as resp:
-        resp.read()
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
+
+
+def notice_id(handle: str) -> str:
+    """The notice's stable id (one per job end, the same in every process that sends it): a
+    receiver drops a repeat by it (``notice_id`` in the body, the ``Idempotency-Key`` header)."""
+    import uuid
+
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"torchx-nb-notice:{handle}"))
+
+
+def _target(url: str) -> tuple[str, dict[str, str]]:
+    """The URL without its ``user:pass@`` part, and that part as a basic-auth header."""
+    from urllib.parse import unquote
+
+    from urllib3.util import make_headers, parse_url
+
+    parsed = parse_url(url)
+    if not parsed.auth:
+        return url, {}
+    user, _, password = parsed.auth.partition(":")
+    bare = parsed._replace(auth=None).url
+    return bare, dict(make_headers(basic_auth=f"{unquote(user)}:{unquote(password)}"))
+
+
+def post(url: str, body: dict[str, Any]) -> None:
+    """One POST of ``body`` as JSON (urllib3); a 2xx answer is the webhook's acknowledgement.
+    A 307/308 is followed keeping the POST and its body (at most ``REDIRECTS`` hops, counted
+    by urllib3's ``Retry``; credentials are not sent to another host); a 301/302/303 is not
+    followed (a client would re-send it as a GET without its body) and raises
+    ``WebhookAnswer(final=True)``; any other answer, or no answer, raises."""
+    from urllib.parse import urljoin
+
+    import urllib3  # here: a command that sends no notice does not pay for it
+
+    target, auth = _target(url)
+    headers = {"Content-Type": "application/json", "User-Agent": "torchx_nb", **auth}
+    if body.get("notice_id"):
+        headers["Idempotency-Key"] = str(body["notice_id"])
+    data = json.dumps(body).encode()
+    hops = urllib3.Retry(total=None, redirect=REDIRECTS, raise_on_redirect=True)
+    with urllib3.PoolManager(timeout=urllib3.Timeout(total=TIMEOUT_S), retries=False) as pool:
+        while True:
+            resp = pool.request("POST", target, body=data, headers=headers, redirect=False)
+            if 200 <= resp.status < 300:
+                return
+            location = resp.headers.get("Location")
+            if resp.status in (307, 308) and location:
+                try:
+                    hops = hops.increment("POST", target, response=resp)
+                except urllib3.exceptions.MaxRetryError:
+                    raise WebhookAnswer(
+                        f"the webhook redirected the notice more than {REDIRECTS} times"
+                    ) from None
+                after = urljoin(target, location)
+                if urllib3.util.parse_url(after).host != urllib3.util.parse_url(target).host:
+                    headers = {
+                        k: v
+                        for k, v in headers.items()
+                        if k.lower() not in hops.remove_headers_on_redirect
+                    }
+                target = after
+                continue
+            if resp.status in (301, 302, 303):
+                raise WebhookAnswer(
+                    f"the webhook answered {resp.status} (a redirect that would re-send the"
+                    " notice as a GET without its body): set the notice URL to the address it"
+                    " points to",
+                    final=True,
+                )
+            raise WebhookAnswer(f"the webhook answered HTTP {resp.status}")
 
 
 class Notifier:
@@ -168,7 +237,7 @@ class Notifier:
                 self.sent += 1
                 return
             except Exception as e:
-                if delay is None:
+                if delay is None or (isinstance(e, WebhookAnswer) and e.final):
                     self._warn(url, e)
                     return
                 time.sleep(delay)
@@ -211,7 +280,9 @@ __all__ = [
     "NOTIFY_ENV",
     "Notifier",
     "NotifyError",
+    "WebhookAnswer",
     "drain",
+    "notice_id",
     "notifier",
     "notify_url",
     "payload",

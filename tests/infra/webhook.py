@@ -1,5 +1,6 @@
 """A webhook receiver on 127.0.0.1: every POST's JSON body and when it came; ``fail`` makes it
-answer 500 (a webhook that is down)."""
+answer 500 (a webhook that is down); ``answers`` maps a path to the status (and ``Location``)
+it answers there (a redirect); every request's method, path and headers (names lower-cased) are kept."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ class Receiver:
         self.posts: list[tuple[float, str, Any]] = []
         self.fail = False
         self.url = ""
+        self.answers: dict[str, tuple[int, str | None]] = {}
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
 
     def bodies(self) -> list[Any]:
         return [body for _, _, body in self.posts]
@@ -30,8 +33,24 @@ def webhook_receiver() -> Iterator[Receiver]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
-            receiver.posts.append((time.time(), self.path, json.loads(raw or b"null")))
-            self.send_response(500 if receiver.fail else 200)
+            receiver.requests.append(
+                ("POST", self.path, {k.lower(): v for k, v in self.headers.items()})
+            )
+            status, location = receiver.answers.get(self.path, (200, None))
+            if status == 200:
+                receiver.posts.append((time.time(), self.path, json.loads(raw or b"null")))
+            self.send_response(500 if receiver.fail else status)
+            if location:
+                self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self) -> None:
+            receiver.requests.append(
+                ("GET", self.path, {k.lower(): v for k, v in self.headers.items()})
+            )
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
             self.end_headers()
 
         def log_message(self, *args: Any) -> None:
