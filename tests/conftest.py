@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = ROOT / "tests" / "fixtures" / "plugin"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-pytest_plugins = ["tests.infra.fixtures"]
+pytest_plugins = ["tests.infra.fixtures", "tests.infra.parallel"]
 
 
 @pytest.fixture(autouse=True)

@@ -488,7 +488,9 @@ def test_a_notebook_is_uploaded_as_it_runs_on_an_object_store(tmp_path: Path, aw
 
     s3 = aws_env.client("s3")
     s3.create_bucket(Bucket="nb-out", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    folder = notebook_job(tmp_path, "print('early')", "import time\ntime.sleep(12)", "print(2)")
+    go = tmp_path / "go"  # the second cell waits for it: the job runs until the test has seen
+    wait = f"import os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.2)"
+    folder = notebook_job(tmp_path, "print('early')", wait, "print(2)")
     env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     env.update(
         PATH=os.environ["PATH"],
@@ -504,7 +506,7 @@ def test_a_notebook_is_uploaded_as_it_runs_on_an_object_store(tmp_path: Path, aw
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120
         early = None
         while time.monotonic() < deadline and early is None:
             time.sleep(0.3)
@@ -519,6 +521,7 @@ def test_a_notebook_is_uploaded_as_it_runs_on_an_object_store(tmp_path: Path, aw
         assert early is not None and early.cells[0].outputs[0].text == "early\n"
         assert early.cells[2].get("outputs") == []
     finally:
+        go.touch()
         assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
     final = nbformat.reads(
         s3.get_object(Bucket="nb-out", Key="runs/j/nb.ipynb")["Body"].read().decode(), 4

@@ -15,6 +15,8 @@ import tarfile
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,7 @@ class DockerDaemon:
     proc: subprocess.Popen[bytes] | None
     log: Path
     lock_fd: int | None = None
+    private_root: Path | None = None  # a data root of its own (all slots taken): removed at stop
 
     @property
     def base_url(self) -> str:
@@ -132,26 +135,47 @@ class DockerDaemon:
         if self.lock_fd is not None:
             os.close(self.lock_fd)
             self.lock_fd = None
+        if self.private_root is not None:
+            shutil.rmtree(self.private_root, ignore_errors=True)
+            self.private_root = None
+
+
+# cached data roots: one per dockerd running at once on this machine (a parallel run's workers,
+# two runs), each kept warm between runs; past these a dockerd gets a private one
+DATA_ROOT_SLOTS = 8
 
 
 def _claim_data_root(state_dir: Path) -> tuple[Path, Path, int | None]:
-    """(data root, pid file, lock fd). The cached data root is used by one test run at a time,
-    under an exclusive flock held until ``stop``; a second run on the same machine gets a data
-    root of its own instead of stopping the first run's daemon. A daemon left by a run that
-    died (its pid file names a live dockerd while nobody holds the lock) is stopped first."""
+    """(data root, pid file, lock fd). A cached data root is used by one dockerd at a time,
+    under an exclusive flock held until ``stop``: the first free of ``DATA_ROOT_SLOTS`` slots
+    (``docker-data``, ``docker-data-1``...), so each worker of a parallel run and each of two
+    runs on one machine finds its base images already there without stopping another's daemon;
+    when all are taken, a data root of its own under ``state_dir``. A daemon left on a slot by
+    a run that died (its pid file names a live dockerd while nobody holds the lock) is stopped
+    first."""
     import fcntl
 
-    data_root = Path(os.environ.get("TORCHX_NB_DOCKER_DATA", CACHE / "docker-data"))
-    data_root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(str(data_root) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        private = state_dir / "docker-data"
-        private.mkdir(parents=True, exist_ok=True)
-        return private, state_dir / "dockerd.pid", None
-    pidfile = data_root.parent / "dockerd.pid"
+    base = Path(os.environ.get("TORCHX_NB_DOCKER_DATA", CACHE / "docker-data"))
+    for slot in range(DATA_ROOT_SLOTS):
+        data_root = base if slot == 0 else base.with_name(f"{base.name}-{slot}")
+        data_root.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(str(data_root) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        data_root.mkdir(exist_ok=True)
+        pidfile = data_root.parent / ("dockerd.pid" if slot == 0 else f"dockerd-{slot}.pid")
+        _stop_stale(pidfile)
+        return data_root, pidfile, fd
+    private = state_dir / "docker-data"
+    private.mkdir(parents=True, exist_ok=True)
+    return private, state_dir / "dockerd.pid", None
+
+
+def _stop_stale(pidfile: Path) -> None:
+    """Stop the dockerd a dead run left on a slot (its pid file), before the slot is reused."""
     if pidfile.exists():
         try:
             old = int(pidfile.read_text().strip())
@@ -162,7 +186,6 @@ def _claim_data_root(state_dir: Path) -> tuple[Path, Path, int | None]:
         except (ValueError, ProcessLookupError, PermissionError):
             pass
         pidfile.unlink(missing_ok=True)
-    return data_root, pidfile, fd
 
 
 def start_dockerd(state_dir: Path) -> DockerDaemon:
@@ -196,7 +219,7 @@ def start_dockerd(state_dir: Path) -> DockerDaemon:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    daemon = DockerDaemon(sock, proc, log, lock_fd)
+    daemon = DockerDaemon(sock, proc, log, lock_fd, None if lock_fd is not None else data_root)
 
     def up() -> bool:
         if proc.poll() is not None:
@@ -293,6 +316,17 @@ def _debian_mirror() -> str:
     raise RuntimeError("no Debian mirror configured for apt")
 
 
+@contextmanager
+def _building(dest: Path) -> Iterator[None]:
+    """Hold ``dest``'s build lock: the workers of a parallel run (or two runs) that all find
+    a base image missing build its root filesystem once; the others wait, then reuse it."""
+    import fcntl
+
+    with open(dest / ".build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _busybox_rootfs(dest: Path) -> Path:
     tarball = dest / "busybox-rootfs.tar"
     if tarball.exists():
@@ -359,7 +393,8 @@ def python_pip_image(client: Any) -> str:
     except docker.errors.ImageNotFound:
         dest = CACHE / "base-images"
         dest.mkdir(parents=True, exist_ok=True)
-        tarball = _python_rootfs(dest, ",python3-pip", "python-pip")
+        with _building(dest):
+            tarball = _python_rootfs(dest, ",python3-pip", "python-pip")
         repo, tag = PYTHON_PIP_IMAGE.rsplit(":", 1)
         with open(tarball, "rb") as f:
             client.api.import_image_from_data(
@@ -390,7 +425,8 @@ def build_base_images(client: Any) -> dict[str, str]:
         try:
             client.images.get(name)
         except docker.errors.ImageNotFound:
-            tarball = make(dest)
+            with _building(dest):
+                tarball = make(dest)
             repo, tag = name.rsplit(":", 1)
             with open(tarball, "rb") as f:
                 client.api.import_image_from_data(

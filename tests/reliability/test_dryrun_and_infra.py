@@ -31,19 +31,28 @@ def test_image_dryrun_shows_the_cell_script_and_patched_image_without_pushing(
 def test_a_second_test_run_gets_its_own_dockerd_data_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.infra.dockerd import _claim_data_root
+    """Each dockerd at once (a parallel run's workers, a second run) takes the next free cached
+    slot, with its own pid file; past the last slot one gets a private data root; a slot let go
+    is taken again."""
+    from tests.infra.dockerd import DATA_ROOT_SLOTS, _claim_data_root
 
-    monkeypatch.setenv("TORCHX_NB_DOCKER_DATA", str(tmp_path / "cache" / "docker-data"))
-    first_root, first_pid, first_fd = _claim_data_root(tmp_path / "run1")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TORCHX_NB_DOCKER_DATA", str(cache / "docker-data"))
+    claims = [_claim_data_root(tmp_path / f"run{i}") for i in range(DATA_ROOT_SLOTS)]
     try:
-        second_root, second_pid, second_fd = _claim_data_root(tmp_path / "run2")
-        assert first_fd is not None and second_fd is None
-        assert first_root == tmp_path / "cache" / "docker-data"
-        assert second_root == tmp_path / "run2" / "docker-data"
-        assert second_pid != first_pid
+        roots = [root for root, _, _ in claims]
+        assert roots == [cache / "docker-data"] + [
+            cache / f"docker-data-{i}" for i in range(1, DATA_ROOT_SLOTS)
+        ]
+        assert all(fd is not None for _, _, fd in claims)
+        assert len({pid for _, pid, _ in claims}) == DATA_ROOT_SLOTS
+        private_root, private_pid, private_fd = _claim_data_root(tmp_path / "extra")
+        assert private_fd is None and private_root == tmp_path / "extra" / "docker-data"
+        assert private_pid not in {pid for _, pid, _ in claims}
     finally:
-        assert first_fd is not None
-        os.close(first_fd)
-    third_root, _, third_fd = _claim_data_root(tmp_path / "run3")
-    assert third_root == first_root and third_fd is not None
-    os.close(third_fd)
+        for _, _, fd in claims:
+            assert fd is not None
+            os.close(fd)
+    again_root, _, again_fd = _claim_data_root(tmp_path / "again")
+    assert again_root == cache / "docker-data" and again_fd is not None
+    os.close(again_fd)
