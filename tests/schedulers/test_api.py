@@ -10,14 +10,75 @@ import pytest
 from torchx_nb import specs
 from torchx_nb.schedulers import get_scheduler_factories
 from torchx_nb.schedulers.abilities import SubmitsArrays
-from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
-from torchx_nb.schedulers.logs import filter_regex, split_lines, split_lines_iterator
+from torchx_nb.schedulers.api import (  # TorchX's import path, as TorchX users write it
+    DescribeAppResponse,
+    ListAppResponse,
+    Scheduler,
+    filter_regex,
+    split_lines,
+    split_lines_iterator,
+)
+from torchx_nb.workspace.api import WorkspaceMixin
 
 
 def test_line_helpers() -> None:
     assert split_lines("a\nb\n\nc") == ["a\n", "b\n", "\n", "c"]
     assert list(split_lines_iterator(["a", "b\nc", "\nd\n", "e"])) == ["ab\n", "c\n", "d\n", "e"]
     assert list(filter_regex(r"^b", ["a\n", "bb\n", "cb\n"])) == ["bb\n"]
+
+
+def test_split_lines_as_torchx_tests_it() -> None:
+    """TorchX 0.7.0's ``test_split_lines``, through ``torchx_nb.schedulers.api``."""
+    assert split_lines("") == []
+    assert split_lines("\n") == ["\n"]
+    assert split_lines("foo\nbar") == ["foo\n", "bar"]
+    assert split_lines("foo\nbar\n") == ["foo\n", "bar\n"]
+    assert list(split_lines_iterator(["1\n2\n3\n4\n"])) == ["1\n", "2\n", "3\n", "4\n"]
+
+
+class TorchxStyle(Scheduler[Mapping[str, Any]], WorkspaceMixin[None]):
+    """A scheduler written as TorchX 0.7.0's tests write one: a required string option, and
+    its own ``build_workspace_and_update_role``."""
+
+    def __init__(self) -> None:
+        super().__init__("mock", "test_session")
+
+    def schedule(self, dryrun_info: specs.AppDryRunInfo[Any]) -> str:
+        app = dryrun_info._app
+        assert app is not None
+        return app.name
+
+    def _submit_dryrun(self, app: specs.AppDef, cfg: Mapping[str, Any]) -> specs.AppDryRunInfo[Any]:
+        return specs.AppDryRunInfo(None, lambda _: "None")
+
+    def _run_opts(self) -> specs.runopts:
+        opts = specs.runopts()
+        opts.add("foo", type_=str, required=True, help="required option")
+        return opts
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        return None
+
+    def list(self, cfg: Mapping[str, Any] | None = None) -> list[ListAppResponse]:
+        return []
+
+    def _cancel_existing(self, app_id: str) -> None:
+        pass
+
+    def build_workspace_and_update_role(
+        self, role: specs.Role, workspace: str, cfg: Mapping[str, Any]
+    ) -> None:
+        role.image = workspace
+
+
+def test_submit_workspace_as_torchx_tests_it() -> None:
+    """TorchX 0.7.0's ``test_submit_workspace``, with ``WorkspaceMixin`` from
+    ``torchx_nb.workspace.api``: ``submit(..., workspace=)`` calls the scheduler's own build."""
+    app = specs.AppDef("test_app", roles=[specs.Role(name="sleep", image="", entrypoint="foo.sh")])
+    assert TorchxStyle().submit(app, {"foo": "asdf"}, workspace="some_workspace") == "test_app"
+    assert app.roles[0].image == "some_workspace"
+    with pytest.raises(specs.InvalidRunConfigException):
+        TorchxStyle().submit(app, {})
 
 
 class Recording(Scheduler[Mapping[str, Any]]):

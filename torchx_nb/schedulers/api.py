@@ -14,7 +14,7 @@ from torchx_nb.schedulers.abilities import (
     TakesTypedOptions,
     WorkspaceMixin,
 )
-from torchx_nb.schedulers.logs import filter_regex
+from torchx_nb.schedulers.logs import filter_regex, split_lines, split_lines_iterator
 from torchx_nb.specs.api import (
     NULL_RESOURCE,
     AppDef,
@@ -214,10 +214,13 @@ class Scheduler(abc.ABC, Generic[T]):
                 )
 
 
-__all__ = [
+__all__ = [  # TorchX's torchx.schedulers.api names, importable from here as there
     "DescribeAppResponse",
     "ListAppResponse",
     "LogQuery",
     "Scheduler",
     "Stream",
+    "filter_regex",
+    "split_lines",
+    "split_lines_iterator",
 ]
