@@ -111,7 +111,8 @@ def test_a_job_end_sends_one_notice_with_two_watchers(
 def test_a_webhook_that_stays_down_is_retried_then_one_warning(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(notices, "RETRIES", (0.05, 0.05))
+    monkeypatch.setattr(notices, "TRIES", 3)
+    monkeypatch.setattr(notices, "BACKOFF_S", 0.05)
     with webhook_receiver() as hook:
         hook.fail = True
         sender = notices.Notifier()
@@ -213,3 +214,20 @@ def test_user_and_password_in_the_url_become_basic_auth_masked_where_shown() -> 
         assert (method, path, hook.bodies()) == ("POST", "/hooks/T0-SECRET-PATH", [{"text": "hi"}])
         assert headers["authorization"] == "Basic " + base64.b64encode(b"bot:p@ss:word").decode()
         assert notices.shown_url(url) == f"{scheme}://{rest.split('/')[0]}/****"
+
+
+def test_retry_after_on_a_503_is_honoured() -> None:
+    """A webhook answering 503 with ``Retry-After: 2`` is asked again no sooner than 2 s later
+    (the retry policy alone would retry at once)."""
+    with webhook_receiver() as hook:
+        hook.fail, hook.fail_status, hook.retry_after = True, 503, "2"
+        sender = notices.Notifier()
+        sender.submit(hook.url, lambda: {"text": "x"})
+        deadline = time.monotonic() + 10
+        while not hook.posts and time.monotonic() < deadline:
+            time.sleep(0.01)
+        hook.fail = False
+        sender.drain(20)
+        (first, _, _), (second, _, body) = hook.posts
+        assert body == {"text": "x"} and sender.sent == 1
+        assert second - first >= 1.9, second - first

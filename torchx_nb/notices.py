@@ -27,7 +27,9 @@ from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.specs.failure import FailureCard
 
 NOTIFY_ENV = "TORCHX_NB_NOTIFY_URL"
-RETRIES = (1.0, 2.0, 4.0, 8.0, 16.0)
+TRIES = 6  # one POST and five retries, while the process lives
+BACKOFF_S = 0.5  # urllib3's backoff factor: retries after 0, 1, 2, 4 and 8 s
+BACKOFF_MAX_S = 16.0
 TIMEOUT_S = 10.0
 REDIRECTS = 5
 
@@ -115,9 +117,25 @@ class WebhookAnswer(NotifyError):
     """The webhook answered, but did not take the notice (an error status, or a redirect that
     would not carry the POST); ``final``: trying again will not help (a 301/302/303)."""
 
-    def __init__(self, message: str, final: bool = False) -> None:
+    def __init__(self, message: str, final: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.final = final
+        self.retry_after = retry_after  # seconds the webhook asked us to wait (429/503)
+
+
+def retry_policy() -> Any:
+    """The one retry policy of a notice: urllib3's ``Retry`` (``TRIES`` in all, exponential
+    backoff by ``BACKOFF_S`` up to ``BACKOFF_MAX_S``); a ``Retry-After`` on a 429 or 503 is
+    honoured by ``post`` reading it with the same class."""
+    import urllib3
+
+    return urllib3.Retry(
+        total=TRIES - 1,
+        backoff_factor=BACKOFF_S,
+        backoff_max=BACKOFF_MAX_S,
+        redirect=False,
+        allowed_methods=None,  # a notice is a POST: retried whatever failed
+    )
 
 
 def notice_id(handle: str) -> str:
@@ -171,14 +189,14 @@ def post(url: str, body: dict[str, Any]) -> None:
                     raise WebhookAnswer(
                         f"the webhook redirected the notice more than {REDIRECTS} times"
                     ) from None
-                after = urljoin(target, location)
-                if urllib3.util.parse_url(after).host != urllib3.util.parse_url(target).host:
+                next_url = urljoin(target, location)
+                if urllib3.util.parse_url(next_url).host != urllib3.util.parse_url(target).host:
                     headers = {
                         k: v
                         for k, v in headers.items()
                         if k.lower() not in hops.remove_headers_on_redirect
                     }
-                target = after
+                target = next_url
                 continue
             if resp.status in (301, 302, 303):
                 raise WebhookAnswer(
@@ -187,7 +205,10 @@ def post(url: str, body: dict[str, Any]) -> None:
                     " points to",
                     final=True,
                 )
-            raise WebhookAnswer(f"the webhook answered HTTP {resp.status}")
+            wait = None
+            if resp.status in urllib3.Retry.RETRY_AFTER_STATUS_CODES:
+                wait = urllib3.Retry().get_retry_after(resp)
+            raise WebhookAnswer(f"the webhook answered HTTP {resp.status}", retry_after=wait)
 
 
 class Notifier:
@@ -231,16 +252,23 @@ class Notifier:
         except Exception as e:
             self._warn(url, e)
             return
-        for delay in (*RETRIES, None):
+        retry = retry_policy()
+        while True:
             try:
                 self._send(url, body)
                 self.sent += 1
                 return
             except Exception as e:
-                if delay is None or (isinstance(e, WebhookAnswer) and e.final):
+                answer = e if isinstance(e, WebhookAnswer) else None
+                try:
+                    if answer is not None and answer.final:
+                        raise
+                    retry = retry.increment("POST", url, error=e if answer is None else None)
+                except Exception:
                     self._warn(url, e)
                     return
-                time.sleep(delay)
+                after = answer.retry_after if answer is not None else None
+                time.sleep(max(retry.get_backoff_time(), after or 0.0))
 
     def _warn(self, url: str, e: BaseException) -> None:
         if url in self._warned:

@@ -1,5 +1,5 @@
 """A webhook receiver on 127.0.0.1: every POST's JSON body and when it came; ``fail`` makes it
-answer 500 (a webhook that is down); ``answers`` maps a path to the status (and ``Location``)
+answer ``fail_status`` (500: a webhook that is down), with ``retry_after`` as its Retry-After; ``answers`` maps a path to the status (and ``Location``)
 it answers there (a redirect); every request's method, path and headers (names lower-cased) are kept."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ class Receiver:
     def __init__(self) -> None:
         self.posts: list[tuple[float, str, Any]] = []
         self.fail = False
+        self.fail_status = 500
+        self.retry_after: str | None = None  # sent with a failing answer
         self.url = ""
         self.answers: dict[str, tuple[int, str | None]] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
@@ -39,7 +41,9 @@ def webhook_receiver() -> Iterator[Receiver]:
             status, location = receiver.answers.get(self.path, (200, None))
             if status == 200:
                 receiver.posts.append((time.time(), self.path, json.loads(raw or b"null")))
-            self.send_response(500 if receiver.fail else status)
+            self.send_response(receiver.fail_status if receiver.fail else status)
+            if receiver.fail and receiver.retry_after is not None:
+                self.send_header("Retry-After", receiver.retry_after)
             if location:
                 self.send_header("Location", location)
             self.send_header("Content-Length", "0")
