@@ -630,3 +630,21 @@ def test_an_exception_whose_message_cannot_be_written_plainly_is_still_recorded(
         assert str(info.value) == message
     assert isinstance(info.value.__cause__, RemoteTraceback)
     assert repr_of(store) == line
+
+
+def test_a_syntax_error_beside_a_percent_s_line_in_a_string_is_the_syntax_error(
+    tmp_path: Path,
+) -> None:
+    """A template string with ``%s`` on a line of its own, and a real syntax error later:
+    before, the raw-line scan called line 3 a magic and refused the cell; the tokens say it
+    is inside a string, so the job runs and its Python reports the real error, line 5."""
+    source = 'template = """\nHello\n%s\n""" % "you"\nif template\n    print(template)\n'
+    cell(source=source)  # not refused as a magic
+    proc, store = run_cell(tmp_path, source)
+    assert proc.returncode == 1
+    with pytest.raises(SyntaxError) as info:
+        load_result(store, ended(AppState.FAILED), "h")
+    assert info.value.lineno == 5
+    # a magic at the start of a statement, even indented under a block, is still refused
+    with pytest.raises(ValueError, match=r"^line 5 of the cell, '%time y', is an IPython magic"):
+        cell(source='s = """\n%s\n"""\nif s:\n    %time y\n')

@@ -152,15 +152,37 @@ def refuse_magics(source: str) -> None:
     try:
         ast.parse(source)
     except SyntaxError:
-        for number, line in enumerate(source.splitlines(), 1):
-            text = line.strip()
-            if text.startswith(("%", "!")):
-                kind = "a shell escape" if text.startswith("!") else "an IPython magic"
-                raise ValueError(
-                    f"line {number} of the cell, {text[:60]!r}, is {kind}: a job runs plain"
-                    " Python, so magics and ! lines do not run there (use subprocess.run for a"
-                    " shell command)"
-                ) from None
+        number = _magic_line(source)
+        if number is not None:
+            text = source.splitlines()[number - 1].strip()
+            kind = "a shell escape" if text.startswith("!") else "an IPython magic"
+            raise ValueError(
+                f"line {number} of the cell, {text[:60]!r}, is {kind}: a job runs plain"
+                " Python, so magics and ! lines do not run there (use subprocess.run for a"
+                " shell command)"
+            ) from None
+
+
+def _magic_line(source: str) -> int | None:
+    """The number of the first line that begins a statement with ``%`` or ``!``, read from
+    the tokens: a ``%s`` line inside a string is the string's, not a magic. None if there is
+    none before the tokenizer gives up (the job's Python then reports the syntax error)."""
+    import io
+    import tokenize
+
+    skip = {tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
+    at_start = True
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.NEWLINE:
+                at_start = True
+            elif tok.type not in skip:
+                if at_start and tok.string.startswith(("%", "!")):
+                    return tok.start[0]
+                at_start = False
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return None
 
 
 def cell_files(program: CellProgram, push: bytes | None = None) -> dict[str, bytes]:
