@@ -321,3 +321,54 @@ def test_a_cell_that_survives_its_interrupt_is_stopped_and_fails_the_job(isolate
             f" --cell-timeout (2 s){expected[name]} (exit code 1)"
         ), (name, err)
     assert time.monotonic() - began < 40  # none ran on to its end
+
+
+def test_values_arrive_exactly_as_they_were_given(isolated: Path, tmp_path: Path) -> None:
+    """Python-API values travel as Python literals (repr, read back with ast.literal_eval):
+    int dict keys, tuples, sets, bytes and complex arrive as they were, and a 200 KB value
+    travels in a file (it failed with "Argument list too long"); ``-p`` keeps spaces inside
+    quotes; an unknown name is one warning line; a non-literal value is refused in one line."""
+    import datetime
+
+    from torchx_nb.notebook.notebook_jobs import run_notebook
+
+    notebook(
+        isolated / "exact.ipynb",
+        "for k in ('d', 't', 's', 'b', 'c'):\n    print(k, repr(globals()[k]))\nprint(len(big))",
+        parameters="d = t = s = b = c = big = None",
+    )
+    values = {"d": {1: "one"}, "t": (1, 2), "s": {1, 2}, "b": b"xy", "c": 1j, "big": "x" * 200_000}
+    with get_runner() as runner:
+        job = run_notebook(isolated / "exact.ipynb", values, runner=runner)
+        status = job.wait(timeout=120, interval=0.5)
+        assert status is not None and status.state.name == "SUCCEEDED", job.logs()
+        nb = nbformat.read(job.notebook(tmp_path / "back"), 4)
+        assert outputs_text(nb.cells[3]) == (
+            "d {1: 'one'}\nt (1, 2)\ns {1, 2}\nb b'xy'\nc 1j\n200000\n"
+        )
+        try:
+            run_notebook(isolated / "exact.ipynb", {"d": datetime.date(2020, 1, 2)}, runner=runner)
+        except ValueError as e:
+            assert str(e) == (
+                "-p d: a date is not a Python literal; give numbers, text, booleans, None, or"
+                " lists and dicts of them"
+            )
+        else:
+            raise AssertionError("a date is refused")
+    notebook(isolated / "spaces.ipynb", "print(repr(b))", parameters="b = ''")
+    code, out, err = cli(
+        # what the shell passes for -p b=" spaced "
+        "run-notebook",
+        "spaces.ipynb",
+        "-p",
+        "b= spaced ",
+        "-p",
+        "lerning_rate=0.1",
+        "--wait",
+    )
+    assert code == 0, err
+    assert "notebook/0 ' spaced '" in out.splitlines(), out
+    assert err.splitlines()[0] == (
+        "torchx-nb: warning: Passed unknown parameter: lerning_rate (the parameters cell assigns"
+        " b); it is injected anyway"
+    ), err

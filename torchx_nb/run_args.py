@@ -129,8 +129,8 @@ def add_notebook_options(parser: argparse.ArgumentParser, sweep: bool = False) -
             action="append",
             default=[],
             metavar="NAME=VALUE",
-            help="a value injected after the notebook's `parameters` cell (repeatable), typed"
-            " from its literal (3, 0.1, true, text); a comma is part of the value",
+            help="a value injected after the notebook's `parameters` cell (repeatable): a"
+            " Python literal (3, 0.1, True, None, [1, 2], '\" x \"'), else the text as given",
         )
     parser.add_argument(
         "--cell-timeout",
@@ -142,16 +142,16 @@ def add_notebook_options(parser: argparse.ArgumentParser, sweep: bool = False) -
 
 
 def notebook_fields(args: argparse.Namespace) -> dict[str, Any]:
-    """The request's fields ``add_notebook_options`` parsed: ``-p`` values typed as a
-    sweep's are, each one value."""
-    from torchx_nb.grid import typed
+    """The request's fields ``add_notebook_options`` parsed: each ``-p`` value a Python
+    literal, else the text as given (spaces kept)."""
+    from torchx_nb.components.notebook_parameters import read_value
 
     params: dict[str, Any] = {}
     for item in args.param:
         name, eq, value = item.partition("=")
         if not eq or not name.strip():
             raise ValueError(f"-p {item!r}: give NAME=VALUE")
-        params[name.strip()] = typed(value)
+        params[name.strip()] = read_value(value)
     return {"run_notebook": args.notebook, "parameters": params, "cell_timeout": args.cell_timeout}
 
 

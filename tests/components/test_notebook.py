@@ -3,7 +3,6 @@ convention, and the AppDef it runs as."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import nbformat
@@ -11,7 +10,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from torchx_nb.apps.notebook_main import inject_parameters
-from torchx_nb.components.notebook import NOTEBOOK_PARAMS, notebook_app, notebook_program
+from torchx_nb.components.notebook import notebook_app, notebook_program, parameters_file
+from torchx_nb.components.notebook_parameters import declared, read_value
 from torchx_nb.specs.program import NotebookProgram, program_of
 
 
@@ -100,5 +100,57 @@ def test_the_app_runs_the_cell_runner_on_the_notebook(tmp_path: Path) -> None:
         "--cell-timeout",
         "30",
     ]
-    assert json.loads(role.env[NOTEBOOK_PARAMS]) == {"lr": 0.1, "tag": "x"}
-    assert role.env["A"] == "1" and role.metadata == {}
+    assert role.env == {"A": "1"} and role.metadata == {}  # the values travel in a file
+    assert parameters_file(program) == {
+        ".torchx-nb/notebook-parameters.txt": b"{'lr': 0.1, 'tag': 'x'}"
+    }
+
+
+def test_the_parameters_cell_is_read_with_pythons_parser() -> None:
+    """Names and values exactly as written: multi-line values, ``#`` inside strings,
+    underscores, tuples, dicts, sets, bytes, None and annotations."""
+    source = (
+        "n = 1_000  # a comment\nopts = {'depth': 3,\n        'name': None}\nshape = (2, 3)\n"
+        "half = .5\nurl = 'http://x/#frag'\nraw: bytes = b'xy'\nkinds = {1, 2}\n"
+        "def f():\n    inner = 1\n"
+    )
+    assert declared(source) == {
+        "n": "1_000",
+        "opts": "{'depth': 3,\n        'name': None}",
+        "shape": "(2, 3)",
+        "half": ".5",
+        "url": "'http://x/#frag'",
+        "raw": "b'xy'",
+        "kinds": "{1, 2}",
+    }
+    assert declared("x = (") == {}
+
+
+def test_p_values_are_python_literals_else_the_text_as_given() -> None:
+    assert read_value("21") == 21 and read_value("1_000") == 1000
+    assert read_value("true") is True and read_value("None") is None
+    assert read_value("[1, 2]") == [1, 2] and read_value("(1, 2)") == (1, 2)
+    assert read_value('" spaced "') == " spaced "
+    assert read_value(" spaced ") == " spaced "  # the shell took the quotes: spaces kept
+    assert read_value("a,b") == "a,b" and read_value("1,2") == "1,2"
+    assert read_value("http://x/#frag") == "http://x/#frag"
+    assert read_value("[" * 100_000) == "[" * 100_000
+
+
+def test_an_unknown_name_warns_and_a_non_python_notebook_is_refused(tmp_path: Path) -> None:
+    nb = write(tmp_path / "p.ipynb", new_code_cell("lr = 0.1", metadata={"tags": ["parameters"]}))
+    with pytest.warns(UserWarning) as caught:
+        notebook_program(str(nb), str(tmp_path), {"lerning_rate": 0.2, "lr": 0.3})
+    assert [str(w.message) for w in caught] == [
+        "Passed unknown parameter: lerning_rate (the parameters cell assigns lr); it is injected"
+        " anyway"
+    ]
+    r = new_notebook(cells=[new_code_cell("x <- 1")])
+    r.metadata["kernelspec"] = {"name": "ir", "display_name": "R", "language": "R"}
+    nbformat.write(r, tmp_path / "r.ipynb")
+    with pytest.raises(ValueError) as e:
+        notebook_program(str(tmp_path / "r.ipynb"), str(tmp_path))
+    assert str(e.value) == (
+        f"{str(tmp_path / 'r.ipynb')!r} runs in a kernel for R, not Python: a notebook job runs"
+        " Python notebooks only"
+    )

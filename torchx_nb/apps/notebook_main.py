@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-NOTEBOOK_PARAMS = "TORCHX_NB_NOTEBOOK_PARAMS"
+PARAMETERS_FILE = "notebook-parameters.txt"  # beside this file: the values, a Python literal
 NOTEBOOK_SAVE_EVERY = 3.0  # seconds between saves of the executed notebook, at most
 NOTEBOOK_UPLOAD_EVERY = 30.0  # and between its uploads, on an object-store backend
 KERNEL = "torchx-nb-job-python"
@@ -120,6 +120,18 @@ async def _maybe_await(value: Any) -> Any:
     return await value if asyncio.iscoroutine(value) or asyncio.isfuture(value) else value
 
 
+def _parameters() -> dict[str, Any]:
+    """The run's own values, from the file shipped beside this runner (none without it)."""
+    import ast
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), PARAMETERS_FILE)
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        values = ast.literal_eval(f.read())
+    return dict(values)
+
+
 def _exited_cleanly(e: Any) -> bool:
     """Whether the cell ended with ``sys.exit()``, ``sys.exit(0)`` or ``sys.exit(None)``: a
     success that stops the run, as papermill has it (and Python, for a script)."""
@@ -157,7 +169,7 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     nb = nbformat.read(path, as_version=4)
     kernelspec = dict(nb.metadata.get("kernelspec") or {})
     # a sweep trial's point over the run's own values
-    inject_parameters(nb, {**json.loads(os.environ.get(NOTEBOOK_PARAMS) or "{}"), **point})
+    inject_parameters(nb, {**_parameters(), **point})
     target = os.path.join(folder, os.path.basename(path))
     state = {"saved": 0.0, "uploaded": 0.0, "cell": -1, "began": 0.0}
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torchx_nb
 from torchx_nb import specs
-from torchx_nb.apps.notebook_main import NOTEBOOK_PARAMS
+from torchx_nb.apps.notebook_main import PARAMETERS_FILE
 from torchx_nb.components.cell import RUNNER
 from torchx_nb.specs.program import CellApp, NotebookProgram
 
@@ -39,6 +39,14 @@ def notebook_program(
     why = _not_a_notebook(nb_path)
     if why:
         raise ValueError(f"{path!r} cannot be read as a notebook: {why}")
+    with open(nb_path, encoding="utf-8") as f:
+        nb = json.load(f)
+    language = _language(nb)
+    if language.lower() not in ("python", ""):
+        raise ValueError(
+            f"{path!r} runs in a kernel for {language[:40]}, not Python: a notebook job runs"
+            " Python notebooks only"
+        )
     for name, value in (parameters or {}).items():
         if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__"):
             raise ValueError(f"-p {name}: a parameter's name must be a Python variable name")
@@ -47,6 +55,7 @@ def notebook_program(
                 f"-p {name}: a {type(value).__name__} is not a Python literal; give numbers,"
                 " text, booleans, None, or lists and dicts of them"
             )
+    _warn_unknown(nb, parameters or {})
     if cell_timeout is not None and cell_timeout <= 0:
         raise ValueError(f"--cell-timeout must be more than 0 seconds, not {cell_timeout:g}")
     return NotebookProgram(
@@ -54,6 +63,41 @@ def notebook_program(
         tuple((parameters or {}).items()),
         cell_timeout,
     )
+
+
+def _language(nb: dict[str, Any]) -> str:
+    """The notebook's kernel language ("" when the notebook does not say)."""
+    meta = nb.get("metadata")
+    if not isinstance(meta, dict):
+        return ""
+    for key in ("kernelspec", "language_info"):
+        info = meta.get(key)
+        if isinstance(info, dict):
+            name = info.get("language") if key == "kernelspec" else info.get("name")
+            if isinstance(name, str) and name:
+                return name
+    return ""
+
+
+def _warn_unknown(nb: dict[str, Any], parameters: dict[str, Any]) -> None:
+    """One warning per value whose name the parameters cell does not assign, as papermill's
+    (it is injected anyway); none when the notebook has no parameters cell."""
+    import warnings
+
+    from torchx_nb.components.notebook_parameters import declared, parameters_source
+
+    source = parameters_source(nb) if nb.get("nbformat", 0) >= 4 else None
+    if source is None:
+        return
+    known = declared(source)
+    for name in parameters:
+        if name not in known:
+            warnings.warn(
+                f"Passed unknown parameter: {name} (the parameters cell assigns"
+                f" {', '.join(known) or 'nothing'}); it is injected anyway",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 def _not_a_notebook(path: Path) -> str | None:
@@ -101,7 +145,6 @@ def notebook_app(
     args = [RUNNER, "--notebook", program.path]
     if program.cell_timeout is not None:
         args += ["--cell-timeout", f"{program.cell_timeout:g}"]
-    values = {k: v for k, v in program.parameters}
     return CellApp(
         name=name or Path(program.path).stem or "notebook",
         roles=[
@@ -110,13 +153,21 @@ def notebook_app(
                 image=image,
                 entrypoint="python",
                 args=args,
-                env={**(env or {}), NOTEBOOK_PARAMS: json.dumps(values)},
+                env=dict(env or {}),
                 resource=specs.resource(cpu=1, memMB=1024, h=h),
                 mounts=specs.parse_mounts(mounts) if mounts else [],
             )
         ],
         program=program,
     )
+
+
+def parameters_file(program: NotebookProgram) -> dict[str, bytes]:
+    """The file the values travel in beside the runner: their dict as a Python literal
+    (``repr``, read back with ``ast.literal_eval``), so tuples, sets, bytes and non-text dict
+    keys arrive as they were, and no value is bounded by the environment's size."""
+    values = {k: v for k, v in program.parameters}
+    return {f".torchx-nb/{PARAMETERS_FILE}": repr(values).encode()}
 
 
 def run_notebook_with_runner(role: specs.Role, program: NotebookProgram, folder: str = "") -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torchx_nb import specs
 from torchx_nb.components.cell import cell_files, run_with_runner, runner_files
-from torchx_nb.components.notebook import run_notebook_with_runner
+from torchx_nb.components.notebook import parameters_file, run_notebook_with_runner
 from torchx_nb.specs.program import CellProgram, NotebookProgram
 
 
@@ -14,7 +14,8 @@ def program_files(program: CellProgram | NotebookProgram, push: bytes | None) ->
     if isinstance(program, NotebookProgram):
         if push is not None:
             raise ValueError("--push sends variables into a cell; a notebook job takes -p values")
-        return runner_files()  # a notebook job needs only the runner beside its workspace
+        # a notebook job needs the runner and its values beside its workspace
+        return {**runner_files(), **parameters_file(program)}
     return cell_files(program, push)
 
 
