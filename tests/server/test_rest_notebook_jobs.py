@@ -108,8 +108,14 @@ def test_a_notebook_runs_from_the_api_and_comes_back_beside_it(
         ({"notebook": "reports/daily.ipynb", "scheduler": "nope"}, "scheduler 'nope' is not one"),
         ({"notebook": "reports/daily.ipynb", "extra": 1}, "unknown field 'extra': fields are"),
         ({"notebook": "reports/daily.ipynb", "parameters": [1]}, "parameters must be an object"),
-        ({"notebook": "reports/daily.ipynb", "parameters": {"1x": 1}}, "parameters.1x is not a"),
-        ({"notebook": "reports/daily.ipynb", "cfg": {"a": {"b": 1}}}, "cfg.a must be text, a"),
+        (
+            {"notebook": "reports/daily.ipynb", "parameters": {"1x": 1}},
+            "parameters.1x: parameters must be an object of NAME",
+        ),
+        (
+            {"notebook": "reports/daily.ipynb", "cfg": {"a": {"b": 1}}},
+            "cfg.a: cfg must be an object of option: value, each value text",
+        ),
         ({"notebook": "reports/daily.ipynb", "cell_timeout": -1}, "cell_timeout must be a"),
         ({"notebook": "reports/daily.ipynb", "cell_timeout": True}, "cell_timeout must be a"),
         ({"notebook": "reports/daily.ipynb", "image": "a b"}, "image must be text without"),

@@ -30,8 +30,9 @@ from torchx_nb.server.jobs import (
     JobService,
     matches,
 )
+from torchx_nb.server.schema import DoesNotConform, check_param
 from torchx_nb.server.submit import BadSubmission, parse_submission
-from torchx_nb.specs.api import AppState, TorchxNbError, UnknownAppException
+from torchx_nb.specs.api import TorchxNbError, UnknownAppException
 from torchx_nb.specs.exceptions import JobStoreError, NoResult
 from torchx_nb.user_regex import BadRegex, compile_regex
 
@@ -40,7 +41,6 @@ OPENAPI = Path(__file__).with_name("openapi.json")
 CHUNK = 1 << 20  # an output file is streamed in pieces this big
 _HANDLE = re.compile(r"[a-z0-9_]+://[^/\s]*/\S+")
 _SCHEDULER = re.compile(r"[a-z0-9_]{1,64}")
-STATES = {s.name for s in AppState}
 MAX_TEXT = 200
 
 
@@ -55,6 +55,16 @@ class Base(ExtensionHandlerMixin, APIHandler):
         if not _HANDLE.fullmatch(handle):
             raise tornado.web.HTTPError(400, reason="not a job handle")
         return handle
+
+    def documented_arg(self, path: str, name: str) -> str | None:
+        """A query value as sent, checked against its schema in openapi.json (an enum's
+        values are taken exactly as listed there); None when not sent."""
+        value = self.exact_arg(name)
+        try:
+            check_param(f"{PREFIX}{path}", self.request.method.lower(), name, value)
+        except DoesNotConform as e:
+            raise tornado.web.HTTPError(400, reason=str(e)) from None
+        return value
 
     def exact_arg(self, name: str) -> str | None:
         """A query parameter exactly as sent: tornado's ``get_argument`` strips it and turns
@@ -134,9 +144,7 @@ class JobsHandler(Base):
     async def get(self) -> None:
         page = self.int_arg("page", 1, 1, 1_000_000)
         per_page = self.int_arg("per_page", 50, 1, JOBS_PAGE_MAX)
-        state = self.text_arg("state")
-        if state is not None and state.upper() not in STATES:
-            raise tornado.web.HTTPError(400, reason=f"state is one of {', '.join(sorted(STATES))}")
+        state = self.documented_arg("/jobs", "state")
         after = self.exact_arg("after") or None
         service = self.jobs()
         service.touch()
@@ -288,8 +296,8 @@ class CancelHandler(Base):
 class EventsHandler(Base):
     """Server-sent events: a ``job`` event with a job's row whenever its state changes and a
     ``counts`` event with the jobs per state, each batch with an id to resume from
-    (``Last-Event-ID`` or ``?last_event_id=``). Without an id, or with one from another server
-    or before a restart, the stream starts with a ``reset`` event (reload the list with
+    (``Last-Event-ID`` or ``?last_event_id=``). Without an id, or with a well-formed one it cannot
+    resume from (another server's, before a restart, before a store swap), the stream starts with a ``reset`` event (reload the list with
     ``GET /jobs``) and the jobs not yet ended. With a jobs page's filters (``scheduler``,
     ``state``, ``q``), each job row also says whether it ``match``es them, by the store's own
     rules, so a filtered list stays what a reload would show."""
@@ -318,10 +326,8 @@ class EventsHandler(Base):
             )
         except BadEventId as e:
             raise tornado.web.HTTPError(400, reason=str(e)) from None
-        once = self.get_argument("once", "0") == "1"
-        state = self.text_arg("state")
-        if state is not None and state.upper() not in STATES:
-            raise tornado.web.HTTPError(400, reason=f"state is one of {', '.join(sorted(STATES))}")
+        once = self.documented_arg("/events", "once") == "1"
+        state = self.documented_arg("/events", "state")
         self._filters = (self.text_arg("scheduler", _SCHEDULER), state, self.text_arg("q"))
         self._filtered = any(self._filters)
         self.set_header("Content-Type", "text/event-stream")

@@ -57,7 +57,7 @@ T = TypeVar("T")
 
 
 class BadEventId(ValueError):
-    """A Last-Event-ID that this stream never sent."""
+    """A malformed Last-Event-ID (not ``EPOCH.N``)."""
 
 
 class JobEnded(TorchxNbError):
@@ -399,12 +399,13 @@ class JobService:
 
     def resume_from(self, event_id: str | None) -> int:
         """The version to resume after; -1 (reset) for none or one from another server or
-        from before a restart. An id this stream could never have sent is ``BadEventId``."""
+        from before a restart, or past this stream's position (the store's counter went back):
+        a well-formed id is never refused. Only a malformed one is ``BadEventId``."""
         if not event_id:
             return -1
         m = _EVENT_ID.fullmatch(event_id)
         if m is None:
-            raise BadEventId("Last-Event-ID must be an id this event stream sent (EPOCH.N)")
+            raise BadEventId("Last-Event-ID must be an event id of the form EPOCH.N")
         version = int(m.group(2))
         if m.group(1) != self.epoch or not self._floor <= version <= self._version:
             return -1
