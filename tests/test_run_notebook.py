@@ -372,3 +372,27 @@ def test_values_arrive_exactly_as_they_were_given(isolated: Path, tmp_path: Path
         "torchx-nb: warning: Passed unknown parameter: lerning_rate (the parameters cell assigns"
         " b); it is injected anyway"
     ), err
+
+
+def test_the_kernel_runs_in_the_notebooks_folder_and_leaves_nothing_behind(
+    isolated: Path, tmp_path: Path
+) -> None:
+    """With ``--workspace .`` for ``sub/nb.ipynb`` the kernel runs in ``sub`` (its relative
+    paths work as in JupyterLab); a 98-character TMPDIR (too long for an IPC socket's path
+    under it) still runs; the kernel's private folder is removed when the job ends."""
+    (isolated / "sub").mkdir()
+    (isolated / "sub" / "data.txt").write_text("beside the notebook")
+    notebook(isolated / "sub" / "nb.ipynb", "print(open('data.txt').read())")
+    short = tmp_path / "t"
+    short.mkdir()
+    long = tmp_path / ("x" * (97 - len(str(tmp_path))))
+    long.mkdir()
+    assert len(str(long)) == 98
+    for tmpdir in (long, short):
+        code, out, err = cli(
+            "run-notebook", "sub/nb.ipynb", "--workspace", ".", "--wait",
+            env={"TMPDIR": str(tmpdir)}, timeout=120,
+        )  # fmt: skip
+        assert code == 0, out + err
+        assert "notebook/0 beside the notebook" in out.splitlines(), out
+        assert list(tmpdir.iterdir()) == [], list(tmpdir.iterdir())

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -49,6 +50,21 @@ def inject_parameters(nb: Any, params: dict[str, Any]) -> None:
         )
         cells.insert(at, injected)
     nb.cells = cells
+
+
+SOCKET_ROOM = 80  # characters a private folder's path may take: AF_UNIX paths end at 107
+
+
+def _private_folder() -> str:
+    """A private (0700) folder for the kernel's spec and IPC sockets: under the temporary
+    folder when its path leaves room for a socket's (a long $TMPDIR does not), else /tmp,
+    else the working folder. Removed when the run ends."""
+    import tempfile
+
+    for base in (tempfile.gettempdir(), "/tmp", os.getcwd()):
+        if len(base) < SOCKET_ROOM - 12 and os.access(base, os.W_OK):
+            return tempfile.mkdtemp(prefix="tnb-", dir=base)
+    return tempfile.mkdtemp(prefix="tnb-", dir=os.path.relpath(os.getcwd()))
 
 
 def _kernel_here(root: str) -> None:
@@ -144,8 +160,6 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     backend uploaded at most every 30 s) and at the end, however it ends. A failing cell, a
     cell over its time limit or a kernel that dies ends the job with status 1, the cell named
     (index and first line) in the error the failure card shows."""
-    import tempfile
-
     folder, point, cancelled = base._start()
     if cancelled:
         return int(base.CANCELLED_EXIT)
@@ -207,13 +221,13 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, cancel)
 
-    root = tempfile.mkdtemp(prefix="torchx-nb-kernel-")  # private (0700)
+    root = _private_folder()
     _kernel_here(root)
     from traitlets.config import Config
 
     # IPC sockets in a private folder, not TCP: on a shared node (Slurm) no other user can
     # reach the kernel
-    ipc = {"transport": "ipc", "ip": os.path.join(root, "kernel")}
+    ipc = {"transport": "ipc", "ip": os.path.join(root, "k")}
 
     class Echoing(NotebookClient):
         """Each cell's printed output goes to the job's log too, as it comes: the live log
@@ -250,7 +264,8 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
         config=Config({"KernelManager": ipc}),
         kernel_name=KERNEL,
         timeout=None,  # CellLimit holds the cells to --cell-timeout
-        resources={"metadata": {"path": os.getcwd()}},
+        # the kernel runs in the notebook's folder, as in JupyterLab, whatever the workspace
+        resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}},
         on_notebook_start=begun,
         on_cell_start=started,
         on_cell_execute=executing,
@@ -301,6 +316,7 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
         if limit is not None:
             limit.end()
         save(final=True)
+        shutil.rmtree(root, ignore_errors=True)  # nothing of the kernel is left behind
     return 0
 
 
