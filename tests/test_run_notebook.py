@@ -396,3 +396,47 @@ def test_the_kernel_runs_in_the_notebooks_folder_and_leaves_nothing_behind(
         assert code == 0, out + err
         assert "notebook/0 beside the notebook" in out.splitlines(), out
         assert list(tmpdir.iterdir()) == [], list(tmpdir.iterdir())
+
+
+def test_an_old_notebook_comes_back_valid_and_a_skipped_save_is_made_up(
+    isolated: Path, tmp_path: Path
+) -> None:
+    """An nbformat 4.4 notebook is upgraded to 4.5 as papermill does (its injected cell has an
+    id), so the executed copy validates; a save skipped by the 3 s throttle (a cell ending
+    right after another) is made up within a few seconds, not only after the next cell."""
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+            new_code_cell("print('a')"),
+            new_code_cell("print('b')"),
+            new_code_cell("import time\ntime.sleep(40)"),
+        ]
+    )
+    nb.nbformat_minor = 4
+    for cell in nb.cells:
+        del cell["id"]
+    nbformat.write(nb, isolated / "old.ipynb")
+    code, out, err = cli("run-notebook", "old.ipynb", "-p", "x=2")
+    handle = out.strip()
+    assert code == 0, err
+
+    def saved() -> nbformat.NotebookNode | None:
+        with get_runner() as runner:
+            try:
+                got = nbformat.read(runner.executed_notebook(handle, tmp_path / "peek"), 4)
+            except Exception:
+                return None
+        return got if outputs_text(got.cells[3]) == "b\n" else None
+
+    began = time.monotonic()
+    part = wait_for(saved, 60, interval=0.5)
+    assert time.monotonic() - began < 25  # during the 40 s cell, not after it
+    assert isinstance(part, nbformat.NotebookNode)
+    assert part.nbformat_minor == 5
+    nbformat.validate(part)
+    assert [c.metadata.get("tags") for c in part.cells[:2]] == [
+        ["parameters"],
+        ["injected-parameters"],
+    ]
+    code, _, err = cli("cancel", handle)
+    assert code == 0, err

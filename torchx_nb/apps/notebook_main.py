@@ -181,15 +181,25 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
         return 1
     url = os.environ.get("TORCHX_NB_OUTPUT_URL", "")
     nb = nbformat.read(path, as_version=4)
+    if nb.nbformat_minor < 5:  # as papermill: cell ids (the injected cell has one) need 4.5
+        nb = nbformat.v4.upgrade(nb, from_version=4, from_minor=nb.nbformat_minor)
     kernelspec = dict(nb.metadata.get("kernelspec") or {})
     # a sweep trial's point over the run's own values
     inject_parameters(nb, {**_parameters(), **point})
     target = os.path.join(folder, os.path.basename(path))
     state = {"saved": 0.0, "uploaded": 0.0, "cell": -1, "began": 0.0}
+    later: dict[str, asyncio.TimerHandle] = {}  # a save or upload owed, made up on time
+
+    def owe(what: str, wait: float, do: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # no running loop: the end saves anyway
+            if what not in later or later[what].cancelled():
+                later[what] = asyncio.get_running_loop().call_later(wait, do)
 
     def save(final: bool = False) -> None:
         now = time.monotonic()
+        later.pop("save", None)
         if not final and now - state["saved"] < NOTEBOOK_SAVE_EVERY:
+            owe("save", NOTEBOOK_SAVE_EVERY - (now - state["saved"]), save)
             return
         if kernelspec:
             nb.metadata["kernelspec"] = kernelspec
@@ -197,10 +207,18 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
         nbformat.write(nb, tmp)
         os.replace(tmp, target)
         state["saved"] = now
-        if url and not final and now - state["uploaded"] >= NOTEBOOK_UPLOAD_EVERY:
-            with contextlib.suppress(Exception):  # the end uploads everything anyway
-                _upload_one(base, target, url)
-                state["uploaded"] = now
+        if url and not final:
+            upload()
+
+    def upload() -> None:
+        now = time.monotonic()
+        later.pop("upload", None)
+        if now - state["uploaded"] < NOTEBOOK_UPLOAD_EVERY:
+            owe("upload", NOTEBOOK_UPLOAD_EVERY - (now - state["uploaded"]), upload)
+            return
+        with contextlib.suppress(Exception):  # the end uploads everything anyway
+            _upload_one(base, target, url)
+            state["uploaded"] = now
 
     def stop(signum: int, frame: Any) -> None:  # before the kernel runs: end at once
         raise SystemExit(128 + signum)
@@ -315,6 +333,8 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     finally:
         if limit is not None:
             limit.end()
+        for handle in later.values():
+            handle.cancel()
         save(final=True)
         shutil.rmtree(root, ignore_errors=True)  # nothing of the kernel is left behind
     return 0
