@@ -490,3 +490,33 @@ def test_result_and_outputs_of_a_cell_job(lab: Lab, store: Path, tmp_path: Path)
     missing = f"{API}/jobs/{enc('local_cwd://torchx/nope')}"
     assert request(lab, "GET", f"{missing}/result")[0] == 404
     assert request(lab, "GET", f"{missing}/outputs")[0] == 404
+
+
+def test_output_files_named_like_the_job_routes_download(
+    lab: Lab, store: Path, tmp_path: Path
+) -> None:
+    """Files named ``logs``, ``result``, ``cancel``, ``outputs`` and ``notebook``: before, the
+    job routes took ``H/outputs`` for the handle (404, and 405 for ``cancel``)."""
+    from torchx_nb.components.cell import cell
+
+    names = ("logs", "result", "cancel", "outputs", "notebook")
+    source = (
+        "import os\n"
+        f"for name in {names!r}:\n"
+        "    open(os.path.join(os.environ['TORCHX_OUTPUT_DIR'], name), 'w').write(name * 3)\n"
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with get_runner() as runner:
+        handle = runner.run(cell(source=source), "local_cwd", {}, workspace=str(ws))
+        status = runner.wait(handle, wait_interval=0.2)
+        assert status is not None and status.state.name == "SUCCEEDED"
+    listing = get(lab, f"{API}/jobs/{enc(handle)}/outputs")
+    assert sorted(f["path"] for f in listing["files"]) == sorted(names)
+    for name in names:
+        status_code, headers, data = request(lab, "GET", f"{API}/jobs/{enc(handle)}/outputs/{name}")
+        assert (status_code, data) == (200, (name * 3).encode()), name
+        assert "attachment" in headers["Content-Disposition"]
+    # the job routes themselves still answer
+    assert get(lab, f"{API}/jobs/{enc(handle)}")["handle"] == handle
+    assert "lines" in get(lab, f"{API}/jobs/{enc(handle)}/logs")

@@ -377,7 +377,9 @@ class OpenApiHandler(Base):
         self.finish(OPENAPI.read_text())
 
 
-_JOB = r"/jobs/(?P<raw>[^?]+?)"
+# a handle (sent encoded, or with its slashes) never holds "/outputs/": that is where an
+# output file's name begins, so /jobs/H/outputs/logs is the file "logs", not H/outputs's logs
+_JOB = r"/jobs/(?P<raw>(?:(?!/outputs/)[^?])+?)"
 ROUTES: list[tuple[str, type[Base]]] = [
     (rf"{PREFIX}/jobs", JobsHandler),
     (rf"{PREFIX}{_JOB}/logs", LogsHandler),
