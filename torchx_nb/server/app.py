@@ -39,11 +39,17 @@ class TorchxNbApp(ExtensionApp):
         5.0, help="seconds between status polls of remote jobs while the event stream is open"
     ).tag(config=True)
 
+    heartbeat = Float(
+        15.0, help="seconds of silence after which the event stream sends a comment line"
+    ).tag(config=True)
+
     jobs: JobService
 
     def initialize_settings(self) -> None:
         root = getattr(self.serverapp, "root_dir", None)
-        self.jobs = JobService(self.local_interval, self.remote_interval, root_dir=root)
+        self.jobs = JobService(
+            self.local_interval, self.remote_interval, root_dir=root, heartbeat=self.heartbeat
+        )
         self.jobs.warm_up()
         self.log.info("torchx_nb: REST API at /torchx-nb/api/")
         if not panel_installed():

@@ -336,18 +336,25 @@ class EventsHandler(Base):
         service.connect()
         self._counted = True
         try:
-            if version < 0:
-                version = service.version
-                rows = await service.run(service.active_rows)
-                self.write("event: reset\ndata: {}\n\n")
-                await self._send(service, version, rows, counts=True)
-                if once:
-                    return
+            reset = version < 0
+            if not reset:
+                await self.flush()  # the headers at once: the client knows it is connected
             while not self._closed:
-                version, rows = await service.changes(version)
-                if self._closed:
-                    return
-                await self._send(service, version, rows, counts=bool(rows) or once)
+                if reset:
+                    version = service.version
+                    rows = await service.run(service.active_rows)
+                    self.write("event: reset\ndata: {}\n\n")
+                    counts = True
+                else:
+                    version, found = await service.changes(version)
+                    if self._closed:
+                        return
+                    if found is None:  # the store was swapped: reload, as a new client
+                        reset = True
+                        continue
+                    rows, counts = found, bool(found) or once
+                reset = False
+                await self._send(service, version, rows, counts=counts)
                 if once:
                     return
         except tornado.iostream.StreamClosedError:

@@ -77,8 +77,10 @@ class JobService:
         remote_interval: float = 5.0,
         root_dir: str | None = None,
         workers: int = 4,
+        heartbeat: float = HEARTBEAT_S,
     ) -> None:
         self.root_dir = root_dir
+        self.heartbeat = heartbeat
         self.epoch = secrets.token_hex(4)
         self.local_interval = local_interval
         self.remote_interval = remote_interval
@@ -97,6 +99,7 @@ class JobService:
         self._clients = 0
         self._lease_until = 0.0
         self._watched: dict[str, int] = {}
+        self._store_swapped = False
         self.polls = 0
 
     @property
@@ -424,19 +427,19 @@ class JobService:
                 self._rev, self._store_id = found.rev, found.store_id
 
     def _changed_records(self) -> list[Any]:
-        """The records written since the last look, by the store's counter. A store made anew
-        (moved aside, deleted) restarts its counter: everything in it is then new."""
+        """The records written since the last look, by the store's counter. Another store
+        (one moved over this one, or made anew) or a counter that went back (a store restored
+        from a backup) is not replayed row by row: the feed is reset (every client reloads one
+        page) and goes on from that store's counter."""
         self._start_rev()
         store = self.runner.jobstore
         with self._rev_lock:
             found = store.changes(self._rev or 0)
-            if found.store_id != self._store_id:
-                # a new store's counter starts again: the old one's position would hide
-                # its changes until it caught up
-                self._store_id = found.store_id
+            if found.store_id != self._store_id or found.rev < (self._rev or 0):
+                self._store_id, self._rev = found.store_id, found.rev
                 self._seen.clear()
-                self._rev = 0
-                found = store.changes(0)
+                self._store_swapped = True
+                return []
             for rec in found.records:
                 self._rev = max(self._rev or 0, rec.rev or 0)
             return found.records
@@ -492,16 +495,26 @@ class JobService:
                     changed = await self.run(self._refresh, poked)
                 except Exception:
                     changed = []
+                swapped, self._store_swapped = self._store_swapped, False
+                if swapped:
+                    self._reset()
                 if changed:
                     self._record(changed)
-                    if self._wakeup is not None:
-                        self._wakeup.set()
-                        self._wakeup = asyncio.Event()
+                if (changed or swapped) and self._wakeup is not None:
+                    self._wakeup.set()
+                    self._wakeup = asyncio.Event()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(poke.wait(), self.local_interval)
         finally:
             self._poller = None
             self._let_go()
+
+    def _reset(self) -> None:
+        """A new version that every client before it must reset to (nothing before it is
+        kept)."""
+        self._version += 1
+        self._floor = self._version
+        self._log.clear()
 
     def _record(self, rows: list[dict[str, Any]]) -> None:
         """A new version with these rows; the oldest are forgotten past CHANGES_KEPT (a client
@@ -542,14 +555,17 @@ class JobService:
     def version(self) -> int:
         return self._version
 
-    async def changes(self, since: int) -> tuple[int, list[dict[str, Any]]]:
-        """Rows changed after version ``since``; waits up to HEARTBEAT_S for one (the
-        heartbeat keeps proxies from closing the stream)."""
+    async def changes(self, since: int) -> tuple[int, list[dict[str, Any]] | None]:
+        """Rows changed after version ``since``; waits up to ``heartbeat`` seconds for one
+        (the heartbeat keeps proxies from closing the stream). None: what changed since then
+        is no longer known (the store was swapped, or too much changed): reset."""
         if self._version <= since and self._wakeup is not None:
             try:
-                await asyncio.wait_for(self._wakeup.wait(), HEARTBEAT_S)
+                await asyncio.wait_for(self._wakeup.wait(), self.heartbeat)
             except asyncio.TimeoutError:
                 return self._version, []
+        if since < self._floor:
+            return self._version, None
         start = bisect.bisect_right(self._log, since, key=lambda entry: entry[0])
         latest = {row["handle"]: row for _, row in self._log[start:]}
         return self._version, list(latest.values())

@@ -18,7 +18,7 @@ class DoesNotConform(ValueError):
 
 @functools.cache
 def document() -> dict[str, Any]:
-    return json.loads(DOCUMENT.read_text())  # type: ignore[no-any-return]
+    return json.loads(DOCUMENT.read_text())
 
 
 @functools.cache
