@@ -59,7 +59,7 @@ def test_the_url_is_masked_where_shown_and_checked(monkeypatch: pytest.MonkeyPat
 
 
 def _claim(path: str, handle: str, out: multiprocessing.Queue[bool]) -> None:
-    out.put(JobStore(path).claim_notice(handle))
+    out.put(JobStore(path).lease_notice(handle, f"p{multiprocessing.current_process().pid}", 60))
 
 
 def test_one_claim_wins_across_processes(tmp_path: Path) -> None:
@@ -67,6 +67,7 @@ def test_one_claim_wins_across_processes(tmp_path: Path) -> None:
 
     path = str(tmp_path / "jobs.db")
     JobStore(path).add(rec("local_cwd://torchx/x", state="SUCCEEDED"))
+    assert JobStore(path).owe_notice("local_cwd://torchx/x", "id-1") is True
     out: multiprocessing.Queue[bool] = multiprocessing.Queue()
     procs = [
         multiprocessing.Process(target=_claim, args=(path, "local_cwd://torchx/x", out))
@@ -77,7 +78,10 @@ def test_one_claim_wins_across_processes(tmp_path: Path) -> None:
     for p in procs:
         p.join(30)
     assert sorted(out.get(timeout=5) for _ in procs) == [False] * 5 + [True]
-    assert JobStore(path).claim_notice("local_cwd://torchx/x") is False
+    assert JobStore(path).lease_notice("local_cwd://torchx/x", "me", 60) is False
+    JobStore(path).notice_sent("local_cwd://torchx/x")
+    assert JobStore(path).owe_notice("local_cwd://torchx/x", "id-2") is False
+    assert JobStore(path).notice("local_cwd://torchx/x")["id"] == "id-1"  # type: ignore[index]
 
 
 def test_a_job_end_sends_one_notice_with_two_watchers(
@@ -231,3 +235,38 @@ def test_retry_after_on_a_503_is_honoured() -> None:
         (first, _, _), (second, _, body) = hook.posts
         assert body == {"text": "x"} and sender.sent == 1
         assert second - first >= 1.9, second - first
+
+
+def test_a_webhook_down_at_the_end_gets_the_notice_from_the_next_status(isolated: Path) -> None:
+    """The webhook answers 500 when ``run --wait`` sees the end: the command exits at most
+    ~2 s later saying the notice is owed, the job store keeps it owed,
+    and the next ``status``, once the webhook is back, delivers it exactly once."""
+    from torchx_nb.phases import fmt_duration
+
+    with webhook_receiver() as hook:
+        hook.fail = True
+        env = {notices.NOTIFY_ENV: hook.url}
+        start = time.monotonic()
+        code, out, err = cli("run", "--wait", "-s", "local_cwd", "utils.sh", "true", env=env)
+        took = time.monotonic() - start
+        handle = out.strip().splitlines()[-1]
+        assert code == 0, err
+        assert err.splitlines()[-1] == (
+            f"torchx-nb: the notice for {handle} will be sent when the webhook answers"
+        ), err
+        assert hook.posts and all(b["handle"] == handle for b in hook.bodies())
+        record = JobStore().notice(handle)
+        assert record is not None and record["sent"] is None and record["lease"] is None
+        assert took < 30, fmt_duration(took)
+        tried = len(hook.posts)
+        hook.fail = False
+        code, out, err = cli("status", handle, env=env)
+        assert code == 0, err
+        assert "will be sent" not in err
+        delivered = [b for b in hook.bodies()[tried:]]
+        assert [(b["handle"], b["state"]) for b in delivered] == [(handle, "SUCCEEDED")]
+        assert delivered[0]["notice_id"] == record["id"] == notices.notice_id(handle)
+        code, out, err = cli("list", env=env)  # acknowledged: no other delivery
+        time.sleep(1)
+        assert len(hook.posts) == tried + 1
+        assert JobStore().notice(handle)["sent"] is not None  # type: ignore[index]

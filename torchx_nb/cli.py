@@ -571,11 +571,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return COMMANDS[args.cmd](args)
         finally:
-            # a job-end notice this command claimed goes out before it exits (a command that
-            # never saw a job end never loaded the module: nothing to wait for)
+            # a job-end notice this command took gets up to 2 s more; one still owed stays in
+            # the job store for the next process (a command that never saw a job end or an
+            # owed notice never loaded the module: nothing to wait for)
             notices = sys.modules.get("torchx_nb.notices")
             if notices is not None:
-                notices.drain()
+                for handle in notices.finish(2.0):
+                    print(
+                        f"{PROG}: the notice for {handle} will be sent when the webhook answers",
+                        file=sys.stderr,
+                    )
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

@@ -53,6 +53,16 @@ CREATE TABLE IF NOT EXISTS jobs (
     build_seconds REAL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS notices (
+    handle TEXT PRIMARY KEY,
+    id TEXT NOT NULL,
+    owed REAL NOT NULL,
+    lease REAL,
+    owner TEXT,
+    sent REAL,
+    tries INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('rev', 0);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('id', abs(random()) % 1000000000000);
 CREATE INDEX IF NOT EXISTS jobs_submitted ON jobs (submitted);
@@ -384,16 +394,67 @@ class JobStore:
             ).fetchall()
         return Changes(int(meta["id"]), int(meta["rev"]), [_record(r) for r in rows])
 
-    def claim_notice(self, handle: str) -> bool:
-        """Claim the job-end notice of an ended job: True for the one caller that gets it
-        (one atomic update: two watchers in two processes never both send it)."""
+    def owe_notice(self, handle: str, notice_id: str) -> bool:
+        """Record the job-end notice of an ended job as owed (the outbox; once per job: the
+        first caller's ``notice_id`` stays). True while it is owed (not yet acknowledged)."""
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO notices (handle, id, owed) SELECT handle, ?, ? FROM jobs"
+                " WHERE handle = ? AND state IN ('SUCCEEDED','FAILED','CANCELLED')"
+                " AND notified IS NULL",  # sent by a version before the outbox: not again
+                (notice_id, time.time(), handle),
+            )
+            row = db.execute("SELECT sent FROM notices WHERE handle = ?", (handle,)).fetchone()
+        return row is not None and row[0] is None
+
+    def lease_notice(self, handle: str, owner: str, seconds: float) -> bool:
+        """Take an owed notice to send it, for ``seconds`` (one atomic update: one sender at a
+        time across processes; a crashed sender's lease runs out and another takes it)."""
+        now = time.time()
         with self._connect() as db:
             cur = db.execute(
-                "UPDATE jobs SET notified = ? WHERE handle = ? AND notified IS NULL"
-                " AND state IN ('SUCCEEDED','FAILED','CANCELLED')",
-                (time.time(), handle),
+                "UPDATE notices SET lease = ?, owner = ? WHERE handle = ? AND sent IS NULL"
+                " AND (lease IS NULL OR lease < ?)",
+                (now + seconds, owner, handle, now),
             )
             return cur.rowcount == 1
+
+    def notice_sent(self, handle: str) -> None:
+        """The webhook acknowledged the notice: no other delivery is made."""
+        now = time.time()
+        with self._connect() as db:
+            db.execute(
+                "UPDATE notices SET sent = ?, lease = NULL, tries = tries + 1, error = NULL"
+                " WHERE handle = ?",
+                (now, handle),
+            )
+            db.execute("UPDATE jobs SET notified = ? WHERE handle = ?", (now, handle))
+
+    def notice_unsent(self, handle: str, owner: str, error: str | None, tries: int = 0) -> None:
+        """Give back a leased notice still owed (``error``: why the last try failed)."""
+        with self._connect() as db:
+            db.execute(
+                "UPDATE notices SET lease = NULL, tries = tries + ?, error = COALESCE(?, error)"
+                " WHERE handle = ? AND owner = ? AND sent IS NULL",
+                (tries, error, handle, owner),
+            )
+
+    def notice(self, handle: str) -> dict[str, Any] | None:
+        """The notice's record in the outbox: id, owed, lease, owner, sent, tries, error."""
+        with self._connect() as db:
+            db.row_factory = sqlite3.Row
+            row = db.execute("SELECT * FROM notices WHERE handle = ?", (handle,)).fetchone()
+        return dict(row) if row else None
+
+    def owed_notices(self, limit: int = 100) -> Strings:
+        """Handles whose notice is owed and free to take (not leased), oldest first."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT handle FROM notices WHERE sent IS NULL AND (lease IS NULL OR lease < ?)"
+                " ORDER BY owed LIMIT ?",
+                (time.time(), limit),
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def delete(self, handle: str) -> None:
         with self._connect() as db:

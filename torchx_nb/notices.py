@@ -13,6 +13,7 @@ wherever it is shown."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -211,20 +212,54 @@ def post(url: str, body: dict[str, Any]) -> None:
             raise WebhookAnswer(f"the webhook answered HTTP {resp.status}", retry_after=wait)
 
 
+LEASE_S = 120.0  # longer than every try of one notice (TRIES POSTs of TIMEOUT_S, the backoff)
+OWNER = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
+
+
+class Owed:
+    """One notice owed in the job store's outbox: leased before it is sent (one sender at a
+    time across processes), marked sent once the webhook acknowledged it, else given back."""
+
+    def __init__(self, store: Any, handle: str) -> None:
+        self.store = store
+        self.handle = handle
+
+    def lease(self) -> bool:
+        return bool(self.store.lease_notice(self.handle, OWNER, LEASE_S))
+
+    def sent(self) -> None:
+        self.store.notice_sent(self.handle)
+
+    def unsent(self, error: str | None, tries: int) -> None:
+        self.store.notice_unsent(self.handle, OWNER, error, tries)
+
+
+Job = tuple[str, Callable[[], dict[str, Any]], "Owed | None"]
+
+
 class Notifier:
-    """Sends notices from a daemon thread of its own: ``submit(url, build)`` returns at once;
-    ``build()`` (which may read logs for the failure card) runs on that thread too."""
+    """Sends notices from a daemon thread of its own: ``submit(url, build, owed)`` returns at
+    once; ``build()`` (which may read logs for the failure card) runs on that thread too. With
+    ``owed`` (the outbox's record) a notice is sent only by the process that leased it, and
+    stays owed until the webhook acknowledges it."""
 
     def __init__(self, sender: Callable[[str, dict[str, Any]], None] = post) -> None:
         self._send = sender
-        self._queue: queue.Queue[tuple[str, Callable[[], dict[str, Any]]]] = queue.Queue()
+        self._queue: queue.Queue[Job] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        self._leased: dict[str, Owed] = {}
+        self._inflight: set[str] = set()
+        self.owed: dict[str, Owed] = {}  # every outbox notice this process was given
         self.sent = 0
 
-    def submit(self, url: str, build: Callable[[], dict[str, Any]]) -> None:
-        self._queue.put((url, build))
+    def submit(
+        self, url: str, build: Callable[[], dict[str, Any]], owed: Owed | None = None
+    ) -> None:
+        if owed is not None:
+            self.owed.setdefault(owed.handle, owed)
+        self._queue.put((url, build, owed))
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -238,24 +273,71 @@ class Notifier:
         while self._queue.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    def finish(self, timeout: float) -> list[str]:
+        """A process about to exit: wait up to ``timeout`` s, give back the notices it leased
+        and is not sending right now (a later process sends them; one being POSTed keeps its
+        lease until it runs out, since the webhook may yet take it), and return the handles
+        whose notice is still owed."""
+        self.drain(timeout)
+        with self._lock:
+            waiting = [o for h, o in self._leased.items() if h not in self._inflight]
+        for owed in waiting:
+            with contextlib.suppress(Exception):
+                owed.unsent(None, 0)
+        still = []
+        for handle, owed in self.owed.items():
+            with contextlib.suppress(Exception):
+                record = owed.store.notice(handle)
+                if record is not None and record["sent"] is None:
+                    still.append(handle)
+        return still
+
     def _run(self) -> None:
         while True:
-            url, build = self._queue.get()
+            url, build, owed = self._queue.get()
             try:
-                self._deliver(url, build)
+                if owed is None:
+                    self._deliver(url, build, None)
+                elif owed.lease():
+                    with self._lock:
+                        self._leased[owed.handle] = owed
+                    try:
+                        self._deliver(url, build, owed)
+                    finally:
+                        with self._lock:
+                            self._leased.pop(owed.handle, None)
+            except Exception as e:
+                self._warn(url, e)
             finally:
                 self._queue.task_done()
 
-    def _deliver(self, url: str, build: Callable[[], dict[str, Any]]) -> None:
+    def _post(self, url: str, body: dict[str, Any], owed: Owed | None) -> None:
+        key = owed.handle if owed is not None else None
+        with self._lock:
+            if key:
+                self._inflight.add(key)
+        try:
+            self._send(url, body)
+        finally:
+            with self._lock:
+                self._inflight.discard(key or "")
+
+    def _deliver(self, url: str, build: Callable[[], dict[str, Any]], owed: Owed | None) -> None:
         try:
             body = build()
         except Exception as e:
             self._warn(url, e)
+            if owed is not None:
+                owed.unsent(redact_text(str(e)), 0)
             return
         retry = retry_policy()
+        tries = 0
         while True:
             try:
-                self._send(url, body)
+                tries += 1
+                self._post(url, body, owed)
+                if owed is not None:
+                    owed.sent()
                 self.sent += 1
                 return
             except Exception as e:
@@ -266,6 +348,10 @@ class Notifier:
                     retry = retry.increment("POST", url, error=e if answer is None else None)
                 except Exception:
                     self._warn(url, e)
+                    if owed is not None:
+                        from torchx_nb.errors import one_line
+
+                        owed.unsent(redact_text(one_line(e)), tries)
                     return
                 after = answer.retry_after if answer is not None else None
                 time.sleep(max(retry.get_backoff_time(), after or 0.0))
@@ -303,13 +389,23 @@ def drain(timeout: float = 30.0) -> None:
         current.drain(timeout)
 
 
+def finish(timeout: float = 2.0) -> list[str]:
+    """A process about to exit: ``Notifier.finish`` of this process's sender, if it has one;
+    the handles whose notice is still owed."""
+    with _notifier_lock:
+        current = _notifier
+    return current.finish(timeout) if current is not None else []
+
+
 __all__ = [
     "MAX_BODY_BYTES",
     "NOTIFY_ENV",
     "Notifier",
     "NotifyError",
+    "Owed",
     "WebhookAnswer",
     "drain",
+    "finish",
     "notice_id",
     "notifier",
     "notify_url",

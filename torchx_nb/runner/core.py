@@ -86,6 +86,7 @@ class RunnerCore:
     def jobstore(self) -> JobStore:
         if self._jobstore is None:
             self._jobstore = JobStore()
+            self._send_owed()
         return self._jobstore
 
     def scheduler_factories(self) -> dict[str, SchedulerFactory]:
@@ -251,6 +252,8 @@ class RunnerCore:
         def _record_state(self, app_handle: AppHandle, status: AppStatus) -> None: ...
 
         def _end_hook(self) -> list[str] | None: ...
+
+        def _send_owed(self) -> None: ...
 
 
 def _status_of(desc: DescribeAppResponse) -> AppStatus:

@@ -148,15 +148,16 @@ class Watching(RunnerCore):
             return None
         return [sys.executable, "-m", "torchx_nb.cli", "watch", "--no-log"]
 
-    def _notice(self, app_handle: AppHandle, status: AppStatus) -> None:
-        """The job-end notice, when one is configured: claimed in the job store (so one
-        watcher sends it, whichever sees the end first), then built and sent on the
-        notifier's thread, never this one's."""
-        from torchx_nb.notices import notifier, notify_url, payload
+    def _notice(self, app_handle: AppHandle, status: AppStatus | None) -> None:
+        """The job-end notice, when one is configured: recorded as owed in the job store's
+        outbox, then leased, built and sent on the notifier's thread, never this one's; it
+        stays owed until the webhook acknowledges it, and any later process that opens the
+        store sends it (``_send_owed``)."""
+        from torchx_nb.notices import Owed, notice_id, notifier, notify_url, payload
 
         try:
             url = notify_url()
-            if url is None or not self.jobstore.claim_notice(app_handle):
+            if url is None or not self.jobstore.owe_notice(app_handle, notice_id(app_handle)):
                 return
         except Exception as e:
             warnings.warn(f"no job-end notice for {app_handle}: {e}", stacklevel=3)
@@ -164,15 +165,28 @@ class Watching(RunnerCore):
 
         def build() -> dict[str, Any]:
             rec = self.jobstore.get(app_handle)
-            cards = (
-                self.failure_cards(app_handle, status) if status.state == AppState.FAILED else []
-            )
+            state = status.state.name if status is not None else (rec.state if rec else "")
+            cards = self.failure_cards(app_handle, status) if state == AppState.FAILED.name else []
             name = rec.name if rec else parse_app_handle(app_handle).app_id
-            ended = (rec.ended if rec else None) or status.ended or time.time()
-            duration = ended - rec.submitted if rec else None
-            return payload(app_handle, name, status.state.name, duration, cards)
+            ended = (rec.ended if rec else None) or (status.ended if status else None)
+            duration = (ended or time.time()) - rec.submitted if rec else None
+            return payload(app_handle, name, state, duration, cards)
 
-        notifier().submit(url, build)
+        notifier().submit(url, build, Owed(self.jobstore, app_handle))
+
+    def _send_owed(self) -> None:
+        """Send the notices the outbox still owes (a process that ended before the webhook
+        answered left them): any process that opens the job store does, once."""
+        from torchx_nb.notices import notify_url
+
+        try:
+            if notify_url() is None:
+                return
+            owed = self.jobstore.owed_notices()
+        except Exception:
+            return
+        for handle in owed:
+            self._notice(handle, None)
 
     def wait(
         self, app_handle: AppHandle, wait_interval: float = 10, timeout: float | None = None
