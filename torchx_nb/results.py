@@ -390,8 +390,8 @@ def fetch_notebook(store: OutputStore, folder: Path, name: str | None = None) ->
     chosen = name if name in top else (top[0] if len(top) == 1 else None)
     if chosen is None:
         raise NoResult(
-            "this job left no executed notebook in its outputs (not a notebook job, or it"
-            " ended before its first save)"
+            "this job has no executed notebook in its outputs (not a notebook job, or it has"
+            " not reached its first save: a running job saves after its first cell)"
             if not top
             else f"this job left several notebooks ({', '.join(sorted(top))}): download them"
         )

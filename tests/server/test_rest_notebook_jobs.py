@@ -187,3 +187,29 @@ def test_a_job_without_an_executed_notebook_is_a_404(lab: Lab, store: Path) -> N
     status, answer = post(lab, f"{API}/jobs/{enc(handle)}/notebook", None, b"")
     assert status == 404, answer
     assert answer["reason"].startswith("this job left no executed notebook in its outputs")
+
+
+def test_a_notebook_job_from_python_is_listed_under_its_notebook_and_fetched_beside_it(
+    lab: Lab, store: Path, notebooks: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A job submitted from Python (or the CLI) in the notebook's own folder records the
+    notebook's absolute path, so the server rooted above lists it under
+    ``reports/daily.ipynb``, ``?notebook=`` finds it and ``POST /jobs/{h}/notebook`` writes
+    beside it; ``job.notebook()`` also fetches beside the original, wherever the caller is."""
+    from torchx_nb.notebook.notebook_jobs import run_notebook
+    from torchx_nb.runner import get_runner
+
+    monkeypatch.chdir(notebooks)
+    with get_runner() as runner:
+        job = run_notebook("daily.ipynb", {"n": 2}, scheduler="local_cwd", runner=runner)
+        assert job.wait(timeout=120, interval=0.5) is not None
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        assert job.notebook() == notebooks / "daily.executed.ipynb"
+    row = get(lab, f"{API}/jobs/{enc(job.handle)}")
+    assert row["notebook_path"] == "reports/daily.ipynb", row
+    listed = get(lab, f"{API}/jobs?notebook=reports%2Fdaily.ipynb")
+    assert job.handle in [r["handle"] for r in listed["jobs"]], listed
+    status, fetched = post(lab, f"{API}/jobs/{enc(job.handle)}/notebook", None, b"")
+    assert status == 201 and fetched["path"] == "reports/daily.executed-2.ipynb", fetched

@@ -113,9 +113,15 @@ class JobHandle:
 
     def notebook(self, folder: str | os.PathLike[str] | None = None) -> Path:
         """A notebook job's executed notebook (as far as it ran, with its outputs and
-        errors), fetched into ``folder`` (default: the current folder, which is the notebook's
-        in a kernel) as ``NAME.executed.ipynb``, never overwriting a file; its path."""
-        return self._runner.executed_notebook(self.handle, Path(folder or Path.cwd()))
+        errors; part-way for a running job), fetched into ``folder`` (default: beside the
+        original notebook, else the current folder) as ``NAME.executed.ipynb``, never
+        overwriting a file; its path."""
+        if folder is None:
+            record = self._runner.jobstore.get(self.handle)
+            original = Path(record.notebook) if record is not None and record.notebook else None
+            beside = original.parent if original and original.is_absolute() else None
+            folder = beside if beside is not None and beside.is_dir() else Path.cwd()
+        return self._runner.executed_notebook(self.handle, Path(folder))
 
     def describe(self) -> AppDef | None:
         return self._runner.describe(self.handle)

@@ -76,7 +76,11 @@ class Submitting(RunnerCore):
         )
         record: dict[str, str | None] = {
             "workspace": workspace,
-            "notebook": request.notebook or request.run_notebook,
+            # a notebook job's own notebook, absolute: a server rooted anywhere lists it under
+            # the right notebook and writes its executed copy beside it
+            "notebook": str(Path(request.run_notebook).expanduser().resolve())
+            if request.run_notebook
+            else request.notebook,
         }
         if request.run_notebook is not None and request.parameters:
             record["params"] = json.dumps(dict(request.parameters), default=str)
