@@ -87,6 +87,39 @@ def test_dryrun_prints_request_and_submits_nothing(isolated: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("scheduler", "rank0"),
+    [("local_cwd", "TORCHX_RANK0_HOST"), ("slurm", "SLURM_JOB_NODELIST_HET_GROUP_0")],
+)
+def test_the_dry_runs_program_line_shows_macros_as_the_request_has_them(
+    isolated: Path, scheduler: str, rank0: str
+) -> None:
+    """``dist.ddp``'s ``$${${rank0_env}:=localhost}`` is shown as the backend's request has
+    it, ``${VARIABLE:=localhost}`` (was the raw template, which no request holds)."""
+    (isolated / "train.py").write_text("print(1)\n")
+    code, out, err = cli(
+        "run", "--dryrun", "-s", scheduler, "dist.ddp", "-j", "2x1", "--script", "train.py"
+    )
+    assert code == 0, err
+    program = out.splitlines()[1]
+    endpoint = f"--rdzv_endpoint ${{{rank0}:=localhost}}"  # the line is cut at 100 characters
+    assert program.startswith(f"program:   bash -c torchrun --rdzv_backend c10d {endpoint}")
+    assert "rank0_env" not in program and "$$" not in program
+    code, out, err = cli(
+        "run",
+        "--dryrun",
+        "--json",
+        "-s",
+        scheduler,
+        "dist.ddp",
+        "-j",
+        "2x1",
+        "--script",
+        "train.py",
+    )
+    assert code == 0 and endpoint in out.split("the whole request (", 1)[1], err
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (

@@ -8,6 +8,7 @@ the environment plan (the packages added to the image), the request."""
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass
 
 from torchx_nb.components.cell import RUNNER
@@ -51,7 +52,7 @@ def summarize(runner: Runner, prepared: PreparedRun, whole: str = "--json") -> D
     ships = prepared.info.workspace_preview
     lines = [
         f"dry run on {prepared.scheduler}: nothing built, pushed or submitted",
-        f"program:   {_program(prepared.program, app.roles)}",
+        f"program:   {_program(prepared.program, app.roles, runner.get_scheduler(prepared.scheduler).rank0_env)}",
         f"runs:      {'; '.join(_role(r, images) for r in app.roles)}",
         f"ships:     {_ships(ships, prepared.workspace)}",
     ]
@@ -67,7 +68,7 @@ def summarize(runner: Runner, prepared: PreparedRun, whole: str = "--json") -> D
     return DryRunSummary([redact_text(line) for line in lines], request, ships, table)
 
 
-def _program(program: Program, roles: list[Role]) -> str:
+def _program(program: Program, roles: list[Role], rank0_env: str) -> str:
     if isinstance(program, NotebookProgram):
         names = [name for name, _ in program.parameters]
         given = f"{len(names)} parameter{'s' if len(names) != 1 else ''}" + (
@@ -81,7 +82,11 @@ def _program(program: Program, roles: list[Role]) -> str:
         torchrun = " under torchrun" if program.j else ""
         return f"a cell of {n} line{'s' if n != 1 else ''}, run by {how}{torchrun}"
     first = roles[0]
-    command = " ".join(str(a) for a in redact([first.entrypoint, *first.args]))
+    # TorchX's macros as the request has them: ``$${${rank0_env}:=localhost}`` is
+    # ``${TORCHX_RANK0_HOST:=localhost}``; what is known only at submit (``${app_id}``,
+    # ``${replica_id}``, ``${img_root}``) stays a macro
+    args = [string.Template(a).safe_substitute(rank0_env=rank0_env) for a in first.args]
+    command = " ".join(str(a) for a in redact([first.entrypoint, *args]))
     return command if len(command) <= 100 else command[:99] + "…"
 
 

@@ -58,6 +58,9 @@ class Scheduler(abc.ABC, Generic[T]):
     and ``list()``, its cfg a plain mapping."""
 
     is_local: bool = False
+    #: what TorchX's ``${rank0_env}`` macro becomes in this backend's requests (the variable
+    #: holding rank 0's host), so a dry run's program line shows it as the request does
+    rank0_env: str = "TORCHX_RANK0_HOST"
 
     def __init__(self, backend: str, session_name: str) -> None:
         self.backend = backend

@@ -148,6 +148,8 @@ class AwsBatchScheduler(
     """Multinode AWS Batch jobs; lists every queue without the 100-job cap. A sweep's trials
     go as one array job, each child ``QUEUE:NAME:INDEX``."""
 
+    rank0_env = RANK0_ENV
+
     array_index_env = "AWS_BATCH_JOB_ARRAY_INDEX"
 
     service = "batch"

@@ -89,6 +89,7 @@ class GcpBatchScheduler(
     sweep's trials are the tasks of one job."""
 
     opts_type = GcpBatchOpts
+    rank0_env = RANK0_ENV
     array_index_env = "BATCH_TASK_INDEX"
     throttles_arrays = True
 

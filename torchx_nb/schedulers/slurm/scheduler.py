@@ -77,6 +77,7 @@ class SlurmScheduler(
     sweep's trials go as one job array, each task ``ARRAYID_INDEX``."""
 
     opts_type = SlurmOpts
+    rank0_env = RANK0_ENV
     array_index_env = "SLURM_ARRAY_TASK_ID"
     throttles_arrays = True
 
