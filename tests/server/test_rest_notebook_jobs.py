@@ -117,6 +117,10 @@ def test_a_notebook_runs_from_the_api_and_comes_back_beside_it(
             "cfg.a: cfg must be an object of option: value, each value text",
         ),
         ({"notebook": "reports/daily.ipynb", "cell_timeout": -1}, "cell_timeout must be a"),
+        (  # the field, not the CLI's -p flag
+            {"notebook": "reports/daily.ipynb", "parameters": {"class": 1}},
+            "parameters.class: a parameter's name must be a Python variable name",
+        ),
         ({"notebook": "reports/daily.ipynb", "cell_timeout": True}, "cell_timeout must be a"),
         ({"notebook": "reports/daily.ipynb", "image": "a b"}, "image must be text without"),
         ({"notebook": "reports/daily.ipynb", "cfg": {"nosuch": 1}}, "nosuch"),
@@ -143,6 +147,18 @@ def test_a_body_that_is_not_json_or_too_big_is_a_400(lab: Lab, store: Path) -> N
     assert status == 400 and answer["reason"] == "the body must be JSON"
     status, answer = post(lab, f"{API}/jobs", None, b" " * (65 * 1024))
     assert status == 400 and answer["reason"] == "the body is over 64 KiB"
+    # nesting: too deep for JSON to be read here (it was a 500, RecursionError), or readable
+    # but over the limit: a 400 naming the field either way
+    for depth in (20_000, 150):
+        raw = b'{"notebook": "x.ipynb", "parameters": {"n": 1, "deep": %s%s}}' % (
+            b"[" * depth,
+            b"]" * depth,
+        )
+        status, answer = post(lab, f"{API}/jobs", None, raw)
+        assert (status, answer["reason"]) == (
+            400,
+            "parameters.deep nests too deep: at most 100 levels",
+        ), answer
 
 
 def test_submitting_needs_auth_and_xsrf_and_the_same_origin(

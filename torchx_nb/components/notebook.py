@@ -12,6 +12,7 @@ import torchx_nb
 from torchx_nb import specs
 from torchx_nb.apps.notebook_main import PARAMETERS_FILE
 from torchx_nb.components.cell import RUNNER
+from torchx_nb.specs.exceptions import BadParameter
 from torchx_nb.specs.program import CellApp, NotebookProgram
 
 
@@ -49,11 +50,12 @@ def notebook_program(
         )
     for name, value in (parameters or {}).items():
         if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__"):
-            raise ValueError(f"-p {name}: a parameter's name must be a Python variable name")
+            raise BadParameter(name, "a parameter's name must be a Python variable name")
         if not _is_literal(value):
-            raise ValueError(
-                f"-p {name}: a {type(value).__name__} is not a Python literal; give numbers,"
-                " text, booleans, None, or lists and dicts of them"
+            raise BadParameter(
+                name,
+                f"a {type(value).__name__} is not a Python literal; give numbers, text,"
+                " booleans, None, or lists and dicts of them",
             )
     _warn_unknown(nb, parameters or {})
     if cell_timeout is not None and cell_timeout <= 0:

@@ -44,7 +44,7 @@ from torchx_nb.server.pages import (
 )
 from torchx_nb.server.submit import BadSubmission, NotebookSubmission
 from torchx_nb.specs.api import AppState, TorchxNbError, message_text
-from torchx_nb.specs.exceptions import JobStoreError
+from torchx_nb.specs.exceptions import BadParameter, JobStoreError
 
 JOBS_PAGE_MAX = 500
 LOG_LINES_MAX = 5000
@@ -361,6 +361,8 @@ class JobService:
             runner.prepare(request)
         except JobStoreError:
             raise
+        except BadParameter as e:  # the body's field, not the CLI's flag
+            raise BadSubmission(f"parameters.{e.name}: {e.why}") from None
         except Exception as e:
             raise BadSubmission(one_line(e)) from None
         handle = runner.submit(runner.prepare(request, build=True))

@@ -6,6 +6,7 @@ the field, for a 400."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,46 @@ def _notebook(value: Any, root_dir: str | None) -> str:
     return str(path)
 
 
+MAX_DEPTH = 100  # levels of lists and objects a parameter's value may nest
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests (without recursion: the value may be deep)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _deepest_field(raw: bytes) -> str:
+    """The top-level field (``parameters.NAME`` inside parameters) where JSON too deep to
+    parse goes deepest, read by a scan of the text (strings skipped)."""
+    import re
+
+    text = raw.decode("utf-8", "replace")
+    keys: list[str | None] = []  # the key each open object/array level was entered under
+    last_key: str | None = None
+    deepest: tuple[int, list[str | None]] = (0, [])
+    for m in re.finditer(r'"(?:[^"\\]|\\.)*"\s*:?|[\[\]{}]', text):
+        token = m.group()
+        if token in "[{":
+            keys.append(last_key)
+            last_key = None
+            if len(keys) > deepest[0]:
+                deepest = (len(keys), list(keys))
+        elif token in "]}":
+            if keys:
+                keys.pop()
+        elif token.endswith(":"):
+            with contextlib.suppress(ValueError):
+                last_key = json.loads(token[:-1].strip())
+    path = [k for k in deepest[1][1:3] if k is not None]
+    return ".".join(path) if path else "the body"
+
+
 def _no_constant(name: str) -> Any:
     raise BadSubmission(f"the body must be JSON ({name} is not a JSON number)")
 
@@ -66,6 +107,14 @@ def parse_submission(raw: bytes, root_dir: str | None) -> NotebookSubmission:
         body = json.loads(raw or b"null", parse_constant=_no_constant)
     except ValueError:
         raise BadSubmission("the body must be JSON") from None
+    except RecursionError:
+        raise BadSubmission(
+            f"{_deepest_field(raw)} nests too deep: at most {MAX_DEPTH} levels"
+        ) from None
+    given = body.get("parameters") if isinstance(body, dict) else None
+    for name, value in given.items() if isinstance(given, dict) else ():
+        if isinstance(value, (dict, list)) and _depth(value) > MAX_DEPTH:
+            raise BadSubmission(f"parameters.{name} nests too deep: at most {MAX_DEPTH} levels")
     try:
         check_body(PATH, "post", body)
     except DoesNotConform as e:

@@ -73,3 +73,12 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return "\n" + self.text
+
+
+class BadParameter(ValueError):
+    """A parameter that cannot run: shown as ``-p NAME: why`` (the CLI's and Python's words);
+    the REST API names its field, ``parameters.NAME: why``."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"-p {name}: {why}")
+        self.name, self.why = name, why
