@@ -36,6 +36,9 @@ export class JobsModel {
   private _stop: (() => void) | null = null;
   private _load = 0;
   private _retry = 0;
+  /** Rows from the event stream not yet applied: the last one per job. */
+  private _queue = new Map<string, IJob>();
+  private _frame = 0;
 
   constructor() {
     this.changed = this._changed;
@@ -139,6 +142,8 @@ export class JobsModel {
   }
 
   dispose(): void {
+    window.cancelAnimationFrame(this._frame);
+    this._queue.clear();
     this._stop?.();
     this._stop = null;
     Signal.clearData(this);
@@ -168,10 +173,49 @@ export class JobsModel {
     }
   }
 
-  private _upsert(job: IJob): void {
+  /** Applies the queued rows at the next frame (or within 100 ms in a hidden tab, where
+   * frames stop): one sort and one render per batch, whatever the events' rate. A batch
+   * larger than the rows shown is a reload of the first page(s), so the list stays bounded. */
+  private _enqueue(job: IJob): void {
+    this._queue.set(job.handle, job);
+    if (this._frame) {
+      return;
+    }
+    let timer = 0;
+    const apply = (): void => {
+      window.cancelAnimationFrame(this._frame);
+      window.clearTimeout(timer);
+      this._frame = 0;
+      this._apply();
+    };
+    this._frame = window.requestAnimationFrame(apply);
+    timer = window.setTimeout(apply, 100);
+  }
+
+  private _apply(): void {
+    const rows = [...this._queue.values()];
+    this._queue.clear();
+    if (rows.length > Math.max(this.jobs.length, PAGE)) {
+      rows.forEach(job => this._noteEnd(job));
+      void this.refresh();
+      return;
+    }
+    let added = false;
+    for (const job of rows) {
+      added = this._upsert(job) || added;
+    }
+    if (added) {
+      this.jobs.sort((a, b) => b.submitted - a.submitted || (a.handle < b.handle ? 1 : -1));
+    }
+    this._changed.emit();
+  }
+
+  /** One row from the stream; true when it added a row (the list needs a sort). */
+  private _upsert(job: IJob): boolean {
     this._noteEnd(job);
     this.schedulers.add(job.scheduler);
     const index = this.jobs.findIndex(j => j.handle === job.handle);
+    let added = false;
     // the server says whether a row belongs to the filtered list (its own search rules)
     const matches = job.match ?? true;
     delete job.match;
@@ -184,10 +228,11 @@ export class JobsModel {
       this.total += 1;
       if (!this._beyondShown(job)) {
         this.jobs.push(job);
-        this.jobs.sort((a, b) => b.submitted - a.submitted || (a.handle < b.handle ? 1 : -1));
+        added = true;
       }
     }
     this._jobChanged.emit(job);
+    return added;
   }
 
   private _follow(eventId: string): void {
@@ -203,10 +248,7 @@ export class JobsModel {
       }
     };
     this._stop = followEvents(eventId, this.filters, {
-      job: row => {
-        this._upsert(row);
-        flush();
-      },
+      job: row => this._enqueue(row),
       counts: counts => {
         this.counts = counts;
         flush();
@@ -217,6 +259,7 @@ export class JobsModel {
         flush();
       },
       reset: () => {
+        this._queue.clear(); // rows from before the reset: the reload supersedes them
         void this.refresh();
       }
     });
