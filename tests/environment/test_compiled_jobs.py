@@ -100,13 +100,11 @@ def _cli(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_wheel_tagged_for_a_newer_glibc_than_the_image_s_is_refused_in_one_line(
     compiled_kernel: Path,
     docker_env: DockerDaemon,
-    base_images: dict[str, str],
+    python_in_registry: str,
     registry: Registry,
     tmp_path: Path,
 ) -> None:
-    from tests.infra.fixtures import push_to_registry
-
-    image = push_to_registry(docker_env, base_images["python"], f"{registry.host}/base/py:7")
+    image = python_in_registry  # the python base where every test finds it (no second name)
     ws = tmp_path / "ws"
     ws.mkdir()
     for extra in (["--dryrun"], []):
@@ -142,13 +140,11 @@ def test_a_wheel_tagged_for_a_newer_glibc_than_the_image_s_is_refused_in_one_lin
 def test_a_wheel_whose_tags_fit_ships_from_the_kernel_s_installed_files(
     compiled_kernel: Path,
     docker_env: Any,
-    base_images: dict[str, str],
+    python_in_registry: str,
     registry: Registry,
     tmp_path: Path,
 ) -> None:
-    from tests.infra.fixtures import push_to_registry
-
-    image = push_to_registry(docker_env, base_images["python"], f"{registry.host}/base/py:7")
+    image = python_in_registry  # the python base where every test finds it (no second name)
     ws = tmp_path / "ws"
     ws.mkdir()
     cell = "import tnbglibcok\nprint('ok', tnbglibcok.VERSION, tnbglibcok.__file__)\n"
