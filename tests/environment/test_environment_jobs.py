@@ -539,7 +539,7 @@ print(json.dumps({{"seen": seen, "rss_mb": int(hwm) / 1024,
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["adds"] == ["missing; built from the kernel's archive install"]
+    assert out["adds"] == ["missing; made from the kernel's archive install (its installed files)"]
     packing = [(done, total) for what, done, total in out["seen"] if what == "environment: packing"]
     assert packing[0][0] == 0 and packing[-1][0] == packing[-1][1] >= 1 << 30
     assert len({done for done, _ in packing}) >= 3  # it moves as files are written
