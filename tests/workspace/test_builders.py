@@ -201,8 +201,14 @@ def test_docker_builder_for_a_remote_scheduler_uploads_our_layers_itself(
     asked = client.stats.requests
     python = builder.client.images.get(base_images["python"])
     there = builder._in_registry(python, repo)
-    assert there is not None and str(there).startswith(f"{registry.host}/base/python@sha256:")
     assert client.stats.requests == asked
+    # where: the manifest python_in_registry pushed, under whichever name this session's
+    # other tests also pushed it (the choice among names is tested below, on `fresh`)
+    pushed = requests.head(
+        f"http://{registry.host}/v2/base/python/manifests/3.11",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    ).headers["Docker-Content-Digest"]
+    assert there is not None and (there.host, there.reference) == (registry.host, pushed)
     manifest = requests.get(
         f"http://{registry.host}/v2/nb/docker-remote/manifests/{in_registry.image.split('@')[1]}",
         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
@@ -215,6 +221,33 @@ def test_docker_builder_for_a_remote_scheduler_uploads_our_layers_itself(
     assert [x["digest"] for x in manifest["layers"][: len(base["layers"])]] == [
         x["digest"] for x in base["layers"]
     ]
+
+
+def test_the_docker_builder_finds_a_base_under_several_names_in_one_order(
+    docker_env: DockerDaemon, base_images: dict[str, str], registry: Registry
+) -> None:
+    """A base the registry holds under several names (pushed by other tests, other users):
+    the job's own repository first, then the others by name, whatever order they were
+    pushed in (a session that pushed the python base under a second name once changed
+    where another test's build found it)."""
+    import io
+    import uuid
+
+    from tests.infra.fixtures import push_to_registry
+    from torchx_nb.workspace.builders import DockerBuilder
+
+    client = docker_env.client()
+    label = uuid.uuid4().hex
+    dockerfile = f"FROM {base_images['busybox']}\nLABEL torchx-nb-test={label}\n".encode()
+    image = client.images.build(fileobj=io.BytesIO(dockerfile), rm=True)[0]
+    for name in ("zz/last", "nb/own", "aa/first"):
+        push_to_registry(docker_env, image.id, f"{registry.host}/{name}-{label[:8]}:1")
+    image = client.images.get(image.id)
+    assert len(image.attrs["RepoDigests"]) == 3
+    own = DockerBuilder()._in_registry(image, f"{registry.host}/nb/own-{label[:8]}")
+    other = DockerBuilder()._in_registry(image, f"{registry.host}/nb/else-{label[:8]}")
+    assert own is not None and own.repository == f"nb/own-{label[:8]}"
+    assert other is not None and other.repository == f"aa/first-{label[:8]}"
 
 
 def test_the_upload_target_is_where_the_build_uploads_its_own_layers(tmp_path: Path) -> None:

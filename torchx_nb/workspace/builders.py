@@ -315,17 +315,22 @@ class DockerBuilder:
 
     def _in_registry(self, base_image: Any, image_repo: str) -> ImageRef | None:
         """Where the registry of ``image_repo`` has the daemon's ``base_image`` (it was pulled
-        from or pushed there: a repo digest naming the same config), if it does."""
+        from or pushed there: a repo digest naming the same config), if it does. When it is
+        there under several names, ``image_repo``'s own repository first, then the others in
+        the order of their names (not the daemon's order, nor the order they were pushed
+        in)."""
         from torchx_nb.workspace.registry import ImageRef, RegistryClient, RegistryError
 
-        host = ImageRef.parse(f"{image_repo}:x").host
+        own = ImageRef.parse(f"{image_repo}:x")
+        host = own.host
         if (str(base_image.id), host) in self._found:  # one build asks up to three times
             return self._found[str(base_image.id), host]
         client = self.clients.setdefault(host, RegistryClient(host))
-        for known in base_image.attrs.get("RepoDigests") or []:
-            there = ImageRef.parse(known)
-            if there.host != host:
-                continue
+        refs = [ImageRef.parse(k) for k in base_image.attrs.get("RepoDigests") or []]
+        for there in sorted(
+            (r for r in refs if r.host == host),
+            key=lambda r: (r.repository != own.repository, r.repository, r.reference),
+        ):
             try:
                 manifest, _, _ = client.get_manifest(there)
             except RegistryError:
