@@ -189,3 +189,41 @@ def test_the_job_runs_the_project_and_what_the_file_names(
     helper = "ws-helper" if file == "uv.lock" else "helper-1"
     served = "1.0" if file == "uv.lock" else "0.9"
     assert f"app app-1 helper {helper} served {served}" in log, log
+
+
+def test_a_folder_line_brings_its_own_dependencies(
+    kernel_venv: KernelVenv,
+    docker_env: DockerDaemon,
+    python_in_registry: str,
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    """``-e .`` alone in a requirements file: the project's own ``dependencies``
+    (tnbserved) are resolved with the rest and travel in the layer, as ``pip install -r``
+    installs them (they were dropped: the folder's wheel went in with --no-deps and the job
+    failed with ModuleNotFoundError)."""
+    ws = _project(tmp_path)
+    (ws / "requirements.txt").write_text("-e .\n")
+    proc = _cli(
+        dict(kernel_venv.env, DOCKER_HOST=os.environ["DOCKER_HOST"]),
+        kernel_venv,
+        "run",
+        "--packages",
+        str(ws / "requirements.txt"),
+        "-s",
+        "local_docker",
+        "--workspace",
+        str(ws),
+        "--wait",
+        "-cfg",
+        f"network=host,builder=registry,image_repo={registry.host}/pkgfile-deps",
+        "cell",
+        "--image",
+        python_in_registry,
+        "--source",
+        "import tnbapp, tnbserved\nprint('app', tnbapp.V, 'served', tnbserved.VERSION)\n",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
+    log = kernel_venv.cli("log", handle).stdout
+    assert "app app-1 served 1.0" in log, log

@@ -222,7 +222,13 @@ def pins_from_file(
     if not resolve:
         env = marker_environment(contents)
         return [*(pin for s in specs if (pin := _unresolved(s, env)) is not None), *local]
-    return [*_compile(specs, constraints, path, contents, index), *local] if specs else local
+    if not specs and not folders:
+        return local
+    # the folders go into the resolution too (as file URLs): their own dependencies are
+    # resolved with the rest, as pip install -r would install them; their wheels are built
+    # apart and installed without dependencies
+    folder_specs = [f.as_uri() for f in folders]
+    return [*_compile([*specs, *folder_specs], constraints, path, contents, index), *local]
 
 
 def _unresolved(spec: str, env: dict[str, str]) -> FilePin | None:
