@@ -246,3 +246,46 @@ def test_the_image_s_copy_at_the_same_version_with_other_contents_is_replaced(
     assert ran.returncode == 0, ran.stdout + ran.stderr
     handle = next(w for w in ran.stdout.split() if w.startswith("local_docker://"))
     assert "tnbw ours" in kernel.run("-m", "torchx_nb.cli", "log", handle).stdout
+
+
+def test_an_editable_install_in_a_folder_with_a_space_ships_and_follows_its_edits(
+    kernel: Kernel, python_in_registry: str, registry: Registry, docker_env: DockerDaemon
+) -> None:
+    """pip records an editable install's folder as a file URL, percent-encoded
+    (``file:///…/My%20Projects/tnbsp``): that is the folder ``/…/My Projects/tnbsp``. It
+    ships as a build of that folder, and an edit of it makes a new layer (the encoded path
+    was taken as the folder: 'whose source folder … is gone', and no folder to hash)."""
+    from tests.infra.kernel_venv import download_wheels
+
+    download_wheels(kernel.root / "links", "setuptools>=61")  # uv build's backend
+    edit = _project(kernel.root / "My Projects", "tnbsp", "1.0", [], {"tnbsp.py": "B = 'one'\n"})
+    kernel.pip("--no-deps", "--no-build-isolation", "-e", str(edit))
+    cell = "import tnbsp\nprint('tnbsp', tnbsp.B)\n"
+
+    def submit() -> str:
+        proc = kernel.run(
+            "-m",
+            "torchx_nb.cli",
+            "run",
+            "-s",
+            "local_docker",
+            "--workspace",
+            str(kernel.root / "ws"),
+            "--wait",
+            "-cfg",
+            f"network=host,builder=registry,image_repo={registry.host}/identity-space",
+            "cell",
+            "--image",
+            python_in_registry,
+            "--source",
+            cell,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
+        return kernel.run("-m", "torchx_nb.cli", "log", handle).stdout
+
+    first = kernel.key(cell, python_in_registry)
+    assert "tnbsp one" in submit()
+    (edit / "tnbsp.py").write_text("B = 'two'\n")
+    assert kernel.key(cell, python_in_registry) != first
+    assert "tnbsp two" in submit()

@@ -156,3 +156,16 @@ def test_a_requirements_file_keeps_every_line_or_names_the_one_it_cannot_honour(
         with pytest.raises(TorchxNbError) as e:
             pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
         assert str(e.value) == message
+
+
+def test_a_folder_named_by_a_file_url_is_the_folder_it_names(tmp_path: Path) -> None:
+    """``file:`` URLs are percent-encoded (pip writes them so): ``file:///…/my%20pkg`` is the
+    folder ``/…/my pkg`` (it was taken as the folder ``my%20pkg``, which is not there)."""
+    folder = tmp_path / "my pkg"
+    folder.mkdir()
+    (folder / "pyproject.toml").write_text('[project]\nname = "pkg-c"\nversion = "1.0"\n')
+    reqs = tmp_path / "requirements.txt"
+    for line in (folder.as_uri(), f"pkg-c @ {folder.as_uri()}", f"-e {folder.as_uri()}"):
+        reqs.write_text(line + "\n")
+        pins = pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+        assert [(p.name, p.folder) for p in pins] == [("pkg-c", str(folder))], line

@@ -11,6 +11,8 @@ import hashlib
 import os
 import re
 import shutil
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 
 # userinfo ends at the *last* ``@`` before the host, as pip splits it (a password may hold
@@ -46,6 +48,18 @@ INDEX_STRATEGY = "unsafe-best-match"
 def mask_url(text: str) -> str:
     """``https://user:p@ss@host/simple`` -> ``https://***@host/simple`` (in any text)."""
     return _CREDS.sub(r"\g<scheme>***@", text)
+
+
+def file_url_path(url: str) -> str | None:
+    """The local path a ``file:`` URL names, percent-decoded (pip records
+    ``file:///home/u/My%20Projects/pkg`` for the folder ``/home/u/My Projects/pkg``); None
+    for any other URL."""
+    if not url.startswith("file:"):
+        return None
+    parts = urllib.parse.urlsplit(url)
+    if parts.netloc in ("", "localhost"):
+        return urllib.request.url2pathname(parts.path)
+    return urllib.request.url2pathname(parts.netloc + parts.path)  # file://./pkg, as written
 
 
 def uv_message(text: str, limit: int = 400) -> str:

@@ -19,7 +19,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from torchx_nb.environment.index import IndexSettings, mask_url
+from torchx_nb.environment.index import IndexSettings, file_url_path, mask_url
 from torchx_nb.environment.tags import image_tags
 from torchx_nb.workspace.image_contents import ImageContents
 
@@ -205,7 +205,7 @@ def _index_page(base: str, name: str, settings: IndexSettings) -> Listing:
 def _find_links(link: str, name: str, settings: IndexSettings) -> Listing:
     if link.startswith(("http://", "https://")):
         return _http(link, name, settings, False, f"find-links {mask_url(link)}")
-    path = link[len("file://") :] if link.startswith("file://") else link
+    path = file_url_path(link) or link
     return _folder(Path(path).expanduser(), name, f"find-links {mask_url(link)}")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from torchx_nb.environment.index import file_url_path
 from torchx_nb.workspace.image_contents import normalize
 
 
@@ -60,7 +61,7 @@ def _source(dist: md.Distribution) -> tuple[str, str | None]:
         except ValueError:
             info = {}
         url = str(info.get("url", ""))
-        path = url[len("file://") :] if url.startswith("file://") else None
+        path = file_url_path(url)
         if "vcs_info" in info:
             return "vcs", path
         if info.get("dir_info", {}).get("editable"):

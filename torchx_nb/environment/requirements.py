@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torchx_nb.environment.index import IndexSettings, uv_message
+from torchx_nb.environment.index import IndexSettings, file_url_path, uv_message
 from torchx_nb.environment.lockfile import FilePin, marker_environment, pins_from_lock
 from torchx_nb.specs.api import TorchxNbError
 
@@ -65,10 +65,10 @@ def check_packages_option(value: str) -> str:
 def _is_path(spec: str, base: Path) -> Path | None:
     """The local folder a requirement line names (``./pkg``, ``/abs``, ``file://``), if any."""
     text = spec.split(";", 1)[0].strip()
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    elif " @ file://" in text:
-        text = text.split(" @ file://", 1)[1]
+    if text.startswith("file:"):
+        text = file_url_path(text) or text
+    elif " @ file:" in text:
+        text = file_url_path(text.split(" @ ", 1)[1].strip()) or text
     elif not text.startswith((".", "/", "~")):
         return None
     folder = (base / Path(text).expanduser()).resolve()
