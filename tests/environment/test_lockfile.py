@@ -169,3 +169,49 @@ def test_a_folder_named_by_a_file_url_is_the_folder_it_names(tmp_path: Path) -> 
         reqs.write_text(line + "\n")
         pins = pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
         assert [(p.name, p.folder) for p in pins] == [("pkg-c", str(folder))], line
+
+
+def test_a_requirements_file_is_read_as_pip_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip's ``${NAME}`` variables, bare URL and VCS lines (one line naming them, their
+    credentials masked, never packaging's three-line parse error holding the token), an
+    ``-r`` cycle named as one, and a line's number in the file after a continuation."""
+    monkeypatch.setenv("TNB_VERSION", "1.0")
+    monkeypatch.setenv("TNB_DIR", "sub")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "base.txt").write_text("tnbdep==${TNB_VERSION}\n")
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("-r ${TNB_DIR}/base.txt\ntnbserved==${TNB_VERSION}\n")
+    dry = pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+    assert [(p.name, p.version) for p in dry] == [("tnbdep", "1.0"), ("tnbserved", "1.0")]
+    (tmp_path / "a.txt").write_text("-r requirements.txt\n")
+    for text, message in [
+        (
+            "git+https://alice:t0ken@127.0.0.1/r.git#egg=tnbx\n",
+            f"--packages {reqs}:1: tnbx from git+https:// (a URL or a VCS checkout) is not"
+            " honoured here: install it in the kernel and use --packages auto, or publish it"
+            " to your index",
+        ),
+        (
+            "https://alice:t0ken@127.0.0.1/x/tnbx-1.0-py3-none-any.whl\n",
+            f"--packages {reqs}:1: https://***@127.0.0.1/x/tnbx-1.0-py3-none-any.whl from"
+            " https:// (a URL or a VCS checkout) is not honoured here: install it in the"
+            " kernel and use --packages auto, or publish it to your index",
+        ),
+        (
+            "tnbdep==1.0 \\\n  --hash=sha256:abc \\\n  --hash=sha256:def\ntnbx==\n",
+            f"--packages {reqs}:4: 'tnbx==' is not a requirement (Expected semicolon (after"
+            " name with no version specifier) or end)",
+        ),
+        (
+            "-r a.txt\n",
+            f"--packages: {tmp_path / 'a.txt'} includes {reqs} again (requirements.txt ->"
+            " a.txt -> requirements.txt): remove that -r or -c",
+        ),
+    ]:
+        reqs.write_text(text)
+        with pytest.raises(TorchxNbError) as e:
+            pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+        assert str(e.value) == message
+        assert "t0ken" not in str(e.value) and "\n" not in str(e.value)

@@ -10,13 +10,14 @@ it lists what the file names, "resolved at submit". A uv.lock: lockfile.py."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torchx_nb.environment.index import IndexSettings, file_url_path, uv_message
+from torchx_nb.environment.index import IndexSettings, file_url_path, mask_url, uv_message
 from torchx_nb.environment.lockfile import FilePin, marker_environment, pins_from_lock
 from torchx_nb.specs.api import TorchxNbError
 
@@ -27,6 +28,9 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;#]+)")
 _ASKED = re.compile(r"^(?P<file>.+?)\[(?P<names>[A-Za-z0-9._,\s-]*)\]$")
 UNRESOLVED = "(at submit)"
 _MAX_DEPTH = 10
+_COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's: a '#' at the start or after a space
+_ENV_VAR = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)\}")  # pip expands ${NAME} only
+_URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*\+)?(?:https?|ftp|ssh|git|svn|hg|bzr)://")
 
 
 def split_option(value: str) -> tuple[Path, tuple[str, ...]]:
@@ -75,20 +79,51 @@ def _is_path(spec: str, base: Path) -> Path | None:
     return folder
 
 
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """A requirements file's lines as pip reads them: a line ending with ``\\`` (and holding
+    no comment) continues on the next, numbered by its first line; comments dropped;
+    ``${NAME}`` replaced by the environment variable ``NAME`` when it is set."""
+    out: list[tuple[int, str]] = []
+    held: list[str] = []
+    first = 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        if raw.endswith("\\") and not _COMMENT.search(raw):
+            first = first or number
+            held.append(raw[:-1])
+            continue
+        out.append((first or number, "".join([*held, raw])))
+        held, first = [], 0
+    if held:
+        out.append((first, "".join(held)))
+    return [
+        (n, _ENV_VAR.sub(lambda m: os.environ.get(m["name"], m[0]), _COMMENT.sub("", t)).strip())
+        for n, t in out
+    ]
+
+
 def _read_requirements(
-    path: Path, lines: list[str], constraints: list[str], folders: list[Path], depth: int = 0
+    path: Path,
+    lines: list[str],
+    constraints: list[str],
+    folders: list[Path],
+    depth: int = 0,
+    chain: tuple[Path, ...] = (),
 ) -> None:
     """Gather ``path``'s requirement lines (includes followed, hashes dropped), its
     constraints and its local folders; a line that cannot be honoured is refused in one."""
+    if path in chain:
+        cycle = " -> ".join(p.name for p in (*chain[chain.index(path) :], path))
+        raise TorchxNbError(
+            f"--packages: {chain[-1]} includes {path} again ({cycle}): remove that -r or -c"
+        )
     if depth > _MAX_DEPTH:
         raise TorchxNbError(f"--packages: {path} is included more than {_MAX_DEPTH} deep")
+    chain = (*chain, path)
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise TorchxNbError(f"--packages: cannot read {path} ({e})") from None
-    text = re.sub(r"\\\n", " ", text)
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+    for number, line in _logical_lines(text):
         if not line:
             continue
         where = f"{path}:{number}"
@@ -100,10 +135,10 @@ def _read_requirements(
         if option in ("-r", "--requirement", "-c", "--constraint"):
             target = (path.parent / rest).resolve()
             if option in ("-r", "--requirement"):
-                _read_requirements(target, lines, constraints, folders, depth + 1)
+                _read_requirements(target, lines, constraints, folders, depth + 1, chain)
             else:
                 sub: list[str] = []
-                _read_requirements(target, sub, constraints, folders, depth + 1)
+                _read_requirements(target, sub, constraints, folders, depth + 1, chain)
                 constraints += sub
             continue
         editable = option in ("-e", "--editable")
@@ -112,6 +147,14 @@ def _read_requirements(
             raise TorchxNbError(
                 f"--packages {where}: the option {spec.split()[0]!r} is not honoured here:"
                 " set indexes in pip's configuration (the environment layer uses it)"
+            )
+        if _URL.match(spec):  # a bare URL or VCS line (pip takes them; the name is in #egg=)
+            egg = re.search(r"[#&]egg=([A-Za-z0-9._-]+)", spec)
+            name = egg[1] if egg else mask_url(spec.split("#", 1)[0])
+            raise TorchxNbError(
+                f"--packages {where}: {name} from {spec.split('://')[0]}:// (a URL or a VCS"
+                " checkout) is not honoured here: install it in the kernel and use --packages"
+                " auto, or publish it to your index"
             )
         folder = _is_path(spec, path.parent)
         if folder is not None:
@@ -131,7 +174,10 @@ def _check_requirement(spec: str, where: str) -> None:
     try:
         req = Requirement(spec)
     except InvalidRequirement as e:
-        raise TorchxNbError(f"--packages {where}: {spec!r} is not a requirement ({e})") from None
+        said = str(e).splitlines()[0] if str(e) else "unreadable"
+        raise TorchxNbError(
+            f"--packages {where}: {mask_url(spec)!r} is not a requirement ({said})"
+        ) from None
     if req.url:
         raise TorchxNbError(
             f"--packages {where}: {req.name} from {req.url.split('://')[0]}:// (a URL or a VCS"
