@@ -215,3 +215,31 @@ def test_a_requirements_file_is_read_as_pip_reads_it(
             pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
         assert str(e.value) == message
         assert "t0ken" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_once_one_line_has_a_hash_every_resolved_distribution_needs_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip's hash-checking mode: a dependency resolved at submit without a hash is one line
+    (the resolution itself, uv pip compile, is faked here; the jobs test runs it)."""
+    from torchx_nb.environment import requirements
+    from torchx_nb.environment.lockfile import FilePin
+
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("tnbprobe==1.0 --hash=sha256:AB12\n")
+    resolved = [FilePin("tnbprobe", "1.0"), FilePin("tnbdep", "1.0")]
+    monkeypatch.setattr(requirements, "_compile", lambda *a: list(resolved))
+    with pytest.raises(TorchxNbError) as e:
+        pins_from_file(str(reqs), _image("3.11"), IndexSettings())
+    assert str(e.value) == (
+        f"--packages {reqs}: some lines have --hash and tnbdep has none (pip's hash-checking"
+        " mode needs one for every distribution): add them (uv pip compile"
+        " --generate-hashes), or remove every --hash"
+    )
+    reqs.write_text("tnbprobe==1.0 --hash=sha256:AB12\n-c pins.txt\n")
+    (tmp_path / "pins.txt").write_text("tnbdep==1.0 --hash=sha256:cd34\n")
+    pins = pins_from_file(str(reqs), _image("3.11"), IndexSettings())
+    assert [(p.name, p.hashes) for p in pins] == [
+        ("tnbprobe", ("sha256:ab12",)),
+        ("tnbdep", ("sha256:cd34",)),
+    ]

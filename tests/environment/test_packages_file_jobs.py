@@ -227,3 +227,74 @@ def test_a_folder_line_brings_its_own_dependencies(
     handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
     log = kernel_venv.cli("log", handle).stdout
     assert "app app-1 served 1.0" in log, log
+
+
+def test_hashes_in_the_file_are_honoured_as_pip_honours_them(
+    kernel_venv: KernelVenv,
+    docker_env: DockerDaemon,
+    python_in_registry: str,
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    """A requirements file's ``--hash`` and a uv.lock's wheel hashes: a wheel the kernel's
+    index serves with another sha256 (a rebuilt or substituted file) is one line before
+    anything is built, in the dry run too (pip refuses it; the hashes were dropped and the
+    job got whatever the index served); with the right hash the job runs."""
+    import hashlib
+
+    wheel = next(kernel_venv.served.glob("tnbserved-1.0-*.whl"))
+    right = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = dict(kernel_venv.env, DOCKER_HOST=os.environ["DOCKER_HOST"])
+    lock = LOCK.replace(
+        'name = "tnbserved"\nversion = "1.0"\nsource = { registry = "https://127.0.0.1/simple" }\n',
+        'name = "tnbserved"\nversion = "1.0"\nsource = { registry = "https://127.0.0.1/simple" }\n'
+        'wheels = [{ url = "https://127.0.0.1/tnbserved-1.0-py3-none-any.whl",'
+        f' hash = "sha256:{"0" * 64}" }}]\n',
+    )
+    (ws / "uv.lock").write_text(lock)
+    (ws / "pyproject.toml").write_text(
+        BUILD + '[project]\nname = "tnbapp"\nversion = "0.3.0"\n'
+        "[tool.setuptools]\npy-modules = []\n"
+    )
+
+    def run(file: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return _cli(
+            env,
+            kernel_venv,
+            "run",
+            *extra,
+            "--packages",
+            str(ws / file),
+            "-s",
+            "local_docker",
+            "--workspace",
+            str(ws),
+            "-cfg",
+            f"network=host,builder=registry,image_repo={registry.host}/pkgfile-hash",
+            "cell",
+            "--image",
+            python_in_registry,
+            "--source",
+            "import tnbserved\nprint('served', tnbserved.VERSION)\n",
+        )
+
+    wrong = "b" * 64
+    (ws / "requirements.txt").write_text(f"tnbserved==1.0 \\\n  --hash=sha256:{wrong}\n")
+    for file, extra in (("requirements.txt", "--dryrun"), ("requirements.txt", "--wait")):
+        proc = run(file, extra)
+        assert proc.returncode != 0, proc.stdout
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith(
+            f"torchx-nb: error: --packages {ws / file}: tnbserved==1.0 has hashes that no"
+            f" wheel the indexes serve for the image has ({wheel.name} (sha256:{right[:16]}…);"
+        ), proc.stderr
+        assert "local_docker://" not in proc.stdout
+    proc = run("uv.lock", "--dryrun")
+    assert proc.returncode != 0 and "tnbserved==1.0 has hashes that no wheel" in proc.stderr
+    (ws / "requirements.txt").write_text(f"tnbserved==1.0 --hash=sha256:{right}\n")
+    proc = run("requirements.txt", "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
+    assert "served 1.0" in kernel_venv.cli("log", handle).stdout

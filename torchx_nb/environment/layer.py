@@ -30,8 +30,14 @@ _MAX_ROUNDS = 50
 
 
 def _uv(reqs: list[str], folder: Path, plan: EnvPlan) -> subprocess.CompletedProcess[str]:
+    """uv's install of ``reqs`` (pins or wheel files) into ``folder``; pins with hashes go
+    through a requirements file beside it (uv takes only a file with one of them)."""
     c = plan.contents
     assert c is not None and c.python
+    if any(" --hash=" in r for r in reqs):
+        listed = folder.with_name(f"{folder.name}-requirements.txt")
+        listed.write_text("\n".join(reqs) + "\n")
+        reqs = ["-r", str(listed)]
     cmd = uv_install_cmd(folder, reqs, c.python, c.platform, plan.index)
     return subprocess.run(cmd, capture_output=True, text=True, check=False, env=plan.index.uv_env())
 
@@ -110,7 +116,7 @@ def _install_served(
     for _ in range(_MAX_ROUNDS):
         if not served:
             return served
-        proc = _uv([i.pin for i in served], folder, plan)
+        proc = _uv([i.requirement for i in served], folder, plan)
         if proc.returncode == 0:
             return served
         found = all_listings(plan.index, [i.name for i in served])

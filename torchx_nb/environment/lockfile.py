@@ -30,6 +30,7 @@ class FilePin:
     version: str
     folder: str | None = None
     note: str = ""
+    hashes: tuple[str, ...] = ()  # "sha256:…" the file allows for it (pip's --hash, the lock's)
 
 
 def marker_environment(contents: ImageContents | None) -> dict[str, str]:
@@ -164,7 +165,11 @@ def _pin(pkg: dict[str, Any], path: Path) -> FilePin:
     source = pkg.get("source") or {}
     name, version = str(pkg["name"]), str(pkg.get("version", ""))
     if not isinstance(source, dict) or "registry" in source:
-        return FilePin(name, version)
+        files = [*(pkg.get("wheels") or []), pkg.get("sdist") or {}]
+        hashes = sorted(
+            {str(f["hash"]).lower() for f in files if isinstance(f, dict) and f.get("hash")}
+        )
+        return FilePin(name, version, hashes=tuple(hashes))
     for kind in ("editable", "directory", "path"):
         if kind in source:
             folder = (path.parent / str(source[kind])).resolve()

@@ -51,10 +51,17 @@ class PlanItem:
     dist: KernelDist | None = None  # the kernel's copy (None: from a requirements file)
     unserved: bool = False  # installed from an index, but none serves a wheel for the image
     note: str = ""  # said after the reason (a FILE's: "built from ./pkg", "resolved at submit")
+    hashes: tuple[str, ...] = ()  # "sha256:…" a FILE allows for it (its --hash, a lock's)
 
     @property
     def pin(self) -> str:
         return f"{self.name}=={self.version}"
+
+    @property
+    def requirement(self) -> str:
+        """The pin as a requirements file line, with the hashes the FILE allows (uv then
+        takes only a file that has one of them)."""
+        return " ".join([self.pin, *(f"--hash={h}" for h in self.hashes)])
 
     @property
     def local(self) -> bool:
@@ -234,7 +241,16 @@ def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
             if item.note:
                 reason += f"; {item.note}"
             plan.add.append(
-                PlanItem(item.name, item.version, reason, item.size, item.dist, unserved, item.note)
+                PlanItem(
+                    item.name,
+                    item.version,
+                    reason,
+                    item.size,
+                    item.dist,
+                    unserved,
+                    item.note,
+                    item.hashes,
+                )
             )
 
 
@@ -329,6 +345,39 @@ def check_tags(plan: EnvPlan, dists: list[KernelDist], said: dict[str, str] | No
             )
 
 
+def check_hashes(plan: EnvPlan) -> None:
+    """Refuse, in one line, a distribution a FILE gives hashes for (pip's ``--hash``, a
+    uv.lock's) when no wheel the indexes serve of it for the image has one of them (the
+    indexes serve other files than those the FILE was made from: pip would refuse them)."""
+    from torchx_nb.environment.identity import file_digest
+
+    c = plan.contents
+    if c is None or not c.python:
+        return
+    for item in plan.wanted:
+        if not item.hashes or item.dist is not None:
+            continue
+        files = fitting(plan.listings.get(normalize(item.name), []), item.version, c)
+        allowed = {h.removeprefix("sha256:") for h in item.hashes if h.startswith("sha256:")}
+        digests = {}
+        for f in files:
+            digest = f.sha256
+            if digest is None and f.path:
+                try:
+                    digest = file_digest(Path(f.path))
+                except OSError:
+                    digest = None
+            digests[f.filename] = (digest or "").lower()
+        if files and not allowed & set(digests.values()):
+            shown = ", ".join(f"{n} (sha256:{d[:16]}…)" for n, d in sorted(digests.items())[:3])
+            raise TorchxNbError(
+                f"--packages {plan.packages}: {item.pin} has hashes that no wheel the indexes"
+                f" serve for the image has ({shown}; {plan.index.describe()}): the indexes"
+                " serve other files than the ones it was made from; fix the hashes, or the"
+                " index settings of the kernel's pip"
+            )
+
+
 _NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$")
 
 
@@ -370,7 +419,9 @@ def _wanted_from_file(plan: EnvPlan, packages: str, build: bool) -> None:
         dist = None
         if pin.folder is not None:
             dist = KernelDist(pin.name, pin.version, "project", pin.folder, True, 0, packages)
-        plan.wanted.append(PlanItem(pin.name, pin.version, "", 0, dist, note=pin.note))
+        plan.wanted.append(
+            PlanItem(pin.name, pin.version, "", 0, dist, note=pin.note, hashes=pin.hashes)
+        )
     if any(p.version == UNRESOLVED or p.folder for p in pins) and not build:
         plan.note = (
             "a dry run downloads and builds nothing: versions, requirements and local"
@@ -444,6 +495,7 @@ def plan_environment(
             served = [i.name for i in plan.wanted if i.dist is None]
             found = all_listings(plan.index, served)
             plan.listings = {normalize(n): f for n, f in found.items()}
+            check_hashes(plan)
         diff(plan)
         check_python(plan)
     except BaseException:

@@ -14,12 +14,14 @@ import os
 import re
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchx_nb.environment.index import IndexSettings, file_url_path, mask_url, uv_message
 from torchx_nb.environment.lockfile import FilePin, marker_environment, pins_from_lock
 from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.workspace.image_contents import normalize
 
 if TYPE_CHECKING:
     from torchx_nb.workspace.image_contents import ImageContents
@@ -108,9 +110,12 @@ def _read_requirements(
     folders: list[Path],
     depth: int = 0,
     chain: tuple[Path, ...] = (),
+    hashes: dict[str, set[str]] | None = None,
 ) -> None:
-    """Gather ``path``'s requirement lines (includes followed, hashes dropped), its
-    constraints and its local folders; a line that cannot be honoured is refused in one."""
+    """Gather ``path``'s requirement lines (includes followed), its constraints, its local
+    folders and the ``--hash`` values each name is given (into ``hashes``); a line that
+    cannot be honoured is refused in one."""
+    hashes = {} if hashes is None else hashes
     if path in chain:
         cycle = " -> ".join(p.name for p in (*chain[chain.index(path) :], path))
         raise TorchxNbError(
@@ -127,6 +132,7 @@ def _read_requirements(
         if not line:
             continue
         where = f"{path}:{number}"
+        given = re.findall(r"\s--hash[=\s](\S+)", f" {line}")
         line = re.sub(r"\s--hash[=\s]\S+", "", f" {line}").strip()
         option, _, rest = line.partition(" ")
         rest = rest.strip()
@@ -135,10 +141,10 @@ def _read_requirements(
         if option in ("-r", "--requirement", "-c", "--constraint"):
             target = (path.parent / rest).resolve()
             if option in ("-r", "--requirement"):
-                _read_requirements(target, lines, constraints, folders, depth + 1, chain)
+                _read_requirements(target, lines, constraints, folders, depth + 1, chain, hashes)
             else:
                 sub: list[str] = []
-                _read_requirements(target, sub, constraints, folders, depth + 1, chain)
+                _read_requirements(target, sub, constraints, folders, depth + 1, chain, hashes)
                 constraints += sub
             continue
         editable = option in ("-e", "--editable")
@@ -164,11 +170,14 @@ def _read_requirements(
                 )
             folders.append(folder)
             continue
-        _check_requirement(spec, where)
+        name = _check_requirement(spec, where)
+        if given:
+            hashes.setdefault(normalize(name), set()).update(h.lower() for h in given)
         lines.append(spec)
 
 
-def _check_requirement(spec: str, where: str) -> None:
+def _check_requirement(spec: str, where: str) -> str:
+    """The name ``spec`` requires, after refusing in one line what cannot be honoured."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
@@ -184,6 +193,7 @@ def _check_requirement(spec: str, where: str) -> None:
             " checkout) is not honoured here: install it in the kernel and use --packages"
             " auto, or publish it to your index"
         )
+    return req.name
 
 
 def _from_pyproject(path: Path, asked: tuple[str, ...]) -> list[str]:
@@ -260,21 +270,33 @@ def pins_from_file(
     specs: list[str] = []
     constraints: list[str] = []
     folders: list[Path] = []
+    hashes: dict[str, set[str]] = {}
     if path.suffix == ".toml":
         specs = _from_pyproject(path, asked)
     else:
-        _read_requirements(path, specs, constraints, folders)
+        _read_requirements(path, specs, constraints, folders, hashes=hashes)
     local = [_folder_pin(f) for f in folders]
     if not resolve:
         env = marker_environment(contents)
-        return [*(pin for s in specs if (pin := _unresolved(s, env)) is not None), *local]
-    if not specs and not folders:
-        return local
-    # the folders go into the resolution too (as file URLs): their own dependencies are
-    # resolved with the rest, as pip install -r would install them; their wheels are built
-    # apart and installed without dependencies
-    folder_specs = [f.as_uri() for f in folders]
-    return [*_compile([*specs, *folder_specs], constraints, path, contents, index), *local]
+        pins = [pin for s in specs if (pin := _unresolved(s, env)) is not None]
+    elif not specs and not folders:
+        pins = []
+    else:
+        # the folders go into the resolution too (as file URLs): their own dependencies are
+        # resolved with the rest, as pip install -r would install them; their wheels are
+        # built apart and installed without dependencies
+        folder_specs = [f.as_uri() for f in folders]
+        pins = _compile([*specs, *folder_specs], constraints, path, contents, index)
+        unhashed = [p.name for p in pins if hashes and normalize(p.name) not in hashes]
+        if unhashed:  # pip's hash-checking mode: once one line has a hash, every one does
+            raise TorchxNbError(
+                f"--packages {path}: some lines have --hash and {', '.join(unhashed[:5])}"
+                f"{' and more' if len(unhashed) > 5 else ''} has none (pip's hash-checking"
+                " mode needs one for every distribution): add them (uv pip compile"
+                " --generate-hashes), or remove every --hash"
+            )
+    pins = [replace(p, hashes=tuple(sorted(hashes.get(normalize(p.name), ())))) for p in pins]
+    return [*pins, *local]
 
 
 def _unresolved(spec: str, env: dict[str, str]) -> FilePin | None:
