@@ -35,7 +35,8 @@ def _left_the_queue(cluster: SlurmCluster, *job_ids: str) -> None:
 
     def gone() -> bool:
         out = cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
-        return not any(j.partition("_")[0] in {o.partition("+")[0] for o in out} for j in job_ids)
+        queued = {o.partition("+")[0].partition("_")[0] for o in out}  # 41+1, 41_3, 41_[1-3]
+        return not any(j.partition("_")[0] in queued for j in job_ids)
 
     wait_for(gone, timeout=180, interval=1)
 
@@ -145,3 +146,51 @@ def test_out_of_memory_from_a_recorded_sacct_answer() -> None:
     assert replica.oom and replica.state == AppState.FAILED and replica.exit_code is None
     card = FailureCard("trainer", 0, replica.exit_code, replica.oom, signal_number=replica.signal)
     assert card.headline() == "trainer/0 ran out of memory"
+
+
+def test_array_trials_cancelled_while_they_waited_never_ran_and_stay_cancelled(
+    slurm_env: SlurmCluster, tmp_path: Path
+) -> None:
+    """A sweep's trials that were cancelled before they started: one alone (Slurm drops it
+    from the array's pending record and keeps no row of it, in squeue or sacct), then the
+    rest with Cancel all (sacct keeps them as one row, ``ID_[1,3%1]``). Each is CANCELLED
+    with no start, so no running phase, and stays so once the array has left squeue —
+    not "unknown app", not PENDING for ever in the job store."""
+    from torchx_nb.phases import phases
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import SweepRequest, start
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    request = SweepRequest(
+        RunRequest(cell="import time\ntime.sleep(120)\nn\n", scheduler="slurm", workspace=str(ws)),
+        ["n=0,1,2,3"],
+        max_parallel=1,
+    )
+    with get_runner() as runner:
+        sw = start(runner, request)
+        assert sw.array
+        h = [str(x) for x in sw.handles]
+        wait_for(lambda: runner.status(h[0]).state == AppState.RUNNING, 120)  # type: ignore[union-attr]
+        runner.cancel(h[2])  # one trial alone, while it waits
+        sw.cancel()  # then the rest: the one running, and two waiting
+        statuses = sw.wait(timeout=120)
+        assert [s.state if s else None for s in statuses] == [AppState.CANCELLED] * 4, statuses
+        _left_the_queue(slurm_env, h[0].rsplit("/", 1)[1])
+        after = {x: runner.status(x) for x in h}
+        records = {x: runner.jobstore.get(x) for x in h}
+
+    for x in h[1:]:
+        status = after[x]
+        assert status is not None and status.state == AppState.CANCELLED, (x, status)
+        assert status.started is None and "before it started" in status.msg, (x, status)
+        rec = records[x]
+        assert rec is not None and rec.state == "CANCELLED", (x, rec)
+        assert rec.started is None and [p.name for p in phases(rec)] == ["queued"], (x, rec)
+    ran = after[h[0]]
+    assert ran is not None and ran.state == AppState.CANCELLED and ran.started is not None
+    assert "before it started" not in ran.msg
+    # what a user types for the trial cancelled alone
+    code, out, err = cli("status", h[2])
+    assert code == 0, err
+    assert "State: CANCELLED" in out and "it was cancelled before it started" in out, out

@@ -12,6 +12,8 @@ import pwd
 from dataclasses import dataclass
 from datetime import datetime
 
+from torchx_nb.schedulers.slurm.jobs import task_range
+
 # the columns asked for, in order
 COLUMNS = ("JobID", "State", "ExitCode", "DerivedExitCode", "End", "Timelimit")
 
@@ -136,11 +138,18 @@ def ending_of(rows: dict[str, Row]) -> Ending | None:
 
 
 def parse_endings(text: str) -> dict[str, Ending]:
-    """Each component's end, by the id sacct prints (``41``, ``41+1``, ``41_3``)."""
+    """Each component's end, by the id sacct prints (``41``, ``41+1``, ``41_3``); an array's
+    tasks that never started share one row (``41_[1,3%1]``), given to each of them."""
     out: dict[str, Ending] = {}
     for component, rows in parse_rows(text).items():
         found = ending_of(rows)
-        if found is not None:
+        if found is None:
+            continue
+        array, sep, tasks = component.partition("_[")
+        if sep and tasks.endswith("]"):
+            for i in task_range(tasks):
+                out.setdefault(f"{array}_{i}", found)
+        else:
             out[component] = found
     return out
 

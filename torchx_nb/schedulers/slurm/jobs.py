@@ -136,18 +136,38 @@ class Job:
     components: list[Component] = field(default_factory=list)
 
 
-def _array_of(raw: dict[str, Any], accounting: bool) -> tuple[int | None, int | None, str]:
-    """(array job id, task index, pending task ranges) of a record; Nones for a plain job.
-    squeue keeps an array's pending tasks in one record (``array_task_string``: ``2-9%2``)."""
+def _array_of(raw: dict[str, Any], accounting: bool) -> tuple[int | None, int | None, list[int]]:
+    """(array job id, task index, pending task indexes) of a record; Nones for a plain job.
+    An array's tasks that have not started are one record: squeue's ``array_task_string``
+    (``2-9%2``), sacct's ``array.task`` (22.05: a hex bitmap, ``0xE`` for tasks 1-3)."""
     if accounting:
         array = raw.get("array") or {}
         parent = number(array.get("job_id"))
+        if not parent:
+            return None, None, []
         task = number(array.get("task_id"))
-        return (parent or None), (task if parent else None), ""
+        return parent, task, [] if task is not None else pending_tasks(array.get("task"))
     parent = number(raw.get("array_job_id"))
     if not parent:
-        return None, None, ""
-    return parent, number(raw.get("array_task_id")), str(raw.get("array_task_string") or "")
+        return None, None, []
+    task = number(raw.get("array_task_id"))
+    return parent, task, task_range(str(raw.get("array_task_string") or ""))
+
+
+MAX_TASKS = 100_000  # more than any cluster's MaxArraySize allows
+
+
+def pending_tasks(value: Any) -> list[int]:
+    """The task indexes of sacct's ``array.task``: a hex bitmap (``0xA``: tasks 1 and 3, as
+    22.05 writes it) or ranges (``1-3%1``)."""
+    text = str(value or "").strip()
+    if not text.lower().startswith("0x"):
+        return task_range(text)
+    try:
+        bits = int(text, 16)
+    except ValueError:
+        return []
+    return [i for i in range(min(bits.bit_length(), MAX_TASKS)) if bits >> i & 1]
 
 
 def task_range(text: str) -> list[int]:
@@ -157,7 +177,7 @@ def task_range(text: str) -> list[int]:
         first, _, last = part.partition("-")
         if first.strip().isdigit():
             stop = int(last) if last.strip().isdigit() else int(first)
-            out.extend(range(int(first), min(stop, int(first) + 100_000) + 1))
+            out.extend(range(int(first), min(stop, int(first) + MAX_TASKS) + 1))
     return out
 
 
@@ -223,7 +243,9 @@ def parse_jobs(doc: dict[str, Any], accounting: bool = False) -> dict[str, Job]:
         parent, task, pending = _array_of(raw, accounting)
         if parent is not None:
             keys = [f"{parent}_{task}"] if task is not None else []
-            keys += [f"{parent}_{i}" for i in task_range(pending)]
+            keys += [f"{parent}_{i}" for i in pending]
+            if task is None and pending:
+                comp.ran = False  # tasks still in the array's one record never started
         else:
             keys = [str(leader)]
         for key in keys:

@@ -313,6 +313,7 @@ class SlurmScheduler(
                         "roles": req.roles,
                         "needs": needs,
                         "partition": partition,
+                        "array": req.array,  # "0-9%2": which tasks it has
                     }
                 ),
             )
@@ -396,6 +397,12 @@ class SlurmScheduler(
             finished = got or {}
             if not accounting_off:
                 endings = self._endings(ask)
+                # an array's tasks that never started are one record (``41_[1-3%1]``) that
+                # sacct finds by the array's id only
+                arrays = list(dict.fromkeys(a.partition("_")[0] for a in ask if "_" in a))
+                if any(a not in finished for a in ask if "_" in a):
+                    finished = {**(self._sacct(arrays) or {}), **finished}
+                    endings = {**self._endings(arrays), **endings}
         nodes: dict[str | None, tuple[str, list[Node]]] = {}  # one sinfo per round
         for a in ids:
             job = queued.get(a)
@@ -419,6 +426,8 @@ class SlurmScheduler(
                     msg="the job left the queue and Slurm accounting is off (no sacct), so"
                     " its end state is unknown; its logs are in its folder",
                 )
+            elif "_" in a:
+                out[a] = self.removed_task(a, [*queued, *finished])
         return out
 
     def _never_fits(
