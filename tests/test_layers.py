@@ -121,6 +121,7 @@ RANKS = {
     "user_regex": 1,
     "errors": 1,
     "search": 1,
+    "http_retry": 1,
     "metrics": 2,
     "grid": 2,
     "workspace": 2,

@@ -30,7 +30,6 @@ from torchx_nb.specs.failure import FailureCard
 NOTIFY_ENV = "TORCHX_NB_NOTIFY_URL"
 TRIES = 6  # one POST and five retries, while the process lives
 BACKOFF_S = 0.5  # urllib3's backoff factor: retries after 0, 1, 2, 4 and 8 s
-BACKOFF_MAX_S = 16.0
 TIMEOUT_S = 10.0
 REDIRECTS = 5
 
@@ -125,18 +124,13 @@ class WebhookAnswer(NotifyError):
 
 
 def retry_policy() -> Any:
-    """The one retry policy of a notice: urllib3's ``Retry`` (``TRIES`` in all, exponential
-    backoff by ``BACKOFF_S`` up to ``BACKOFF_MAX_S``); a ``Retry-After`` on a 429 or 503 is
-    honoured by ``post`` reading it with the same class."""
-    import urllib3
+    """A notice's retries: the project's one policy (``torchx_nb.http_retry``), ``TRIES`` in
+    all with ``BACKOFF_S`` as its factor, every failure retried (a notice is a POST that
+    carries an ``Idempotency-Key``); a ``Retry-After`` on a 429 or 503 is honoured by ``post``
+    reading it with the same class."""
+    from torchx_nb import http_retry
 
-    return urllib3.Retry(
-        total=TRIES - 1,
-        backoff_factor=BACKOFF_S,
-        backoff_max=BACKOFF_MAX_S,
-        redirect=False,
-        allowed_methods=None,  # a notice is a POST: retried whatever failed
-    )
+    return http_retry.policy(TRIES, BACKOFF_S, every_method=True)
 
 
 def notice_id(handle: str) -> str:

@@ -161,16 +161,13 @@ _SESSION_LOCK = threading.Lock()
 
 def _session() -> Any:
     """One HTTP session for every page read in this process (its connections kept alive
-    from page to page, and from plan to plan)."""
+    from page to page, and from plan to plan), retrying by the project's one policy as pip
+    retries an index."""
     with _SESSION_LOCK:
         if not _SESSION:
-            import requests
-            from requests.adapters import HTTPAdapter
+            from torchx_nb import http_retry
 
-            session = requests.Session()
-            for scheme in ("http://", "https://"):
-                session.mount(scheme, HTTPAdapter(pool_connections=8, pool_maxsize=16))
-            _SESSION.append(session)
+            _SESSION.append(http_retry.session(pool_connections=8, pool_maxsize=16))
         return _SESSION[0]
 
 

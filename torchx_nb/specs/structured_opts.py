@@ -6,12 +6,8 @@ cfg mapping, accepting snake_case or camelCase keys."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import itertools
 import re
-import textwrap
 import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -33,28 +29,21 @@ def camel_to_snake(name: str) -> str:
 
 
 def _field_docs(cls: type) -> dict[str, str]:
-    """Docstrings written as a string literal right after each annotated field."""
+    """Each field's attribute docstring (the string literal right after it), read by
+    docstring_parser; a subclass's wins over its bases'."""
+    import docstring_parser
+
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if klass in (object, StructuredOpts) or not dataclasses.is_dataclass(klass):
             continue
         try:
-            source = textwrap.dedent(inspect.getsource(klass))
+            parsed = docstring_parser.parse_from_object(klass)
         except (OSError, TypeError):
             continue
-        body = ast.parse(source).body[0]
-        if not isinstance(body, ast.ClassDef):
-            continue
-        stmts = body.body
-        for stmt, nxt in itertools.pairwise(stmts):
-            if (
-                isinstance(stmt, ast.AnnAssign)
-                and isinstance(stmt.target, ast.Name)
-                and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)
-            ):
-                docs[stmt.target.id] = " ".join(inspect.cleandoc(nxt.value.value).split())
+        for param in parsed.params:
+            if param.args[:1] == ["attribute"] and param.description:
+                docs[param.arg_name] = " ".join(param.description.split())
     return docs
 
 

@@ -237,11 +237,11 @@ class RegistryClient:
         insecure: bool | None = None,
         session: Any = None,
     ) -> None:
-        import requests
+        from torchx_nb import http_retry
 
         self.host = host
         self.scheme = "http" if (insecure if insecure is not None else _is_local(host)) else "https"
-        self.session = session or requests.Session()
+        self.session = session or http_retry.session()
         self._creds = credentials
         self._creds_loaded = credentials is not None
         self._tokens: dict[str, str] = {}
