@@ -419,6 +419,18 @@ class JobStore:
             )
             return cur.rowcount == 1
 
+    def renew_notice(self, handle: str, owner: str, seconds: float) -> bool:
+        """Extend ``owner``'s lease on a notice it is still sending (the heartbeat of a slow
+        delivery); False once the lease is no longer its own (it ran out and another took it)
+        or the notice was acknowledged."""
+        with self._connect() as db:
+            cur = db.execute(
+                "UPDATE notices SET lease = ? WHERE handle = ? AND owner = ? AND sent IS NULL"
+                " AND lease IS NOT NULL",
+                (time.time() + seconds, handle, owner),
+            )
+            return cur.rowcount == 1
+
     def notice_sent(self, handle: str) -> None:
         """The webhook acknowledged the notice: no other delivery is made."""
         now = time.time()

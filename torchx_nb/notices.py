@@ -5,10 +5,13 @@ header). It is POSTed with urllib3: 307/308 followed keeping the POST, 301/302/3
 (one warning), ``user:pass@`` sent as basic auth.
 
 Whichever watcher sees the end first sends it (the Jupyter server's poller, a kernel's poller,
-a CLI waiting on the job): the notice is claimed in the job store before it is sent, so two
-watchers never both send it. Sending runs on a thread of its own, retried with backoff while
-the process lives, so a slow or failing webhook never holds up a watcher; a webhook that keeps
-failing gives one warning line. Everything in the payload is masked, and so is the URL
+a CLI waiting on the job): the notice is owed in the job store's outbox and leased before it is
+sent, so two watchers never both send it; the lease is renewed while a delivery is in flight
+and runs out only when its process died, and then any later process sends it again with the
+same ``notice_id``. Sending runs on sender threads of their own (a few at once), retried with
+backoff while the process lives, so a slow or failing webhook never holds up a watcher nor the
+other notices; a delivery given up on stays owed, and is one line in the cell that submitted
+the job (or the CLI's stderr). Everything in the payload is masked, and so is the URL
 wherever it is shown."""
 
 from __future__ import annotations
@@ -206,45 +209,63 @@ def post(url: str, body: dict[str, Any]) -> None:
             raise WebhookAnswer(f"the webhook answered HTTP {resp.status}", retry_after=wait)
 
 
-LEASE_S = 120.0  # longer than every try of one notice (TRIES POSTs of TIMEOUT_S, the backoff)
-OWNER = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
+LEASE_S = 60.0  # how long a lease holds without its heartbeat (a sender that died)
+RENEW_S = LEASE_S / 4  # the heartbeat: a delivery in flight renews its lease this often
+WORKERS = 4  # deliveries at once: one slow webhook answer does not hold up the other notices
+_TOKEN = os.urandom(4).hex()
+
+
+def owner() -> str:
+    """Who holds a lease: this host and process (taken at each call, so a forked child is
+    not its parent)."""
+    return f"{os.uname().nodename}:{os.getpid()}:{_TOKEN}"
 
 
 class Owed:
     """One notice owed in the job store's outbox: leased before it is sent (one sender at a
-    time across processes), marked sent once the webhook acknowledged it, else given back."""
+    time across processes), its lease renewed while it is being sent, marked sent once the
+    webhook acknowledged it, else given back."""
 
     def __init__(self, store: Any, handle: str) -> None:
         self.store = store
         self.handle = handle
 
     def lease(self) -> bool:
-        return bool(self.store.lease_notice(self.handle, OWNER, LEASE_S))
+        return bool(self.store.lease_notice(self.handle, owner(), LEASE_S))
+
+    def renew(self) -> bool:
+        return bool(self.store.renew_notice(self.handle, owner(), LEASE_S))
 
     def sent(self) -> None:
         self.store.notice_sent(self.handle)
 
     def unsent(self, error: str | None, tries: int) -> None:
-        self.store.notice_unsent(self.handle, OWNER, error, tries)
+        self.store.notice_unsent(self.handle, owner(), error, tries)
 
 
 Job = tuple[str, Callable[[], dict[str, Any]], "Owed | None"]
 
 
 class Notifier:
-    """Sends notices from a daemon thread of its own: ``submit(url, build, owed)`` returns at
-    once; ``build()`` (which may read logs for the failure card) runs on that thread too. With
-    ``owed`` (the outbox's record) a notice is sent only by the process that leased it, and
-    stays owed until the webhook acknowledges it."""
+    """Sends notices from daemon threads of its own (up to ``WORKERS`` at once):
+    ``submit(url, build, owed)`` returns at once; ``build()`` (which may read logs for the
+    failure card) runs on a sender thread too. With ``owed`` (the outbox's record) a notice is
+    sent only by the process that leased it, its lease is renewed while it is being sent (so
+    no other process sends it again while this one waits for a slow webhook), and it stays
+    owed until the webhook acknowledges it. A notice given up on is one line to whoever
+    ``listen``s for its job (the cell that submitted it), never a Python warning."""
 
     def __init__(self, sender: Callable[[str, dict[str, Any]], None] = post) -> None:
         self._send = sender
         self._queue: queue.Queue[Job] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._heartbeat: threading.Thread | None = None
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._leased: dict[str, Owed] = {}
+        self._lost: set[str] = set()  # leases that ran out while held (a stalled process)
         self._inflight: set[str] = set()
+        self._listeners: dict[str, list[Callable[[str], None]]] = {}
         self.owed: dict[str, Owed] = {}  # every outbox notice this process was given
         self.sent = 0
 
@@ -255,11 +276,17 @@ class Notifier:
             self.owed.setdefault(owed.handle, owed)
         self._queue.put((url, build, owed))
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, daemon=True, name="torchx-nb-notices"
-                )
-                self._thread.start()
+            self._threads = [t for t in self._threads if t.is_alive()]
+            if len(self._threads) < WORKERS:
+                thread = threading.Thread(target=self._run, daemon=True, name="torchx-nb-notices")
+                self._threads.append(thread)
+                thread.start()
+
+    def listen(self, handle: str, callback: Callable[[str], None]) -> None:
+        """Call ``callback(line)`` when the notice of ``handle`` is given up on for now (the
+        line says why and that it stays owed)."""
+        with self._lock:
+            self._listeners.setdefault(handle, []).append(callback)
 
     def drain(self, timeout: float = 30.0) -> None:
         """Wait until every notice queued so far was sent or given up (a CLI about to exit)."""
@@ -293,17 +320,42 @@ class Notifier:
                 if owed is None:
                     self._deliver(url, build, None)
                 elif owed.lease():
-                    with self._lock:
-                        self._leased[owed.handle] = owed
+                    self._hold(owed)
                     try:
                         self._deliver(url, build, owed)
                     finally:
                         with self._lock:
                             self._leased.pop(owed.handle, None)
+                            self._lost.discard(owed.handle)
             except Exception as e:
                 self._warn(url, e)
             finally:
                 self._queue.task_done()
+
+    def _hold(self, owed: Owed) -> None:
+        """Keep ``owed``'s lease while this process sends it: the heartbeat thread renews it
+        every ``RENEW_S``."""
+        with self._lock:
+            self._leased[owed.handle] = owed
+            if self._heartbeat is None or not self._heartbeat.is_alive():
+                self._heartbeat = threading.Thread(
+                    target=self._beat, daemon=True, name="torchx-nb-notice-leases"
+                )
+                self._heartbeat.start()
+
+    def _beat(self) -> None:
+        while True:
+            time.sleep(RENEW_S)
+            with self._lock:
+                held = list(self._leased.values())
+            for owed in held:
+                try:
+                    kept = owed.renew()
+                except Exception:
+                    continue  # the store is busy: the lease still has time; try next beat
+                if not kept:
+                    with self._lock:
+                        self._lost.add(owed.handle)
 
     def _post(self, url: str, body: dict[str, Any], owed: Owed | None) -> None:
         key = owed.handle if owed is not None else None
@@ -320,19 +372,20 @@ class Notifier:
         try:
             body = build()
         except Exception as e:
-            self._warn(url, e)
-            if owed is not None:
-                owed.unsent(redact_text(str(e)), 0)
+            self._give_up(url, e, owed, 0)
             return
         retry = retry_policy()
         tries = 0
         while True:
+            if owed is not None and owed.handle in self._lost:
+                return  # another process holds it now: it sends it, not this one
             try:
                 tries += 1
                 self._post(url, body, owed)
                 if owed is not None:
                     owed.sent()
-                self.sent += 1
+                with self._lock:
+                    self.sent += 1
                 return
             except Exception as e:
                 answer = e if isinstance(e, WebhookAnswer) else None
@@ -341,14 +394,33 @@ class Notifier:
                         raise
                     retry = retry.increment("POST", url, error=e if answer is None else None)
                 except Exception:
-                    self._warn(url, e)
-                    if owed is not None:
-                        from torchx_nb.errors import one_line
-
-                        owed.unsent(redact_text(one_line(e)), tries)
+                    self._give_up(url, e, owed, tries)
                     return
                 after = answer.retry_after if answer is not None else None
                 time.sleep(max(retry.get_backoff_time(), after or 0.0))
+
+    def _give_up(self, url: str, e: BaseException, owed: Owed | None, tries: int) -> None:
+        """The notice was not delivered this time: an outbox notice stays owed with the reason
+        (a later process sends it) and its job's listeners get one line; a notice without an
+        outbox is one warning per URL."""
+        from torchx_nb.errors import one_line
+
+        if owed is None:
+            self._warn(url, e)
+            return
+        reason = redact_text(one_line(e))
+        with contextlib.suppress(Exception):
+            owed.unsent(reason, tries)
+        tried = f" after {tries} tries" if tries > 1 else ""
+        line = (
+            f"the job-end notice to {shown_url(url)} is not delivered yet{tried}: {reason};"
+            " it stays owed and the next torchx-nb command, kernel or server sends it"
+        )
+        with self._lock:
+            listeners = list(self._listeners.get(owed.handle, ()))
+        for callback in listeners:
+            with contextlib.suppress(Exception):
+                callback(line)
 
     def _warn(self, url: str, e: BaseException) -> None:
         if url in self._warned:

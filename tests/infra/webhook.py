@@ -1,6 +1,7 @@
 """A webhook receiver on 127.0.0.1: every POST's JSON body and when it came; ``fail`` makes it
 answer ``fail_status`` (500: a webhook that is down), with ``retry_after`` as its Retry-After; ``answers`` maps a path to the status (and ``Location``)
-it answers there (a redirect); every request's method, path and headers (names lower-cased) are kept."""
+it answers there (a redirect); ``delay`` holds every POST that long before answering (a slow
+webhook); every request's method, path and headers (names lower-cased) are kept."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ class Receiver:
         self.url = ""
         self.answers: dict[str, tuple[int, str | None]] = {}
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.delay = 0.0
+
+    def keys(self) -> list[str]:
+        """The ``Idempotency-Key`` of every POST, in the order they came."""
+        return [h.get("idempotency-key", "") for m, _, h in self.requests if m == "POST"]
 
     def bodies(self) -> list[Any]:
         return [body for _, _, body in self.posts]
@@ -38,6 +44,8 @@ def webhook_receiver() -> Iterator[Receiver]:
             receiver.requests.append(
                 ("POST", self.path, {k.lower(): v for k, v in self.headers.items()})
             )
+            if receiver.delay:
+                time.sleep(receiver.delay)
             status, location = receiver.answers.get(self.path, (200, None))
             if status == 200:
                 receiver.posts.append((time.time(), self.path, json.loads(raw or b"null")))

@@ -341,8 +341,13 @@ class TorchxMagics(Magics):
             view.show()
         else:
             from torchx_nb.notebook.render import status_text
+            from torchx_nb.notebook.widgets import follow_notice
 
-            display({"text/plain": status_text(job.handle, first)}, raw=True)
+            shown = status_text(job.handle, first)
+            out = display({"text/plain": shown}, raw=True, display_id=True)
+            follow_notice(
+                job.handle, lambda line: out.update({"text/plain": f"{shown}\n  {line}"}, raw=True)
+            )
             if not wait:
                 print(
                     f"(not waiting: `%torchx status {job.handle}`, `%torchx log "

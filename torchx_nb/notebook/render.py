@@ -207,6 +207,13 @@ def status_text(
     return "\n".join(lines)
 
 
+def notice_html(line: str) -> str:
+    """A job-end notice not delivered yet, as one line under the job's status."""
+    if not line:
+        return ""
+    return f'<div style="color:#9a6700"><small>{html.escape(line)}</small></div>'
+
+
 def result_line(result: str) -> str:
     """``result: REPR`` (or ``raised TYPE: message``), secrets masked, one line."""
     text = redact_text(" ".join(result.split()))[:300]

@@ -35,6 +35,17 @@ from torchx_nb.specs.api import AppState, AppStatus, is_terminal
 from torchx_nb.specs.failure import FailureCard
 
 
+def follow_notice(handle: str, on_line: Callable[[str], None]) -> None:
+    """Call ``on_line(line)`` from the notifier's thread when the job-end notice of ``handle``
+    is given up on for now (a webhook that stays down): the cell that shows the job updates
+    its own output with that one line, instead of a Python warning in whatever cell runs."""
+    with contextlib.suppress(Exception):
+        from torchx_nb.notices import notifier, notify_url
+
+        if notify_url() is not None:
+            notifier().listen(handle, on_line)
+
+
 def known_status(runner: Any, handle: str) -> AppStatus | None:
     """What is known of a job at once, for ``%torchx watch``: an ended job's final status (one
     describe: its replicas and failure cards, for the snapshot; the job store's state where
@@ -89,6 +100,7 @@ class StatusWidget:
         self.result: str | None = None  # the short repr of the cell's value, once ended
         self.failures: list[FailureCard] = []  # once it failed: a card per failing replica
         self.phases = ""  # once it ended: "built 0:12 · queued 0:03 · ran 1:20"
+        self.notice = ""  # a job-end notice not delivered yet: why, in one line
         self._lock = threading.RLock()
         record = runner.jobstore.get(handle)
         self.submitted = record.submitted if record else time.time()
@@ -121,6 +133,8 @@ class StatusWidget:
             text += f"\n  {render.result_line(self.result)}"
         if self.metrics:
             text += "\n" + render.metrics_text(self.metrics.series())
+        if self.notice:
+            text += f"\n  {self.notice}"
         return text
 
     def html(self) -> str:
@@ -131,7 +145,7 @@ class StatusWidget:
             f"{render.status_html(self.handle, self.status, self.seconds(), '', self.failures)}"
             f"{render.phases_html(self.phases)}"
             f"{'' if self.failures else render.result_html(self.result)}"
-            f"{'<br>' + charts if charts else ''}</div>"
+            f"{'<br>' + charts if charts else ''}{render.notice_html(self.notice)}</div>"
         )
 
     def _header_html(self) -> str:
@@ -244,6 +258,7 @@ class JobView:
         self.status = StatusWidget(
             handle, runner, poller, first, self.metrics, self._on_end, self._on_change
         )
+        follow_notice(handle, self._notice_trouble)
 
     def show(self) -> None:
         """Display the widgets (each with a text fallback)."""
@@ -285,6 +300,14 @@ class JobView:
             self.logs.job_ended(status)
         if self._display is not None:
             threading.Thread(target=self._snapshot, daemon=True, name="torchx-nb-snapshot").start()
+
+    def _notice_trouble(self, line: str) -> None:
+        """The job-end notice is not delivered yet: one line in this cell's snapshot (made
+        again if it is already shown)."""
+        self.status.notice = line
+        if self.snapshotted.is_set() and self._display is not None:
+            bundle = {"text/html": self.status.html(), "text/plain": self.status.text()}
+            self._display.update(bundle, raw=True)
 
     def settle(self, status: AppStatus, timeout: float = 10.0) -> None:
         """Bring the widgets to ``status`` (a final status from ``wait()``) and wait until the

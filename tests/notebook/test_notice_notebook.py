@@ -1,0 +1,60 @@
+"""A webhook that stays down, seen from a real Jupyter kernel (nbclient): the cell that ran
+the job gets one line saying the notice is not delivered yet and stays owed, in its own
+output (widgets' snapshot or text); no Python warning shows, in it or in a later cell that
+happens to run while the notice is given up on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.infra.webhook import webhook_receiver
+from tests.notebook.test_kernel_outputs import plain, run
+from torchx_nb import notices
+from torchx_nb.jobstore import JobStore
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("mode", ["widgets", "text"])
+def test_a_down_webhook_is_one_line_in_the_cell_that_ran_the_job(
+    mode: str, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "1" if mode == "widgets" else "text")
+    with webhook_receiver() as hook:
+        hook.fail = True
+        monkeypatch.setenv(notices.NOTIFY_ENV, hook.url)
+        nb = run(
+            [
+                "from torchx_nb import notices\nnotices.TRIES = 3\nnotices.BACKOFF_S = 1.0",
+                "%load_ext torchx_nb",
+                "%%torchx run -s local_cwd --wait\nprint('trained')",
+                "import time\ntime.sleep(8)\nprint('unrelated')",
+            ],
+            isolated,
+            allow_errors=False,
+        )
+        tried = len(hook.requests)
+    host = hook.url.split("/")[2]
+    line = (
+        f"the job-end notice to http://{host}/**** is not delivered yet after 3 tries: the"
+        " webhook answered HTTP 500; it stays owed and the next torchx-nb command, kernel or"
+        " server sends it"
+    )
+    job_cell, later = nb.cells[2], nb.cells[3]
+    shown = plain(job_cell)
+    assert shown.count(line) == 1, shown
+    assert "SUCCEEDED" in shown and "T0-SECRET-PATH" not in shown
+    if mode == "widgets":
+        html = "".join(o.get("data", {}).get("text/html", "") for o in job_cell.outputs)
+        assert "is not delivered yet after 3 tries" in html
+    assert plain(later) == "unrelated\n", later.outputs
+    for cell in nb.cells:
+        assert all(o.get("name") != "stderr" for o in cell.outputs), cell.outputs
+        assert "Warning" not in plain(cell)
+    assert tried == 3
+    (handle,) = [j.handle for j in JobStore().list()]
+    record = JobStore().notice(handle)
+    assert record is not None and record["sent"] is None and record["tries"] == 3
+    assert record["error"] == "the webhook answered HTTP 500"
