@@ -44,8 +44,16 @@ def _builtins_text() -> str:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from torchx_nb.errors import positive_int, regex_arg
-    from torchx_nb.run_args import CLI, add_notebook_options, add_run_options, add_sweep_options
+    from torchx_nb.errors import positive_int
+    from torchx_nb.run_args import (
+        CLI,
+        add_job_options,
+        add_log_options,
+        add_notebook_options,
+        add_output_options,
+        add_run_options,
+        add_sweep_options,
+    )
     from torchx_nb.version import __version__
 
     parser = _Parser(prog=PROG, description="Run TorchX-style jobs and watch them.")
@@ -60,7 +68,7 @@ def _build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_run_options(run, CLI)
-    run.add_argument("--log", action="store_true", help="stream the job's logs (implies --wait)")
+    add_output_options(run)
     run.add_argument(
         "--no-log",
         dest="no_log",
@@ -68,11 +76,6 @@ def _build_parser() -> argparse.ArgumentParser:
         help="with --wait on a local scheduler, do not print the logs",
     )
     run.add_argument("--parent_run_id", default=None, help="id of the parent run, for trackers")
-    run.add_argument(
-        "--json",
-        action="store_true",
-        help="with --dryrun, also print the whole request and the workspace's files",
-    )
     run.add_argument("component", help="component name, or path/to/file.py:function")
     run.add_argument(
         "component_args",
@@ -86,14 +89,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(rn, CLI)
     add_notebook_options(rn)
-    rn.add_argument("--name", default=None, help="the job's name (default: the notebook's)")
-    rn.add_argument("--image", default=None, help="image the job runs in")
-    rn.add_argument("--log", action="store_true", help="stream the job's logs (implies --wait)")
-    rn.add_argument(
-        "--json",
-        action="store_true",
-        help="with --dryrun, also print the whole request and the workspace's files",
-    )
+    add_job_options(rn, name_default="the notebook's")
+    add_output_options(rn)
 
     sw = sub.add_parser(
         "sweep",
@@ -141,9 +138,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     log = sub.add_parser("log", help="print a job's logs")
     log.add_argument("identifier", help="SCHEDULER://SESSION/APP_ID[/ROLE[/REPLICA,...]]")
-    log.add_argument("--regex", default=None, type=regex_arg, help="only lines matching this regex")
-    log.add_argument("-t", "--tail", action="store_true", help="follow until the job ends")
-    log.add_argument("--streams", choices=["stdout", "stderr", "combined"], default=None)
+    add_log_options(log)
 
     lst = sub.add_parser("list", help="list jobs (from the job store and the scheduler)")
     lst.add_argument("-s", "--scheduler", default=None, help="only this scheduler's jobs")

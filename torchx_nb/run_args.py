@@ -1,7 +1,7 @@
-"""The ``run`` and ``sweep`` options the command line and the magics share, declared once (help
-included),
-and the ``RunRequest`` they make: ``torchx-nb run`` and ``%%torchx run`` parse the same way and
-call the same submit path (``Runner.prepare`` and ``Runner.submit``)."""
+"""Every ``run``, ``sweep`` and ``log`` option the command line and the magics share, declared
+once (help included), and the ``RunRequest`` they make: ``torchx-nb run`` and ``%%torchx run``
+parse the same way and call the same submit path (``Runner.prepare`` and ``Runner.submit``).
+A front end adds a group of them with one call; it declares none of these flags itself."""
 
 from __future__ import annotations
 
@@ -76,6 +76,38 @@ def add_run_options(parser: argparse.ArgumentParser, surface: Surface) -> None:
         help="show the scheduler's exact request (secrets masked); build, push and submit nothing",
     )
     parser.add_argument("--wait", action="store_true", help="wait for the job to end")
+
+
+def add_job_options(parser: argparse.ArgumentParser, name_default: str = "") -> None:
+    """``--image`` and ``--name``: what the job runs in and what it is called (``name_default``:
+    where the name comes from when none is given, for the help)."""
+    parser.add_argument("--image", default=None, help="image the job runs in")
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="the job's name" + (f" (default: {name_default})" if name_default else ""),
+    )
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """``--log`` and ``--json``: what a terminal run prints."""
+    parser.add_argument("--log", action="store_true", help="stream the job's logs (implies --wait)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="with --dryrun, also print the whole request and the workspace's files",
+    )
+
+
+def add_log_options(parser: argparse.ArgumentParser) -> None:
+    """``--regex``, ``-t``/``--tail`` and ``--streams``: which log lines, and whether to follow."""
+    from torchx_nb.errors import regex_arg
+
+    parser.add_argument(
+        "--regex", default=None, type=regex_arg, help="only lines matching this regex"
+    )
+    parser.add_argument("-t", "--tail", action="store_true", help="follow until the job ends")
+    parser.add_argument("--streams", choices=["stdout", "stderr", "combined"], default=None)
 
 
 def add_sweep_options(parser: argparse.ArgumentParser, surface: Surface) -> None:

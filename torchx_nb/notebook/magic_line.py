@@ -13,8 +13,6 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 
-from torchx_nb.errors import regex_arg
-
 COMMANDS = (
     "run",
     "run-notebook",
@@ -86,11 +84,10 @@ def _notebook_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _job_options(parser: argparse.ArgumentParser) -> None:
-    from torchx_nb.run_args import MAGIC, add_run_options
+    from torchx_nb.run_args import MAGIC, add_job_options, add_run_options
 
     add_run_options(parser, MAGIC)
-    parser.add_argument("--image", default=None, help="image the job runs in")
-    parser.add_argument("--name", default=None, help="the job's name")
+    add_job_options(parser)
     parser.add_argument(
         "--env",
         action="append",
@@ -141,12 +138,12 @@ def _handle_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _log_args(p: argparse.ArgumentParser) -> None:
+    from torchx_nb.run_args import add_log_options
+
     _handle_arg(p)
     p.add_argument("-r", "--role", default=None, help="role (default: all)")
     p.add_argument("-k", "--replica", type=int, default=None, help="replica (default: all)")
-    p.add_argument("--regex", default=None, type=regex_arg, help="only lines matching this regex")
-    p.add_argument("-t", "--tail", action="store_true", help="follow until the job ends")
-    p.add_argument("--streams", choices=["stdout", "stderr", "combined"], default=None)
+    add_log_options(p)
 
 
 def _result_args(p: argparse.ArgumentParser) -> None:
