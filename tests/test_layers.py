@@ -260,6 +260,7 @@ DATA_MODULES = {
     "torchx_nb.phases": "a job's phases and durations as text",
     "torchx_nb.metrics": "metric lines parsed and kept",
     "torchx_nb.progress": "the terminal progress bar",
+    "torchx_nb.components.notebook_parameters": "a parameters cell and -p text read with ast",
 }
 # Imports from below the runner that are not data, each with why it stays for now.
 LISTED = {

@@ -268,6 +268,8 @@ export function followEvents(
 export interface INotebookSubmission {
   notebook: string;
   parameters?: Record<string, unknown>;
+  /** Values as the user typed them, read on the server as `-p` reads them. */
+  typed_parameters?: Record<string, string>;
   scheduler?: string | null;
   cfg?: Record<string, string | number | boolean | string[]>;
   image?: string | null;
@@ -287,6 +289,21 @@ export function submitNotebook(body: INotebookSubmission): Promise<IJob> {
 
 export function getSchedulers(): Promise<ISchedulers> {
   return call<ISchedulers>('schedulers');
+}
+
+/** A notebook's parameters cell as the server's Python parser reads it. */
+export interface INotebookParameters {
+  notebook: string;
+  /** Whether the notebook has a code cell tagged `parameters`. */
+  cell: boolean;
+  /** Each name it assigns, with its value's source exactly as written. */
+  parameters: { name: string; value: string }[];
+  /** Why the cell is not valid Python, else null. */
+  error: string | null;
+}
+
+export function getParameters(notebook: string): Promise<INotebookParameters> {
+  return call<INotebookParameters>('parameters', {}, { notebook });
 }
 
 /** Fetch a notebook job's executed notebook beside the one it ran; its path to open. */

@@ -25,11 +25,18 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 
-import { cancelJob, fetchExecutedNotebook, getSchedulers, IJob, submitNotebook } from './api';
+import {
+  cancelJob,
+  fetchExecutedNotebook,
+  getParameters,
+  getSchedulers,
+  IJob,
+  submitNotebook
+} from './api';
 import { JobView } from './detail';
 import { JobsModel } from './model';
 import { JobsPanel } from './panel';
-import { parametersOf, RunNotebookForm } from './runDialog';
+import { RunNotebookForm } from './runDialog';
 import { RunningItem } from './status';
 
 const ICON = new LabIcon({
@@ -192,11 +199,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const runNotebook = async (path: string): Promise<void> => {
       let form: RunNotebookForm;
       try {
-        const [schedulers, file] = await Promise.all([
-          getSchedulers(),
-          app.serviceManager.contents.get(path, { content: true })
-        ]);
-        form = new RunNotebookForm(path, schedulers, parametersOf(file.content?.cells ?? []));
+        const [schedulers, cell] = await Promise.all([getSchedulers(), getParameters(path)]);
+        form = new RunNotebookForm(path, schedulers, cell);
       } catch (e) {
         tell('Cannot run this notebook', e);
         return;

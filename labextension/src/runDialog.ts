@@ -1,69 +1,39 @@
 /**
  * "Run as job…": a dialog body asking how to run a notebook (scheduler, its parameters
- * pre-filled from the cell tagged `parameters`, image, named resource, options, cell time
- * limit), and what it becomes as a `POST /jobs` body.
+ * pre-filled from the cell tagged `parameters` as the server's Python parser reads it, image,
+ * named resource, options, cell time limit), and what it becomes as a `POST /jobs` body.
+ *
+ * A parameter is sent only when the user changed it, as the text typed (`typed_parameters`):
+ * the server reads it as `run-notebook -p` does (a Python literal, else the text itself). A
+ * value left alone is never sent, so the notebook keeps its own `n = 1_000`, its multi-line
+ * dict and its `'http://x/#frag'` exactly as written.
  */
 import { Widget } from '@lumino/widgets';
 
-import { INotebookSubmission, ISchedulers } from './api';
+import { INotebookParameters, INotebookSubmission, ISchedulers } from './api';
 import { el } from './format';
 
 const SECRET = /(pass(word)?|secret|token|api[_-]?key|credential|private[_-]?key)/i;
 
-/** `NAME = VALUE` lines of a notebook's parameters cell, in order (VALUE as written). */
-export function parametersOf(cells: { cell_type: string; source: string | string[]; metadata?: any }[]): [string, string][] {
-  const cell = cells.find(
-    c => c.cell_type === 'code' && (c.metadata?.tags ?? []).includes('parameters')
-  );
-  if (!cell) {
-    return [];
+/** The legend over the parameters: what the notebook's parameters cell gave. */
+function legend(cell: INotebookParameters): string {
+  if (!cell.cell) {
+    return 'Parameters (no cell tagged "parameters")';
   }
-  const source = Array.isArray(cell.source) ? cell.source.join('') : cell.source;
-  const out: [string, string][] = [];
-  for (const line of source.split('\n')) {
-    const m = /^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*(#.*)?$/.exec(line);
-    if (m) {
-      out.push([m[1], m[2]]);
-    }
+  if (cell.error) {
+    return `Parameters (the cell tagged "parameters" is not valid Python: ${cell.error})`;
   }
-  return out;
-}
-
-/** A parameter's text as the value it means: Python's True/False/None, a quoted string, a
- * number, a JSON list or object; anything else is the text itself. */
-export function literal(text: string): unknown {
-  const t = text.trim();
-  if (t === 'True' || t === 'true') {
-    return true;
+  if (!cell.parameters.length) {
+    return 'Parameters (the cell tagged "parameters" assigns none)';
   }
-  if (t === 'False' || t === 'false') {
-    return false;
-  }
-  if (t === 'None' || t === 'null') {
-    return null;
-  }
-  const quoted = /^'((?:[^'\\]|\\.)*)'$/.exec(t) ?? /^"((?:[^"\\]|\\.)*)"$/.exec(t);
-  if (quoted) {
-    return quoted[1].replace(/\\(['"\\])/g, '$1');
-  }
-  if (/^-?\d+(\.\d+)?([eE][-+]?\d+)?$/.test(t)) {
-    return Number(t);
-  }
-  if (/^[[{]/.test(t)) {
-    try {
-      return JSON.parse(t.replace(/'/g, '"'));
-    } catch {
-      return t;
-    }
-  }
-  return t;
+  return 'Parameters';
 }
 
 export class RunNotebookForm extends Widget {
   constructor(
     readonly path: string,
     schedulers: ISchedulers,
-    parameters: [string, string][]
+    cell: INotebookParameters
   ) {
     super();
     this.addClass('tnb-run-form');
@@ -87,16 +57,39 @@ export class RunNotebookForm extends Widget {
     this._timeout.min = '1';
     this._timeout.placeholder = 'none';
     const params = el('fieldset', 'tnb-run-params');
-    params.append(el('legend', '', parameters.length ? 'Parameters' : 'Parameters (no cell tagged "parameters")'));
-    for (const [name, value] of parameters) {
-      const input = el('input', 'tnb-run-param jp-mod-styled');
+    params.append(el('legend', '', legend(cell)));
+    if (cell.parameters.length) {
+      params.append(
+        el(
+          'div',
+          'tnb-run-hint',
+          'Only the values you change are sent, each read as -p reads it: a Python literal, else text.'
+        )
+      );
+    }
+    for (const { name, value } of cell.parameters) {
+      // a value written over several lines keeps its lines (an <input> would drop them)
+      const input: HTMLInputElement | HTMLTextAreaElement =
+        value.includes('\n') && !SECRET.test(name)
+          ? el('textarea', 'tnb-run-param jp-mod-styled')
+          : el('input', 'tnb-run-param jp-mod-styled');
       input.name = name;
       input.value = value;
-      input.setAttribute('aria-label', name);
-      if (SECRET.test(name)) {
+      if (input instanceof HTMLTextAreaElement) {
+        input.rows = Math.min(8, value.split('\n').length);
+      } else if (SECRET.test(name)) {
         input.type = 'password';
       }
-      this._params.push(input);
+      if (!value) {
+        input.placeholder = 'as the notebook sets it';
+      }
+      input.setAttribute('aria-label', name);
+      input.spellcheck = false;
+      const initial = input.value; // as the element holds it: unchanged means not sent
+      input.addEventListener('input', () =>
+        input.classList.toggle('tnb-run-changed', input.value !== initial)
+      );
+      this._params.push([input, initial]);
       params.append(row(name, input));
     }
     this.node.append(
@@ -118,15 +111,17 @@ export class RunNotebookForm extends Widget {
         cfg[k.trim()] = v.join('=').trim();
       }
     }
-    const parameters: Record<string, unknown> = {};
-    for (const input of this._params) {
-      parameters[input.name] = literal(input.value);
+    const typed: Record<string, string> = {};
+    for (const [input, initial] of this._params) {
+      if (input.value !== initial) {
+        typed[input.name] = input.value; // exactly as typed: the server reads it as -p does
+      }
     }
     const timeout = Number(this._timeout.value);
     return {
       notebook: this.path,
       scheduler: this._scheduler.value || null,
-      parameters,
+      typed_parameters: typed,
       cfg,
       image: this._image.value.trim() || null,
       resource: this._resource.value.trim() || null,
@@ -139,5 +134,5 @@ export class RunNotebookForm extends Widget {
   private _resource: HTMLInputElement;
   private _cfg: HTMLInputElement;
   private _timeout: HTMLInputElement;
-  private _params: HTMLInputElement[] = [];
+  private _params: [HTMLInputElement | HTMLTextAreaElement, string][] = [];
 }

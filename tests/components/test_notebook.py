@@ -11,7 +11,12 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from torchx_nb.apps.notebook_main import inject_parameters
 from torchx_nb.components.notebook import notebook_app, notebook_program, parameters_file
-from torchx_nb.components.notebook_parameters import declared, read_value
+from torchx_nb.components.notebook_parameters import (
+    ParametersCell,
+    declared,
+    parameters_cell,
+    read_value,
+)
 from torchx_nb.specs.program import NotebookProgram, program_of
 
 
@@ -124,6 +129,43 @@ def test_the_parameters_cell_is_read_with_pythons_parser() -> None:
         "kinds": "{1, 2}",
     }
     assert declared("x = (") == {}
+
+
+def test_unpacking_and_chained_assignments_name_every_target() -> None:
+    """``a, b = 1, 2`` assigns a and b (``-p a=`` warned "unknown parameter" before): each
+    with its own element, a chained target with the shared value, a starred or computed one
+    with no value of its own."""
+    source = "a, b = 1, 'two'\nc = d = [1]\ne, *f = 1, 2, 3\n(g, (h, i)) = 1, (2, 3)\nj, k = f()\n"
+    assert declared(source) == {
+        "a": "1",
+        "b": "'two'",
+        "c": "[1]",
+        "d": "[1]",
+        "e": "",
+        "f": "",
+        "g": "1",
+        "h": "2",
+        "i": "3",
+        "j": "",
+        "k": "",
+    }
+
+
+def test_the_parameters_cell_for_the_dialog_says_what_it_found() -> None:
+    def nb(source: object, tags: object = ("parameters",)) -> dict[str, object]:
+        meta = {"tags": list(tags) if isinstance(tags, tuple) else tags}
+        return {"cells": [{"cell_type": "code", "metadata": meta, "source": source}]}
+
+    assert parameters_cell(nb(["n = 1\n", "s = '#'"])) == ParametersCell(
+        True, (("n", "1"), ("s", "'#'"))
+    )
+    assert parameters_cell(nb("n = 1", ())) == ParametersCell(False)
+    assert parameters_cell(nb("x = (")) == ParametersCell(
+        True, error="line 1: '(' was never closed"
+    )
+    # whatever a hostile file holds, it is no cell, never an exception
+    for hostile in (nb([1]), nb("n = 1", 7), {"cells": 3}, {"cells": [None, "x"]}, [1]):
+        assert parameters_cell(hostile) == ParametersCell(False), hostile
 
 
 def test_p_values_are_python_literals_else_the_text_as_given() -> None:

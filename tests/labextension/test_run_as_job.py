@@ -1,11 +1,13 @@
 """ "Run as Job…" in real JupyterLab under Chromium: from the file browser's context menu and
-from the notebook's toolbar, a dialog pre-filled from the notebook's parameters cell (a
-secret-looking one hidden) submits the notebook through ``POST /jobs``; the job view follows
-it, masks its parameters, and "Open executed notebook" opens the executed copy beside the
+from the notebook's toolbar, a dialog pre-filled from the notebook's parameters cell as the
+server's Python parser reads it (a secret-looking one hidden) submits the notebook through
+``POST /jobs``, sending only the values the user changed, as typed; the job view follows it,
+masks its parameters, and "Open executed notebook" opens the executed copy beside the
 original. A refused submission is one line in a dialog, and nothing is submitted."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +82,7 @@ def test_run_as_job_from_the_file_browser_and_the_toolbar(
         view.locator(".tnb-open-executed").wait_for(timeout=90_000)
         assert view.locator(".tnb-badge").first.inner_text() == "SUCCEEDED"
         shown = view.locator(".tnb-fact-parameters").inner_text()
-        assert shown == 'n=21 label="daily" api_token="****"', shown
+        assert shown == 'n=21 api_token="****"', shown  # label was left alone: not sent
         assert "s3cr3t" not in page.content()
         view.locator(".tnb-open-executed").click()
         page.wait_for_selector(".lm-TabBar-tab:has-text('daily.executed.ipynb')", timeout=30_000)
@@ -106,3 +108,133 @@ def test_run_as_job_from_the_file_browser_and_the_toolbar(
         assert "image must be text without spaces or control characters" in refused.inner_text()
         refused.screenshot(path=str(screenshot_dir() / "run-as-job-refused.png"))
         assert len(get_runner().jobstore.list()) == before
+
+
+PARAMETERS_CELL = (
+    "n = 1_000  # how many\n"
+    "opts = {'depth': 3, 'name': None}\n"
+    "shape = (2, 3)\n"
+    "half = .5\n"
+    "grid = {\n    'lr': [0.1, 0.01],  # two rates\n    'seed': 7,\n}\n"
+    "url = 'http://x/#frag'\n"
+    "kinds = {1, 2}\n"
+    "raw = b'xy'\n"
+    "label = None\n"
+    "title = 'daily'\n"
+)
+WRITTEN = {
+    "n": "1_000",
+    "opts": "{'depth': 3, 'name': None}",
+    "shape": "(2, 3)",
+    "half": ".5",
+    "grid": "{\n    'lr': [0.1, 0.01],  # two rates\n    'seed': 7,\n}",
+    "url": "'http://x/#frag'",
+    "kinds": "{1, 2}",
+    "raw": "b'xy'",
+    "label": "None",
+    "title": "'daily'",
+}
+SHOW = "for k in " + repr(list(WRITTEN)) + ":\n    print(k, repr(globals()[k]))"
+
+
+def test_the_dialog_keeps_every_value_as_written_and_sends_only_what_changed(
+    panel_parts: None, tmp_path: Path, isolated: Path
+) -> None:
+    """The issue's parameters cell: opening the dialog and clicking Run used to give the job
+    '1_000', "{'depth'…}", '(2, 3)', '.5', '{' and "'http://x/" as strings. Now every value
+    shows as written (the multi-line dict in a text area, with its lines), only the values
+    the user changed are sent, exactly as typed, and the job gets them read as -p reads them;
+    the others stay the notebook's own."""
+    root = tmp_path / "lab"
+    root.mkdir()
+    cells = [
+        new_code_cell(PARAMETERS_CELL, metadata={"tags": ["parameters"]}),
+        new_code_cell(SHOW),
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, root / "sweep.ipynb")
+    with jupyter_lab(root) as lab, chromium_page() as page:
+        page.goto(f"{lab.url}/lab?token={lab.token}&reset")
+        page.wait_for_selector(".jp-LabShell", timeout=60_000)
+        open_panel(page)
+        command(page, "torchx-nb:run-notebook", "{path: 'sweep.ipynb'}")
+        form = dialog_form(page)
+        params = form.locator(".tnb-run-param")
+        shown = {
+            params.nth(i).get_attribute("name"): params.nth(i).input_value()
+            for i in range(params.count())
+        }
+        assert shown == WRITTEN, shown
+        assert list(shown) == list(WRITTEN)  # in the cell's order
+        grid = form.locator(".tnb-run-param[name='grid']")
+        assert grid.evaluate("e => e.tagName") == "TEXTAREA"
+        assert form.locator(".tnb-run-params legend").inner_text() == "Parameters"
+        assert form.locator(".tnb-run-hint").inner_text() == (
+            "Only the values you change are sent, each read as -p reads it: a Python literal,"
+            " else text."
+        )
+        # changed: a tuple, a set, text with its spaces (not a literal), a dict over two lines;
+        # n changed and changed back is not a change
+        form.locator(".tnb-run-param[name='shape']").fill("(4, 5)")
+        form.locator(".tnb-run-param[name='kinds']").fill("{3}")
+        form.locator(".tnb-run-param[name='title']").fill(" two words ")
+        grid.fill("{'lr': [1e-3],\n 'seed': 8}")
+        form.locator(".tnb-run-param[name='n']").fill("2")
+        form.locator(".tnb-run-param[name='n']").fill("1_000")
+        changed = form.locator(".tnb-run-param.tnb-run-changed")
+        assert sorted(changed.nth(i).get_attribute("name") or "" for i in range(4)) == [
+            "grid",
+            "kinds",
+            "shape",
+            "title",
+        ]
+        assert changed.count() == 4
+        form.locator(".tnb-run-params legend").scroll_into_view_if_needed()
+        form.screenshot(path=str(screenshot_dir() / "run-as-job-dialog-values.png"))
+        with page.expect_request(
+            lambda r: r.method == "POST" and r.url.split("?")[0].endswith("/torchx-nb/api/jobs")
+        ) as sent:
+            form.locator(".jp-Dialog-button.jp-mod-accept").click()
+        body = json.loads(sent.value.post_data or "{}")
+        assert body["typed_parameters"] == {
+            "shape": "(4, 5)",
+            "kinds": "{3}",
+            "title": " two words ",
+            "grid": "{'lr': [1e-3],\n 'seed': 8}",
+        }, body
+        assert "parameters" not in body  # no value the user left alone travels
+
+        view = page.locator(".tnb-detail", has=page.locator(".tnb-detail-name", has_text="sweep"))
+        view.locator(".tnb-open-executed").wait_for(timeout=90_000)
+        assert view.locator(".tnb-badge").first.inner_text() == "SUCCEEDED"
+        view.locator(".tnb-open-executed").click()
+        page.wait_for_selector(".lm-TabBar-tab:has-text('sweep.executed.ipynb')", timeout=30_000)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+            ".some(o => o.textContent.includes('title'))",
+            timeout=30_000,
+        )
+        page.screenshot(path=str(screenshot_dir() / "run-as-job-values-executed.png"))
+    executed = nbformat.read(root / "sweep.executed.ipynb", 4)
+    assert executed.cells[1].metadata.tags == ["injected-parameters"]
+    assert executed.cells[1].source == (
+        "# Parameters\nshape = (4, 5)\ngrid = {'lr': [0.001], 'seed': 8}\nkinds = {3}\n"
+        "title = ' two words '\n"
+    )  # in the cell's order, each the value -p reads from what was typed
+    assert executed.cells[2].outputs[0].text.splitlines() == [
+        "n 1000",
+        "opts {'depth': 3, 'name': None}",
+        "shape (4, 5)",
+        "half 0.5",
+        "grid {'lr': [0.001], 'seed': 8}",
+        "url 'http://x/#frag'",
+        "kinds {3}",
+        "raw b'xy'",
+        "label None",
+        "title ' two words '",
+    ]

@@ -100,7 +100,7 @@ def test_a_body_field_of_the_wrong_kind_is_a_400_naming_it(
 ) -> None:
     body: dict[str, Any] = {"notebook": "reports/daily.ipynb"}
     value = wrong_value(BODY["properties"][field])
-    if field in ("parameters", "cfg"):
+    if field in ("parameters", "typed_parameters", "cfg"):
         value = ["a list"]
     body[field] = value
     status, answer = post(lab, f"{API}/jobs", body)

@@ -237,3 +237,128 @@ def test_a_notebook_job_from_python_is_listed_under_its_notebook_and_fetched_bes
     assert job.handle in [r["handle"] for r in listed["jobs"]], listed
     status, fetched = post(lab, f"{API}/jobs/{enc(job.handle)}/notebook", None, b"")
     assert status == 201 and fetched["path"] == "reports/daily.executed-2.ipynb", fetched
+
+
+PARAMETERS_CELL = (
+    "n = 1_000  # how many\n"
+    "opts = {'depth': 3, 'name': None}\n"
+    "shape = (2, 3)\n"
+    "half = .5\n"
+    "grid = {\n    'lr': [0.1, 0.01],  # two rates\n    'seed': 7,\n}\n"
+    "url = 'http://x/#frag'\n"
+    "kinds = {1, 2}\n"
+    "raw: bytes = b'xy'\n"
+    "label = None\n"
+    "a, b = 1, 'two'\n"
+)
+SHOW = "for k in ('n opts shape half grid url kinds raw label a b').split():\n    print(k, repr(globals()[k]))"
+
+
+def test_the_parameters_cell_is_served_as_written(lab: Lab, store: Path) -> None:
+    """``GET /parameters`` reads the cell with Python's parser: each value's source exactly
+    as written (the dialog's old line-by-line reading broke all of these)."""
+    sub = lab.root / "params"
+    sub.mkdir(exist_ok=True)
+    cells = [new_code_cell(PARAMETERS_CELL, metadata={"tags": ["parameters"]})]
+    nbformat.write(new_notebook(cells=cells), sub / "p.ipynb")
+    answer = get(lab, f"{API}/parameters?notebook=params%2Fp.ipynb")
+    conforms(answer, "/torchx-nb/api/parameters")
+    assert answer == {
+        "notebook": "params/p.ipynb",
+        "cell": True,
+        "error": None,
+        "parameters": [
+            {"name": "n", "value": "1_000"},
+            {"name": "opts", "value": "{'depth': 3, 'name': None}"},
+            {"name": "shape", "value": "(2, 3)"},
+            {"name": "half", "value": ".5"},
+            {"name": "grid", "value": "{\n    'lr': [0.1, 0.01],  # two rates\n    'seed': 7,\n}"},
+            {"name": "url", "value": "'http://x/#frag'"},
+            {"name": "kinds", "value": "{1, 2}"},
+            {"name": "raw", "value": "b'xy'"},
+            {"name": "label", "value": "None"},
+            {"name": "a", "value": "1"},
+            {"name": "b", "value": "'two'"},
+        ],
+    }
+    nbformat.write(new_notebook(cells=[new_code_cell("x = 1")]), sub / "none.ipynb")
+    assert get(lab, f"{API}/parameters?notebook=params%2Fnone.ipynb") == {
+        "notebook": "params/none.ipynb",
+        "cell": False,
+        "parameters": [],
+        "error": None,
+    }
+    bad = [new_code_cell("x = (\n", metadata={"tags": ["parameters"]})]
+    nbformat.write(new_notebook(cells=bad), sub / "bad.ipynb")
+    answer = get(lab, f"{API}/parameters?notebook=params%2Fbad.ipynb")
+    assert (answer["cell"], answer["parameters"]) == (True, [])
+    assert answer["error"] == "line 1: '(' was never closed", answer
+    (sub / "text.ipynb").write_text("not json")
+    hostile = {"cells": [{"cell_type": "code", "metadata": {"tags": 7}, "source": [1]}]}
+    (sub / "hostile.ipynb").write_text(json.dumps(hostile))
+    assert get(lab, f"{API}/parameters?notebook=params%2Fhostile.ipynb")["cell"] is False
+    for query, reason in (
+        ("notebook=..%2Fx.ipynb", "notebook must be under the server's root"),
+        ("notebook=%2Fetc%2Fpasswd", "notebook must be a path relative to the server's root"),
+        ("notebook=params%2Fnope.ipynb", "notebook 'params/nope.ipynb' does not exist"),
+        ("notebook=params%2Ftext.ipynb", "notebook 'params/text.ipynb' cannot be read as a"),
+        ("", "notebook: give the path of a .ipynb file"),
+    ):
+        status, _, body = request(lab, "GET", f"{API}/parameters?{query}")
+        assert status == 400, (query, body)
+        assert json.loads(body)["reason"].startswith(reason), (query, body)
+
+
+def test_typed_values_are_read_as_p_reads_them_and_the_rest_stay_as_written(
+    lab: Lab, store: Path
+) -> None:
+    """``typed_parameters`` (what the dialog sends: only the values the user changed, as
+    typed) are read as ``-p`` reads them; every other value stays as the notebook wrote it."""
+    sub = lab.root / "typed"
+    sub.mkdir(exist_ok=True)
+    cells = [
+        new_code_cell(PARAMETERS_CELL, metadata={"tags": ["parameters"]}),
+        new_code_cell(SHOW),
+    ]
+    nbformat.write(new_notebook(cells=cells), sub / "p.ipynb")
+    typed = {"shape": "(4, 5)", "b": " two words ", "kinds": "{3}", "label": "b'\\x00'"}
+    status, row = post(
+        lab,
+        f"{API}/jobs",
+        {"notebook": "typed/p.ipynb", "typed_parameters": typed, "scheduler": "local_cwd"},
+    )
+    assert status == 201, row
+    assert wait_state(lab, row["handle"])["state"] == "SUCCEEDED"
+    status, fetched = post(lab, f"{API}/jobs/{enc(row['handle'])}/notebook", None, b"")
+    assert status == 201, fetched
+    executed = nbformat.read(lab.root / fetched["path"], 4)
+    assert executed.cells[1].metadata.tags == ["injected-parameters"]
+    assert executed.cells[1].source == (
+        "# Parameters\nshape = (4, 5)\nb = ' two words '\nkinds = {3}\nlabel = b'\\x00'\n"
+    )
+    assert executed.cells[2].outputs[0].text.splitlines() == [
+        "n 1000",
+        "opts {'depth': 3, 'name': None}",
+        "shape (4, 5)",
+        "half 0.5",
+        "grid {'lr': [0.1, 0.01], 'seed': 7}",
+        "url 'http://x/#frag'",
+        "kinds {3}",
+        "raw b'xy'",
+        "label b'\\x00'",
+        "a 1",
+        "b ' two words '",
+    ]
+    for body, reason in (
+        (
+            {"parameters": {"n": 1}, "typed_parameters": {"n": "2"}},
+            "typed_parameters.n: also in parameters; give it once",
+        ),
+        ({"typed_parameters": {"n": 2}}, "typed_parameters.n: typed_parameters must be an object"),
+        (
+            {"typed_parameters": {"deep": "[" * 150 + "]" * 150}},
+            "typed_parameters.deep nests too deep: at most 100 levels",
+        ),
+    ):
+        status, answer = post(lab, f"{API}/jobs", {"notebook": "typed/p.ipynb", **body})
+        assert (status, answer["reason"][: len(reason)]) == (400, reason), answer

@@ -5,25 +5,32 @@ text read as a Python literal, else kept as the text it is."""
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from typing import Any
 
 
 def parameters_source(nb: dict[str, Any]) -> str | None:
     """The source of the notebook's first code cell tagged ``parameters`` (None without one);
-    ``nb`` is the notebook's JSON (nbformat 4)."""
-    for cell in nb.get("cells") or []:
+    ``nb`` is the notebook's JSON (nbformat 4), taken as it comes: a malformed cell is skipped."""
+    cells = nb.get("cells")
+    for cell in cells if isinstance(cells, list) else []:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        if "parameters" in ((cell.get("metadata") or {}).get("tags") or []):
+        meta = cell.get("metadata")
+        tags = meta.get("tags") if isinstance(meta, dict) else None
+        if isinstance(tags, list) and "parameters" in tags:
             source = cell.get("source", "")
-            return "".join(source) if isinstance(source, list) else str(source)
+            if isinstance(source, list) and all(isinstance(x, str) for x in source):
+                return "".join(source)
+            return source if isinstance(source, str) else None
     return None
 
 
 def declared(source: str) -> dict[str, str]:
     """Each name the parameters cell assigns at top level, with its value's source as written
     (multi-line values, ``#`` inside strings, underscores and all); empty when the cell is not
-    valid Python."""
+    valid Python. ``a = b = 1`` gives both names ``1``; ``a, b = 1, 2`` gives each its own
+    element; a name whose value has no source of its own (``a, *rest = f()``) gives ``""``."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -36,11 +43,53 @@ def declared(source: str) -> dict[str, str]:
             targets, value = [node.target], node.value
         else:
             continue
-        text = ast.get_source_segment(source, value) or ""
         for target in targets:
-            if isinstance(target, ast.Name):
-                found[target.id] = text
+            _assigned(source, target, value, found)
     return found
+
+
+def _assigned(source: str, target: ast.expr, value: ast.expr | None, found: dict[str, str]) -> None:
+    """The names ``target`` binds, each with its own part of ``value`` when it has one."""
+    if isinstance(target, ast.Starred):
+        target, value = target.value, None
+    if isinstance(target, ast.Name):
+        found[target.id] = (ast.get_source_segment(source, value) or "") if value else ""
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        parts: list[ast.expr | None] = [None] * len(target.elts)
+        starred = any(isinstance(t, ast.Starred) for t in target.elts)
+        if (
+            isinstance(value, (ast.Tuple, ast.List))
+            and not starred
+            and len(value.elts) == len(target.elts)
+            and not any(isinstance(v, ast.Starred) for v in value.elts)
+        ):
+            parts = list(value.elts)
+        for part_target, part in zip(target.elts, parts, strict=True):
+            _assigned(source, part_target, part, found)
+
+
+@dataclass(frozen=True)
+class ParametersCell:
+    """What a notebook's parameters cell holds, for a form: whether there is one, its names
+    with each value's source as written (in order), and why it cannot be read (or None)."""
+
+    found: bool
+    names: tuple[tuple[str, str], ...] = ()
+    error: str | None = None
+
+
+def parameters_cell(nb: Any) -> ParametersCell:
+    """The parameters cell of ``nb`` (a notebook's JSON), read with Python's own parser."""
+    source = parameters_source(nb) if isinstance(nb, dict) else None
+    if source is None:
+        return ParametersCell(found=False)
+    try:
+        ast.parse(source)
+    except SyntaxError as e:
+        return ParametersCell(True, error=f"line {e.lineno}: {e.msg}")
+    except (ValueError, RecursionError, MemoryError) as e:
+        return ParametersCell(True, error=str(e).splitlines()[0] if str(e) else type(e).__name__)
+    return ParametersCell(True, tuple(declared(source).items()))
 
 
 def read_value(text: str) -> Any:

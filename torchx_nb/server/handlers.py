@@ -30,6 +30,7 @@ from torchx_nb.server.jobs import (
     JobService,
     matches,
 )
+from torchx_nb.server.parameters import notebook_parameters
 from torchx_nb.server.schema import DoesNotConform, check_param
 from torchx_nb.server.submit import BadSubmission, parse_submission
 from torchx_nb.specs.api import TorchxNbError, UnknownAppException
@@ -181,6 +182,20 @@ class SchedulersHandler(Base):
     async def get(self) -> None:
         service = self.jobs()
         self.write_json(await self.work("schedulers", 503, service.schedulers))
+
+
+class ParametersHandler(Base):
+    """A notebook's parameters cell, names and values as written: what the Run as Job dialog
+    pre-fills (it sends back only the values the user changed)."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        notebook = self.documented_arg("/parameters", "notebook")
+        if notebook is None:
+            raise tornado.web.HTTPError(400, reason="notebook: give the path of a .ipynb file")
+        service = self.jobs()
+        body = await self.work("parameters", 500, notebook_parameters, notebook, service.root_dir)
+        self.write_json(body)
 
 
 class ExecutedNotebookHandler(Base):
@@ -398,5 +413,6 @@ ROUTES: list[tuple[str, type[Base]]] = [
     (rf"{PREFIX}{_JOB}", JobHandler),
     (rf"{PREFIX}/events", EventsHandler),
     (rf"{PREFIX}/schedulers", SchedulersHandler),
+    (rf"{PREFIX}/parameters", ParametersHandler),
     (rf"{PREFIX}/openapi\.json", OpenApiHandler),
 ]

@@ -36,7 +36,9 @@ class NotebookSubmission:
     cell_timeout: float | None = None
 
 
-def _notebook(value: Any, root_dir: str | None) -> str:
+def notebook_under_root(value: Any, root_dir: str | None) -> str:
+    """The absolute path of the notebook ``value`` names under the server's root (checked:
+    relative, under the root by ``..`` or by a link, an existing ``.ipynb``)."""
     if not isinstance(value, str) or not value or "\0" in value or len(value) > 4096:
         raise BadSubmission("notebook must be the path of a .ipynb file under the server's root")
     if root_dir is None:
@@ -63,7 +65,7 @@ def _depth(value: Any) -> int:
     deepest, todo = 0, [(value, 1)]
     while todo:
         item, level = todo.pop()
-        if isinstance(item, (dict, list)):
+        if isinstance(item, (dict, list, tuple, set, frozenset)):
             deepest = max(deepest, level)
             todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
     return deepest
@@ -99,6 +101,23 @@ def _no_constant(name: str) -> Any:
     raise BadSubmission(f"the body must be JSON ({name} is not a JSON number)")
 
 
+def _parameters(body: dict[str, Any]) -> dict[str, Any]:
+    """``parameters`` (JSON values) with ``typed_parameters`` (text as a user typed it in
+    the dialog) read as ``-p`` reads it: a Python literal, else the text itself."""
+    from torchx_nb.components.notebook_parameters import read_value
+
+    values = dict(body.get("parameters") or {})
+    for name, text in (body.get("typed_parameters") or {}).items():
+        if name in values:
+            raise BadSubmission(f"typed_parameters.{name}: also in parameters; give it once")
+        values[name] = read_value(text)
+        if _depth(values[name]) > MAX_DEPTH:
+            raise BadSubmission(
+                f"typed_parameters.{name} nests too deep: at most {MAX_DEPTH} levels"
+            )
+    return values
+
+
 def parse_submission(raw: bytes, root_dir: str | None) -> NotebookSubmission:
     """The checked submission in ``raw`` (JSON); ``BadSubmission`` otherwise."""
     if len(raw) > MAX_BODY:
@@ -121,8 +140,8 @@ def parse_submission(raw: bytes, root_dir: str | None) -> NotebookSubmission:
         raise BadSubmission(str(e)) from None
     timeout = body.get("cell_timeout")
     return NotebookSubmission(
-        notebook=_notebook(body["notebook"], root_dir),
-        parameters=dict(body.get("parameters") or {}),
+        notebook=notebook_under_root(body["notebook"], root_dir),
+        parameters=_parameters(body),
         scheduler=body.get("scheduler") or None,
         cfg=dict(body.get("cfg") or {}),
         image=body.get("image") or None,
@@ -132,4 +151,4 @@ def parse_submission(raw: bytes, root_dir: str | None) -> NotebookSubmission:
     )
 
 
-__all__ = ["BadSubmission", "NotebookSubmission", "parse_submission"]
+__all__ = ["BadSubmission", "NotebookSubmission", "notebook_under_root", "parse_submission"]
