@@ -140,6 +140,7 @@ RANKS = {
     "joblist": 6,
     "dryrun_summary": 6,
     "watching": 6,
+    "notice_sender": 6,
     "run_args": 6,
     "sweeps": 6,
     "testing": 6,

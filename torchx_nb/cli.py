@@ -164,7 +164,9 @@ def _build_parser() -> argparse.ArgumentParser:
 def _runner() -> Any:
     from torchx_nb.runner import get_runner
 
-    return get_runner()
+    runner = get_runner()
+    runner.hand_off_notices = True  # a command exits soon: a sender process sends them
+    return runner
 
 
 def _print_logs(

@@ -266,14 +266,26 @@ class Notifier:
         self._lost: set[str] = set()  # leases that ran out while held (a stalled process)
         self._inflight: set[str] = set()
         self._listeners: dict[str, list[Callable[[str], None]]] = {}
+        self._child: Any = None  # the sender process notices were handed off to
         self.owed: dict[str, Owed] = {}  # every outbox notice this process was given
         self.sent = 0
 
     def submit(
-        self, url: str, build: Callable[[], dict[str, Any]], owed: Owed | None = None
+        self,
+        url: str,
+        build: Callable[[], dict[str, Any]],
+        owed: Owed | None = None,
+        hand_off: bool = False,
     ) -> None:
+        """Send a notice; with ``hand_off`` (a short-lived command: an outbox notice only) a
+        sender process of its own sends it, so it is not abandoned mid-POST when the command
+        exits (the webhook would have it, unacknowledged, and get it again from the next
+        process once the lease ran out)."""
         if owed is not None:
             self.owed.setdefault(owed.handle, owed)
+            if hand_off:
+                self._hand_off()
+                return
         self._queue.put((url, build, owed))
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()]
@@ -281,6 +293,24 @@ class Notifier:
                 thread = threading.Thread(target=self._run, daemon=True, name="torchx-nb-notices")
                 self._threads.append(thread)
                 thread.start()
+
+    def _hand_off(self) -> None:
+        """Start the sender process (``python -m torchx_nb.notice_sender``: it sends every
+        owed notice with this process's environment and folder, then exits), unless the one
+        started before is still running."""
+        import subprocess
+        import sys
+
+        with self._lock:
+            if self._child is not None and self._child.poll() is None:
+                return
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "torchx_nb.notice_sender"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # not stopped with the command's terminal (Ctrl-C)
+            )
 
     def listen(self, handle: str, callback: Callable[[str], None]) -> None:
         """Call ``callback(line)`` when the notice of ``handle`` is given up on for now (the
@@ -299,19 +329,18 @@ class Notifier:
         and is not sending right now (a later process sends them; one being POSTed keeps its
         lease until it runs out, since the webhook may yet take it), and return the handles
         whose notice is still owed."""
+        deadline = time.monotonic() + timeout
         self.drain(timeout)
         with self._lock:
             waiting = [o for h, o in self._leased.items() if h not in self._inflight]
         for owed in waiting:
             with contextlib.suppress(Exception):
                 owed.unsent(None, 0)
-        still = []
-        for handle, owed in self.owed.items():
-            with contextlib.suppress(Exception):
-                record = owed.store.notice(handle)
-                if record is not None and record["sent"] is None:
-                    still.append(handle)
-        return still
+        while True:
+            still = [h for h, o in self.owed.items() if _owed_still(o)]
+            if not still or self._child is None or time.monotonic() >= deadline:
+                return still
+            time.sleep(0.05)  # the sender process may yet have them acknowledged
 
     def _run(self) -> None:
         while True:
@@ -432,6 +461,14 @@ class Notifier:
             f"the job-end notice to {shown_url(url)} failed: {redact_text(one_line(e))}",
             stacklevel=2,
         )
+
+
+def _owed_still(owed: Owed) -> bool:
+    try:
+        record = owed.store.notice(owed.handle)
+    except Exception:
+        return False
+    return record is not None and record["sent"] is None
 
 
 _notifier: Notifier | None = None

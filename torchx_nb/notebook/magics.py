@@ -341,11 +341,10 @@ class TorchxMagics(Magics):
             view.show()
         else:
             from torchx_nb.notebook.render import status_text
-            from torchx_nb.notebook.widgets import follow_notice
 
             shown = status_text(job.handle, first)
             out = display({"text/plain": shown}, raw=True, display_id=True)
-            follow_notice(
+            runner.follow_notice(
                 job.handle, lambda line: out.update({"text/plain": f"{shown}\n  {line}"}, raw=True)
             )
             if not wait:

@@ -35,17 +35,6 @@ from torchx_nb.specs.api import AppState, AppStatus, is_terminal
 from torchx_nb.specs.failure import FailureCard
 
 
-def follow_notice(handle: str, on_line: Callable[[str], None]) -> None:
-    """Call ``on_line(line)`` from the notifier's thread when the job-end notice of ``handle``
-    is given up on for now (a webhook that stays down): the cell that shows the job updates
-    its own output with that one line, instead of a Python warning in whatever cell runs."""
-    with contextlib.suppress(Exception):
-        from torchx_nb.notices import notifier, notify_url
-
-        if notify_url() is not None:
-            notifier().listen(handle, on_line)
-
-
 def known_status(runner: Any, handle: str) -> AppStatus | None:
     """What is known of a job at once, for ``%torchx watch``: an ended job's final status (one
     describe: its replicas and failure cards, for the snapshot; the job store's state where
@@ -258,7 +247,7 @@ class JobView:
         self.status = StatusWidget(
             handle, runner, poller, first, self.metrics, self._on_end, self._on_change
         )
-        follow_notice(handle, self._notice_trouble)
+        runner.follow_notice(handle, self._notice_trouble)
 
     def show(self) -> None:
         """Display the widgets (each with a text fallback)."""

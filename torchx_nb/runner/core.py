@@ -64,6 +64,9 @@ class RunnerCore:
         self._last_state: dict[AppHandle, str] = {}
         self._local: dict[str, bool] = {}
         self._session_id = secrets.token_hex(16)
+        # a short-lived command (the CLI) hands its job-end notices to a sender process of
+        # their own, which outlives it until the webhook answered (notices.Notifier)
+        self.hand_off_notices = False
 
     def __exit__(
         self,
@@ -253,7 +256,7 @@ class RunnerCore:
 
         def _end_hook(self) -> list[str] | None: ...
 
-        def _send_owed(self) -> None: ...
+        def _send_owed(self, skip: frozenset[str] = frozenset()) -> list[str]: ...
 
 
 def _status_of(desc: DescribeAppResponse) -> AppStatus:

@@ -7,7 +7,7 @@ import contextlib
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from torchx_nb.runner.core import RunnerCore, _status_of
@@ -172,21 +172,34 @@ class Watching(RunnerCore):
             duration = (ended or time.time()) - rec.submitted if rec else None
             return payload(app_handle, name, state, duration, cards)
 
-        notifier().submit(url, build, Owed(self.jobstore, app_handle))
+        owed = Owed(self.jobstore, app_handle)
+        notifier().submit(url, build, owed, hand_off=self.hand_off_notices)
 
-    def _send_owed(self) -> None:
-        """Send the notices the outbox still owes (a process that ended before the webhook
-        answered left them): any process that opens the job store does, once."""
+    def follow_notice(self, app_handle: AppHandle, on_line: Callable[[str], None]) -> None:
+        """Call ``on_line(line)`` from the notifier's thread when the job-end notice of
+        ``app_handle`` is given up on for now (a webhook that stays down): the front end
+        showing the job puts that one line there, instead of a Python warning wherever."""
+        from torchx_nb.notices import notifier, notify_url
+
+        with contextlib.suppress(Exception):
+            if notify_url() is not None:
+                notifier().listen(app_handle, on_line)
+
+    def _send_owed(self, skip: frozenset[str] = frozenset()) -> list[str]:
+        """Send the notices the outbox still owes and are free to take (a process that ended
+        before the webhook answered left them), but those in ``skip``: any process that opens
+        the job store does, once. Returns the handles it took up."""
         from torchx_nb.notices import notify_url
 
         try:
             if notify_url() is None:
-                return
-            owed = self.jobstore.owed_notices()
+                return []
+            owed = [h for h in self.jobstore.owed_notices() if h not in skip]
         except Exception:
-            return
+            return []
         for handle in owed:
             self._notice(handle, None)
+        return owed
 
     def wait(
         self, app_handle: AppHandle, wait_interval: float = 10, timeout: float | None = None
