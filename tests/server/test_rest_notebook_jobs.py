@@ -39,9 +39,8 @@ def post(lab: Lab, path: str, body: Any, raw: bytes | None = None) -> tuple[int,
     return resp.status, json.loads(text) if text else None
 
 
-@pytest.fixture
-def notebooks(lab: Lab) -> Path:
-    sub = lab.root / "reports"
+def write_notebooks(sub: Path) -> Path:
+    """``daily.ipynb`` (a parameters cell, then a cell using ``helper.py``) in ``sub``."""
     sub.mkdir(exist_ok=True)
     (sub / "helper.py").write_text("def double(x):\n    return 2 * x\n")
     cells = [
@@ -50,6 +49,11 @@ def notebooks(lab: Lab) -> Path:
     ]
     nbformat.write(new_notebook(cells=cells), sub / "daily.ipynb")
     return sub
+
+
+@pytest.fixture
+def notebooks(lab: Lab) -> Path:
+    return write_notebooks(lab.root / "reports")
 
 
 def wait_state(lab: Lab, handle: str, timeout: float = 90) -> dict[str, Any]:
@@ -193,10 +197,6 @@ def test_submitting_needs_auth_and_xsrf_and_the_same_origin(
     assert send({"X-XSRFToken": xsrf, "Origin": lab.url}) == 201
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="red in the final parallel CI run after #48's absolute notebook paths met #45's REST changes; open in the stop note",
-)
 def test_a_job_without_an_executed_notebook_is_a_404(lab: Lab, store: Path) -> None:
     from tests.server.api_client import sh
     from torchx_nb.runner import get_runner
@@ -206,23 +206,22 @@ def test_a_job_without_an_executed_notebook_is_a_404(lab: Lab, store: Path) -> N
         runner.wait(handle, wait_interval=0.2, timeout=30)
     status, answer = post(lab, f"{API}/jobs/{enc(handle)}/notebook", None, b"")
     assert status == 404, answer
-    assert answer["reason"].startswith("this job left no executed notebook in its outputs")
+    assert answer["reason"].startswith("this job has no executed notebook in its outputs")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="red in the final parallel CI run (path of the fetched copy); open in the stop note",
-)
 def test_a_notebook_job_from_python_is_listed_under_its_notebook_and_fetched_beside_it(
-    lab: Lab, store: Path, notebooks: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    lab: Lab, store: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A job submitted from Python (or the CLI) in the notebook's own folder records the
     notebook's absolute path, so the server rooted above lists it under
-    ``reports/daily.ipynb``, ``?notebook=`` finds it and ``POST /jobs/{h}/notebook`` writes
-    beside it; ``job.notebook()`` also fetches beside the original, wherever the caller is."""
+    ``weekly/daily.ipynb``, ``?notebook=`` finds it and ``POST /jobs/{h}/notebook`` writes
+    beside it; ``job.notebook()`` also fetches beside the original, wherever the caller is.
+    The notebook has a folder of its own: the module's server is shared, and another test
+    leaves executed copies in ``reports/``."""
     from torchx_nb.notebook.notebook_jobs import run_notebook
     from torchx_nb.runner import get_runner
 
+    notebooks = write_notebooks(lab.root / "weekly")
     monkeypatch.chdir(notebooks)
     with get_runner() as runner:
         job = run_notebook("daily.ipynb", {"n": 2}, scheduler="local_cwd", runner=runner)
@@ -232,11 +231,11 @@ def test_a_notebook_job_from_python_is_listed_under_its_notebook_and_fetched_bes
         monkeypatch.chdir(elsewhere)
         assert job.notebook() == notebooks / "daily.executed.ipynb"
     row = get(lab, f"{API}/jobs/{enc(job.handle)}")
-    assert row["notebook_path"] == "reports/daily.ipynb", row
-    listed = get(lab, f"{API}/jobs?notebook=reports%2Fdaily.ipynb")
+    assert row["notebook_path"] == "weekly/daily.ipynb", row
+    listed = get(lab, f"{API}/jobs?notebook=weekly%2Fdaily.ipynb")
     assert job.handle in [r["handle"] for r in listed["jobs"]], listed
     status, fetched = post(lab, f"{API}/jobs/{enc(job.handle)}/notebook", None, b"")
-    assert status == 201 and fetched["path"] == "reports/daily.executed-2.ipynb", fetched
+    assert status == 201 and fetched["path"] == "weekly/daily.executed-2.ipynb", fetched
 
 
 PARAMETERS_CELL = (
