@@ -17,15 +17,12 @@ from typing import Any, NoReturn, TextIO
 from torchx_nb.errors import current_folder
 from torchx_nb.redact import redact_text
 from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.exceptions import CliError as CliError
 
 PROG = "torchx-nb"
 _LOG_TARGET_RE = re.compile(
     r"(?P<handle>[^:/]+://[^/]*/[^/]+)(?:/(?P<role>[^/]+)(?:/(?P<replicas>[0-9,]+))?)?/?"
 )
-
-
-class CliError(TorchxNbError):
-    """Bad command-line usage."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -591,9 +588,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("TORCHX_NB_DEBUG"):
             raise
         print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
-        from torchx_nb.specs.builders import ComponentArgError
+        from torchx_nb.specs.exceptions import exit_status
 
-        return 2 if isinstance(e, (CliError, ComponentArgError)) else 1
+        return exit_status(e)
 
 
 if __name__ == "__main__":

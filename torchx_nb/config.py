@@ -23,11 +23,12 @@ from typing import TextIO
 from torchx_nb.specs.api import (
     CfgVal,
     InvalidRunConfigException,
-    TorchxNbError,
     get_type_name,
     runopt,
     runopts,
 )
+from torchx_nb.specs.exceptions import ConfigError as ConfigError
+from torchx_nb.specs.exceptions import ConfigNotFoundError as ConfigNotFoundError
 
 CONFIG_FILE = ".torchxconfig"
 CONFIG_PREFIX_DELIM = ":"
@@ -46,14 +47,6 @@ def default_dirs() -> list[str]:
 
 
 _NONE = "None"
-
-
-class ConfigError(TorchxNbError):
-    """A .torchxconfig file cannot be read."""
-
-
-class ConfigNotFoundError(ConfigError, FileNotFoundError):
-    """``$TORCHXCONFIG`` names a file that does not exist (a FileNotFoundError, as in TorchX)."""
 
 
 def find_configs(dirs: Iterable[str | os.PathLike[str]] | None = None) -> list[str]:

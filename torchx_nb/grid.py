@@ -9,16 +9,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.exceptions import BadGrid as BadGrid
 
 MAX_POINTS = 1000
 Value = int | float | bool | str
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(inf|nan)")
-
-
-class BadGrid(TorchxNbError):
-    """A grid that cannot run: the message is one line naming the fix."""
 
 
 def typed(text: str) -> Value:

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torchx_nb.redact import redact, redact_text
-from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.exceptions import NotifyError as NotifyError
+from torchx_nb.specs.exceptions import WebhookAnswer as WebhookAnswer
 from torchx_nb.specs.failure import FailureCard
 
 NOTIFY_ENV = "TORCHX_NB_NOTIFY_URL"
@@ -35,10 +36,6 @@ TRIES = 6  # one POST and five retries, while the process lives
 BACKOFF_S = 0.5  # urllib3's backoff factor: retries after 0, 1, 2, 4 and 8 s
 TIMEOUT_S = 10.0
 REDIRECTS = 5
-
-
-class NotifyError(TorchxNbError):
-    """The notice URL cannot be used."""
 
 
 def notify_url() -> str | None:
@@ -114,16 +111,6 @@ def bounded(body: dict[str, Any]) -> dict[str, Any]:
     for key in ("name", "handle"):
         body[key] = clean_line(str(body.get(key) or ""), 1000)
     return body
-
-
-class WebhookAnswer(NotifyError):
-    """The webhook answered, but did not take the notice (an error status, or a redirect that
-    would not carry the POST); ``final``: trying again will not help (a 301/302/303)."""
-
-    def __init__(self, message: str, final: bool = False, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.final = final
-        self.retry_after = retry_after  # seconds the webhook asked us to wait (429/503)
 
 
 def retry_policy() -> Any:

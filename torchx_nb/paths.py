@@ -9,17 +9,13 @@ import os
 import stat
 from pathlib import Path
 
-from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.exceptions import UnsafePathError as UnsafePathError
 
 DATA_DIR_ENV = "TORCHX_NB_DATA_DIR"
 JOBSTORE_ENV = "TORCHX_NB_JOBSTORE"
 # A folder holding this file is one of our log folders (local_cwd's log_dir, a Slurm job
 # folder): it never ships in a workspace, wherever it lies.
 LOG_MARKER = ".torchx-nb-logs"
-
-
-class UnsafePathError(TorchxNbError, PermissionError):
-    """A state folder or file is not the user's own, or others may write to it."""
 
 
 def data_dir() -> Path:

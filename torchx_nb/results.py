@@ -22,6 +22,7 @@ from typing import IO, Any, Protocol
 from torchx_nb.lazy import LazyClient
 from torchx_nb.specs.api import AppStatus, TorchxNbError, is_terminal
 from torchx_nb.specs.exceptions import NoResult, RemoteTraceback
+from torchx_nb.specs.exceptions import RemoteError as RemoteError
 
 OWN = ".torchx-nb/"
 RESULT = ".torchx-nb/result.pkl"
@@ -31,11 +32,6 @@ EXIT = ".torchx-nb/exit.txt"
 NOTEBOOK = ".torchx-nb/notebook.txt"  # the notebook runner ran: its name, no value to give
 CHUNK = 1 << 20
 SHORT_CHARS = 1000  # the most of a short repr or an error line any surface reads
-
-
-class RemoteError(TorchxNbError):
-    """The cell raised an exception the kernel cannot rebuild (its type is not importable here,
-    or it could not be pickled): its type and message."""
 
 
 @dataclass(frozen=True)

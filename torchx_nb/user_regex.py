@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.exceptions import BadRegex as BadRegex
 
 MAX_PATTERN = 1000
 
@@ -19,10 +19,6 @@ class Pattern(Protocol):
     groupindex: dict[str, int]
 
     def search(self, text: str) -> Any: ...
-
-
-class BadRegex(TorchxNbError, ValueError):
-    """A regex the engine cannot compile; the message says why in one line."""
 
 
 def compile_regex(pattern: str) -> Pattern:

@@ -11,13 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from torchx_nb.specs.api import AppDef, TorchxNbError
+from torchx_nb.specs.api import AppDef
+from torchx_nb.specs.exceptions import ComponentNotFoundError as ComponentNotFoundError
 
 BUILTIN_MODULES = ("utils", "dist", "cell")
-
-
-class ComponentNotFoundError(TorchxNbError):
-    """No component has that name."""
 
 
 def is_component(fn: Any) -> bool:

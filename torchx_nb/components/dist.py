@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torchx_nb
 from torchx_nb import specs
-from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.exceptions import BadJobSizeError as BadJobSizeError
 
 _J_RE = re.compile(r"(?:(?P<min>\d+):)?(?P<max>\d+)x(?P<nproc>\d+)|(?P<only>\d+)")
 
@@ -21,10 +21,6 @@ DEBUG_ENV = {
     "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
     "TORCH_SHOW_CPP_STACKTRACES": "1",
 }
-
-
-class BadJobSizeError(TorchxNbError, ValueError):
-    """``-j`` is not of the form ``[MIN:]NxP`` or ``P``."""
 
 
 def parse_nnodes(j: str) -> tuple[int, int, int, str]:

@@ -15,13 +15,10 @@ from torchx_nb.components import (
     get_component as _get_fn,
 )
 from torchx_nb.specs.api import AppDef
+from torchx_nb.specs.exceptions import ComponentValidationException as ComponentValidationException
 from torchx_nb.specs.file_linter import get_fn_docstring, validate
 
 ComponentNotFoundException = ComponentNotFoundError
-
-
-class ComponentValidationException(Exception):
-    """A component breaks the linter's rules (TorchX's name)."""
 
 
 @dataclass

@@ -14,8 +14,9 @@ from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
     CfgVal,
-    TorchxNbError,
 )
+from torchx_nb.specs.exceptions import AppValidationError as AppValidationError
+from torchx_nb.specs.exceptions import NoSuchReplica as NoSuchReplica
 from torchx_nb.specs.program import Program
 
 DEFAULT_SESSION = "torchx"
@@ -31,14 +32,6 @@ _NOT_SCHEDULER_PARAMS = {
     ENV_PARENT_RUN_ID,
     "TORCHX_TRACKERS",
 }
-
-
-class AppValidationError(TorchxNbError, ValueError):
-    """The AppDef cannot run anywhere (no entrypoint, no replicas, no roles)."""
-
-
-class NoSuchReplica(TorchxNbError, LookupError):
-    """The job has no such role, or no such replica of it."""
 
 
 def _check_replica(desc: DescribeAppResponse, role_name: str, k: int) -> None:

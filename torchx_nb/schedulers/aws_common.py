@@ -9,12 +9,9 @@ from typing import Any
 
 from torchx_nb.lazy import LazyClient
 from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.exceptions import AwsError as AwsError
 from torchx_nb.specs.log_line import LogLine
 from torchx_nb.version import __version__
-
-
-class AwsError(TorchxNbError):
-    """An AWS call failed in a way the user can fix."""
 
 
 def error_code(e: BaseException) -> str:

@@ -21,21 +21,20 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 
 from torchx_nb.errors import one_line
 from torchx_nb.redact import redact_text
-from torchx_nb.runner import NoSuchReplica
-from torchx_nb.server.jobs import (
-    JOBS_PAGE_MAX,
-    BadCursor,
-    BadEventId,
-    JobEnded,
-    JobService,
-    matches,
-)
+from torchx_nb.server.jobs import JOBS_PAGE_MAX, JobService, matches
 from torchx_nb.server.parameters import notebook_parameters
-from torchx_nb.server.schema import DoesNotConform, check_param
-from torchx_nb.server.submit import BadSubmission, parse_submission
-from torchx_nb.specs.api import TorchxNbError, UnknownAppException
-from torchx_nb.specs.exceptions import JobStoreError, NoResult
-from torchx_nb.user_regex import BadRegex, compile_regex
+from torchx_nb.server.schema import check_param
+from torchx_nb.server.submit import parse_submission
+from torchx_nb.specs.exceptions import (
+    BadRequest,
+    NoSuchJob,
+    ServerFailed,
+    TorchxNbError,
+    UpstreamError,
+    UpstreamUnavailable,
+    http_status,
+)
+from torchx_nb.user_regex import compile_regex
 
 PREFIX = "/torchx-nb/api"
 OPENAPI = Path(__file__).with_name("openapi.json")
@@ -54,17 +53,14 @@ class Base(ExtensionHandlerMixin, APIHandler):
     def handle_arg(self, raw: str) -> str:
         handle = unquote(raw)
         if not _HANDLE.fullmatch(handle):
-            raise tornado.web.HTTPError(400, reason="not a job handle")
+            raise BadRequest("not a job handle")
         return handle
 
     def documented_arg(self, path: str, name: str) -> str | None:
         """A query value as sent, checked against its schema in openapi.json (an enum's
         values are taken exactly as listed there); None when not sent."""
         value = self.exact_arg(name)
-        try:
-            check_param(f"{PREFIX}{path}", self.request.method.lower(), name, value)
-        except DoesNotConform as e:
-            raise tornado.web.HTTPError(400, reason=str(e)) from None
+        check_param(f"{PREFIX}{path}", self.request.method.lower(), name, value)
         return value
 
     def exact_arg(self, name: str) -> str | None:
@@ -80,22 +76,31 @@ class Base(ExtensionHandlerMixin, APIHandler):
         if value is None or value == "":
             return None
         if len(value) > MAX_TEXT or (pattern is not None and not pattern.fullmatch(value)):
-            raise tornado.web.HTTPError(400, reason=f"{name} is not valid")
+            raise BadRequest(f"{name} is not valid")
         return value
 
     def int_arg(self, name: str, default: int, low: int, high: int) -> int:
         text = self.get_argument(name, str(default))
         if not re.fullmatch(r"-?[0-9]{1,12}", text):
-            raise tornado.web.HTTPError(400, reason=f"{name} must be a number")
+            raise BadRequest(f"{name} must be a number")
         value = int(text)
         if not low <= value <= high:
-            raise tornado.web.HTTPError(400, reason=f"{name} must be in {low}..{high}")
+            raise BadRequest(f"{name} must be in {low}..{high}")
         return value
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        """Jupyter's JSON error, with our own errors' one line (masked) as the reason: a job
-        store that cannot be used says so and how to fix it, not "Unhandled error"."""
+        """The one place errors become answers: an error the table of
+        ``torchx_nb.specs.exceptions`` lists gets its status there and Jupyter's JSON error with
+        its one line (masked) as the reason; any other of our own errors is a 500 saying so and
+        how to fix it, not "Unhandled error"."""
         exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        status = http_status(exc) if exc is not None else None
+        if exc is not None and status is not None and status != 500:
+            reason = self.reason(exc)
+            self.set_status(status, reason=reason)
+            answer = tornado.web.HTTPError(status, reason=reason)
+            super().write_error(status, exc_info=(type(answer), answer, None))
+            return
         if isinstance(exc, TorchxNbError):
             self.set_header("Content-Type", "application/json")
             reason = redact_text(one_line(exc))[:500]
@@ -104,30 +109,37 @@ class Base(ExtensionHandlerMixin, APIHandler):
             return
         super().write_error(status_code, **kwargs)
 
+    def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
+        """An error the table lists is an answer, logged as one line (as tornado logs its
+        ``HTTPError``), not an uncaught exception with its traceback."""
+        if value is not None and http_status(value) is not None:
+            self.log.warning("%s: %s", self._request_summary(), self.reason(value))
+            return
+        super().log_exception(typ, value, tb)
+
     async def work(
-        self, what: str, unavailable: int, fn: Any, *args: Any, missing: str = "no such job"
+        self,
+        what: str,
+        unavailable: type[TorchxNbError],
+        fn: Any,
+        *args: Any,
+        missing: str = "no such job",
     ) -> Any:
-        """``fn(*args)`` in the job service's pool, its errors mapped to statuses in one place:
-        a job its scheduler no longer knows (or a replica it lacks, or an output it never
-        wrote) is 404, a request that cannot run is 400, one that has ended is 409, a job store that cannot be used is 500 with the fix, and a scheduler that
-        cannot be reached or used is ``unavailable`` (502 or 503), each with its one-line
-        reason (masked). ``None`` from ``fn`` is 404: no such job in the store."""
+        """``fn(*args)`` in the job service's pool. An error the table of
+        ``torchx_nb.specs.exceptions`` lists goes through as it is (a job its scheduler no
+        longer knows is 404, one that has ended 409…); any other is the failure of what was
+        asked, ``unavailable`` (``UpstreamError``, 502, ``UpstreamUnavailable``, 503, or
+        ``ServerFailed``, 500) with
+        its one-line reason (masked). ``None`` from ``fn``: no such job in the store
+        (``missing`` says what)."""
         try:
             body = await self.jobs().run(fn, *args)
-        except (UnknownAppException, NoSuchReplica, NoResult) as e:
-            raise tornado.web.HTTPError(404, reason=self.reason(e)) from None
-        except BadSubmission as e:
-            raise tornado.web.HTTPError(400, reason=self.reason(e)) from None
-        except JobEnded as e:
-            raise tornado.web.HTTPError(409, reason=self.reason(e)) from None
-        except JobStoreError:
-            raise
         except Exception as e:
-            raise tornado.web.HTTPError(
-                unavailable, reason=f"{what} unavailable: {self.reason(e)}"
-            ) from None
+            if http_status(e) is not None:
+                raise
+            raise unavailable(f"{what} unavailable: {self.reason(e)}") from None
         if body is None:
-            raise tornado.web.HTTPError(404, reason=missing)
+            raise NoSuchJob(missing)
         return body
 
     @staticmethod
@@ -149,19 +161,16 @@ class JobsHandler(Base):
         after = self.exact_arg("after") or None
         service = self.jobs()
         service.touch()
-        try:
-            body = await service.run(
-                service.page,
-                self.text_arg("scheduler", _SCHEDULER),
-                state,
-                self.text_arg("notebook"),
-                self.text_arg("q"),
-                page,
-                per_page,
-                after,
-            )
-        except BadCursor as e:
-            raise tornado.web.HTTPError(400, reason=str(e)) from None
+        body = await service.run(
+            service.page,
+            self.text_arg("scheduler", _SCHEDULER),
+            state,
+            self.text_arg("notebook"),
+            self.text_arg("q"),
+            page,
+            per_page,
+            after,
+        )
         self.write_json(body)
 
     @tornado.web.authenticated
@@ -170,18 +179,17 @@ class JobsHandler(Base):
         resource, name, cell_timeout): 201 with its row; 400 with the one-line reason, before
         anything is built or submitted, for anything that cannot run."""
         service = self.jobs()
-        try:
-            sub = parse_submission(self.request.body, service.root_dir)
-        except BadSubmission as e:
-            raise tornado.web.HTTPError(400, reason=self.reason(e)) from None
-        self.write_json(await self.work("scheduler", 502, service.submit_notebook, sub), 201)
+        sub = parse_submission(self.request.body, service.root_dir)
+        self.write_json(
+            await self.work("scheduler", UpstreamError, service.submit_notebook, sub), 201
+        )
 
 
 class SchedulersHandler(Base):
     @tornado.web.authenticated
     async def get(self) -> None:
         service = self.jobs()
-        self.write_json(await self.work("schedulers", 503, service.schedulers))
+        self.write_json(await self.work("schedulers", UpstreamUnavailable, service.schedulers))
 
 
 class ParametersHandler(Base):
@@ -192,9 +200,11 @@ class ParametersHandler(Base):
     async def get(self) -> None:
         notebook = self.documented_arg("/parameters", "notebook")
         if notebook is None:
-            raise tornado.web.HTTPError(400, reason="notebook: give the path of a .ipynb file")
+            raise BadRequest("notebook: give the path of a .ipynb file")
         service = self.jobs()
-        body = await self.work("parameters", 500, notebook_parameters, notebook, service.root_dir)
+        body = await self.work(
+            "parameters", ServerFailed, notebook_parameters, notebook, service.root_dir
+        )
         self.write_json(body)
 
 
@@ -206,7 +216,9 @@ class ExecutedNotebookHandler(Base):
     async def post(self, raw: str) -> None:
         handle = self.handle_arg(raw)
         service = self.jobs()
-        self.write_json(await self.work("outputs", 502, service.fetch_notebook, handle), 201)
+        self.write_json(
+            await self.work("outputs", UpstreamError, service.fetch_notebook, handle), 201
+        )
 
 
 class JobHandler(Base):
@@ -214,7 +226,7 @@ class JobHandler(Base):
     async def get(self, raw: str) -> None:
         handle = self.handle_arg(raw)
         service = self.jobs()
-        self.write_json(await self.work("job", 502, service.detail, handle))
+        self.write_json(await self.work("job", UpstreamError, service.detail, handle))
 
 
 class LogsHandler(Base):
@@ -223,13 +235,10 @@ class LogsHandler(Base):
         handle = self.handle_arg(raw)
         stream = self.get_argument("stream", "combined")
         if stream not in ("combined", "stdout", "stderr"):
-            raise tornado.web.HTTPError(400, reason="stream is combined, stdout or stderr")
+            raise BadRequest("stream is combined, stdout or stderr")
         regex = self.exact_arg("regex")
         if regex is not None:
-            try:
-                compile_regex(regex)
-            except BadRegex as e:
-                raise tornado.web.HTTPError(400, reason=one_line(e)[:300]) from None
+            compile_regex(regex)
         args = (
             handle,
             self.text_arg("role"),
@@ -241,7 +250,7 @@ class LogsHandler(Base):
             self.int_arg("end", 0, 0, 10_000_000),
         )
         service = self.jobs()
-        self.write_json(await self.work("logs", 502, service.logs, *args))
+        self.write_json(await self.work("logs", UpstreamError, service.logs, *args))
 
 
 class ResultHandler(Base):
@@ -251,7 +260,7 @@ class ResultHandler(Base):
     async def get(self, raw: str) -> None:
         handle = self.handle_arg(raw)
         service = self.jobs()
-        self.write_json(await self.work("outputs", 502, service.result, handle))
+        self.write_json(await self.work("outputs", UpstreamError, service.result, handle))
 
 
 class OutputsHandler(Base):
@@ -259,7 +268,7 @@ class OutputsHandler(Base):
     async def get(self, raw: str) -> None:
         handle = self.handle_arg(raw)
         service = self.jobs()
-        self.write_json(await self.work("outputs", 502, service.outputs, handle))
+        self.write_json(await self.work("outputs", UpstreamError, service.outputs, handle))
 
 
 class OutputFileHandler(Base):
@@ -270,10 +279,15 @@ class OutputFileHandler(Base):
         handle = self.handle_arg(raw)
         name = path  # tornado has decoded it once, as the page encoded it once
         if not name or len(name) > 4096 or "\0" in name:
-            raise tornado.web.HTTPError(400, reason="not an output path")
+            raise BadRequest("not an output path")
         service = self.jobs()
         stream, size = await self.work(
-            "outputs", 502, service.open_output, handle, name, missing="no such job or output file"
+            "outputs",
+            UpstreamError,
+            service.open_output,
+            handle,
+            name,
+            missing="no such job or output file",
         )
         base = name.rsplit("/", 1)[-1]
         self.set_header("Content-Type", "application/octet-stream")
@@ -302,9 +316,9 @@ class CancelHandler(Base):
     async def post(self, raw: str) -> None:
         handle = self.handle_arg(raw)
         service = self.jobs()
-        found = await self.work("scheduler", 503, service.cancel, handle)
+        found = await self.work("scheduler", UpstreamUnavailable, service.cancel, handle)
         if not found:
-            raise tornado.web.HTTPError(404, reason="no such job")
+            raise NoSuchJob("no such job")
         self.write_json({"handle": handle, "cancel": "requested"}, status=202)
 
 
@@ -335,12 +349,9 @@ class EventsHandler(Base):
     @tornado.web.authenticated
     async def get(self) -> None:
         service = self.jobs()
-        try:
-            version = service.resume_from(
-                self.request.headers.get("Last-Event-ID") or self.get_argument("last_event_id", "")
-            )
-        except BadEventId as e:
-            raise tornado.web.HTTPError(400, reason=str(e)) from None
+        version = service.resume_from(
+            self.request.headers.get("Last-Event-ID") or self.get_argument("last_event_id", "")
+        )
         once = self.documented_arg("/events", "once") == "1"
         state = self.documented_arg("/events", "state")
         self._filters = (self.text_arg("scheduler", _SCHEDULER), state, self.text_arg("q"))

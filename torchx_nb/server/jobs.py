@@ -43,8 +43,10 @@ from torchx_nb.server.pages import (
     trial_params,
 )
 from torchx_nb.server.submit import BadSubmission, NotebookSubmission
-from torchx_nb.specs.api import AppState, TorchxNbError, message_text
+from torchx_nb.specs.api import AppState, message_text
+from torchx_nb.specs.exceptions import BadEventId as BadEventId
 from torchx_nb.specs.exceptions import BadParameter, JobStoreError
+from torchx_nb.specs.exceptions import JobEnded as JobEnded
 
 JOBS_PAGE_MAX = 500
 LOG_LINES_MAX = 5000
@@ -54,18 +56,6 @@ LEASE_S = 30.0
 _EVENT_ID = re.compile(r"([0-9a-f]{8})\.([0-9]{1,18})")
 
 T = TypeVar("T")
-
-
-class BadEventId(ValueError):
-    """A malformed Last-Event-ID (not ``EPOCH.N``)."""
-
-
-class JobEnded(TorchxNbError):
-    """Cancel of a job that has already ended: nothing was done."""
-
-    def __init__(self, handle: str, state: str) -> None:
-        super().__init__(f"{handle} has already ended ({state}); there is nothing to cancel")
-        self.state = state
 
 
 class JobService:

@@ -10,11 +10,7 @@ from typing import Any
 
 from torchx_nb.redact import redact
 from torchx_nb.search import fold_query, search_text
-
-
-class BadCursor(ValueError):
-    """An ``after`` cursor that no jobs page gave."""
-
+from torchx_nb.specs.exceptions import BadCursor as BadCursor
 
 _CURSOR = re.compile(r"(-?[0-9]{1,20}(?:\.[0-9]{1,20})?(?:[eE][-+]?[0-9]{1,3})?):([\s\S]{1,1000})")
 

@@ -9,11 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from torchx_nb.specs.exceptions import DoesNotConform as DoesNotConform
+
 DOCUMENT = Path(__file__).with_name("openapi.json")
-
-
-class DoesNotConform(ValueError):
-    """A value the document refuses: the one-line reason names the parameter or field."""
 
 
 @functools.cache

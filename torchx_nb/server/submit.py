@@ -13,13 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from torchx_nb.server.schema import DoesNotConform, check_body
+from torchx_nb.specs.exceptions import BadSubmission as BadSubmission
 
 MAX_BODY = 64 * 1024
 PATH = "/torchx-nb/api/jobs"
-
-
-class BadSubmission(ValueError):
-    """The body cannot be run: the one-line reason names the field."""
 
 
 @dataclass(frozen=True)

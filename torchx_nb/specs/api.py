@@ -15,6 +15,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 # TorchX's import path for these: torchx_nb.specs.api
 from torchx_nb.specs.exceptions import (  # noqa: F401
+    AppStatusError,
     InvalidRunConfigException,
     MalformedAppHandleException,
     TorchxNbError,
@@ -34,14 +35,6 @@ ALL = "all"
 MISSING = "<MISSING>"
 NONE = "<NONE>"
 UNKNOWN = "<UNKNOWN>"
-
-
-class AppStatusError(TorchxNbError):
-    """Raised by ``AppStatus.raise_for_status`` when an app did not succeed."""
-
-    def __init__(self, status: AppStatus, *args: object) -> None:
-        super().__init__(*args)
-        self.status = status
 
 
 @dataclass

@@ -15,17 +15,12 @@ from torchx_nb.specs.api import (
     BindMount,
     DeviceMount,
     Mount,
-    TorchxNbError,
     VolumeMount,
     split_key_values,
 )
 from torchx_nb.specs.api import make_app_handle as make_app_handle  # TorchX imports it from here
+from torchx_nb.specs.exceptions import ComponentArgError as ComponentArgError
 from torchx_nb.specs.hints import unwrap_optional
-
-
-class ComponentArgError(TorchxNbError):
-    """A component was given arguments it does not accept."""
-
 
 _MOUNT_KEYS = {
     "type": "type",

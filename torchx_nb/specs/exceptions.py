@@ -1,5 +1,8 @@
-"""The errors this package raises on purpose, under TorchX's names (importable from
-``torchx_nb.specs.api`` as in TorchX); each names what to do in one line."""
+"""Every error this package raises on purpose, in one tree (TorchX's names kept, and each
+importable where it was documented: ``torchx_nb.specs.api``, the module that raises it), and the
+one table, ``ANSWERS``, saying what each means at the edges: the REST API's HTTP status and the
+CLI's exit code. Each error names what to do in one line. The server's handlers and the CLI map
+errors only through ``http_status`` and ``exit_status``."""
 
 from __future__ import annotations
 
@@ -63,6 +66,188 @@ class NoResult(TorchxNbError):
     """The job ended without a result (killed, out of memory, cancelled, no output store)."""
 
 
+class AppStatusError(TorchxNbError):
+    """Raised by ``AppStatus.raise_for_status`` when an app did not succeed (``status``: its
+    ``AppStatus``)."""
+
+    def __init__(self, status: Any, *args: object) -> None:
+        super().__init__(*args)
+        self.status = status
+
+
+class LocalImageWithoutRepo(InvalidRunConfigException, KeyError):
+    """A local image and no ``image_repo`` to push it to: a ``KeyError`` too, as TorchX raises
+    there, so ``except KeyError`` still catches it; its message reads unquoted."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownNamedResourceError(TorchxNbError, KeyError):
+    """No named resource has that name; the message suggests the closest one."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+# -- what the user gave ------------------------------------------------------------------------
+
+
+class CliError(TorchxNbError):
+    """Bad command-line usage."""
+
+
+class ComponentNotFoundError(TorchxNbError):
+    """No component has that name."""
+
+
+class ComponentArgError(TorchxNbError):
+    """A component was given arguments it does not accept."""
+
+
+class ComponentValidationException(Exception):
+    """A component breaks the linter's rules (TorchX's name)."""
+
+
+class BadJobSizeError(TorchxNbError, ValueError):
+    """``-j`` is not of the form ``[MIN:]NxP`` or ``P``."""
+
+
+class AppValidationError(TorchxNbError, ValueError):
+    """The AppDef cannot run anywhere (no entrypoint, no replicas, no roles)."""
+
+
+class BadGrid(TorchxNbError):
+    """A grid that cannot run: the message is one line naming the fix."""
+
+
+class BadRegex(TorchxNbError, ValueError):
+    """A regex the engine cannot compile; the message says why in one line."""
+
+
+class ConfigError(TorchxNbError):
+    """A .torchxconfig file cannot be read."""
+
+
+class ConfigNotFoundError(ConfigError, FileNotFoundError):
+    """``$TORCHXCONFIG`` names a file that does not exist (a FileNotFoundError, as in TorchX)."""
+
+
+class NotifyError(TorchxNbError):
+    """The notice URL cannot be used."""
+
+
+class WebhookAnswer(NotifyError):
+    """The webhook answered, but did not take the notice (an error status, or a redirect that
+    would not carry the POST); ``final``: trying again will not help (a 301/302/303)."""
+
+    def __init__(self, message: str, final: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.final = final
+        self.retry_after = retry_after  # seconds the webhook asked us to wait (429/503)
+
+
+# -- the REST API's requests -------------------------------------------------------------------
+
+
+class BadRequest(TorchxNbError, ValueError):
+    """A REST request the server refuses before doing anything: the one line names the
+    parameter or field."""
+
+
+class DoesNotConform(BadRequest):
+    """A value the document refuses: the one-line reason names the parameter or field."""
+
+
+class BadSubmission(BadRequest):
+    """The body cannot be run: the one-line reason names the field."""
+
+
+class BadCursor(BadRequest):
+    """An ``after`` cursor that no jobs page gave."""
+
+
+class BadEventId(BadRequest):
+    """A malformed Last-Event-ID (not ``EPOCH.N``)."""
+
+
+class NoSuchJob(TorchxNbError, LookupError):
+    """The job store holds no such job (or no such output of it)."""
+
+
+class JobEnded(TorchxNbError):
+    """Cancel of a job that has already ended: nothing was done."""
+
+    def __init__(self, handle: str, state: str) -> None:
+        super().__init__(f"{handle} has already ended ({state}); there is nothing to cancel")
+        self.state = state
+
+
+class ServerFailed(TorchxNbError):
+    """The server itself could not do what was asked (HTTP 500)."""
+
+
+class UpstreamError(TorchxNbError):
+    """What the server asked of a scheduler or an output store failed (HTTP 502)."""
+
+
+class UpstreamUnavailable(UpstreamError):
+    """A scheduler cannot be reached or used here at all: not installed, unreachable,
+    unknown (HTTP 503)."""
+
+
+# -- jobs, their replicas and their results ----------------------------------------------------
+
+
+class NoSuchReplica(TorchxNbError, LookupError):
+    """The job has no such role, or no such replica of it."""
+
+
+class RemoteError(TorchxNbError):
+    """The cell raised an exception the kernel cannot rebuild (its type is not importable here,
+    or it could not be pickled): its type and message."""
+
+
+# -- the machine, the workspace and the backends -----------------------------------------------
+
+
+class UnsafePathError(TorchxNbError, PermissionError):
+    """A state folder or file is not the user's own, or others may write to it."""
+
+
+class WorkspaceError(TorchxNbError):
+    """The workspace cannot be packaged (missing, too large, unreadable)."""
+
+
+class DockerUnavailableError(TorchxNbError):
+    """No Docker daemon answers."""
+
+
+class RegistryError(TorchxNbError):
+    """A registry refused or could not be reached."""
+
+
+class AwsError(TorchxNbError):
+    """An AWS call failed in a way the user can fix."""
+
+
+class GcpError(TorchxNbError):
+    """A GCP call failed in a way the user can fix; ``reason`` is the API error's class name
+    (``NotFound``, ``PermissionDenied``...) when there was one."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class KubernetesError(TorchxNbError):
+    """A Kubernetes call failed in a way the user can fix."""
+
+
+class SlurmError(TorchxNbError):
+    """A Slurm command failed; the message is one line with Slurm's own words."""
+
+
 class RemoteTraceback(Exception):
     """The job's traceback, set as the cause of the exception ``result()`` raises, so IPython
     (and Python) show it above the kernel's own, as ``concurrent.futures`` does."""
@@ -82,3 +267,43 @@ class BadParameter(ValueError):
     def __init__(self, name: str, why: str) -> None:
         super().__init__(f"-p {name}: {why}")
         self.name, self.why = name, why
+
+
+# -- the one table: what an error means at the edges ------------------------------------------
+# (HTTP status of the REST API, exit code of the CLI); the nearest class of an error's MRO that
+# is listed decides. An error listed nowhere: the CLI exits 1, and the server answers for the
+# failure of what it asked (``UpstreamError``, 502, unless the endpoint says 503).
+ANSWERS: dict[type[BaseException], tuple[int, int]] = {
+    BadRequest: (400, 2),
+    BadRegex: (400, 2),
+    CliError: (400, 2),
+    ComponentArgError: (400, 2),
+    UnknownAppException: (404, 1),
+    NoSuchJob: (404, 1),
+    NoSuchReplica: (404, 1),
+    NoResult: (404, 1),
+    JobEnded: (409, 1),
+    JobStoreError: (500, 1),
+    ServerFailed: (500, 1),
+    UpstreamError: (502, 1),
+    UpstreamUnavailable: (503, 1),
+}
+
+
+def _answer(e: BaseException) -> tuple[int, int] | None:
+    for klass in type(e).__mro__:
+        if klass in ANSWERS:
+            return ANSWERS[klass]
+    return None
+
+
+def http_status(e: BaseException) -> int | None:
+    """The REST API's status for ``e`` (None: not one the table lists)."""
+    found = _answer(e)
+    return found[0] if found else None
+
+
+def exit_status(e: BaseException) -> int:
+    """The CLI's exit code for ``e``: 2 for a usage error, else 1."""
+    found = _answer(e)
+    return found[1] if found else 1

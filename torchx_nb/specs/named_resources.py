@@ -5,14 +5,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 
-from torchx_nb.specs.api import NULL_RESOURCE, Resource, TorchxNbError
-
-
-class UnknownNamedResourceError(TorchxNbError, KeyError):
-    """No named resource has that name; the message suggests the closest one."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+from torchx_nb.specs.api import NULL_RESOURCE, Resource
+from torchx_nb.specs.exceptions import UnknownNamedResourceError as UnknownNamedResourceError
 
 
 class _NamedResourcesLibrary:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchx_nb.paths import LOG_MARKER
-from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.exceptions import WorkspaceError as WorkspaceError
 from torchx_nb.workspace.ignore import Matcher, Pattern, parse_patterns
 
 if TYPE_CHECKING:
@@ -93,10 +93,6 @@ class SecretShippedWarning(UserWarning):
 
 class SecretLeftOutWarning(UserWarning):
     """A file that would have shipped holds secret-shaped content and was left out."""
-
-
-class WorkspaceError(TorchxNbError):
-    """The workspace cannot be packaged (missing, too large, unreadable)."""
 
 
 @dataclass(frozen=True)

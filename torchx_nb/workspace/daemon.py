@@ -6,11 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from torchx_nb.specs.api import TorchxNbError
-
-
-class DockerUnavailableError(TorchxNbError):
-    """No Docker daemon answers."""
+from torchx_nb.specs.exceptions import DockerUnavailableError as DockerUnavailableError
 
 
 def docker_client() -> Any:

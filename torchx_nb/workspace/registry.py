@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchx_nb.specs.api import TorchxNbError
+from torchx_nb.specs.exceptions import RegistryError as RegistryError
 from torchx_nb.workspace.layers import DOCKER_LAYER, OCI_LAYER, Layer
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -34,10 +34,6 @@ CHUNK = 8 * 1024 * 1024
 FIXED_CREATED = "1970-01-01T00:00:00Z"
 
 Progress = Callable[[int, int, str], None]
-
-
-class RegistryError(TorchxNbError):
-    """A registry refused or could not be reached."""
 
 
 @dataclass(frozen=True)

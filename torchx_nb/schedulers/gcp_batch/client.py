@@ -15,15 +15,7 @@ from torchx_nb.schedulers.gcp_batch.constants import (
 from torchx_nb.specs.api import (
     TorchxNbError,
 )
-
-
-class GcpError(TorchxNbError):
-    """A GCP call failed in a way the user can fix; ``reason`` is the API error's class name
-    (``NotFound``, ``PermissionDenied``...) when there was one."""
-
-    def __init__(self, message: str, reason: str = "") -> None:
-        super().__init__(message)
-        self.reason = reason
+from torchx_nb.specs.exceptions import GcpError as GcpError
 
 
 def storage_client(credentials: Any = None) -> Any:

@@ -9,10 +9,7 @@ from typing import Any
 from torchx_nb.specs.api import (
     TorchxNbError,
 )
-
-
-class KubernetesError(TorchxNbError):
-    """A Kubernetes call failed in a way the user can fix."""
+from torchx_nb.specs.exceptions import KubernetesError as KubernetesError
 
 
 def _kube_error(e: BaseException, what: str) -> TorchxNbError:

@@ -38,6 +38,7 @@ from torchx_nb.specs.api import (
     VolumeMount,
     macros,
 )
+from torchx_nb.specs.exceptions import LocalImageWithoutRepo as LocalImageWithoutRepo
 from torchx_nb.version import __version__
 
 
@@ -287,14 +288,6 @@ def volcano_resource(
         "metadata": {"name": name, "labels": _job_labels(app, name)},
         "spec": spec,
     }
-
-
-class LocalImageWithoutRepo(InvalidRunConfigException, KeyError):
-    """A local image and no ``image_repo`` to push it to: a ``KeyError`` too, as TorchX raises
-    there, so ``except KeyError`` still catches it; its message reads unquoted."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 def local_images(app: AppDef, image_repo: str | None) -> tuple[AppDef, dict[str, tuple[str, str]]]:

@@ -6,9 +6,7 @@ import re
 import subprocess
 from collections.abc import Mapping
 
-from torchx_nb.specs.api import (
-    TorchxNbError,
-)
+from torchx_nb.specs.exceptions import SlurmError as SlurmError
 
 RANK0_ENV = "SLURM_JOB_NODELIST_HET_GROUP_0"
 
@@ -37,10 +35,6 @@ OUTPUTS_FOLDER = ".torchx-nb-outputs"
 
 # options on sbatch's command line (argv, so a space is fine); the rest go into #SBATCH lines
 CMD_OPTS = ("comment", "mail-user", "mail-type")
-
-
-class SlurmError(TorchxNbError):
-    """A Slurm command failed; the message is one line with Slurm's own words."""
 
 
 def _slurm_line(tool: str, stderr: str) -> str:
