@@ -1,8 +1,11 @@
-"""``slurm``'s options, one typed structure."""
+"""``slurm``'s options, one typed structure, and the checks a dry run makes of what sbatch
+would refuse only after the job was built (a time limit, a memory size)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from torchx_nb.specs.structured_opts import StructuredOpts
 
@@ -51,3 +54,34 @@ class SlurmOpts(StructuredOpts):
 
     exclude: str | None = None
     """nodes never to run on (N1,N2,...)"""
+
+
+# sbatch's documented --time forms: minutes, minutes:seconds, hours:minutes:seconds,
+# days-hours, days-hours:minutes, days-hours:minutes:seconds; and no limit
+_TIME = re.compile(r"\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|(?i:infinite|unlimited)")
+TIME_FORMS = (
+    "minutes (90), hours:minutes:seconds (1:30:00), days-hours[:minutes[:seconds]]"
+    " (2-12, 1-12:30:00) or UNLIMITED"
+)
+
+
+def check_time(value: Any) -> None:
+    """A ``time`` option sbatch takes, else one line naming the forms it takes."""
+    if value is None or value == "":
+        return
+    if not _TIME.fullmatch(str(value)):
+        raise ValueError(
+            f"slurm option time={str(value)[:60]!r} is not a Slurm time limit: give {TIME_FORMS}"
+        )
+
+
+def memory_mb(role: str, mem: Any) -> int:
+    """A role's ``memMB`` as the whole number of MB sbatch's ``--mem`` takes (it refuses
+    ``1536.5``, and would read ``1536.0`` as nothing at all), else one line naming the fix."""
+    whole = isinstance(mem, int) or (isinstance(mem, float) and mem.is_integer())
+    if isinstance(mem, bool) or not whole:
+        raise ValueError(
+            f"role {role}: memMB={mem!r} is not a whole number of MB; Slurm's --mem takes whole"
+            " MB: give an int (e.g. memMB=4096 for 4 GB)"
+        )
+    return int(mem)

@@ -37,7 +37,7 @@ from torchx_nb.schedulers.slurm.exits import COLUMNS, Ending, parse_endings
 from torchx_nb.schedulers.slurm.fit import Node, never_fits, parse_sinfo, replica_needs
 from torchx_nb.schedulers.slurm.jobs import Component, Job, combined_state, errors, parse_jobs
 from torchx_nb.schedulers.slurm.logs import SlurmLogs
-from torchx_nb.schedulers.slurm.options import SlurmOpts
+from torchx_nb.schedulers.slurm.options import SlurmOpts, check_time, memory_mb
 from torchx_nb.schedulers.slurm.reasons import pending_reason
 from torchx_nb.schedulers.slurm.request import (
     SlurmBatchRequest,
@@ -143,6 +143,10 @@ class SlurmScheduler(
                     f"slurm option {key}={value!r} holds a space or line break; Slurm takes one"
                     " word here"
                 )
+        check_time(cfg.time)
+        for role in app.roles:
+            if role.resource != NULL_RESOURCE:
+                memory_mb(role.name, role.resource.memMB)
         count = sum(r.num_replicas for r in app.roles)
         if count < 1:
             raise ValueError("the app has no replicas to run")
@@ -192,7 +196,7 @@ class SlurmScheduler(
                     if res.cpu > 0:
                         sbatch["cpus-per-task"] = str(res.cpu)
                     if memory and res.memMB > 0:
-                        sbatch["mem"] = str(res.memMB)
+                        sbatch["mem"] = str(memory_mb(role.name, res.memMB))
                     if res.gpu > 0:
                         gpu_key = "gpus-per-node" if cfg.gpus_per_node else "gpus-per-task"
                         sbatch[gpu_key] = str(res.gpu)
