@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     search TEXT,
     notified REAL,
     started REAL,
-    build_seconds REAL
+    build_seconds REAL,
+    endings TEXT
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS notices (
@@ -95,6 +96,7 @@ _ADDED_COLUMNS = {
     "notified": "REAL",
     "started": "REAL",
     "build_seconds": "REAL",
+    "endings": "TEXT",
 }
 _ACTIVE = "state NOT IN ('SUCCEEDED','FAILED','CANCELLED')"
 # jobs worth watching: not ended, and still known to their scheduler (a positive list, so the
@@ -132,6 +134,9 @@ class JobRecord:
     rev: int | None = None  # the store's change counter at this record's last write
     started: float | None = None  # when it started running (the scheduler's time, or first seen)
     build_seconds: float | None = None  # how long its image took to build and push
+    # how each replica ended, as JSON (``runner.endings``), kept from the last status
+    # its scheduler gave: the truth once the scheduler keeps nothing of the job
+    endings: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -268,13 +273,20 @@ class JobStore:
         msg: str | None = None,
         ended: float | None = None,
         started: float | None = None,
+        endings: str | None = None,
     ) -> None:
-        """Record the latest state seen; the end time (``ended``, else now) is set once, when it
+        """Record the latest state seen (``endings``: how each replica of an ended job ended,
+        kept the first time it is given); the end time (``ended``, else now) is set once, when it
         turns terminal. Only a real change is written (so ``updated`` says when something
         changed), and a job that has ended keeps its final state: a late write from a slower
         poller never moves it back to RUNNING."""
         now = time.time()
         with self._connect() as db:
+            if endings is not None:  # once: what its scheduler said when it had ended
+                db.execute(
+                    "UPDATE jobs SET endings = ? WHERE handle = ? AND endings IS NULL",
+                    (endings, handle),
+                )
             db.execute(
                 "UPDATE jobs SET state = ?, updated = ?, msg = COALESCE(?, msg),"
                 " started = COALESCE(started, ?),"

@@ -13,9 +13,10 @@ from tests.conftest import cli, shell_app, wait_for
 from tests.infra.dockerd import DockerDaemon
 from tests.infra.gcp import GcpFake
 from tests.infra.kube import KubeFake
+from tests.infra.moto import MotoServer, make_queue
 from torchx_nb.components.cell import cell
 from torchx_nb.runner import get_runner
-from torchx_nb.specs.api import AppState
+from torchx_nb.specs.api import AppState, message_text
 
 
 def test_a_removed_container_keeps_its_end_and_card(
@@ -44,11 +45,11 @@ def test_a_removed_container_keeps_its_end_and_card(
         assert after is not None
         (card,) = runner.failure_cards(handle, after)
     assert (after.state, after.msg, after.ended) == (live.state, live.msg, live.ended)
-    assert live_card.headline() == "cell/0 raised ValueError: boom (exit code 1)"
-    assert card.headline() == "cell/0 raised ValueError: boom"
+    # the replica's ending kept in the job store: the same card, exit code included
+    assert live_card.headline() == card.headline() == "cell/0 raised ValueError: boom (exit code 1)"
     code, out, err = cli("status", handle)
     assert code == 0, err
-    assert "State: FAILED" in out and "cell/0 raised ValueError: boom" in out
+    assert "State: FAILED" in out and "cell/0 raised ValueError: boom (exit code 1)" in out
 
 
 def test_a_deleted_kubernetes_job_keeps_its_end(
@@ -100,3 +101,44 @@ def test_a_deleted_gcp_batch_job_keeps_its_end(
         after = runner.status(handle)
     assert after is not None
     assert (after.state, after.msg, after.ended) == (live.state, live.msg, live.ended)
+
+
+def test_an_aws_batch_job_no_longer_listed_keeps_its_exit_code_and_end(
+    aws_env: MotoServer, docker_env: DockerDaemon, base_images: dict[str, str]
+) -> None:
+    """Batch keeps a job for a while after it ended, then lists and describes it no more
+    (moto keeps it for ever: its queue is deleted here, so it is no longer listed, as after
+    Batch's retention). Live, its replica carries the container's exit code; afterwards the
+    job store's record gives the same state, message, end and card."""
+    aws_env.use_docker(True)
+    queue = make_queue(aws_env, "gone-q")
+    with get_runner() as runner:
+        handle = runner.run(
+            shell_app("echo bad; exit 3", base_images["busybox"], mem_mb=128),
+            "aws_batch",
+            {"queue": queue},
+        )
+        live = runner.wait(handle, wait_interval=0.2, timeout=120)
+        assert live is not None and live.state == AppState.FAILED
+        (rep,) = [r for rs in live.roles for r in rs.replicas]
+        assert rep.exit_code == 3 and rep.state == AppState.FAILED, rep
+        (live_card,) = runner.failure_cards(handle, live)
+    batch = aws_env.client("batch")
+    batch.update_job_queue(jobQueue=queue, state="DISABLED")
+    wait_for(
+        lambda: batch.describe_job_queues(jobQueues=[queue])["jobQueues"][0]["state"] == "DISABLED",
+        30,
+    )
+    batch.delete_job_queue(jobQueue=queue)
+    with get_runner() as runner:  # a later process: nothing cached of the job's id
+        app_id = handle.rsplit("/", 1)[1]
+        wait_for(lambda: runner.get_scheduler("aws_batch").describe(app_id) is None, 30)
+        after = runner.status(handle)
+        assert after is not None
+        (card,) = runner.failure_cards(handle, after, lines=0)
+    said = (after.state, message_text(after.msg), after.ended)
+    assert said == (live.state, message_text(live.msg), live.ended)
+    assert live_card.headline() == card.headline() == f"{rep.role}/0 exited with code 3"
+    code, out, err = cli("status", handle)
+    assert code == 0, err
+    assert "State: FAILED" in out and "exited with code 3" in out, out

@@ -60,8 +60,14 @@ class Watching(RunnerCore):
             return None
         if rec is None or not rec.is_terminal:
             return None
+        from torchx_nb.runner.endings import roles_from_endings
+
         return AppStatus(
-            AppState[rec.state], msg=rec.msg or "", started=rec.started, ended=rec.ended
+            AppState[rec.state],
+            msg=rec.msg or "",
+            started=rec.started,
+            ended=rec.ended,
+            roles=roles_from_endings(rec.endings),
         )
 
     def status_many(self, app_handles: list[AppHandle]) -> dict[AppHandle, AppStatus | None]:
@@ -127,7 +133,14 @@ class Watching(RunnerCore):
             started = status.started
             if started is None and status.state == AppState.RUNNING:
                 started = time.time()  # the scheduler keeps no start time: when it was seen
-            self.jobstore.update_state(app_handle, state, msg, ended=ended, started=started)
+            endings = None
+            if status.is_terminal():
+                from torchx_nb.runner.endings import endings_json
+
+                endings = endings_json(status.roles)
+            self.jobstore.update_state(
+                app_handle, state, msg, ended=ended, started=started, endings=endings
+            )
         except Exception as e:  # the store is a convenience; never fail a status call on it
             warnings.warn(f"could not update the job store: {e}", stacklevel=2)
             return

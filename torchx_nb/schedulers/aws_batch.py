@@ -25,7 +25,7 @@ from torchx_nb.schedulers.abilities import (
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.aws_batch_options import AwsBatchOpts
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
-from torchx_nb.schedulers.aws_batch_status import time_limit
+from torchx_nb.schedulers.aws_batch_status import apply_exits, node_exits, time_limit
 from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
@@ -369,8 +369,8 @@ class AwsBatchScheduler(
                         self._job_ids[app_id] = summary["jobId"]
                         return str(summary["jobId"])
         except Exception as e:
-            if "JobQueue" in str(e) and "not" in str(e).lower():
-                return None
+            if re.search(r"job ?queue\b.*\bnot\b", str(e), re.I | re.S):
+                return None  # its queue is gone (Batch says JobQueue / Job queue … not …)
             raise aws_error(e, f"cannot look up {app_id}") from None
         return None
 
@@ -403,6 +403,11 @@ class AwsBatchScheduler(
 
         for app_id, jid in ids.items():
             resp = out.get(app_id)
+            if resp is not None and jid in jobs and is_terminal(resp.state):
+                with contextlib.suppress(Exception):  # exit codes are extra: never fail it
+                    exits = self._exits(jobs[jid])
+                    for rs in resp.roles_statuses:
+                        apply_exits(rs.replicas, exits)
             if resp is not None and jid in jobs:
                 with contextlib.suppress(Exception):  # a reason is extra: never fail describe
                     why = runnable_reason(jobs[jid], environments_of, grace=self.runnable_grace)
@@ -411,6 +416,15 @@ class AwsBatchScheduler(
         return out
 
     runnable_grace = GRACE_S
+
+    def _exits(self, job: dict[str, Any]) -> dict[int, tuple[int | None, float | None]]:
+        def summaries(queue: str, name: str) -> Iterator[dict[str, Any]]:
+            filters = [{"name": "JOB_NAME", "values": [name]}]
+            pages = self.client.get_paginator("list_jobs").paginate(jobQueue=queue, filters=filters)
+            for page in pages:
+                yield from page.get("jobSummaryList", [])
+
+        return node_exits(job, self._describe_jobs, summaries)
 
     def _environments(self, queue: str) -> list[dict[str, Any]]:
         """The compute environments of a job queue (by name or ARN)."""

@@ -1,10 +1,15 @@
 """Why an AWS Batch job ended, in words, where Batch says it: an attempt stopped at its
-``attemptDurationSeconds`` (``-cfg timeout``). Pure functions over a DescribeJobs answer."""
+``attemptDurationSeconds`` (``-cfg timeout``); and each node's exit code, from its container
+(a node job ``ID#N`` of a multi-node job, the job's own container or last attempt, or its
+ListJobs summary). Pure functions over DescribeJobs and ListJobs answers."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from typing import Any
+
+from torchx_nb.specs.api import AppState, ReplicaStatus
 
 # Batch's own wording ("Job attempt duration exceeded timeout"), and moto's
 _TIMEOUT = re.compile(
@@ -26,4 +31,63 @@ def time_limit(job: dict[str, Any]) -> tuple[str, str] | None:
     )
 
 
-__all__ = ["time_limit"]
+def container_exit(job: dict[str, Any]) -> int | None:
+    """The exit code of a job's (or a node job's) container: ``container.exitCode``, else
+    that of its last attempt; None while Batch does not say."""
+    code = (job.get("container") or {}).get("exitCode")
+    if code is None:
+        attempts = job.get("attempts") or []
+        if attempts:
+            code = (attempts[-1].get("container") or {}).get("exitCode")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def apply_exits(
+    replicas: list[ReplicaStatus], exits: dict[int, tuple[int | None, float | None]]
+) -> None:
+    """Give each replica (``hostname`` ``node-N``) its node's exit code and end; in a failed
+    job a node that exited 0 succeeded (it is not a failure to show a card for)."""
+    for rep in replicas:
+        node = rep.hostname.removeprefix("node-")
+        code, ended = exits.get(int(node) if node.isdigit() else -1, (None, None))
+        if code is None:
+            continue
+        rep.exit_code = code
+        rep.ended = ended or rep.ended
+        if rep.state == AppState.FAILED and code == 0:
+            rep.state = AppState.SUCCEEDED
+
+
+def stopped_at(job: dict[str, Any]) -> float | None:
+    return job["stoppedAt"] / 1000 if job.get("stoppedAt") else None
+
+
+Exits = dict[int, tuple[int | None, float | None]]
+
+
+def node_exits(
+    job: dict[str, Any],
+    describe: Callable[[list[str]], list[dict[str, Any]]],
+    summaries: Callable[[str, str], Iterable[dict[str, Any]]],
+) -> Exits:
+    """Each node's (exit code, end) of an ended job: a container job's own; a multi-node
+    job's from its node jobs ``ID#N`` (one ``describe`` call), else, for a one-node job, from
+    its ListJobs summary (``summaries(queue, name)``), which carries the container's code."""
+    if not job.get("nodeProperties"):
+        return {0: (container_exit(job), stopped_at(job))}
+    jid = str(job["jobId"])
+    count = int((job.get("nodeProperties") or {}).get("numNodes") or 1)
+    nodes = {j.get("jobId"): j for j in describe([f"{jid}#{k}" for k in range(count)])}
+    exits: Exits = {
+        k: (container_exit(nodes[f"{jid}#{k}"]), stopped_at(nodes[f"{jid}#{k}"]))
+        for k in range(count)
+        if f"{jid}#{k}" in nodes
+    }
+    if not exits and count == 1:
+        for summary in summaries(str(job["jobQueue"]), str(job["jobName"])):
+            if summary.get("jobId") == jid:
+                exits = {0: (container_exit(summary), stopped_at(job))}
+    return exits
+
+
+__all__ = ["apply_exits", "container_exit", "node_exits", "stopped_at", "time_limit"]
