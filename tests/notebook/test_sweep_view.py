@@ -7,8 +7,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
-
 
 class SilentPoller:
     """A poller that reports nothing by itself: the test hands the view each trial's state."""
@@ -45,7 +43,11 @@ def test_a_trial_never_seen_running_still_gets_its_chart_line(
         try:
             for i, status in enumerate(statuses):
                 view._on_status(i, status, None)
-            wait_for(lambda: view.html().count("<polyline") == 3, 30, 0.1)
+            # a line is drawn from its first point: wait for every log to be read to its
+            # end (its reader's thread returns), not for three lines
+            for reader in view._readers.values():
+                reader.thread.join(60)
+            assert view.html().count("<polyline") == 3
             assert [log.series()["loss"][-1][1] for log in view.metrics] == [
                 pytest.approx(1 / 3),
                 pytest.approx(2 / 3),
