@@ -387,7 +387,12 @@ class GcpBatchScheduler(
                     continue
                 trials = any(index is not None for _, index in ids)
                 mixed = len([c for c in _counts(job).values() if c]) > 1
-                tasks = self._tasks(job) if trials or mixed or every_task else None
+                try:
+                    tasks = self._tasks(job) if trials or mixed or every_task else None
+                except GcpError as e:
+                    if e.reason != "NotFound":
+                        raise
+                    continue  # deleted since it was read (deletion runs in the background)
                 by_index = _by_index(tasks) if trials else {}  # once for all the job's trials
                 for app_id, index in ids:
                     if index is None:
