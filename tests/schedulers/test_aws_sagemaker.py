@@ -489,3 +489,40 @@ def test_sagemakers_status_is_said_in_words() -> None:
     assert out_of_memory(_OOM) and not out_of_memory(_NO_CAPACITY)
     assert "no capacity for the instance type" in status_message(_NO_CAPACITY)
     assert status_message({"SecondaryStatus": "Completed"}) == "Completed"
+
+
+def test_a_failed_replicas_exit_code_comes_from_the_failure_reason(
+    aws_env: MotoServer, docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """Two instances run as SageMaker starts them (real containers); replica 1 exits 3. Our
+    bootstrap writes that into /opt/ml/output/failure, which SageMaker reports as the job's
+    FailureReason: the status of the job (moto cannot fail one, so its DescribeTrainingJob
+    answer is the request with that real reason) gives replica 1 exit code 3, and its card
+    says so; after the live view the job store keeps it (tests/schedulers/test_gone_jobs.py)."""
+    from tests.conftest import shell_app
+    from tests.infra.sagemaker_runner import run_training_job
+    from torchx_nb.specs.failure import FailureCard
+
+    app = shell_app(
+        'if [ "$TORCHX_REPLICA_ID" = 1 ]; then exit 3; fi', base_images["busybox"], replicas=2
+    )
+    sched = AwsSageMakerScheduler("torchx")
+    info = sched.submit_dryrun(
+        app, {"role": ROLE, "instance_type": "ml.m5.large", "image_repo": "unused/x"}
+    )
+    request = info.request.request
+    run = run_training_job(docker_env.client(), request, tmp_path / "sm", timeout=60)
+    assert run.status == "Failed", run
+    answer = {
+        **request,
+        "TrainingJobStatus": "Failed",
+        "SecondaryStatus": "Failed",
+        "FailureReason": run.failure_reason,
+    }
+    resp = sched._response(request["TrainingJobName"], answer)
+    assert resp.state == AppState.FAILED
+    (role,) = resp.roles_statuses
+    assert [r.exit_code for r in role.replicas] == [None, 3], run.failure_reason
+    rep = role.replicas[1]
+    card = FailureCard(role.role, rep.id, rep.exit_code, rep.oom, signal_number=rep.signal)
+    assert card.headline() == "sagemaker/1 exited with code 3"

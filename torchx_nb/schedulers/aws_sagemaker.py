@@ -31,7 +31,12 @@ from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import tail_wait
 from torchx_nb.schedulers.outputs import REMOTE_OUTPUT_DIR, output_env, upload_target
 from torchx_nb.schedulers.sagemaker_options import AwsSageMakerOpts
-from torchx_nb.schedulers.sagemaker_status import out_of_memory, status_message, time_limit
+from torchx_nb.schedulers.sagemaker_status import (
+    out_of_memory,
+    replica_exits,
+    status_message,
+    time_limit,
+)
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -419,6 +424,11 @@ class AwsSageMakerScheduler(
             from torchx_nb.schedulers.aws_common import aws_error
 
             raise aws_error(e, f"cannot describe {app_id}") from None
+        return self._response(app_id, job)
+
+    def _response(self, app_id: str, job: dict[str, Any]) -> DescribeAppResponse:
+        """The status of a DescribeTrainingJob answer; a failed replica's exit code is the one
+        its bootstrap wrote into the failure reason."""
         state = STATES.get(job.get("TrainingJobStatus", ""), AppState.UNKNOWN)
         secondary = str(job.get("SecondaryStatus") or "")
         if state == AppState.RUNNING and secondary in WAITING:
@@ -427,6 +437,7 @@ class AwsSageMakerScheduler(
         if limit is not None:
             state = AppState.FAILED  # Stopped by its own limit, not by anyone: a failure
         ending, next_step = limit or ("", "")
+        exits = replica_exits(job) if state == AppState.FAILED else {}
         algo = job.get("AlgorithmSpecification", {})
         res = job.get("ResourceConfig", {})
         count = int(res.get("InstanceCount", 1))
@@ -465,6 +476,7 @@ class AwsSageMakerScheduler(
                             "sagemaker",
                             f"algo-{i + 1}",
                             oom=state == AppState.FAILED and out_of_memory(job),
+                            exit_code=exits.get(i),
                             ending=ending,
                             next_step=next_step,
                         )

@@ -85,4 +85,18 @@ def out_of_memory(job: dict[str, Any]) -> bool:
     return bool(_OOM.search(str(job.get("FailureReason") or "")))
 
 
-__all__ = ["out_of_memory", "status_message", "time_limit"]
+# what the bootstrap (aws_sagemaker.BOOTSTRAP) writes for a replica that failed, and SageMaker
+# passes on as its FailureReason: "bash exited with code 3 on algo-2 (replica 1)"
+_EXITED = re.compile(r"exited with code (\d+) on \S+ \(replica (\d+)\)")
+
+
+def replica_exits(job: dict[str, Any]) -> dict[int, int]:
+    """Each failed replica's exit code, from the lines our bootstrap wrote to
+    ``/opt/ml/output/failure`` (SageMaker's ``FailureReason``); empty when it says none."""
+    found: dict[int, int] = {}
+    for code, replica in _EXITED.findall(str(job.get("FailureReason") or "")):
+        found.setdefault(int(replica), int(code))
+    return found
+
+
+__all__ = ["out_of_memory", "replica_exits", "status_message", "time_limit"]
