@@ -512,3 +512,49 @@ def test_a_notebook_job_comes_back_executed_from_s3(
         nb = nbformat.read(job.notebook(tmp_path / "back"), 4)
     assert nb.cells[2].outputs[0]["data"]["text/plain"] == "42"
     assert (tmp_path / "back" / "nightly.executed.ipynb").is_file()
+
+
+def test_who_cancelled_is_said_ours_or_someone_elses_terminate(
+    queue: str, base_images: dict[str, str], docker_env: DockerDaemon, aws_env: MotoServer
+) -> None:
+    """Two running jobs: one cancelled with torchx_nb (Batch keeps who asked in the terminate
+    reason), one terminated outside torchx_nb with a reason of its own (``aws batch
+    terminate-job``): both CANCELLED, each saying who; a job that failed by itself stays
+    FAILED."""
+    import getpass
+    import re
+
+    from tests.conftest import cli
+    from torchx_nb.schedulers.aws_batch_status import cancel_ending
+
+    bb = base_images["busybox"]
+    with get_runner() as runner:
+        ours, theirs = (
+            runner.run(shell_app("sleep 60", bb, mem_mb=128), "aws_batch", {"queue": queue})
+            for _ in range(2)
+        )
+        for handle in (ours, theirs):
+            wait_for(lambda h=handle: runner.status(h).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
+        code, _, err = cli("cancel", ours)
+        assert code == 0, err
+        sched = runner.get_scheduler("aws_batch")
+        assert isinstance(sched, AwsBatchScheduler)
+        job_id = sched._job_id(theirs.rsplit("/", 1)[1])
+        aws_env.client("batch").terminate_job(jobId=job_id, reason="Stopped by the on-call")
+        cancelled = runner.wait(ours, wait_interval=0.2, timeout=60)
+        stopped = runner.wait(theirs, wait_interval=0.2, timeout=60)
+    assert cancelled is not None and cancelled.state == AppState.CANCELLED
+    user = getpass.getuser()
+    assert re.fullmatch(
+        rf"it was cancelled by torchx_nb for {user} with torchx-nb cancel \(pid \d+\)",
+        cancelled.msg,
+    ), cancelled.msg
+    assert stopped is not None and stopped.state == AppState.CANCELLED
+    assert stopped.msg == (
+        "it was cancelled outside torchx_nb (Batch's TerminateJob or CancelJob) with the"
+        " reason 'Stopped by the on-call'"
+    )
+    (rep,) = [r for rs in stopped.roles for r in rs.replicas]
+    assert rep.state == AppState.CANCELLED and rep.ending == stopped.msg.removeprefix("it ")
+    failed = {"status": "FAILED", "statusReason": "Essential container in task exited"}
+    assert cancel_ending(failed, "cancelled by torchx_nb") is None  # Batch's own: a failure

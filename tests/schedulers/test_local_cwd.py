@@ -290,3 +290,47 @@ def test_a_python_entry_point_under_torchrun_gets_its_exception_in_the_card(
         cards = runner.failure_cards(handle, status)
         assert cards and cards[0].exception == "ValueError: bad batch", cards
         assert cards[0].headline().startswith(f"{cards[0].role}/0 raised ValueError: bad batch")
+
+
+def test_who_cancelled_is_said_ours_or_a_signal_from_elsewhere(isolated: Path) -> None:
+    """``torchx-nb cancel`` of a job: its status says it was cancelled, by whom and with
+    what; a SIGTERM sent to another job's supervisor from outside torchx_nb: its status says
+    that signal stopped it, from outside torchx_nb (it is not called a torchx_nb cancel)."""
+    import getpass
+    import re
+
+    from tests.conftest import cli
+    from torchx_nb.runner import get_runner
+
+    code, out, err = cli("run", "-s", "local_cwd", "utils.sh", "sleep", "60")
+    assert code == 0, err
+    ours = out.strip().splitlines()[-1]
+    code, out, err = cli("run", "-s", "local_cwd", "utils.sh", "sleep", "60")
+    assert code == 0, err
+    theirs = out.strip().splitlines()[-1]
+    with get_runner() as runner:
+        for handle in (ours, theirs):
+            wait_for(lambda h=handle: runner.status(h).state == AppState.RUNNING, 30)  # type: ignore[union-attr]
+        code, _, err = cli("cancel", ours)
+        assert code == 0, err
+        sched = runner.get_scheduler("local_cwd")
+        assert isinstance(sched, LocalCwdScheduler)
+        state_dir = sched._app_dir(theirs.rsplit("/", 1)[1])
+        pid = int((state_dir / "supervisor.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGTERM)
+        cancelled = runner.wait(ours, wait_interval=0.2, timeout=60)
+        stopped = runner.wait(theirs, wait_interval=0.2, timeout=60)
+    assert cancelled is not None and cancelled.state == AppState.CANCELLED
+    assert stopped is not None and stopped.state == AppState.CANCELLED
+    user = getpass.getuser()
+    assert re.fullmatch(
+        rf"it was cancelled by {user} with torchx-nb cancel \(pid \d+\)", cancelled.msg
+    ), cancelled.msg
+    assert stopped.msg == (
+        f"it was stopped by SIGTERM sent to its supervisor (pid {pid}) from outside torchx_nb"
+    )
+    (rep,) = [r for rs in cancelled.roles for r in rs.replicas]
+    assert rep.ending == cancelled.msg.removeprefix("it ")
+    code, out, err = cli("status", theirs)
+    assert code == 0, err
+    assert "State: CANCELLED" in out and "from outside torchx_nb" in out, out

@@ -25,8 +25,14 @@ from torchx_nb.schedulers.abilities import (
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.aws_batch_options import AwsBatchOpts
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
-from torchx_nb.schedulers.aws_batch_status import apply_exits, node_exits, time_limit
+from torchx_nb.schedulers.aws_batch_status import (
+    apply_exits,
+    cancel_ending,
+    node_exits,
+    time_limit,
+)
 from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
+from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import tail_wait
@@ -446,7 +452,7 @@ class AwsBatchScheduler(
 
     def _state(self, job: dict[str, Any]) -> AppState:
         state = STATES.get(job.get("status", ""), AppState.UNKNOWN)
-        if state == AppState.FAILED and CANCEL_REASON in (job.get("statusReason") or ""):
+        if state == AppState.FAILED and cancel_ending(job, CANCEL_REASON):
             return AppState.CANCELLED
         return state
 
@@ -503,6 +509,12 @@ class AwsBatchScheduler(
         )
         if job.get("statusReason"):
             resp.msg = str(job["statusReason"])
+        ending = cancel_ending(job, CANCEL_REASON)
+        if ending:
+            resp.msg = f"it {ending}"
+            for reps in replicas.values():
+                for rep in reps:
+                    rep.ending = ending
         limit = time_limit(job)
         if limit is not None:
             for reps in replicas.values():
@@ -561,7 +573,7 @@ class AwsBatchScheduler(
                 f"cannot cancel {app_id}",
                 self.client.terminate_job,
                 jobId=job_id,
-                reason=CANCEL_REASON,
+                reason=f"{CANCEL_REASON}: {canceller()}"[:1000],
             )
 
     #: why ``--streams`` cannot pick a stream here

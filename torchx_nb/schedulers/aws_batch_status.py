@@ -31,6 +31,40 @@ def time_limit(job: dict[str, Any]) -> tuple[str, str] | None:
     )
 
 
+# the reasons Batch itself gives a job that failed or stopped (AWS Batch's "job status
+# reasons" and "troubleshooting" pages); any other reason on a FAILED job is one somebody
+# gave to TerminateJob or CancelJob
+_BATCH_OWN = re.compile(
+    r"^\s*(Essential container in task exited|Job attempt duration exceeded timeout|"
+    r"Dependent Job failed|Array Child Job failed|Host EC2|CannotPullContainerError|"
+    r"CannotStartContainerError|CannotCreateContainerError|CannotInspectContainerError|"
+    r"CannotStopContainerError|ResourceInitializationError|OutOfMemoryError|"
+    r"Task failed to start|DockerTimeoutError|Timeout waiting for network interface|"
+    r"MISCONFIGURATION|Job terminated by a spot|Your job|Task stopped|Container|"
+    r"RUNNABLE|.*exceeded the configured attemptDurationSeconds)",
+    re.I,
+)
+
+
+def cancel_ending(job: dict[str, Any], ours: str) -> str | None:
+    """Who ended a FAILED Batch job that was cancelled, from its ``statusReason``: torchx_nb's
+    own cancel (the reason starts with ``ours``, followed by who asked), or somebody's
+    TerminateJob/CancelJob with their reason; None for a job Batch itself failed."""
+    if job.get("status") != "FAILED":
+        return None
+    reason = str(job.get("statusReason") or "").strip()
+    if reason.startswith(ours):
+        who = reason[len(ours) :].strip(" :")
+        return f"was cancelled by torchx_nb{f' for {who}' if who else ''}"
+    if not reason or _BATCH_OWN.search(reason):
+        return None
+    started = " while it waited" if not job.get("startedAt") else ""
+    return (
+        f"was cancelled{started} outside torchx_nb (Batch's TerminateJob or CancelJob) with the"
+        f" reason {reason[:300]!r}"
+    )
+
+
 def container_exit(job: dict[str, Any]) -> int | None:
     """The exit code of a job's (or a node job's) container: ``container.exitCode``, else
     that of its last attempt; None while Batch does not say."""
@@ -90,4 +124,11 @@ def node_exits(
     return exits
 
 
-__all__ = ["apply_exits", "container_exit", "node_exits", "stopped_at", "time_limit"]
+__all__ = [
+    "apply_exits",
+    "cancel_ending",
+    "container_exit",
+    "node_exits",
+    "stopped_at",
+    "time_limit",
+]

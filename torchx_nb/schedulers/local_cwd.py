@@ -30,6 +30,7 @@ from torchx_nb.schedulers.abilities import (
     TakesTypedOptions,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
+from torchx_nb.schedulers.cancellers import cancel_ending, canceller
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.local_cwd_request import (
     PopenRequest,
@@ -371,6 +372,9 @@ class LocalCwdScheduler(
         if state is None:
             if (state_dir / "cancel").exists() and not sup_alive:
                 resp.state = AppState.CANCELLED
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    by = json.loads((state_dir / "cancel").read_text()).get("by")
+                    resp.msg = f"it {cancel_ending({'cancelled_by': by}, None)} before it started"
             elif sup_pid is not None and not sup_alive:
                 resp.state = AppState.FAILED
                 resp.msg = f"the job's supervisor exited before starting it: see {state_dir}/supervisor.log"
@@ -438,6 +442,13 @@ class LocalCwdScheduler(
             resp.msg = "cancelling"
         else:
             resp.state = AppState.RUNNING
+        ending = cancel_ending(state, supervisor[0])
+        if resp.state == AppState.CANCELLED and ending:
+            resp.msg = f"it {ending}"
+            for role_status in resp.roles_statuses:
+                for rep in role_status.replicas:
+                    if rep.state == AppState.CANCELLED:
+                        rep.ending = ending
         failed = [
             f"{role}/{i} exited with code {rep['exitcode']}"
             for role, reps in state["roles"].items()
@@ -497,7 +508,7 @@ class LocalCwdScheduler(
         (it writes state.json only after installing its handler; before that it polls the
         marker)."""
         state_dir = self._app_dir(app_id)
-        (state_dir / "cancel").touch(mode=0o600)
+        write_private(state_dir / "cancel", json.dumps({"by": canceller()}))
         found = self._read(app_id)
         if found is None or found[1] is None:
             return

@@ -255,6 +255,10 @@ class Supervisor:
             for i, spec in enumerate(specs)
         ]
         self.cancel_requested: float | None = None
+        # who asked: what torchx_nb's canceller wrote into the marker; else the signal that
+        # came from elsewhere (a kill of the supervisor, a Ctrl-C in its terminal)
+        self.cancelled_by: str | None = None
+        self.stop_signal: int | None = None
         self.killed = False
         self.started = time.time()
         self.start_ticks = start_ticks(os.getpid())
@@ -285,6 +289,8 @@ class Supervisor:
                 "started": self.started,
                 "ended": time.time() if final_state else None,
                 "cancelled": self.cancel_requested is not None,
+                "cancelled_by": self.cancelled_by,
+                "stop_signal": self.stop_signal,
                 "final_state": final_state,
                 "roles": roles,
             },
@@ -295,9 +301,22 @@ class Supervisor:
         installed (signalling then would have killed this process outright)."""
         return os.path.exists(os.path.join(self.state_dir, "cancel"))
 
+    def marker_says(self) -> str:
+        """Who cancelled, as the canceller wrote it into the marker ('' for an empty one)."""
+        try:
+            with open(os.path.join(self.state_dir, "cancel")) as f:
+                said = json.load(f).get("by")
+        except (OSError, ValueError, AttributeError):
+            return ""
+        return str(said)[:200] if said else ""
+
     def on_signal(self, signum: int, frame: object) -> None:
         if self.cancel_requested is None:
             self.cancel_requested = time.time()
+            if self.cancel_marked():  # torchx_nb's cancel: marker first, then the signal
+                self.cancelled_by = self.marker_says() or "torchx_nb"
+            else:
+                self.stop_signal = signum
             signal_all(self.processes(), signal.SIGTERM)
 
     def processes(self) -> list[int]:
@@ -344,6 +363,7 @@ class Supervisor:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         if self.cancel_marked():
             self.cancel_requested = time.time()
+            self.cancelled_by = self.marker_says() or "torchx_nb"
             self.write_state("CANCELLED")
             return
         sel = selectors.DefaultSelector()
