@@ -66,7 +66,9 @@ def test_exit_codes_exceptions_and_signals_after_the_job_left_the_queue(
             "slurm",
             {},
         )
-        handles = [code3, raised, killed, het]
+        # 128 and above: sacct's ExitCode keeps the low 7 bits (72:0), DerivedExitCode all
+        high = runner.run(specs.AppDef("high", roles=[_role("h", "exit 200")]), "slurm", {})
+        handles = [code3, raised, killed, het, high]
         for h in handles:
             runner.wait(h, wait_interval=1, timeout=180)
         _left_the_queue(slurm_env, *(h.rsplit("/", 1)[1] for h in handles))
@@ -85,6 +87,8 @@ def test_exit_codes_exceptions_and_signals_after_the_job_left_the_queue(
     assert card.headline() == "boom/0 exited with code 3"
     ok = {r.role: r for r in statuses[het].roles}["ok"].replicas[0]  # type: ignore[union-attr]
     assert ok.state == AppState.SUCCEEDED and ok.exit_code == 0
+    (card,) = cards[high]
+    assert card.headline() == "h/0 exited with code 200"
 
     # what a user types, once the job is only in accounting
     code, out, err = cli("status", code3)
@@ -146,6 +150,17 @@ def test_out_of_memory_from_a_recorded_sacct_answer() -> None:
     assert replica.oom and replica.state == AppState.FAILED and replica.exit_code is None
     card = FailureCard("trainer", 0, replica.exit_code, replica.oom, signal_number=replica.signal)
     assert card.headline() == "trainer/0 ran out of memory"
+
+
+def test_exit_codes_of_128_and_above_from_a_recorded_sacct_answer() -> None:
+    """Slurm 22.05's ExitCode column keeps a step's code modulo 128 (``exit 255`` is ``127:0``,
+    which reads as "command not found"; ``exit 200`` is ``72:0``); the component's
+    DerivedExitCode keeps the whole code. Lines as the test cluster printed them for
+    ``srun sh -c 'exit 255'`` and a heterogeneous ``exit 200`` : ``exit 3``."""
+    endings = parse_endings((FIXTURES / "sacct-high-codes-22.05.txt").read_text())
+    assert (endings["16"].code, endings["16"].signal) == (255, 0)
+    assert endings["18+0"].code == 200
+    assert endings["18+1"].code == 3  # its own step's 3, not the job's 72
 
 
 def test_array_trials_cancelled_while_they_waited_never_ran_and_stay_cancelled(

@@ -25,6 +25,7 @@ class Row:
     signal: int | None
     end: float | None
     timelimit: str
+    derived: int | None = None  # DerivedExitCode's code: the highest of the component's steps
 
 
 @dataclass(frozen=True)
@@ -64,11 +65,22 @@ def parse_rows(text: str) -> dict[str, dict[str, Row]]:
         cols = line.split("|")
         if len(cols) < len(COLUMNS):
             continue
-        job_id, state, exit_code, _derived, end, limit = cols[: len(COLUMNS)]
+        job_id, state, exit_code, derived, end, limit = cols[: len(COLUMNS)]
         component, _, step = job_id.partition(".")
         code, sig = exit_pair(exit_code)
-        out.setdefault(component, {})[step] = Row(state.strip(), code, sig, _time(end), limit)
+        high = exit_pair(derived)[0]
+        out.setdefault(component, {})[step] = Row(state.strip(), code, sig, _time(end), limit, high)
     return out
+
+
+def unmasked(code: int | None, signal: int | None, derived: int | None) -> int | None:
+    """The exit code a program gave: Slurm 22.05 keeps only the low 7 bits of a step's code
+    of 128 or more in ``ExitCode`` (``exit 200`` is ``72:0``, ``exit 255`` is ``127:0``, read
+    as "command not found"), while the component's ``DerivedExitCode`` (the highest of its
+    steps) keeps ``200:0``; so a derived code that is ours plus 128 is the true one."""
+    if code is None or signal or derived is None or derived < 128:
+        return code
+    return derived if derived - 128 == code else code
 
 
 def _who(state: str) -> str:
@@ -92,6 +104,7 @@ def ending_of(rows: dict[str, Row]) -> Ending | None:
     ran = "batch" in rows or step is not None
     word = own.state.split(" ", 1)[0].upper()
     code, sig = (step.code, step.signal) if step is not None else (own.code, own.signal)
+    code = unmasked(code, sig, own.derived)
     if not ran:
         code = sig = None
     end = step.end if step is not None and step.end is not None else own.end
