@@ -106,6 +106,10 @@ class PreparedRun:
     opts: Any
     workspace: str | None
     record: dict[str, str | None]
+    #: the metrics the scheduler's options define as ``{NAME: REGEX}`` (a ``DefinesMetrics``
+    #: backend's, e.g. SageMaker's ``metric_definitions``): the notebook charts them beside
+    #: those the magic names
+    metric_definitions: dict[str, str] = field(default_factory=dict)
 
     @property
     def environment(self) -> Any:
@@ -117,9 +121,3 @@ class PreparedRun:
     def app(self) -> AppDef:
         assert self.info.app is not None
         return self.info.app
-
-    @property
-    def metric_definitions(self) -> dict[str, str]:
-        """The metrics the scheduler's options define as ``{NAME: REGEX}`` (SageMaker's
-        ``metric_definitions``): the notebook charts them beside those the magic names."""
-        return dict(getattr(self.opts, "metric_definitions", None) or {})

@@ -26,6 +26,7 @@ from torchx_nb.runner.requests import (
     RunRequest,
 )
 from torchx_nb.schedulers.abilities import (
+    DefinesMetrics,
     DirWorkspaceMixin,
     LocalWorkspace,
     RunsEndHook,
@@ -86,7 +87,11 @@ class Submitting(RunnerCore):
             record["params"] = json.dumps(dict(request.parameters), default=str)
         if request.cell is not None:
             record["cell_hash"] = hashlib.sha256(request.cell.encode()).hexdigest()[:16]
-        return PreparedRun(program_of(app) or app, info, scheduler, info._cfg, workspace, record)
+        sched = self.get_scheduler(scheduler)
+        metrics = sched.metric_definitions(info._cfg) if isinstance(sched, DefinesMetrics) else {}
+        return PreparedRun(
+            program_of(app) or app, info, scheduler, info._cfg, workspace, record, metrics
+        )
 
     def submit(self, prepared: PreparedRun, **record: str | None) -> AppHandle:
         """Send a prepared (built) run and record it in the job store (with ``record``: a

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torchx_nb.specs.api import AppDef, AppDryRunInfo, Role, runopts
 from torchx_nb.specs.log_line import Stream
@@ -23,19 +24,37 @@ if TYPE_CHECKING:
     from torchx_nb.specs.responses import DescribeAppResponse
     from torchx_nb.specs.structured_opts import StructuredOpts
 
-OptsT = TypeVar("OptsT", bound="StructuredOpts")
 
-
-class TakesTypedOptions(Generic[OptsT]):
+class TakesTypedOptions:
     """Ability: the scheduler's options are one typed structure, a ``StructuredOpts``
-    dataclass (``opts_type``): its runopts table (and so the CLI help, ``.torchxconfig`` and
-    the docs' option tables) comes from it, the Runner builds it once from the options given, and
-    the dry run, ``_validate`` and ``list`` read its attributes."""
+    dataclass, stated once as the scheduler's generic parameter (``Scheduler[AwsBatchOpts]``)
+    and found there as ``opts_type``: its runopts table (and so the CLI help,
+    ``.torchxconfig`` and the docs' option tables) comes from it, the Runner builds it once
+    from the options given, and the dry run, ``_validate`` and ``list`` read its attributes."""
 
     opts_type: ClassVar[type[StructuredOpts]]
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found = _options_parameter(cls)
+        if found is not None:
+            cls.opts_type = found
+
     def _run_opts(self) -> runopts:
         return self.opts_type.as_runopts()
+
+
+def _options_parameter(cls: type) -> type[StructuredOpts] | None:
+    """The ``StructuredOpts`` type ``cls`` gives a generic base as its parameter
+    (``Scheduler[AwsBatchOpts]``), looked for in its own bases first."""
+    from torchx_nb.specs.structured_opts import StructuredOpts
+
+    for klass in cls.__mro__:
+        for base in klass.__dict__.get("__orig_bases__", ()):
+            for arg in typing.get_args(base):
+                if isinstance(arg, type) and issubclass(arg, StructuredOpts):
+                    return arg
+    return None
 
 
 class DescribesMany(abc.ABC):
@@ -45,6 +64,16 @@ class DescribesMany(abc.ABC):
     @abc.abstractmethod
     def describe_many(self, app_ids: list[str]) -> dict[str, DescribeAppResponse | None]:
         """``describe`` of each app id (None for those it does not know)."""
+
+
+class DefinesMetrics(abc.ABC):
+    """Ability: the scheduler's options can name metrics the backend itself reads from the
+    job's log (SageMaker's ``metric_definitions``); the notebook charts them beside those the
+    magic names."""
+
+    @abc.abstractmethod
+    def metric_definitions(self, cfg: Any) -> dict[str, str]:
+        """The metrics ``cfg`` (this scheduler's resolved options) defines, ``{NAME: REGEX}``."""
 
 
 class StoresOutputs(abc.ABC):

@@ -144,7 +144,7 @@ def _resource_requirements(res: Resource) -> list[dict[str, str]]:
 
 class AwsBatchScheduler(
     AwsClients,
-    TakesTypedOptions[AwsBatchOpts],
+    TakesTypedOptions,
     WorkspaceMixin,
     DescribesMany,
     StoresOutputs,
@@ -159,7 +159,6 @@ class AwsBatchScheduler(
     array_index_env = "AWS_BATCH_JOB_ARRAY_INDEX"
 
     service = "batch"
-    opts_type = AwsBatchOpts
 
     def __init__(
         self,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from torchx_nb.schedulers.abilities import StoresOutputs, TakesTypedOptions
+from torchx_nb.schedulers.abilities import DefinesMetrics, StoresOutputs, TakesTypedOptions
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.aws_common import (
     AwsClients,
@@ -138,15 +138,19 @@ def _job_name(prefix: str) -> str:
 
 class AwsSageMakerScheduler(
     AwsClients,
-    TakesTypedOptions[AwsSageMakerOpts],
+    TakesTypedOptions,
     WorkspaceMixin,
     StoresOutputs,
+    DefinesMetrics,
     Scheduler[AwsSageMakerOpts],
 ):
     """SageMaker training jobs through boto3; describe, list, stop and CloudWatch logs."""
 
-    opts_type = AwsSageMakerOpts
     service = "sagemaker"
+
+    def metric_definitions(self, cfg: AwsSageMakerOpts) -> dict[str, str]:
+        """The ``metric_definitions`` option: SageMaker reads these from the log itself."""
+        return dict(cfg.metric_definitions or {})
 
     def __init__(
         self,
@@ -283,7 +287,7 @@ class AwsSageMakerScheduler(
             hyper["sagemaker_container_log_level"] = str(cfg.container_log_level)
         algo: dict[str, Any] = {
             "TrainingImage": role.image,
-            "TrainingInputMode": cfg.input_mode or "File",
+            "TrainingInputMode": cfg.input_mode,
             "ContainerEntrypoint": _boot_entrypoint(role.entrypoint),
         }
         if role.args:
@@ -354,7 +358,7 @@ class AwsSageMakerScheduler(
         if cfg.model_uri:
             req["InputDataConfig"] = [
                 {
-                    "ChannelName": cfg.model_channel_name or "model",
+                    "ChannelName": cfg.model_channel_name,
                     "DataSource": {
                         "S3DataSource": {
                             "S3DataType": "S3Prefix",

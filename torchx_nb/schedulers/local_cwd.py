@@ -112,7 +112,7 @@ class LocalCwdOpts(StructuredOpts):
 
 
 class LocalCwdScheduler(
-    TakesTypedOptions[LocalCwdOpts],
+    TakesTypedOptions,
     DirWorkspaceMixin,
     KeepsLogFiles,
     StoresOutputs,
@@ -121,8 +121,6 @@ class LocalCwdScheduler(
 ):
     """Runs each replica as a subprocess of a per-app supervisor, in the workspace folder (or
     the current one)."""
-
-    opts_type = LocalCwdOpts
 
     is_local = True
 

@@ -183,14 +183,13 @@ class LocalDockerOpts(WorkspaceOpts, _LocalDockerFields):
 
 
 class LocalDockerScheduler(
-    TakesTypedOptions[LocalDockerOpts], WorkspaceMixin, StoresOutputs, Scheduler[LocalDockerOpts]
+    TakesTypedOptions, WorkspaceMixin, StoresOutputs, Scheduler[LocalDockerOpts]
 ):
     """Runs each replica as a container on the local Docker daemon; a workspace is patched onto
     the image locally (no push needed)."""
 
     is_local = True
     pushes_image = False
-    opts_type = LocalDockerOpts
 
     def __init__(self, session_name: str, docker_client: Any = None) -> None:
         super().__init__("local_docker", session_name)
@@ -209,7 +208,7 @@ class LocalDockerScheduler(
         from torchx_nb.paths import data_dir
 
         app_id = make_unique(app.name)
-        network = cfg.network or DEFAULT_NETWORK
+        network = cfg.network
         outputs = str(data_dir() / "local_docker" / app_id / "outputs")
         job = DockerJob(app_id=app_id, network=network, outputs=outputs)
         rank0 = "localhost" if network == "host" else container_name(app_id, app.roles[0].name, 0)

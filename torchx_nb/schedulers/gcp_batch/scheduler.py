@@ -19,7 +19,6 @@ from torchx_nb.schedulers.gcp_batch.constants import (
     _PROJECT_RE,
     ACTIVE_JOB_STATES,
     BAD_REQUEST,
-    DEFAULT_LOCATION,
     FIREWALL_SCRIPT,
     JOB_STATES,
     LABEL_APP_NAME,
@@ -79,7 +78,7 @@ from torchx_nb.workspace import WorkspaceMixin
 class GcpBatchScheduler(
     GcpLogs,
     GcpArrays,
-    TakesTypedOptions[GcpBatchOpts],
+    TakesTypedOptions,
     WorkspaceMixin,
     DescribesMany,
     StoresOutputs,
@@ -88,7 +87,6 @@ class GcpBatchScheduler(
     """One GCP Batch job per app; describes many jobs with one list call per location; a
     sweep's trials are the tasks of one job."""
 
-    opts_type = GcpBatchOpts
     rank0_env = RANK0_ENV
     array_index_env = "BATCH_TASK_INDEX"
     throttles_arrays = True
@@ -127,7 +125,7 @@ class GcpBatchScheduler(
     def _check(self, app: AppDef, cfg: GcpBatchOpts) -> _Checked:
         """The project, location, machine and limits the request will use, each checked."""
         project = self._project(cfg)
-        location = cfg.location or DEFAULT_LOCATION
+        location = cfg.location
         if not _LOCATION_RE.match(location):
             raise InvalidRunConfigException(
                 f"{location!r} is not a GCP location (e.g. us-central1, europe-west4)", "location"
@@ -141,7 +139,7 @@ class GcpBatchScheduler(
                 " gcp_a2-highgpu-1g, or --memMB)",
                 "memMB",
             )
-        model = (cfg.provisioning_model or "standard").upper()
+        model = cfg.provisioning_model.upper()
         if model not in ("STANDARD", "SPOT", "PREEMPTIBLE"):
             raise InvalidRunConfigException(
                 f"provisioning_model {cfg.provisioning_model!r}: use standard or spot",
@@ -155,7 +153,7 @@ class GcpBatchScheduler(
     def image_opts(self, cfg: GcpBatchOpts, build: bool) -> GcpBatchOpts:
         """An unknown location is found before the image is built and pushed."""
         if build:
-            self._check_location(self._project(cfg), cfg.location or DEFAULT_LOCATION)
+            self._check_location(self._project(cfg), cfg.location)
         return cfg
 
     def _project(self, cfg: GcpBatchOpts) -> str:

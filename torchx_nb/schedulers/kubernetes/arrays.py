@@ -60,7 +60,7 @@ class KubeArrays(SubmitsArrays):
     def can_array(self, app: AppDef, cfg: KubernetesOpts) -> bool:
         """Indexed Jobs only: a Volcano job has no way to stop one of its tasks, so under
         ``api=volcano`` each trial is a job of its own, in the queue the user chose."""
-        return super().can_array(app, cfg) and (cfg.api or "volcano") == "indexed"
+        return super().can_array(app, cfg) and cfg.api == "indexed"
 
     def array_request(
         self, info: AppDryRunInfo[KubernetesJob], size: int, max_parallel: int | None

@@ -78,7 +78,7 @@ from torchx_nb.workspace import WorkspaceMixin
 class KubernetesScheduler(
     KubeArrays,
     KubeLogs,
-    TakesTypedOptions[KubernetesOpts],
+    TakesTypedOptions,
     WorkspaceMixin,
     DescribesMany,
     StoresOutputs,
@@ -87,7 +87,6 @@ class KubernetesScheduler(
     """Volcano jobs or Indexed Jobs; describes many apps with one list per namespace. With
     ``api=indexed`` a sweep's trials are the completion indexes of one Indexed Job."""
 
-    opts_type = KubernetesOpts
     array_index_env = "JOB_COMPLETION_INDEX"
 
     def __init__(self, session_name: str, client: Any = None) -> None:
@@ -102,7 +101,7 @@ class KubernetesScheduler(
     def _validate(self, app: AppDef, scheduler: str, cfg: KubernetesOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
         cfg = self.resolve_opts(cfg)
-        api = cfg.api or "volcano"
+        api = cfg.api
         if api not in ("volcano", "indexed"):
             raise InvalidRunConfigException(f"api {api!r}: use volcano or indexed", "api")
         if api == "volcano" and not cfg.queue:
@@ -117,7 +116,7 @@ class KubernetesScheduler(
                 " use -cfg api=volcano or merge the roles",
                 "roles",
             )
-        namespace = cfg.namespace or "default"
+        namespace = cfg.namespace
         if not _NAME_RE.match(namespace):
             raise InvalidRunConfigException(f"{namespace!r} is not a namespace name", "namespace")
 
@@ -129,8 +128,8 @@ class KubernetesScheduler(
 
     def _submit_dryrun(self, app: AppDef, cfg: KubernetesOpts) -> AppDryRunInfo[KubernetesJob]:
         name = normalize(f"{normalize(app.name)[:40]}-{random_id()}")
-        api = cfg.api or "volcano"
-        namespace = cfg.namespace or "default"
+        api = cfg.api
+        namespace = cfg.namespace
         if api == "volcano" and not cfg.queue:
             raise InvalidRunConfigException(
                 "Volcano jobs need a queue: pass -cfg queue=NAME (see `kubectl get queues`), or"
@@ -151,8 +150,8 @@ class KubernetesScheduler(
     def image_opts(self, cfg: KubernetesOpts, build: bool) -> KubernetesOpts:
         """The namespace (and queue) are checked before an image is built and pushed."""
         if build:
-            queue = (cfg.queue or "") if (cfg.api or "volcano") == "volcano" else ""
-            self._check_target(cfg.namespace or "default", queue)
+            queue = (cfg.queue or "") if cfg.api == "volcano" else ""
+            self._check_target(cfg.namespace, queue)
         return cfg
 
     def _check_target(self, namespace: str, queue: str) -> None:

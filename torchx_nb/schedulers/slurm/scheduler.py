@@ -66,7 +66,7 @@ from torchx_nb.specs.api import (
 class SlurmScheduler(
     SlurmArrays,
     SlurmLogs,
-    TakesTypedOptions[SlurmOpts],
+    TakesTypedOptions,
     DirWorkspaceMixin,
     DescribesMany,
     StoresOutputs,
@@ -76,7 +76,6 @@ class SlurmScheduler(
     cancels with scancel and reads logs from the job folder on the shared filesystem. A
     sweep's trials go as one job array, each task ``ARRAYID_INDEX``."""
 
-    opts_type = SlurmOpts
     rank0_env = RANK0_ENV
     array_index_env = "SLURM_ARRAY_TASK_ID"
     throttles_arrays = True

@@ -1,0 +1,117 @@
+"""Abilities, not probes: a backend's options type is stated once, as its ``Scheduler``
+generic parameter, and found there; what the runner needs from the options of one backend
+(SageMaker's metric definitions) comes through an ability, never an attribute looked up by
+name."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any
+
+from torchx_nb import specs
+from torchx_nb.schedulers import get_scheduler_factories
+from torchx_nb.schedulers.abilities import DefinesMetrics, TakesTypedOptions
+from torchx_nb.schedulers.api import Scheduler
+from torchx_nb.specs.structured_opts import StructuredOpts
+
+SCHEDULERS = Path(__file__).parents[2] / "torchx_nb" / "schedulers"
+
+
+def _generic_parameter(cls: type) -> Any:
+    for klass in cls.__mro__:
+        for base in klass.__dict__.get("__orig_bases__", ()):
+            if typing.get_origin(base) is Scheduler:
+                return typing.get_args(base)[0]
+    return None
+
+
+BACKENDS = [
+    "torchx_nb.schedulers.local_cwd:LocalCwdScheduler",
+    "torchx_nb.schedulers.local_docker:LocalDockerScheduler",
+    "torchx_nb.schedulers.aws_batch:AwsBatchScheduler",
+    "torchx_nb.schedulers.aws_sagemaker:AwsSageMakerScheduler",
+    "torchx_nb.schedulers.gcp_batch.scheduler:GcpBatchScheduler",
+    "torchx_nb.schedulers.slurm.scheduler:SlurmScheduler",
+    "torchx_nb.schedulers.kubernetes.scheduler:KubernetesScheduler",
+]
+
+
+def test_each_backends_options_type_is_its_generic_parameter() -> None:
+    import importlib
+
+    assert len(BACKENDS) == len(get_scheduler_factories())
+    for where in BACKENDS:
+        module, _, name = where.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        assert issubclass(cls, TakesTypedOptions)
+        assert isinstance(cls.opts_type, type) and issubclass(cls.opts_type, StructuredOpts)
+        assert cls.opts_type is _generic_parameter(cls), where
+
+
+def test_no_backend_states_its_options_type_a_second_time() -> None:
+    """Neither ``opts_type = X`` nor ``TakesTypedOptions[X]`` beside ``Scheduler[X]``."""
+    again = []
+    for path in SCHEDULERS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "opts_type" for t in node.targets
+            ):
+                again.append(f"{path.name}:{node.lineno}")
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "TakesTypedOptions"
+            ):
+                again.append(f"{path.name}:{node.lineno}")
+    assert again == []
+
+
+@dataclasses.dataclass
+class _Opts(StructuredOpts):
+    queue: str = "q"
+    """where the job waits"""
+
+
+class _Third(TakesTypedOptions, Scheduler[_Opts]):
+    """A third party's backend: it names its options type once."""
+
+    def schedule(self, dryrun_info: Any) -> str:
+        return "id"
+
+    def _submit_dryrun(self, app: specs.AppDef, cfg: _Opts) -> Any:
+        return specs.AppDryRunInfo({"queue": cfg.queue}, str)
+
+    def describe(self, app_id: str) -> Any:
+        return None
+
+    def list(self, cfg: Any = None) -> list[Any]:
+        return []
+
+    def _cancel_existing(self, app_id: str) -> None:
+        pass
+
+
+def test_a_third_party_backend_names_its_options_once() -> None:
+    sched = _Third("third", "s")
+    assert _Third.opts_type is _Opts
+    assert "queue" in dict(sched.run_opts())
+    assert sched.resolve_opts({"queue": "gpu"}) == _Opts(queue="gpu")
+
+
+def test_sagemaker_gives_its_metric_definitions_through_the_ability() -> None:
+    from torchx_nb.schedulers.aws_sagemaker import AwsSageMakerScheduler
+
+    sched = AwsSageMakerScheduler("torchx", client=object())
+    assert isinstance(sched, DefinesMetrics)
+    opts = sched.resolve_opts(
+        {"role": "r", "instance_type": "ml.m5.large", "metric_definitions": "loss:loss=(.+)"}
+    )
+    assert sched.metric_definitions(opts) == {"loss": "loss=(.+)"}
+
+
+def test_the_runner_reads_no_option_by_name() -> None:
+    source = (SCHEDULERS.parent / "runner" / "requests.py").read_text()
+    assert 'getattr(self.opts, "metric_definitions"' not in source
