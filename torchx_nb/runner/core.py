@@ -13,6 +13,7 @@ from torchx_nb.jobstore import JobStore
 from torchx_nb.runner.requests import (
     DEFAULT_SCHEDULER,
     DEFAULT_SESSION,
+    Options,
     _params_from_env,
 )
 from torchx_nb.schedulers import (
@@ -157,10 +158,11 @@ class RunnerCore:
 
         return config.apply_runopts(scheduler, dict(cfg or {}), self.scheduler_run_opts(scheduler))
 
-    def resolve_opts(self, scheduler: str, cfg: Any) -> Any:
+    def resolve_opts(self, scheduler: str, cfg: Any) -> Options:
         """The scheduler's options from ``cfg``, checked once by its resolver: an unknown key
         names the closest option; the result is the scheduler's typed structure
-        (``TakesTypedOptions``) or a dict."""
+        (``TakesTypedOptions``: its ``Scheduler[Opts]`` parameter) or, for a scheduler written
+        TorchX's way, a mapping."""
         return self.get_scheduler(scheduler).resolve_opts(cfg, strict=True)
 
     def default_scheduler(self, preferred: str | None = None) -> str:

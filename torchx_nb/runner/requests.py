@@ -18,6 +18,11 @@ from torchx_nb.specs.api import (
 from torchx_nb.specs.exceptions import AppValidationError as AppValidationError
 from torchx_nb.specs.exceptions import NoSuchReplica as NoSuchReplica
 from torchx_nb.specs.program import Program
+from torchx_nb.specs.structured_opts import StructuredOpts
+
+#: a scheduler's resolved options: its typed structure (``TakesTypedOptions``: the type is its
+#: ``Scheduler[Opts]`` parameter), or a mapping for a scheduler written TorchX's way
+Options = StructuredOpts | Mapping[str, CfgVal]
 
 DEFAULT_SESSION = "torchx"
 DEFAULT_SCHEDULER = "local_cwd"
@@ -103,7 +108,7 @@ class PreparedRun:
     program: Program
     info: AppDryRunInfo[Any]
     scheduler: str
-    opts: Any
+    opts: Options
     workspace: str | None
     record: dict[str, str | None]
     #: the metrics the scheduler's options define as ``{NAME: REGEX}`` (a ``DefinesMetrics``

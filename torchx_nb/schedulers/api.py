@@ -6,7 +6,7 @@ import abc
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from torchx_nb.schedulers.abilities import (
     DirWorkspaceMixin,
@@ -78,7 +78,7 @@ class Scheduler(abc.ABC, Generic[T]):
             folder = LocalWorkspace(workspace)
         elif workspace and isinstance(self, WorkspaceMixin):
             # TorchX's entry point, which a scheduler written for TorchX overrides
-            self.build_workspace_and_update_role(app.roles[0], workspace, opts)
+            self.build_workspace_and_update_role(app.roles[0], workspace, cast(Any, opts))
         elif workspace:
             raise TorchxNbError(f"scheduler {self.backend!r} does not take a workspace")
         return self.schedule(self.submit_dryrun(app, opts, folder))
@@ -87,7 +87,7 @@ class Scheduler(abc.ABC, Generic[T]):
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Send the request built by ``submit_dryrun``; returns the app id."""
 
-    def resolve_opts(self, cfg: Any, partial: bool = False, strict: bool = False) -> Any:
+    def resolve_opts(self, cfg: Any, partial: bool = False, strict: bool = False) -> T:
         """The one resolver of options: ``cfg`` (this scheduler's typed options, returned as
         they are; a mapping, as TorchX code passes one; None) checked against ``run_opts()``:
         defaults filled in, strings cast, required options present; with ``partial`` only the
@@ -96,7 +96,7 @@ class Scheduler(abc.ABC, Generic[T]):
         ``TakesTypedOptions`` schedulers, else a dict."""
         typed = self.opts_type if isinstance(self, TakesTypedOptions) else None
         if typed is not None and isinstance(cfg, typed):
-            return cfg
+            return cast(T, cfg)  # the options type is T: found on Scheduler[T] itself
         given = as_cfg(cfg)
         opts = self.run_opts()
         unknown = opts.unknown_keys(given) if strict else []
@@ -111,8 +111,8 @@ class Scheduler(abc.ABC, Generic[T]):
             )
         resolved = given if partial else opts.resolve(given)
         if typed is not None:
-            return typed.from_cfg(resolved, partial=partial)
-        return resolved
+            return cast(T, typed.from_cfg(resolved, partial=partial))
+        return cast(T, resolved)  # a scheduler written TorchX's way: Scheduler[Mapping]
 
     def submit_dryrun(
         self, app: AppDef, cfg: T, workspace: LocalWorkspace | None = None
@@ -129,7 +129,7 @@ class Scheduler(abc.ABC, Generic[T]):
         for role in app.roles:
             info = role.pre_proc(self.backend, info)
         info._app = app
-        info._cfg = opts
+        info._cfg = opts  # type: ignore[assignment]  # TorchX's field: a mapping there
         return info
 
     @abc.abstractmethod

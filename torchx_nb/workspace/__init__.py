@@ -33,17 +33,6 @@ class WorkspaceOpts(StructuredOpts):
 T = TypeVar("T")
 
 
-def _workspace_opts(cfg: Any) -> WorkspaceOpts:
-    """The workspace options out of a scheduler's options: typed ones are (their type derives
-    from ``WorkspaceOpts``); for a scheduler written TorchX's way, whose options are a
-    mapping, the edge where they become typed."""
-    if isinstance(cfg, WorkspaceOpts):
-        return cfg
-    keys = {f.name for f in dataclasses.fields(WorkspaceOpts)}
-    given = as_cfg(cfg)
-    return WorkspaceOpts.from_cfg({k: v for k, v in given.items() if k in keys and v is not None})
-
-
 class WorkspaceMixin(Generic[T]):
     """Ability: the scheduler runs images, and a workspace is patched onto the role's image:
     the workspace collected (secrets left out), files generated for the job (the cell as a
@@ -69,16 +58,24 @@ class WorkspaceMixin(Generic[T]):
         files.warn()
         return files.preview()
 
-    def image_opts(self, cfg: Any, build: bool) -> Any:
+    def image_opts(self, cfg: Any, build: bool) -> WorkspaceOpts:
         """The options an image is planned (``build`` False) or built with, in the backend's
-        own option type: a backend checks here what must hold before anything is built or
-        pushed, or fills in a default ``image_repo``; by default ``cfg`` as it is."""
-        return cfg
+        own option type (a ``WorkspaceOpts``): a backend checks here what must hold before
+        anything is built or pushed, or fills in a default ``image_repo``. By default the
+        typed options as they are; a scheduler written TorchX's way, whose options are a
+        mapping, gets its workspace options read out of it here (its one edge)."""
+        if isinstance(cfg, WorkspaceOpts):
+            return cfg
+        keys = {f.name for f in dataclasses.fields(WorkspaceOpts)}
+        given = as_cfg(cfg)
+        return WorkspaceOpts.from_cfg(
+            {k: v for k, v in given.items() if k in keys and v is not None}
+        )
 
     def plan_image(self, role: Role, workspace: str, cfg: Any) -> None:
         """What ``patch_image`` will make of ``role.image``, without building or pushing: the
         patched image to be pushed (its digest is known only after the push). For dry runs."""
-        repo = _workspace_opts(self.image_opts(cfg, build=False)).image_repo
+        repo = self.image_opts(cfg, build=False).image_repo
         base = role.image
         role.image = (
             f"{repo}@sha256:<digest after push of {base} + workspace>"
@@ -112,7 +109,7 @@ class WorkspaceMixin(Generic[T]):
         from torchx_nb.workspace.collect import DOCKERFILE, collect_workspace
         from torchx_nb.workspace.scan import default_cache
 
-        opts = _workspace_opts(self.image_opts(cfg, build=False))
+        opts = self.image_opts(cfg, build=False)
         dockerfile = (Path(workspace).expanduser() / DOCKERFILE).is_file() and any(
             f.path == DOCKERFILE
             for f in collect_workspace(workspace, scan=default_cache().readonly()).files
@@ -136,7 +133,7 @@ class WorkspaceMixin(Generic[T]):
         from torchx_nb.workspace.builders import BuildInput, choose_builder
         from torchx_nb.workspace.collect import DOCKERFILE, collect_workspace
 
-        opts = _workspace_opts(self.image_opts(cfg, build=True))
+        opts = self.image_opts(cfg, build=True)
         collected = collect_workspace(workspace)
         collected.warn()
         cache: dict[Any, Any] = self.__dict__.setdefault("_workspace_builds", {})
