@@ -551,6 +551,97 @@ def test_a_notebook_is_uploaded_as_it_runs_on_an_object_store(tmp_path: Path, aw
     assert final.cells[2].outputs[0].text == "2\n"
 
 
+def test_notebook_uploads_are_spaced_and_a_held_back_one_goes_up_later(
+    tmp_path: Path, aws_env: Any
+) -> None:
+    """Uploads at most every interval (30 s by default; 6 s here through
+    $TORCHX_NB_NOTEBOOK_UPLOAD_EVERY): the save held back by it goes up once the interval is
+    over, with no cell ending meanwhile (the store is never more than one interval behind),
+    and the last state goes up at the end. Every PUT is seen: the bucket keeps versions."""
+    import os
+    import time
+
+    import nbformat
+
+    from torchx_nb.apps.notebook_main import NOTEBOOK_UPLOAD_EVERY, upload_every
+
+    assert NOTEBOOK_UPLOAD_EVERY == 30.0
+    s3 = aws_env.client("s3")
+    s3.create_bucket(
+        Bucket="nb-spaced", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+    )
+    s3.put_bucket_versioning(Bucket="nb-spaced", VersioningConfiguration={"Status": "Enabled"})
+    go = tmp_path / "go"
+    wait = f"import os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.2)"
+    folder = notebook_job(
+        tmp_path, "print('a')", "import time\ntime.sleep(1)\nprint('b')", wait, "print('end')"
+    )
+    env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    env.update(
+        PATH=os.environ["PATH"],
+        PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+        TORCHX_OUTPUT_DIR=str(tmp_path / "out"),
+        TORCHX_NB_OUTPUT_URL="s3://nb-spaced/runs/j/",
+        TORCHX_NB_NOTEBOOK_UPLOAD_EVERY="6",
+    )
+    key = {"Bucket": "nb-spaced", "Key": "runs/j/nb.ipynb"}
+    seen: list[tuple[float, str, Any]] = []  # (when, version, the notebook uploaded)
+
+    def look() -> None:
+        try:
+            head = s3.head_object(**key)
+        except s3.exceptions.ClientError:
+            return
+        if not seen or seen[-1][1] != head["VersionId"]:
+            body = s3.get_object(**key, VersionId=head["VersionId"])["Body"].read()
+            seen.append((time.monotonic(), head["VersionId"], nbformat.reads(body.decode(), 4)))
+
+    def outputs(nb: Any) -> list[str]:
+        return ["".join(o.get("text", "") for o in c.get("outputs", [])) for c in nb.cells]
+
+    proc = subprocess.Popen(
+        [sys.executable, str(folder / RUNNER), "--notebook", "nb.ipynb"],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (seen and outputs(seen[-1][2])[1]):
+            look()
+            time.sleep(0.1)
+        quiet = time.monotonic() + 8  # the third cell waits: nothing is owed any more
+        while time.monotonic() < quiet:
+            look()
+            time.sleep(0.1)
+        assert proc.poll() is None, "the notebook should still be running"
+    finally:
+        go.touch()
+        assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    look()
+    running = [outputs(nb) for _, _, nb in seen]
+    # first 'a' alone (the first save goes up at once), then 'b', held back by the
+    # interval and uploaded when it was over, while the third cell still runs
+    assert running[:2] == [["a\n", "", "", ""], ["a\n", "b\n", "", ""]], running
+    # S3 keeps whole seconds; the first PUT also makes the S3 client (up to a second): 'b'
+    # would have gone up 3 s after 'a' without the interval (the save's own 3 s), not 6
+    versions = s3.list_object_versions(Bucket="nb-spaced", Prefix="runs/j/nb.ipynb")["Versions"]
+    when = {v["VersionId"]: v["LastModified"] for v in versions}
+    gap = (when[seen[1][1]] - when[seen[0][1]]).total_seconds()
+    assert gap >= 5, (gap, sorted(when.values()))
+    assert running[-1] == ["a\n", "b\n", "", "end\n"]  # the last state, at the end
+    versions = s3.list_object_versions(Bucket="nb-spaced", Prefix="runs/j/nb.ipynb")["Versions"]
+    assert len(versions) <= 4, when  # a, b, the third cell's end, the end's upload
+    # the interval: a number of at least 1 second, else the 30 s default
+    for given, every in (("4", 4.0), ("0.2", 30.0), ("nan", 30.0), ("x", 30.0), ("", 30.0)):
+        os.environ["TORCHX_NB_NOTEBOOK_UPLOAD_EVERY"] = given
+        try:
+            assert upload_every() == every, given
+        finally:
+            del os.environ["TORCHX_NB_NOTEBOOK_UPLOAD_EVERY"]
+
+
 def test_a_job_python_without_nbclient_is_one_line(tmp_path: Path) -> None:
     folder = notebook_job(tmp_path, "x = 1")
     proc = subprocess.run(

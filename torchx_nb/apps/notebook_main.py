@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ from typing import Any
 PARAMETERS_FILE = "notebook-parameters.txt"  # beside this file: the values, a Python literal
 NOTEBOOK_SAVE_EVERY = 3.0  # seconds between saves of the executed notebook, at most
 NOTEBOOK_UPLOAD_EVERY = 30.0  # and between its uploads, on an object-store backend
+UPLOAD_EVERY_ENV = "TORCHX_NB_NOTEBOOK_UPLOAD_EVERY"  # seconds, to change the 30 s (tests)
 KERNEL = "torchx-nb-job-python"
 TIMEOUT_GRACE = 5.0  # seconds a timed-out cell has to end after its interrupt
 
@@ -82,6 +84,18 @@ def _kernel_here(root: str) -> None:
     os.environ["JUPYTER_PATH"] = os.pathsep.join(
         [root, *filter(None, [os.environ.get("JUPYTER_PATH")])]
     )
+
+
+def upload_every() -> float:
+    """Seconds between uploads of the executed notebook: ``$TORCHX_NB_NOTEBOOK_UPLOAD_EVERY``
+    when it is a number of at least 1, else 30."""
+    import math
+
+    try:
+        every = float(os.environ.get(UPLOAD_EVERY_ENV, ""))
+    except ValueError:
+        return NOTEBOOK_UPLOAD_EVERY
+    return every if math.isfinite(every) and every >= 1 else NOTEBOOK_UPLOAD_EVERY
 
 
 def _upload_one(base: Any, path: str, url: str) -> None:
@@ -187,20 +201,35 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     # a sweep trial's point over the run's own values
     inject_parameters(nb, {**_parameters(), **point})
     target = os.path.join(folder, os.path.basename(path))
-    state = {"saved": 0.0, "uploaded": 0.0, "cell": -1, "began": 0.0}
+    # never so far: a machine up for less than the intervals saves and uploads at once
+    state = {"saved": -math.inf, "uploaded": -math.inf, "cell": -1, "began": 0.0}
+    every = upload_every()
     later: dict[str, asyncio.TimerHandle] = {}  # a save or upload owed, made up on time
 
     def owe(what: str, wait: float, do: Any) -> None:
+        """``do`` in ``wait`` seconds, unless it is owed already (one timer for each)."""
+        if what in later:
+            return
+
+        def due() -> None:
+            later.pop(what, None)
+            do()
+
         with contextlib.suppress(RuntimeError):  # no running loop: the end saves anyway
-            if what not in later or later[what].cancelled():
-                later[what] = asyncio.get_running_loop().call_later(wait, do)
+            later[what] = asyncio.get_running_loop().call_later(wait, due)
+
+    def settle(what: str) -> None:
+        """It is being done now: a timer owing it is no longer needed."""
+        timer = later.pop(what, None)
+        if timer is not None:
+            timer.cancel()
 
     def save(final: bool = False) -> None:
         now = time.monotonic()
-        later.pop("save", None)
         if not final and now - state["saved"] < NOTEBOOK_SAVE_EVERY:
             owe("save", NOTEBOOK_SAVE_EVERY - (now - state["saved"]), save)
             return
+        settle("save")
         if kernelspec:
             nb.metadata["kernelspec"] = kernelspec
         tmp = f"{target}.part"
@@ -211,14 +240,18 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
             upload()
 
     def upload() -> None:
+        """The notebook as last saved goes up, at most every ``every`` seconds: one held back
+        goes up when the interval is over, so the store is never more than that behind."""
         now = time.monotonic()
-        later.pop("upload", None)
-        if now - state["uploaded"] < NOTEBOOK_UPLOAD_EVERY:
-            owe("upload", NOTEBOOK_UPLOAD_EVERY - (now - state["uploaded"]), upload)
+        if now - state["uploaded"] < every:
+            owe("upload", every - (now - state["uploaded"]), upload)
             return
+        settle("upload")
         with contextlib.suppress(Exception):  # the end uploads everything anyway
             _upload_one(base, target, url)
-            state["uploaded"] = now
+            # counted from its end (the first also imports and makes the client): PUTs
+            # are never closer than the interval
+            state["uploaded"] = time.monotonic()
 
     def stop(signum: int, frame: Any) -> None:  # before the kernel runs: end at once
         raise SystemExit(128 + signum)
