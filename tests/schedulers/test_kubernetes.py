@@ -761,3 +761,29 @@ def test_stale_warnings_do_not_explain_a_job_that_moved_on() -> None:
     )
     others = [event("k", "FailedCreate", "2026-01-01T00:00:12Z"), create | {"type": "Normal"}]
     assert event_pending_reason(others, "j", []) is None
+
+
+def test_a_cancelled_job_says_who_cancelled_it(
+    kube_env: KubeFake, base_images: dict[str, str]
+) -> None:
+    """``torchx-nb cancel`` deletes the Job and its pods and leaves who asked in its cancel
+    mark: the status, while it is deleted and once it is gone (another process), says who."""
+    import getpass
+    import re
+
+    from tests.conftest import cli
+
+    sched = KubernetesScheduler("torchx")
+    sleeper = sched.submit(shell_app("sleep 120", base_images["busybox"]), {"api": "indexed"})
+    wait_for(lambda: sched.describe(sleeper).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
+    handle = f"kubernetes://torchx/{sleeper}"
+    code, _, err = cli("cancel", handle)
+    assert code == 0, err
+    wait_for(lambda: ("job", "default", parse_app_id(sleeper)[1]) not in kube_env.objects, 30)
+    gone = KubernetesScheduler("torchx").describe(sleeper)
+    assert gone is not None and gone.state == AppState.CANCELLED
+    who = rf"{getpass.getuser()} with torchx-nb cancel \(pid \d+\)"
+    assert re.fullmatch(rf"it was cancelled by {who}: its Job and pods were deleted", gone.msg)
+    code, out, err = cli("status", handle)
+    assert code == 0, err
+    assert "State: CANCELLED" in out and re.search(rf"cancelled by {who}", out), out

@@ -44,12 +44,26 @@ def cancel_mark(backend: str, app_id: str) -> Path:
     return data_dir() / backend / "cancelled" / app_id.replace(":", "_").replace("/", "_")
 
 
-def mark_cancelled(backend: str, app_id: str) -> None:
-    from torchx_nb.paths import private_dir
+def mark_cancelled(backend: str, app_id: str, by: str = "") -> None:
+    """Leave the mark; ``by``: who cancelled (``cancellers.canceller``), said by describe."""
+    import json
+
+    from torchx_nb.paths import private_dir, write_private
 
     mark = cancel_mark(backend, app_id)
     private_dir(mark.parent)
-    mark.touch()
+    write_private(mark, json.dumps({"by": by}) if by else "")
+
+
+def marked_by(backend: str, app_id: str) -> str:
+    """Who the cancel mark of ``app_id`` says cancelled it ('' when it names nobody)."""
+    import json
+
+    try:
+        said = json.loads(cancel_mark(backend, app_id).read_text() or "{}").get("by")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return str(said)[:200] if said else ""
 
 
 def trial_output(base: str | None, index: int) -> str | None:

@@ -11,6 +11,7 @@ from torchx_nb.schedulers.abilities import (
     TakesTypedOptions,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
+from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.ids import random_id
 from torchx_nb.schedulers.kubernetes.arrays import KubeArrays
 from torchx_nb.schedulers.kubernetes.client import (
@@ -58,6 +59,7 @@ from torchx_nb.schedulers.outputs import (
     REMOTE_OUTPUT_DIR,
     cancel_mark,
     mark_cancelled,
+    marked_by,
     output_env,
     upload_target,
 )
@@ -329,10 +331,11 @@ class KubernetesScheduler(
         if job is not None:
             return self._response(app_id, job, pods)
         if cancel_mark("kubernetes", app_id).exists():
+            by = marked_by("kubernetes", app_id)
             return DescribeAppResponse(
                 app_id=app_id,
                 state=AppState.CANCELLED,
-                msg="cancelled: the job and its pods were deleted",
+                msg=f"it was cancelled{f' by {by}' if by else ''}: its Job and pods were deleted",
             )
         return None
 
@@ -344,7 +347,7 @@ class KubernetesScheduler(
             self._volcano_state(job) if volcano else self._indexed_state(job, pods)
         )
         if job["metadata"].get("deletionTimestamp"):
-            state, msg = AppState.CANCELLED, "deleted"
+            state, msg = AppState.CANCELLED, _deleted_by(app_id)
         roles, statuses = self._roles(job, pods, volcano, state)
         failed = [
             f"{r.role}-{r.id}: {r.structured_error_msg}"
@@ -532,7 +535,7 @@ class KubernetesScheduler(
         namespace, name, index = parse_trial_id(app_id)
         body = {"propagationPolicy": "Foreground"}
         what = f"cannot delete {app_id}"
-        mark_cancelled("kubernetes", app_id)
+        mark_cancelled("kubernetes", app_id, canceller())
         if index is not None:
             self._evict_trial(namespace, name, index)
             return
@@ -570,3 +573,12 @@ def deadline_words(spec: dict[str, Any], what: str) -> tuple[str, str]:
 
 def create_scheduler(session_name: str, client: Any = None, **kwargs: Any) -> KubernetesScheduler:
     return KubernetesScheduler(session_name, client=client)
+
+
+def _deleted_by(app_id: str) -> str:
+    """Why a Job being deleted ends: our cancel (its mark says by whom), else a deletion
+    made outside torchx_nb."""
+    if not cancel_mark("kubernetes", app_id).exists():
+        return "its Job is being deleted outside torchx_nb (kubectl delete, or its owner)"
+    by = marked_by("kubernetes", app_id)
+    return f"it was cancelled{f' by {by}' if by else ''}: its Job and pods are being deleted"
