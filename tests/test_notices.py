@@ -58,6 +58,31 @@ def test_the_url_is_masked_where_shown_and_checked(monkeypatch: pytest.MonkeyPat
     assert notices.notify_url() is None
 
 
+@pytest.mark.parametrize(
+    "url", ["http://bot:s3cr/et@127.0.0.1:9/x", "http://bot:s3cr?et@127.0.0.1:9/x"]
+)
+def test_a_url_whose_password_urllib3_cannot_read_is_one_line_before_the_job(
+    isolated: Path, url: str
+) -> None:
+    """A ``/`` or ``?`` left unescaped in the password cuts urllib3's host short
+    (``'bot:s3cr' is not a valid host or port``): that text was the notice's error, kept in
+    the job store and shown, holding the user and part of the password, and the job ran with
+    a notice that could never be sent. Now the submit is one line naming the fix, masked,
+    and nothing runs."""
+    assert notices.shown_url(url) == "http://****/****"
+    code, out, err = cli(
+        "run", "-s", "local_cwd", "utils.sh", "true", env={notices.NOTIFY_ENV: url}
+    )
+    assert code != 0 and out == "", out
+    assert err.strip() == (
+        "torchx-nb: error: the notice URL 'http://****/****' has no host urllib3 can read: a /"
+        " # or ? in its user or password must be percent-encoded (%2F %23 %3F); fix"
+        " TORCHX_NB_NOTIFY_URL or [notify] url in .torchxconfig"
+    ), err
+    assert "s3cr" not in err
+    assert JobStore(str(isolated.parent / "torchx-nb-data" / "jobs.sqlite")).list() == []
+
+
 def _claim(path: str, handle: str, out: multiprocessing.Queue[bool]) -> None:
     out.put(JobStore(path).lease_notice(handle, f"p{multiprocessing.current_process().pid}", 60))
 

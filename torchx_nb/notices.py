@@ -54,15 +54,38 @@ def notify_url() -> str | None:
             f"the notice URL {shown_url(url)!r} is not an http(s) URL: fix {NOTIFY_ENV} or"
             " [notify] url in .torchxconfig"
         )
+    if _host(url) is None:  # urllib3's own message would quote the text: a user and password
+        raise NotifyError(
+            f"the notice URL {shown_url(url)!r} has no host urllib3 can read: a / # or ? in"
+            " its user or password must be percent-encoded (%2F %23 %3F); fix"
+            f" {NOTIFY_ENV} or [notify] url in .torchxconfig"
+        )
     return url
+
+
+def _host(url: str) -> str | None:
+    """``host[:port]`` as urllib3 reads the URL (without its ``user:pass@``); None when it
+    reads none (a ``/`` in a password cuts the host short)."""
+    from urllib3.exceptions import LocationParseError
+    from urllib3.util import parse_url
+
+    try:
+        parsed = parse_url(url)
+    except (LocationParseError, ValueError):
+        return None
+    if not parsed.host:
+        return None
+    return f"{parsed.host}:{parsed.port}" if parsed.port is not None else parsed.host
 
 
 def shown_url(url: str) -> str:
     """The URL as it may be shown: a webhook's path is its secret (Slack, Teams), so only the
-    scheme and host are kept."""
-    scheme, sep, rest = url.partition("://")
-    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
-    return f"{scheme}{sep}{host}/****" if sep else "****"
+    scheme and host are kept — the host as urllib3 reads it, or nothing (a URL whose
+    ``user:pass@`` it cannot read would show a piece of the password)."""
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        return "****"
+    return f"{scheme}{sep}{_host(url) or '****'}/****"
 
 
 def payload(

@@ -318,6 +318,9 @@ class Submitting(RunnerCore):
         ``push``: variables (cloudpickle) sent into a cell's namespace; ``packages``: the
         environment (auto, none, or a requirements file)."""
         self._validate_app(app)
+        from torchx_nb.notices import notify_url
+
+        notify_url()  # a notice URL that can never be sent is one line now, not at the job's end
         app = copy.deepcopy(app)
         sched = self.get_scheduler(scheduler)
         job_id = make_app_handle(scheduler, self._name, macros.app_id)
