@@ -39,6 +39,8 @@ export class JobsModel {
   /** Rows from the event stream not yet applied: the last one per job. */
   private _queue = new Map<string, IJob>();
   private _frame = 0;
+  /** The stream followed now: events of one stopped since are ignored. */
+  private _stream = 0;
 
   constructor() {
     this.changed = this._changed;
@@ -235,8 +237,16 @@ export class JobsModel {
     return added;
   }
 
+  /** Follows the stream from a page just loaded. Rows queued from the stream before it
+   * (another filter's, or from before the page) are dropped: the page holds them, and the new
+   * stream sends again whatever changed after the page's position. Applied later, a row the
+   * old filter did not match took out a row the new list holds. */
   private _follow(eventId: string): void {
     this._stop?.();
+    this._queue.forEach(job => this._noteEnd(job));
+    this._queue.clear();
+    const stream = ++this._stream;
+    const current = (): boolean => stream === this._stream;
     let pending = false;
     const flush = (): void => {
       if (!pending) {
@@ -248,19 +258,29 @@ export class JobsModel {
       }
     };
     this._stop = followEvents(eventId, this.filters, {
-      job: row => this._enqueue(row),
+      job: row => {
+        if (current()) {
+          this._enqueue(row);
+        }
+      },
       counts: counts => {
-        this.counts = counts;
-        flush();
+        if (current()) {
+          this.counts = counts;
+          flush();
+        }
       },
       connected: on => {
-        this.connected = on;
-        this.connecting = false;
-        flush();
+        if (current()) {
+          this.connected = on;
+          this.connecting = false;
+          flush();
+        }
       },
       reset: () => {
-        this._queue.clear(); // rows from before the reset: the reload supersedes them
-        void this.refresh();
+        if (current()) {
+          this._queue.clear(); // rows from before the reset: the reload supersedes them
+          void this.refresh();
+        }
       }
     });
   }

@@ -111,10 +111,6 @@ def test_the_panel_recovers_after_a_server_restart_and_a_dropped_connection(
             assert all("," not in e["ids"] for e in events if e["ids"])
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the filtered panel missed a row in the final parallel CI run (store reset interplay); open in the stop note",
-)
 def test_a_filtered_list_keeps_rows_that_change_and_folds_every_alphabet(
     panel_parts: None, tmp_path: Path, isolated: Path
 ) -> None:

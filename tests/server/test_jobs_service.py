@@ -143,3 +143,32 @@ def test_a_store_made_anew_is_a_reset_then_followed_from_its_own_start(isolated:
         ]
     finally:
         service.close()
+
+
+def test_a_page_resumes_from_before_what_it_read(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A jobs page is read on a worker thread while the poller logs changes on the event
+    loop: a change logged during the read is not in the page, so the page's event id must be
+    from before it (it was taken after the read, and a client resuming from it never got
+    that row: the panel's filtered list missed a job)."""
+    store = JobStore()
+    store.add(record(0, "SUCCEEDED"))
+    service = JobService()
+    try:
+        service._refresh()  # the feed has started
+        real = service.runner.jobstore.page
+
+        def page(**kwargs: Any) -> Any:
+            found = real(**kwargs)
+            store.add(record(1, "FAILED"))  # written just after the read ...
+            service._record(service._refresh())  # ... and logged by the poller meanwhile
+            return found
+
+        monkeypatch.setattr(service.runner.jobstore, "page", page)
+        body = service.page(None, None, None, None, 1, 50)
+        assert [j["handle"] for j in body["jobs"]] == ["local_cwd://torchx/j-0"]
+        _, rows = asyncio.run(service.changes(service.resume_from(body["event_id"])))
+        assert rows is not None and [r["handle"] for r in rows] == ["local_cwd://torchx/j-1"]
+    finally:
+        service.close()

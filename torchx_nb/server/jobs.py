@@ -153,6 +153,9 @@ class JobService:
         ``next``) continues after its last row, so a walk never repeats or skips a row while
         jobs are submitted."""
         self._start_rev()
+        # the position before the read: a change the poller logs while the store is read
+        # (this runs beside the event loop) is then sent again rather than never
+        version = self._version
         store = self.runner.jobstore
         notebooks = self._notebook_spellings(notebook) if notebook else None
         records, total = store.page(
@@ -172,7 +175,7 @@ class JobService:
             "per_page": per_page,
             "next": page_cursor(last.submitted, last.handle) if last else None,
             "counts": store.counts(),
-            "event_id": self.event_id(self._version),
+            "event_id": self.event_id(version),
         }
 
     def _notebook_spellings(self, notebook: str) -> list[str]:
