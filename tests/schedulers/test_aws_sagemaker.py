@@ -183,7 +183,26 @@ def test_stop_request_shape() -> None:
 
     client = boto3.client("sagemaker", region_name="us-west-2")
     sched = AwsSageMakerScheduler("torchx", client=client)
-    with Stubber(client) as stub:
+    from datetime import datetime
+
+    from botocore.stub import ANY
+
+    arn = "arn:aws:sagemaker:us-west-2:123456789012:training-job/job-1"
+    described = {
+        "TrainingJobName": "job-1",
+        "TrainingJobArn": arn,
+        "ModelArtifacts": {"S3ModelArtifacts": "s3://b/m"},
+        "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Training",
+        "AlgorithmSpecification": {"TrainingInputMode": "File"},
+        "ResourceConfig": {"VolumeSizeInGB": 1},
+        "StoppingCondition": {},
+        "CreationTime": datetime(2026, 1, 1),
+    }
+    tags = {"ResourceArn": arn, "Tags": [{"Key": "torchx-nb/stopped-by", "Value": ANY}]}
+    with Stubber(client) as stub:  # who asked is tagged first: StopTrainingJob keeps no reason
+        stub.add_response("describe_training_job", described, {"TrainingJobName": "job-1"})
+        stub.add_response("add_tags", {}, tags)
         stub.add_response("stop_training_job", {}, {"TrainingJobName": "job-1"})
         sched._cancel_existing("job-1")
         stub.assert_no_pending_responses()
@@ -526,3 +545,41 @@ def test_a_failed_replicas_exit_code_comes_from_the_failure_reason(
     rep = role.replicas[1]
     card = FailureCard(role.role, rep.id, rep.exit_code, rep.oom, signal_number=rep.signal)
     assert card.headline() == "sagemaker/1 exited with code 3"
+
+
+def test_a_stopped_job_says_who_stopped_it(aws_env: MotoServer) -> None:
+    """StopTrainingJob keeps no reason, so torchx_nb's cancel first tags the job with who
+    asked (here against moto_server, which has the job and its tags but no
+    stop_training_job): a Stopped job with that tag says torchx_nb stopped it for whom; one
+    without says it was stopped outside torchx_nb."""
+    import getpass
+
+    from torchx_nb.schedulers.sagemaker_stop import stopped_by, tag_stop
+
+    sm = aws_env.client("sagemaker")
+    for name in ("ours-1", "theirs-1"):
+        sm.create_training_job(
+            TrainingJobName=name,
+            RoleArn=ROLE,
+            AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
+            OutputDataConfig={"S3OutputPath": "s3://b/"},
+            ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
+            StoppingCondition={"MaxRuntimeInSeconds": 60},
+        )
+    tag_stop(sm, "ours-1")  # what _cancel_existing does before StopTrainingJob
+    sched = AwsSageMakerScheduler("torchx", client=sm)
+    said = {}
+    for name in ("ours-1", "theirs-1"):
+        job = sm.describe_training_job(TrainingJobName=name)
+        stopped = {**job, "TrainingJobStatus": "Stopped", "SecondaryStatus": "Stopped"}
+        resp = sched._response(name, stopped, stopped_by(sm, job["TrainingJobArn"]))
+        assert resp.state == AppState.CANCELLED
+        assert resp.roles_statuses[0].replicas[0].ending == resp.msg.removeprefix("it ")
+        said[name] = resp.msg
+    assert re.fullmatch(
+        rf"it was stopped by torchx_nb for {getpass.getuser()} with \S+ pid \d+", said["ours-1"]
+    ), said
+    assert said["theirs-1"] == (
+        "it was stopped outside torchx_nb (StopTrainingJob: the console, the AWS CLI or an API"
+        " call)"
+    )

@@ -10,6 +10,7 @@ apply to a patched image and are refused with the reason, not dropped."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import re
 from collections.abc import Iterable, Iterator
@@ -37,6 +38,8 @@ from torchx_nb.schedulers.sagemaker_status import (
     status_message,
     time_limit,
 )
+from torchx_nb.schedulers.sagemaker_stop import stop_ending, tag_stop
+from torchx_nb.schedulers.sagemaker_stop import stopped_by as read_stopped_by
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -428,11 +431,18 @@ class AwsSageMakerScheduler(
             from torchx_nb.schedulers.aws_common import aws_error
 
             raise aws_error(e, f"cannot describe {app_id}") from None
-        return self._response(app_id, job)
+        stopped_by = None
+        if job.get("TrainingJobStatus") == "Stopped" and job.get("TrainingJobArn"):
+            with contextlib.suppress(Exception):  # who is extra: never fail describe
+                stopped_by = read_stopped_by(self.client, job["TrainingJobArn"])
+        return self._response(app_id, job, stopped_by)
 
-    def _response(self, app_id: str, job: dict[str, Any]) -> DescribeAppResponse:
+    def _response(
+        self, app_id: str, job: dict[str, Any], stopped_by: str | None = None
+    ) -> DescribeAppResponse:
         """The status of a DescribeTrainingJob answer; a failed replica's exit code is the one
-        its bootstrap wrote into the failure reason."""
+        its bootstrap wrote into the failure reason; a stopped job says who stopped it
+        (``stopped_by``: torchx_nb's tag, '' for none, None when not read)."""
         state = STATES.get(job.get("TrainingJobStatus", ""), AppState.UNKNOWN)
         secondary = str(job.get("SecondaryStatus") or "")
         if state == AppState.RUNNING and secondary in WAITING:
@@ -492,6 +502,11 @@ class AwsSageMakerScheduler(
             ended=_epoch(job.get("TrainingEndTime")) if is_terminal(state) else None,
         )
         resp.msg = status_message(job)
+        if state == AppState.CANCELLED and stopped_by is not None:
+            ending = stop_ending(stopped_by)
+            resp.msg = f"it {ending}"
+            for rep in resp.roles_statuses[0].replicas:
+                rep.ending = ending
         return resp
 
     def list(self, cfg: AwsSageMakerOpts | None = None) -> list[ListAppResponse]:
@@ -527,6 +542,10 @@ class AwsSageMakerScheduler(
         ]
 
     def _cancel_existing(self, app_id: str) -> None:
+        """Tag the job with who cancels it (StopTrainingJob keeps no reason), then stop it;
+        a tag that cannot be written (no sagemaker:AddTags) does not hold up the stop."""
+        with contextlib.suppress(Exception):
+            tag_stop(self.client, app_id)
         call(f"cannot stop {app_id}", self.client.stop_training_job, TrainingJobName=app_id)
 
     #: why ``--streams`` cannot pick a stream here

@@ -99,4 +99,9 @@ def replica_exits(job: dict[str, Any]) -> dict[int, int]:
     return found
 
 
-__all__ = ["out_of_memory", "replica_exits", "status_message", "time_limit"]
+__all__ = [
+    "out_of_memory",
+    "replica_exits",
+    "status_message",
+    "time_limit",
+]
