@@ -440,3 +440,61 @@ def test_an_old_notebook_comes_back_valid_and_a_skipped_save_is_made_up(
     ]
     code, _, err = cli("cancel", handle)
     assert code == 0, err
+
+
+def test_non_finite_floats_arrive_and_a_too_long_int_is_one_line(
+    isolated: Path, tmp_path: Path
+) -> None:
+    """``float("nan")``, ``inf`` and ``-p x=1e5000`` were refused as "a float is not a Python
+    literal" (papermill injects them); now they are injected as papermill writes them,
+    ``float('nan')``, from Python and from ``-p`` (``nan``/``inf`` read as floats, as
+    papermill's -p reads them), and the panel's JSON stays JSON. An int of more than 4300
+    digits, kept as text by -p without a word and refused as "a int is not a Python literal"
+    from Python, is one line saying why."""
+    from torchx_nb.notebook.notebook_jobs import run_notebook
+    from torchx_nb.server.pages import trial_params
+
+    show = "for k in ('x', 'y', 'z'):\n    print(k, repr(globals()[k]))"
+    notebook(isolated / "floats.ipynb", show, parameters="x = y = z = 0.0")
+    values = {"x": float("nan"), "y": [float("inf"), -float("inf")], "z": {"w": float("nan")}}
+    with get_runner() as runner:
+        job = run_notebook(isolated / "floats.ipynb", values, runner=runner)
+        status = job.wait(timeout=120, interval=0.5)
+        assert status is not None and status.state.name == "SUCCEEDED", job.logs()
+        nb = nbformat.read(job.notebook(tmp_path / "back"), 4)
+        assert nb.cells[2].source == (
+            "# Parameters\nx = float('nan')\ny = [float('inf'), -float('inf')]\n"
+            "z = {'w': float('nan')}\n"
+        )
+        assert outputs_text(nb.cells[3]) == "x nan\ny [inf, -inf]\nz {'w': nan}\n"
+        rec = runner.jobstore.get(job.handle)
+        assert rec is not None
+        assert trial_params(rec.params) == {"x": "nan", "y": ["inf", "-inf"], "z": {"w": "nan"}}
+        for big in (10**5000, [1, 10**5000]):
+            try:
+                run_notebook(isolated / "floats.ipynb", {"x": big}, runner=runner)
+            except ValueError as e:
+                assert str(e) == (
+                    "-p x: an int of more than 4300 digits has no text in Python"
+                    " (sys.get_int_max_str_digits); give it as text, or compute it in the notebook"
+                )
+            else:
+                raise AssertionError("a 5001-digit int is refused")
+    code, out, err = cli(
+        "run-notebook", "floats.ipynb", "-p", "x=nan", "-p", "y=1e5000", "-p", "z=-Inf", "--wait"
+    )
+    assert code == 0, err
+    assert [
+        line
+        for line in out.splitlines()
+        if line[:13] in ("notebook/0 x ", "notebook/0 y ", "notebook/0 z ")
+    ] == ["notebook/0 x nan", "notebook/0 y inf", "notebook/0 z -inf"], out
+    digits = "9" * 5000
+    for given, said in (
+        (digits, "an int of 5000 digits is over Python's limit for int text (4300)"),
+        (f"[{digits}]", "an int in it is over Python's limit for int text (4300 digits)"),
+    ):
+        assert cli_error("run-notebook", "floats.ipynb", "-p", f"x={given}") == (
+            f"torchx-nb: error: -p x: {said}; give it as text, in quotes, or compute it in the"
+            " notebook"
+        )

@@ -183,7 +183,10 @@ def notebook_fields(args: argparse.Namespace) -> dict[str, Any]:
         name, eq, value = item.partition("=")
         if not eq or not name.strip():
             raise ValueError(f"-p {item!r}: give NAME=VALUE")
-        params[name.strip()] = read_value(value)
+        try:
+            params[name.strip()] = read_value(value)
+        except ValueError as e:
+            raise ValueError(f"-p {name.strip()}: {e}") from None
     return {"run_notebook": args.notebook, "parameters": params, "cell_timeout": args.cell_timeout}
 
 

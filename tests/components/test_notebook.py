@@ -3,6 +3,7 @@ convention, and the AppDef it runs as."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import nbformat
@@ -62,7 +63,7 @@ def test_with_no_parameters_cell_the_values_go_first() -> None:
         ("ok.ipynb", {"1x": 1}, None, "-p 1x: a parameter's name must be a Python variable"),
         ("ok.ipynb", {"__class__": 1}, None, "-p __class__: a parameter's name must be"),
         ("ok.ipynb", {"x": object()}, None, "-p x: a object is not a Python literal"),
-        ("ok.ipynb", {"x": float("nan")}, None, "-p x: a float is not a Python literal"),
+        ("ok.ipynb", {"x": 10**5000}, None, "-p x: an int of more than 4300 digits has no text"),
         ("ok.ipynb", {}, -1.0, "--cell-timeout must be more than 0 seconds, not -1"),
     ],
 )
@@ -177,6 +178,13 @@ def test_p_values_are_python_literals_else_the_text_as_given() -> None:
     assert read_value("a,b") == "a,b" and read_value("1,2") == "1,2"
     assert read_value("http://x/#frag") == "http://x/#frag"
     assert read_value("[" * 100_000) == "[" * 100_000
+    # as papermill's -p: nan and inf are the floats (they were the text 'nan')
+    assert math.isnan(read_value("nan")) and read_value("-Inf") == -math.inf
+    assert read_value("inf") == math.inf == read_value("1e5000")
+    assert read_value("'nan'") == "nan" and read_value("nano") == "nano"
+    with pytest.raises(ValueError, match="an int of 4301 digits is over Python's limit"):
+        read_value("9" * 4301)
+    assert read_value("9" * 4300) == int("9" * 4300)
 
 
 def test_an_unknown_name_warns_and_a_non_python_notebook_is_refused(tmp_path: Path) -> None:

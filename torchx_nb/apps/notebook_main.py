@@ -37,6 +37,55 @@ def _first_line(source: str) -> str:
     return line if len(line) <= 60 else line[:59] + "…"
 
 
+_NON_FINITE = {"nan": math.nan, "inf": math.inf}
+
+
+def _non_finite(tree: Any, make: Any) -> bool:
+    """Replace each ``nan``/``inf`` name in ``tree`` (how ``repr`` writes non-finite floats)
+    with ``make(name)``; whether there was one."""
+    import ast
+
+    found = False
+    for node in ast.walk(tree):
+        for field, child in ast.iter_fields(node):
+            items = child if isinstance(child, list) else [child]
+            for i, item in enumerate(items):
+                if isinstance(item, ast.Name) and item.id in _NON_FINITE:
+                    found = True
+                    if isinstance(child, list):
+                        child[i] = make(item.id)
+                    else:
+                        setattr(node, field, make(item.id))
+    return found
+
+
+def read_literal(text: str) -> Any:
+    """A value written by ``repr``, read back as ``ast.literal_eval`` reads it, and with the
+    non-finite floats ``repr`` writes as ``nan`` and ``inf`` (which literal_eval refuses)."""
+    import ast
+
+    tree = ast.parse(text.strip(), mode="eval")
+    _non_finite(tree, lambda name: ast.Constant(_NON_FINITE[name]))
+    return ast.literal_eval(tree)
+
+
+def python_source(value: Any) -> str:
+    """``value`` as the injected cell writes it: its ``repr``, with a non-finite float as
+    ``float('nan')``/``float('inf')``, as papermill writes them (a bare ``nan`` is a
+    NameError in the kernel)."""
+    import ast
+
+    text = repr(value)
+    if "nan" not in text and "inf" not in text:
+        return text
+    tree = ast.parse(text, mode="eval")
+
+    def call(name: str) -> Any:
+        return ast.Call(ast.Name("float", ast.Load()), [ast.Constant(name)], [])
+
+    return ast.unparse(tree) if _non_finite(tree, call) else text
+
+
 def inject_parameters(nb: Any, params: dict[str, Any]) -> None:
     """papermill's convention: the values go into a code cell tagged ``injected-parameters``
     (replacing one left by an earlier run) right after the cell tagged ``parameters``, or
@@ -45,7 +94,9 @@ def inject_parameters(nb: Any, params: dict[str, Any]) -> None:
 
     cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
     if params:
-        source = "# Parameters\n" + "".join(f"{k} = {v!r}\n" for k, v in params.items())
+        source = "# Parameters\n" + "".join(
+            f"{k} = {python_source(v)}\n" for k, v in params.items()
+        )
         injected = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
         at = next(
             (i + 1 for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])), 0
@@ -152,13 +203,11 @@ async def _maybe_await(value: Any) -> Any:
 
 def _parameters() -> dict[str, Any]:
     """The run's own values, from the file shipped beside this runner (none without it)."""
-    import ast
-
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), PARAMETERS_FILE)
     if not os.path.isfile(path):
         return {}
     with open(path, encoding="utf-8") as f:
-        values = ast.literal_eval(f.read())
+        values = read_literal(f.read())
     return dict(values)
 
 

@@ -51,6 +51,8 @@ def notebook_program(
     for name, value in (parameters or {}).items():
         if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__"):
             raise BadParameter(name, "a parameter's name must be a Python variable name")
+        if _too_long_int(value):
+            raise BadParameter(name, TOO_LONG_INT)
         if not _is_literal(value):
             raise BadParameter(
                 name,
@@ -120,15 +122,34 @@ def _not_a_notebook(path: Path) -> str | None:
     return None
 
 
-def _is_literal(value: Any) -> bool:
-    """Whether ``value`` is written back exactly by its repr (what the injected cell holds)."""
-    import ast
-    import math
+TOO_LONG_INT = (
+    "an int of more than 4300 digits has no text in Python (sys.get_int_max_str_digits);"
+    " give it as text, or compute it in the notebook"
+)
 
-    if isinstance(value, float) and not math.isfinite(value):
-        return False
+
+def _too_long_int(value: Any) -> bool:
+    """Whether ``value`` holds an int whose ``repr`` Python refuses to write (over its
+    int-to-text digit limit)."""
     try:
-        return bool(ast.literal_eval(repr(value)) == value)
+        repr(value)
+    except ValueError as e:
+        return "integer string conversion" in str(e)
+    except Exception:
+        return False
+    return False
+
+
+def _is_literal(value: Any) -> bool:
+    """Whether ``value`` is written back exactly by its repr (what the injected cell holds):
+    a literal ``ast.literal_eval`` reads, or a non-finite float in one (papermill injects
+    those as ``float('nan')``, and so does the job)."""
+    from torchx_nb.apps.notebook_main import read_literal
+
+    try:
+        text = repr(value)
+        back = read_literal(text)
+        return bool(back == value) or repr(back) == text
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False
 

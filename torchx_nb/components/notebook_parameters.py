@@ -5,6 +5,8 @@ text read as a Python literal, else kept as the text it is."""
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,16 +94,39 @@ def parameters_cell(nb: Any) -> ParametersCell:
     return ParametersCell(True, tuple(declared(source).items()))
 
 
+_NON_FINITE = re.compile(r"[+-]?(nan|inf|infinity)", re.IGNORECASE)
+_INT = re.compile(r"[+-]?\d+(_\d+)*")
+
+
 def read_value(text: str) -> Any:
     """What ``-p NAME=TEXT`` gives: a Python literal (``3``, ``0.1``, ``'a'``, ``[1, 2]``,
-    ``None``, ``True``; ``true``/``false`` too) read with ``ast.literal_eval``; anything else is
-    the text itself, spaces kept."""
-    if text.strip().lower() in ("true", "false"):
-        return text.strip().lower() == "true"
+    ``None``, ``True``; ``true``/``false`` too) read with ``ast.literal_eval``; ``nan``,
+    ``inf``, ``-inf`` (any case) as the float, as papermill reads them; anything else is the
+    text itself, spaces kept. An int of more than Python's digit limit for text (4300) is a
+    ``ValueError`` naming it (it was kept as text without a word)."""
+    t = text.strip()
+    if t.lower() in ("true", "false"):
+        return t.lower() == "true"
+    if _NON_FINITE.fullmatch(t):
+        return float(t)
+    if _INT.fullmatch(t) and sum(c.isdigit() for c in t) > sys.get_int_max_str_digits() > 0:
+        raise ValueError(
+            f"an int of {sum(c.isdigit() for c in t)} digits is over Python's limit for int"
+            f" text ({sys.get_int_max_str_digits()}); give it as text, in quotes, or compute it"
+            " in the notebook"
+        )
     try:
-        value = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        value = ast.literal_eval(t)
+    except (ValueError, SyntaxError) as e:
+        if "integer string conversion" in str(e):  # an int over the limit inside a list
+            raise ValueError(
+                f"an int in it is over Python's limit for int text"
+                f" ({sys.get_int_max_str_digits()} digits); give it as text, in quotes, or"
+                " compute it in the notebook"
+            ) from None
         return text
-    if isinstance(value, tuple) and not text.strip().startswith("("):
+    except (TypeError, MemoryError, RecursionError):
+        return text
+    if isinstance(value, tuple) and not t.startswith("("):
         return text  # a comma is part of the text (1,2 is not a tuple here)
     return value

@@ -61,14 +61,17 @@ def notebook_path(notebook: str | None, root_dir: str | None) -> str | None:
         return None
 
 
+_NON_FINITE = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
+
+
 def trial_params(text: str | None) -> dict[str, Any] | None:
     """A trial's parameters (masked), or None for a job that is not a sweep's trial."""
     import json
 
     if not text:
         return None
-    try:
-        value = json.loads(text)
+    try:  # a non-finite float is stored as NaN/Infinity, which browsers' JSON refuses
+        value = json.loads(text, parse_constant=_NON_FINITE.__getitem__)
     except ValueError:
         return None
     return redact(value) if isinstance(value, dict) else None

@@ -107,7 +107,10 @@ def _parameters(body: dict[str, Any]) -> dict[str, Any]:
     for name, text in (body.get("typed_parameters") or {}).items():
         if name in values:
             raise BadSubmission(f"typed_parameters.{name}: also in parameters; give it once")
-        values[name] = read_value(text)
+        try:
+            values[name] = read_value(text)
+        except ValueError as e:
+            raise BadSubmission(f"typed_parameters.{name}: {e}") from None
         if _depth(values[name]) > MAX_DEPTH:
             raise BadSubmission(
                 f"typed_parameters.{name} nests too deep: at most {MAX_DEPTH} levels"
