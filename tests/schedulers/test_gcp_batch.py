@@ -806,3 +806,42 @@ def test_a_job_held_by_quota_says_so_with_the_next_step(gcp_env: GcpFake) -> Non
     assert waiting_reason("Job state is set from QUEUED to SCHEDULED.") == (
         "Job state is set from QUEUED to SCHEDULED."
     )
+
+
+def test_a_cancelled_job_says_who_cancelled_it(
+    gcp_env: GcpFake, base_images: dict[str, str]
+) -> None:
+    """``torchx-nb cancel`` leaves who asked in its cancel mark (GCP Batch's status events
+    say no who): the status says so; a job cancelled with GCP's own CancelJob (gcloud, the
+    console) says it was cancelled outside torchx_nb here."""
+    import getpass
+    import re
+
+    from tests.conftest import cli
+    from torchx_nb.runner import get_runner
+    from torchx_nb.schedulers.gcp_batch import parse_trial_id
+
+    bb = base_images["busybox"]
+    with get_runner() as runner:
+        ours, theirs = (
+            runner.run(shell_app("sleep 120", bb), "gcp_batch", {"location": "europe-west4"})
+            for _ in range(2)
+        )
+        for handle in (ours, theirs):
+            wait_for(lambda h=handle: runner.status(h).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
+        code, _, err = cli("cancel", ours)
+        assert code == 0, err
+        sched = runner.get_scheduler("gcp_batch")
+        assert isinstance(sched, GcpBatchScheduler)
+        project, location, name, _ = parse_trial_id(theirs.rsplit("/", 1)[1])
+        full = f"projects/{project}/locations/{location}/jobs/{name}"
+        sched.gcp.call("cancel", sched.gcp.batch.cancel_job, name=full)
+        cancelled = runner.wait(ours, wait_interval=0.2, timeout=60)
+        stopped = runner.wait(theirs, wait_interval=0.2, timeout=60)
+    assert cancelled is not None and cancelled.state == AppState.CANCELLED
+    assert re.fullmatch(
+        rf"it was cancelled by {getpass.getuser()} with torchx-nb cancel \(pid \d+\)",
+        cancelled.msg,
+    ), cancelled.msg
+    assert stopped is not None and stopped.state == AppState.CANCELLED
+    assert stopped.msg.startswith("it was cancelled outside torchx_nb here ("), stopped.msg

@@ -12,6 +12,7 @@ from torchx_nb.schedulers.abilities import (
     TakesTypedOptions,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
+from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.gcp_batch.arrays import GcpArrays
 from torchx_nb.schedulers.gcp_batch.client import GcpClients, GcpError, default_project
 from torchx_nb.schedulers.gcp_batch.constants import (
@@ -56,6 +57,9 @@ from torchx_nb.schedulers.gcp_batch.request import (
 from torchx_nb.schedulers.gcp_reasons import waiting_reason
 from torchx_nb.schedulers.outputs import (
     REMOTE_OUTPUT_DIR,
+    cancel_mark,
+    mark_cancelled,
+    marked_by,
     output_env,
     upload_target,
 )
@@ -449,6 +453,12 @@ class GcpBatchScheduler(
             resp.msg = "; ".join(f"{role_name}-{r.id}: {r.structured_error_msg}" for r in failed)
         elif job.status.status_events and state != AppState.SUCCEEDED:
             resp.msg = waiting_reason(job.status.status_events[-1].description)
+        if job.status.state.name == "CANCELLED" and parse_trial_id(app_id)[3] is None:
+            ending = cancel_ending(app_id)
+            resp.msg = f"it {ending}"
+            for rep in replicas:
+                if rep.state == AppState.CANCELLED:
+                    rep.ending = ending
         return resp
 
     def _replicas(
@@ -475,6 +485,7 @@ class GcpBatchScheduler(
             self._cancel_trial(app_id, project, location, name, index)
             return
         full = f"projects/{project}/locations/{location}/jobs/{name}"
+        mark_cancelled("gcp_batch", app_id, canceller())  # GCP Batch keeps no who
         cancel = getattr(self.gcp.batch, "cancel_job", None)
         if cancel is not None:
             try:
@@ -519,3 +530,15 @@ class GcpBatchScheduler(
 
 def create_scheduler(session_name: str, **kwargs: Any) -> GcpBatchScheduler:
     return GcpBatchScheduler(session_name, **kwargs)
+
+
+def cancel_ending(app_id: str) -> str:
+    """Who cancelled a whole job: torchx_nb's cancel leaves a mark saying for whom (on the
+    machine that cancelled it); GCP Batch's status events do not say who."""
+    if cancel_mark("gcp_batch", app_id).exists():
+        by = marked_by("gcp_batch", app_id)
+        return f"was cancelled by {by}" if by else "was cancelled by torchx_nb"
+    return (
+        "was cancelled outside torchx_nb here (gcloud batch jobs cancel, the console, or"
+        " torchx_nb on another machine: GCP Batch does not say who)"
+    )
