@@ -157,3 +157,46 @@ def test_remote_jobs_are_asked_once_per_interval_and_errors_alone_back_off() -> 
     poller.stop()
     Remote.broken = set()
     runner.cancel(bad)
+
+
+def test_settings_other_than_the_refreshers_are_an_error() -> None:
+    """The refresher does not change under its watchers: another caller's different settings
+    are one clear error (they were silently ignored); the same settings, or none, are fine."""
+    import pytest
+
+    from torchx_nb.specs.exceptions import RefresherSettingsError
+
+    with get_runner() as runner:
+        first = get_refresher(runner, local_interval=0.25, remote_interval=4.0)
+        assert get_refresher(runner) is first
+        assert get_refresher(runner, local_interval=0.25) is first
+        with pytest.raises(RefresherSettingsError, match="already runs with local_interval=0.25"):
+            get_refresher(runner, local_interval=1.0)
+        assert first.local_interval == 0.25
+
+
+def test_work_on_a_clock_runs_on_the_refreshers_one_thread() -> None:
+    """``every``: a watcher's periodic work runs on the refresher's thread (no thread of its
+    own), at once and then on its interval, sooner when hurried, never after it stops."""
+    import time
+
+    with get_runner() as runner:
+        refresher = Refresher(runner)
+        ran: list[str] = []
+        before = threading.active_count()
+        clock = refresher.every(0.2, lambda: ran.append(threading.current_thread().name))
+        clock2 = refresher.every(0.2, lambda: ran.append("second"))
+        assert threading.active_count() == before + 1, "one thread for every clock"
+        wait_for(lambda: ran.count("torchx-nb-refresher") >= 3)
+        refresher.stop_clock(clock2)
+        refresher.stop_clock(clock)
+        time.sleep(0.1)
+        count = len(ran)
+        time.sleep(0.5)
+        assert len(ran) == count
+        assert set(ran) == {"torchx-nb-refresher", "second"}
+        slow = refresher.every(3600, lambda: ran.append("slow"))
+        wait_for(lambda: ran.count("slow") == 1)
+        refresher.hurry(slow)
+        wait_for(lambda: ran.count("slow") == 2)
+        refresher.stop()

@@ -8,7 +8,10 @@ remote ones every ``remote_interval`` (5 s), with one ``describe_many`` call whe
 has it (AWS Batch describes 100 jobs per call). Only errors back off (doubling, up to
 ``max_backoff``); they are handed to the watchers ("reconnecting"), never raised, and a handle
 that fails alone does not hold back the others. Watchers may also ask for a tick every second
-(the elapsed clock)."""
+(the elapsed clock), and a watcher with work of its own on a clock (the server's change feed, a
+sweep view's clock) runs it on this thread too (``every``): a process has one such thread, never
+a loop of its own per watcher. The settings are the first caller's: another caller asking for
+other ones is an error (``RefresherSettingsError``), not silently ignored."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchx_nb.specs.api import AppStatus, is_terminal, parse_app_handle
+from torchx_nb.specs.exceptions import RefresherSettingsError
 
 Callback = Callable[[AppStatus | None, BaseException | None], None]
 Tick = Callable[[], None]
@@ -37,6 +41,15 @@ class _Watch:
     last: AppStatus | None = None
     failing: bool = False
     record_unknown: bool = False
+
+
+@dataclass
+class _Clock:
+    """Work a watcher runs on the refresher's thread every ``interval`` seconds."""
+
+    fn: Callable[[], None]
+    interval: float
+    next_at: float = 0.0
 
 
 @dataclass
@@ -64,6 +77,7 @@ class Refresher:
         self.remote_interval = remote_interval
         self.max_backoff = max_backoff
         self._watches: dict[int, _Watch] = {}
+        self._clocks: dict[int, _Clock] = {}
         self._groups: dict[str, _Group] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -101,14 +115,43 @@ class Refresher:
                 group = self._groups.setdefault(scheduler, _Group())
                 if not group.failures:
                     group.next_at = 0.0
-            if ids and (self._thread is None or not self._thread.is_alive()):
-                self._stop.clear()
-                self._thread = threading.Thread(
-                    target=self._run, name="torchx-nb-refresher", daemon=True
-                )
-                self._thread.start()
+            if ids:
+                self._ensure_thread()
         self._wake.set()
         return ids
+
+    def every(self, interval: float, fn: Callable[[], None]) -> int:
+        """Run ``fn()`` on the refresher's thread now and then every ``interval`` seconds,
+        until ``stop_clock``: a watcher's own periodic work (the server's change feed, a sweep
+        view's clock) rides on the process's one thread. ``fn`` must be quick; what it
+        raises is dropped."""
+        with self._lock:
+            clock_id = next(self._ids)
+            self._clocks[clock_id] = _Clock(fn, interval)
+            self._ensure_thread()
+        self._wake.set()
+        return clock_id
+
+    def stop_clock(self, clock_id: int | None) -> None:
+        with self._lock:
+            self._clocks.pop(clock_id or 0, None)
+
+    def hurry(self, clock_id: int | None) -> None:
+        """Run the clock's work at once (e.g. when a watch learned something it reports)."""
+        with self._lock:
+            clock = self._clocks.get(clock_id or 0)
+            if clock is not None:
+                clock.next_at = 0.0
+        self._wake.set()
+
+    def _ensure_thread(self) -> None:
+        """Start the thread if it is not running (called with the lock held)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name="torchx-nb-refresher", daemon=True
+            )
+            self._thread.start()
 
     def unwatch(self, watch_id: int) -> None:
         with self._lock:
@@ -144,7 +187,8 @@ class Refresher:
         while not self._stop.is_set():
             with self._lock:
                 watches = dict(self._watches)
-            if not watches:
+                idle = not watches and not self._clocks
+            if idle:
                 self._wake.wait(timeout=1.0)
                 self._wake.clear()
                 continue
@@ -164,12 +208,24 @@ class Refresher:
                 for tick in ticking:
                     with contextlib.suppress(Exception):
                         tick()
+            self._run_clocks()
             with self._lock:
                 active = {w.scheduler for w in self._watches.values()}
-            due = [g.next_at for s, g in self._groups.items() if s in active]
+                clocks = [c.next_at for c in self._clocks.values()]
+            due = [g.next_at for s, g in self._groups.items() if s in active] + clocks
             wake_at = min([*due, self._next_tick]) if due else self._next_tick
             self._wake.wait(timeout=max(0.0, wake_at - time.monotonic()))
             self._wake.clear()
+
+    def _run_clocks(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [c for c in self._clocks.values() if now >= c.next_at]
+            for clock in due:
+                clock.next_at = now + clock.interval
+        for clock in due:
+            with contextlib.suppress(Exception):
+                clock.fn()
 
     def _poll_group(self, sched_name: str, group: _Group, watches: dict[int, _Watch]) -> None:
         handles = list(dict.fromkeys(w.handle for w in watches.values()))
@@ -218,11 +274,21 @@ _POLLERS_LOCK = threading.Lock()
 
 def get_refresher(runner: Any, **intervals: float) -> Refresher:
     """The process's refresher for ``runner`` (one per runner, so one per kernel, command or
-    server in practice); ``intervals`` (``local_interval``, ``remote_interval``) set its clocks
-    when it is made."""
+    server in practice); ``intervals`` (``local_interval``, ``remote_interval``,
+    ``max_backoff``) set its clocks when it is made. Asking for other ones afterwards is an
+    error: the refresher does not change under its other watchers."""
     with _POLLERS_LOCK:
         poller = _POLLERS.get(id(runner))
         if poller is None or poller.runner is not runner:
             poller = Refresher(runner, **intervals)
             _POLLERS[id(runner)] = poller
+            return poller
+        other = {k: v for k, v in intervals.items() if getattr(poller, k) != v}
+        if other:
+            now = ", ".join(f"{k}={getattr(poller, k)}" for k in sorted(other))
+            asked = ", ".join(f"{k}={v}" for k, v in sorted(other.items()))
+            raise RefresherSettingsError(
+                f"this process's refresher already runs with {now}; {asked} was asked for:"
+                " give the same settings everywhere, or none after the first"
+            )
         return poller

@@ -17,6 +17,12 @@ class SilentPoller:
     def unwatch(self, watch: int) -> None:
         pass
 
+    def every(self, interval: float, fn: Any) -> int:
+        return 0  # the test drives the view itself
+
+    def stop_clock(self, clock: int | None) -> None:
+        pass
+
 
 def test_a_trial_never_seen_running_still_gets_its_chart_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -55,3 +61,49 @@ def test_a_trial_never_seen_running_still_gets_its_chart_line(
             ]
         finally:
             view.close()
+
+
+def test_the_views_clock_rides_on_the_processs_refresher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No thread per view: three views of one sweep tick on the process's one refresher
+    thread (each had a 1-second ticker thread of its own), and a closed view's clock stops."""
+    import threading
+
+    from tests.conftest import wait_for
+    from torchx_nb.notebook.sweep_view import SweepView
+    from torchx_nb.refresher import get_refresher
+    from torchx_nb.runner import RunRequest, get_runner
+    from torchx_nb.sweeps import SweepRequest, start
+
+    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(tmp_path / "data"))
+    request = SweepRequest(
+        RunRequest(cell="print(n)\n", scheduler="local_cwd", workspace=str(tmp_path)), ["n=1,2"]
+    )
+    with get_runner() as runner:
+        sw = start(runner, request)
+        sw.wait(timeout=60)
+        refresher = get_refresher(runner)
+        before = {t.name for t in threading.enumerate()}
+        ticks: list[str] = []
+        views = []
+        for _ in range(3):
+            view = SweepView(sw, runner, refresher)
+            real = view._tick
+
+            def tick(real: Any = real) -> None:
+                ticks.append(threading.current_thread().name)
+                real()
+
+            refresher._clocks[view._clock].fn = tick  # type: ignore[index]
+            views.append(view)
+        try:
+            after = {t.name for t in threading.enumerate()}
+            assert "torchx-nb-sweep" not in after
+            assert after - before <= {"torchx-nb-refresher"}
+            wait_for(lambda: len(ticks) >= 6, timeout=30)
+            assert set(ticks) == {"torchx-nb-refresher"}
+        finally:
+            for view in views:
+                view.close()
+        assert not refresher._clocks, "a closed view's clock stops"

@@ -66,6 +66,42 @@ def test_the_poller_stops_when_the_last_client_leaves(
     assert still_running == 1, "one client left: the poller goes on"
     assert polls_after == 0 and service._poller is None, "no client: no poll"
     assert spy.asked and all(len(h) == 3 for h in spy.asked)
+    assert service.refresher._clocks == {}, "the feed's clock stopped with it"
+
+
+def test_the_feed_runs_on_the_refreshers_thread(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server runs no loop of its own: while a client listens, the feed's look at the
+    store is work on the process's one refresher thread (it was an asyncio task of the
+    server's, re-registering watches from the service's pool)."""
+    import threading
+
+    monkeypatch.setattr(jobs_module, "LEASE_S", 0.0)
+    store = JobStore()
+    store.add(record(0, "RUNNING"))
+    service = JobService(local_interval=0.05)
+    threads: list[str] = []
+    real = service._refresh
+
+    def refresh(poke: Any = None) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(poke)
+
+    service._refresh = refresh  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        service.connect()
+        assert service._poller in service.refresher._clocks
+        await asyncio.sleep(0.4)
+        service.disconnect()
+        await asyncio.sleep(0.3)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        service.close()
+    assert len(threads) >= 3 and set(threads) == {"torchx-nb-refresher"}, threads
 
 
 def wait_for(check: Any, timeout: float = 10.0) -> None:
@@ -104,8 +140,8 @@ def test_the_server_and_a_kernels_watch_share_the_processs_refresher(isolated: P
         store.add(record(i, "RUNNING"))
     service = JobService(local_interval=0.2)
     spy = Spy(service)
-    refresher = get_refresher(service.runner)
-    assert service.refresher is refresher
+    refresher = service.refresher  # made on the service's clocks
+    assert get_refresher(service.runner) is refresher  # a kernel-side caller asks for none
     seen: list[Any] = []
     try:
         service._refresh()

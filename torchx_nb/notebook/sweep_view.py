@@ -77,8 +77,8 @@ class SweepView:
         self.widget.add_class("torchx-nb-sweep-view")
         self._render()
         self._watch_new()
-        self._ticker = threading.Thread(target=self._tick_loop, daemon=True, name="torchx-nb-sweep")
-        self._ticker.start()
+        # the view's clock rides on the process's one refresher thread (no thread of its own)
+        self._clock: int | None = self.poller.every(1.0, self._tick)
 
     # ---- watching -------------------------------------------------------------------
 
@@ -90,15 +90,17 @@ class SweepView:
                     handle, lambda s, e, i=i: self._on_status(i, s, e)
                 )
 
-    def _tick_loop(self) -> None:
+    def _tick(self) -> None:
         """Every second until the snapshot: new trials watched, the clocks and any render
         held back by the refresh limit shown, and the end noticed once the driver is done."""
-        while not self.snapshotted.wait(1.0):
-            with contextlib.suppress(Exception):
-                self._watch_new()
-                if self._dirty or not all(self._ended_at):
-                    self._render()
-                self._check_end()
+        if self.snapshotted.is_set():
+            self.poller.stop_clock(self._clock)
+            return
+        with contextlib.suppress(Exception):
+            self._watch_new()
+            if self._dirty or not all(self._ended_at):
+                self._render()
+            self._check_end()
 
     def _on_status(self, i: int, status: AppStatus | None, error: BaseException | None) -> None:
         if error is not None:
@@ -319,6 +321,7 @@ class SweepView:
             self.snapshotted.set()
 
     def close(self) -> None:
+        self.poller.stop_clock(self._clock)
         for watch in self._watches.values():
             self.poller.unwatch(watch)
         for reader in self._readers.values():

@@ -7,7 +7,8 @@ scheduler, a huge store or a hostile request cannot hold up Jupyter's other requ
 are bounded and indexed; user regexes run on RE2 (linear time); tails are read from the end.
 
 While an event-stream client is connected, or for ``LEASE_S`` after a jobs page was asked
-for, a poller hands the jobs not yet ended (any process's) to the process's one refresher
+for, the feed (work on the refresher's own thread, ``Refresher.every``: the server runs no
+loop of its own) hands the jobs not yet ended (any process's) to the process's one refresher
 (``torchx_nb.refresher``: local ones asked every ``local_interval``, remote ones every
 ``remote_interval``, one batched call per scheduler, errors backing off), which writes what it
 learns to the store, and reads what changed in the store since its last look (the store's own
@@ -85,7 +86,9 @@ class JobService:
         self._store_id: int | None = None
         self._rev_lock = threading.Lock()
         self._wakeup: asyncio.Event | None = None
-        self._poller: asyncio.Task[None] | None = None
+        self._poller: int | None = None  # the feed's clock on the refresher, while it runs
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._feed_lock = threading.Lock()
         self._clients = 0
         self._lease_until = 0.0
         self._watched: dict[str, int] = {}
@@ -128,8 +131,10 @@ class JobService:
         )
 
     def close(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
+        with self._feed_lock:
+            if self._poller is not None and self._runner is not None:
+                self.refresher.stop_clock(self._poller)
+            self._poller = None
         self._let_go()
         if self._runner is not None:
             self.refresher.stop()
@@ -476,33 +481,37 @@ class JobService:
                 refresher.unwatch(watch_id)
         self._watched.clear()
 
-    async def _poll(self) -> None:
-        loop = asyncio.get_running_loop()
-        poke = asyncio.Event()
-
-        def poked() -> None:
-            loop.call_soon_threadsafe(poke.set)
-
+    def _look(self) -> None:
+        """One round of the feed, on the refresher's thread: while someone listens (a client,
+        or a jobs page's lease), the store's active jobs watched and what changed read, then
+        handed to the event loop; after the last listener, the feed stops and lets go."""
+        with self._feed_lock:
+            if self._clients <= 0 and time.monotonic() >= self._lease_until:
+                if self._poller is not None:
+                    self.refresher.stop_clock(self._poller)
+                self._poller = None
+                self._let_go()
+                return
+            clock = self._poller
         try:
-            while self._clients > 0 or time.monotonic() < self._lease_until:
-                poke.clear()
-                try:
-                    changed = await self.run(self._refresh, poked)
-                except Exception:
-                    changed = []
-                swapped, self._store_swapped = self._store_swapped, False
-                if swapped:
-                    self._reset()
-                if changed:
-                    self._record(changed)
-                if (changed or swapped) and self._wakeup is not None:
-                    self._wakeup.set()
-                    self._wakeup = asyncio.Event()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(poke.wait(), self.local_interval)
-        finally:
-            self._poller = None
-            self._let_go()
+            changed = self._refresh(lambda: self.refresher.hurry(clock))
+        except Exception:
+            changed = []
+        swapped, self._store_swapped = self._store_swapped, False
+        if (changed or swapped) and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                self._loop.call_soon_threadsafe(self._publish, changed, swapped)
+
+    def _publish(self, changed: list[dict[str, Any]], swapped: bool) -> None:
+        """On the event loop: a new version with what the feed read, and the waiting
+        streams woken."""
+        if swapped:
+            self._reset()
+        if changed:
+            self._record(changed)
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = asyncio.Event()
 
     def _reset(self) -> None:
         """A new version that every client before it must reset to (nothing before it is
@@ -535,11 +544,13 @@ class JobService:
     def _start_poller(self) -> None:
         if self._wakeup is None:
             self._wakeup = asyncio.Event()
-        if self._poller is None:
-            self._poller = asyncio.get_running_loop().create_task(self._poll())
+        self._loop = asyncio.get_running_loop()
+        with self._feed_lock:
+            if self._poller is None:
+                self._poller = self.refresher.every(self.local_interval, self._look)
 
     def disconnect(self) -> None:
-        """A client left; the poller stops after the last one."""
+        """A client left; the feed stops after the last one."""
         self._clients = max(0, self._clients - 1)
 
     @property

@@ -147,6 +147,10 @@ class WebhookAnswer(NotifyError):
         self.retry_after = retry_after  # seconds the webhook asked us to wait (429/503)
 
 
+class RefresherSettingsError(TorchxNbError, ValueError):
+    """The process's refresher was asked for settings other than those it runs with."""
+
+
 # -- the REST API's requests -------------------------------------------------------------------
 
 
