@@ -430,3 +430,44 @@ def test_a_package_the_kernel_has_and_the_image_lacks_is_one_line(
         f" the job's Python is /usr/bin/python in the image {base_images['python']}; install"
         " nbformat there, or ship it in the workspace"
     ), card.exception
+
+
+def test_a_cancelled_job_says_who_cancelled_it(
+    docker_env: DockerDaemon, base_images: dict[str, str]
+) -> None:
+    """``torchx-nb cancel`` leaves who asked in its cancel mark (Docker keeps no who): the
+    status says so; a container killed outside torchx_nb (``docker kill``) says that signal
+    stopped it from outside torchx_nb."""
+    import getpass
+    import re
+
+    from tests.conftest import cli
+
+    script = "trap 'exit 143' TERM; sleep 60 & wait"
+    with get_runner() as runner:
+        ours, theirs = (
+            runner.run(shell_app(script, base_images["busybox"]), "local_docker", {})
+            for _ in range(2)
+        )
+        for handle in (ours, theirs):
+            wait_for(lambda h=handle: runner.status(h).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
+        code, _, err = cli("cancel", ours)
+        assert code == 0, err
+        app_id = theirs.rsplit("/", 1)[1]
+        for c in docker_env.client().containers.list(
+            filters={"label": f"torchx.pytorch.org/app-id={app_id}"}
+        ):
+            c.kill()  # SIGKILL, as `docker kill` sends
+        cancelled = runner.wait(ours, wait_interval=0.2, timeout=60)
+        stopped = runner.wait(theirs, wait_interval=0.2, timeout=60)
+    assert cancelled is not None and cancelled.state == AppState.CANCELLED
+    assert re.fullmatch(
+        rf"it was cancelled by {getpass.getuser()} with torchx-nb cancel \(pid \d+\)",
+        cancelled.msg,
+    ), cancelled.msg
+    assert stopped is not None and stopped.state == AppState.CANCELLED
+    assert stopped.msg == (
+        "it was stopped by SIGKILL from outside torchx_nb (docker stop or kill, or the host)"
+    )
+    (rep,) = [r for rs in stopped.roles for r in rs.replicas]
+    assert rep.exit_code == 137 and rep.ending == stopped.msg.removeprefix("it ")

@@ -17,10 +17,11 @@ from typing import Any
 from torchx_nb.lazy import LazyClient
 from torchx_nb.schedulers.abilities import StoresOutputs, TakesTypedOptions
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
+from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import on_tail_stop, split_lines_iterator
-from torchx_nb.schedulers.outputs import output_env
+from torchx_nb.schedulers.outputs import cancel_mark, mark_cancelled, marked_by, output_env
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -440,6 +441,14 @@ class LocalDockerScheduler(
         )
         if failures:
             resp.msg = "; ".join(failures)
+        if app_state == AppState.CANCELLED:
+            codes = [r.exit_code for reps in statuses.values() for r in reps]
+            ending = docker_cancel_ending(app_id, codes)
+            resp.msg = f"it {ending}"
+            for reps in statuses.values():
+                for rep in reps:
+                    if rep.state == AppState.CANCELLED:
+                        rep.ending = ending
         return resp
 
     def list(self, cfg: LocalDockerOpts | None = None) -> list[ListAppResponse]:
@@ -456,7 +465,9 @@ class LocalDockerScheduler(
         return out
 
     def _cancel_existing(self, app_id: str) -> None:
-        """Stop every container of the app (SIGTERM, then SIGKILL after 10 s), in parallel."""
+        """Stop every container of the app (SIGTERM, then SIGKILL after 10 s), in parallel,
+        after leaving a mark saying who asked (Docker keeps no who)."""
+        mark_cancelled("local_docker", app_id, canceller())
         threads = [
             threading.Thread(target=c.stop, kwargs={"timeout": 10}, daemon=True)
             for c in self._containers(app_id)
@@ -506,3 +517,13 @@ def docker_time(text: str | None) -> float | None:
     stamp = datetime.fromisoformat(head + "+00:00").timestamp()
     digits = "".join(ch for ch in frac if ch.isdigit())[:6]
     return stamp + (int(digits) / 10 ** len(digits) if digits else 0.0)
+
+
+def docker_cancel_ending(app_id: str, codes: list[int | None]) -> str:
+    """Who stopped a CANCELLED app (its containers ended by SIGTERM/SIGKILL): torchx_nb's
+    cancel (its mark says for whom), else a signal from outside torchx_nb."""
+    if cancel_mark("local_docker", app_id).exists():
+        by = marked_by("local_docker", app_id)
+        return f"was cancelled by {by}" if by else "was cancelled by torchx_nb"
+    name = "SIGKILL" if 137 in codes else "SIGTERM"
+    return f"was stopped by {name} from outside torchx_nb (docker stop or kill, or the host)"
