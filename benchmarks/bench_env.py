@@ -206,8 +206,8 @@ def torchx_method(client: Any, base: str, pins: list[str], index: str, repo: str
 def floor(pins: list[str], index: str, tmp: Path, base: str, repo: str) -> dict[str, float]:
     from torchx_nb.environment.pack import LEVEL
     from torchx_nb.environment.wheels import uv_bin
+    from torchx_nb.workspace.image_config import append_layers
     from torchx_nb.workspace.layers import _entries_for, _write_layer
-    from torchx_nb.workspace.registry import append_layers
 
     target = tmp / f"floor-{time.monotonic_ns()}"
     t0 = time.perf_counter()

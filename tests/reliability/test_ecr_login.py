@@ -8,7 +8,8 @@ import pytest
 
 from tests.infra.dockerd import free_port
 from tests.infra.moto import MotoServer
-from torchx_nb.workspace.registry import RegistryClient, ecr_credentials, ecr_region
+from torchx_nb.workspace.registry import RegistryClient
+from torchx_nb.workspace.registry_auth import ecr_credentials, ecr_region
 
 
 def test_region_comes_from_the_registry_host() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.infra.dockerd import DockerDaemon, Registry
 from torchx_nb.workspace.collect import collect_workspace
+from torchx_nb.workspace.image_config import append_layers
 from torchx_nb.workspace.layers import build_file_layer, build_layer
 from torchx_nb.workspace.registry import (
     DOCKER_MANIFEST,
@@ -21,7 +22,6 @@ from torchx_nb.workspace.registry import (
     ImageRef,
     RegistryClient,
     RegistryError,
-    append_layers,
 )
 
 

@@ -126,7 +126,8 @@ def _append(
     """``base`` (in a registry) + the environment layer made for ``image()`` + the workspace
     and cell layers, pushed to ``job.image_repo`` uploading only what it lacks: (image,
     uploaded bytes, layers)."""
-    from torchx_nb.workspace.registry import append_layers, finish_uploads, start_upload
+    from torchx_nb.workspace.image_config import append_layers
+    from torchx_nb.workspace.registry import finish_uploads, start_upload
 
     assert job.image_repo
     layers: list[Layer] = []
@@ -182,7 +183,8 @@ class RegistryBuilder:
         return from_registry(client, ref)
 
     def build(self, job: BuildInput) -> BuiltImage:
-        from torchx_nb.workspace.registry import ImageRef, RegistryClient, working_dir_for
+        from torchx_nb.workspace.image_config import working_dir_for
+        from torchx_nb.workspace.registry import ImageRef, RegistryClient
 
         if not job.image_repo:
             raise TorchxNbError(
@@ -514,7 +516,7 @@ def _daemon_client() -> Any:
 def _token_login(image_repo: str) -> dict[str, str] | None:
     """A registry login docker-py cannot find in the docker config: an ECR token or a Google
     access token (Artifact Registry), passed with the push. None leaves it to the config."""
-    from torchx_nb.workspace.registry import ecr_credentials, google_credentials
+    from torchx_nb.workspace.registry_auth import ecr_credentials, google_credentials
 
     host = image_repo.split("/", 1)[0]
     creds = ecr_credentials(host) or google_credentials(host)

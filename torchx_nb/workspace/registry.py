@@ -3,17 +3,15 @@ the blobs a repository lacks, and write a new config and manifest. This is how a
 patched onto an image where no Docker daemon runs (SageMaker Studio, CI runners).
 
 Built on ``requests`` rather than oras-py: oras-py always sends manifests as OCI (a Docker v2
-base must keep its media type), and has no cross-repository blob mount."""
+base must keep its media type), and has no cross-repository blob mount. Where its credentials
+come from is ``registry_auth``; the new config and manifest are written by ``image_config``."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
 import hashlib
-import json
-import os
 import re
-import subprocess
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -21,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from torchx_nb.specs.exceptions import RegistryError as RegistryError
-from torchx_nb.workspace.layers import DOCKER_LAYER, OCI_LAYER, Layer
+from torchx_nb.workspace.registry_auth import (
+    Credentials,
+    docker_credentials,
+    ecr_credentials,
+    google_credentials,
+)
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -70,141 +73,6 @@ class ImageRef:
 
     def with_reference(self, reference: str) -> ImageRef:
         return ImageRef(self.host, self.repository, reference)
-
-
-def _docker_config() -> dict[str, Any]:
-    cfg_dir = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker"))
-    try:
-        return dict(json.loads((cfg_dir / "config.json").read_text()))
-    except (FileNotFoundError, ValueError):
-        return {}
-
-
-@dataclass
-class Credentials:
-    """Username/password for one registry host, and where they came from."""
-
-    username: str
-    password: str
-    source: str
-
-
-def docker_credentials(host: str) -> Credentials | None:
-    """Credentials for ``host`` from the docker config: a credential helper (``credHelpers`` or
-    ``credsStore``, run as ``docker-credential-NAME get``), else an ``auths`` entry."""
-    cfg = _docker_config()
-    helper = cfg.get("credHelpers", {}).get(host) or cfg.get("credsStore")
-    if helper:
-        try:
-            out = subprocess.run(
-                [f"docker-credential-{helper}", "get"],
-                input=host,
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
-            )
-            data = json.loads(out.stdout)
-            return Credentials(data["Username"], data["Secret"], f"docker-credential-{helper}")
-        except (OSError, subprocess.SubprocessError, ValueError, KeyError):
-            pass
-    for key, entry in cfg.get("auths", {}).items():
-        if key.split("://")[-1].rstrip("/").split("/")[0] == host and entry.get("auth"):
-            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-            return Credentials(user, password, "~/.docker/config.json")
-    return None
-
-
-ECR_HOSTS_ENV = "TORCHX_NB_ECR_HOSTS"
-
-
-_ECR_HOST_RE = re.compile(
-    r"^(?P<account>[0-9]{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$"
-)
-
-
-def ecr_region(host: str) -> str | None:
-    """The AWS region named by an ECR registry host (``ACCOUNT.dkr.ecr.REGION.amazonaws.com``)."""
-    m = _ECR_HOST_RE.match(host.split(":", 1)[0])
-    return m.group("region") if m else None
-
-
-def ecr_credentials(host: str, notes: list[str] | None = None) -> Credentials | None:
-    """An ECR login from boto3's ``get_authorization_token`` in the registry's own region, when
-    ECR says ``host`` is the account's registry (its ``proxyEndpoint``) or ``host`` is listed
-    in ``TORCHX_NB_ECR_HOSTS`` (for VPC endpoints and other aliases). None without boto3 or AWS
-    credentials; why is appended to ``notes``."""
-    aliases = {h.strip() for h in os.environ.get(ECR_HOSTS_ENV, "").split(",") if h.strip()}
-    region = ecr_region(host)
-    if region is None and host not in aliases:
-        return None
-    try:
-        import boto3
-    except ImportError:
-        if notes is not None:
-            notes.append("ECR login needs boto3: pip install 'torchx_nb[aws_batch]'")
-        return None
-    try:
-        client = boto3.client("ecr", region_name=region) if region else boto3.client("ecr")
-        resp = client.get_authorization_token()
-    except Exception as e:
-        if notes is not None:
-            notes.append(f"ECR login failed: {' '.join(str(e).split())}")
-        return None
-    aliases = {h.strip() for h in os.environ.get(ECR_HOSTS_ENV, "").split(",") if h.strip()}
-    for data in resp.get("authorizationData", []):
-        endpoint = str(data.get("proxyEndpoint", "")).split("://")[-1].rstrip("/")
-        if endpoint == host or host in aliases:
-            user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
-            return Credentials(user, password, "ECR get_authorization_token")
-    if notes is not None:
-        notes.append(f"ECR gave no token for {host}")
-    return None
-
-
-GAR_HOSTS_ENV = "TORCHX_NB_GAR_HOSTS"
-GOOGLE_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
-
-
-def is_google_registry(host: str) -> bool:
-    """Artifact Registry (``LOCATION-docker.pkg.dev``), Container Registry (``gcr.io``), or a
-    host listed in ``TORCHX_NB_GAR_HOSTS`` (private endpoints and other aliases)."""
-    name = host.split(":", 1)[0]
-    aliases = {h.strip() for h in os.environ.get(GAR_HOSTS_ENV, "").split(",") if h.strip()}
-    return (
-        name.endswith("-docker.pkg.dev")
-        or name == "gcr.io"
-        or name.endswith(".gcr.io")
-        or host in aliases
-    )
-
-
-def google_credentials(host: str, notes: list[str] | None = None) -> Credentials | None:
-    """An Artifact Registry login: google-auth's Application Default Credentials give an access
-    token, sent as the password of ``oauth2accesstoken``. None when ``host`` is not Google's or
-    no token could be had; why is appended to ``notes``."""
-    if not is_google_registry(host):
-        return None
-    try:
-        import google.auth
-        import google.auth.transport.requests
-    except ImportError:
-        if notes is not None:
-            notes.append(
-                "Artifact Registry login needs google-auth: pip install 'torchx_nb[gcp_batch]'"
-            )
-        return None
-    try:
-        creds, _ = google.auth.default(scopes=GOOGLE_SCOPES)
-        creds.refresh(google.auth.transport.requests.Request())
-    except Exception as e:
-        if notes is not None:
-            notes.append(
-                f"Artifact Registry login failed: {' '.join(str(e).split())[:300]}; run"
-                " `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
-            )
-        return None
-    return Credentials("oauth2accesstoken", str(creds.token), "google-auth access token")
 
 
 def _is_local(host: str) -> bool:
@@ -554,111 +422,3 @@ def finish_uploads(image_repo: str) -> None:
         threads = _UPLOADS.pop(image_repo.rstrip("/"), [])
     for thread in threads:
         thread.join()
-
-
-@dataclass
-class AppendResult:
-    """The pushed image and what the push cost."""
-
-    image: str
-    digest: str
-    stats: PushStats
-    working_dir: str
-
-
-def working_dir_for(config: dict[str, Any]) -> str:
-    """Where the workspace goes: the base image's WorkingDir, or /workspace when it has none."""
-    wd = str(config.get("config", {}).get("WorkingDir") or "")
-    return wd if wd not in ("", "/") else "/workspace"
-
-
-def append_layers(
-    base: str,
-    target_repo: str,
-    layers: list[Layer],
-    labels: dict[str, str] | None = None,
-    history: list[str] | None = None,
-    on_progress: Progress | None = None,
-    platform: str = "linux/amd64",
-    clients: dict[str, RegistryClient] | None = None,
-) -> AppendResult:
-    """Push ``base`` + ``layers`` as a new image in ``target_repo`` (``HOST/REPO``), uploading
-    only the blobs the target lacks; returns ``HOST/REPO@sha256:...``.
-
-    The new config is reproducible (fixed creation time), so the same base and layers always
-    give the same digest. The base manifest's media type (OCI or Docker v2) is kept."""
-    clients = clients if clients is not None else {}
-    base_ref = ImageRef.parse(base)
-    target = ImageRef.parse(target_repo.rstrip("/") + ":unused")
-
-    def client(host: str) -> RegistryClient:
-        if host not in clients:
-            clients[host] = RegistryClient(host)
-        return clients[host]
-
-    src, dst = client(base_ref.host), client(target.host)
-    manifest, media, _ = src.get_manifest(base_ref, platform)
-    config = json.loads(src.get_blob(base_ref.repository, manifest["config"]["digest"]))
-    docker_types = media == DOCKER_MANIFEST
-    layer_type = DOCKER_LAYER if docker_types else OCI_LAYER
-    same_host = base_ref.host == target.host
-
-    def fetch(digest: str) -> Callable[[], bytes]:
-        return lambda: src.get_blob(base_ref.repository, digest)
-
-    for blob in manifest["layers"]:
-        dst.ensure_blob(
-            target.repository,
-            blob["digest"],
-            fetch(blob["digest"]),
-            from_repo=base_ref.repository if same_host else None,
-            on_progress=on_progress,
-            what=f"base {blob['digest'][7:19]}",
-        )
-    for i, layer in enumerate(layers):
-        dst.ensure_blob(
-            target.repository,
-            layer.digest,
-            layer.path,
-            on_progress=on_progress,
-            what=(history or [])[i] if history and i < len(history) else "layer",
-        )
-
-    cfg = dict(config)
-    rootfs = dict(cfg.get("rootfs", {"type": "layers", "diff_ids": []}))
-    rootfs["diff_ids"] = [*rootfs.get("diff_ids", []), *(lay.diff_id for lay in layers)]
-    cfg["rootfs"] = rootfs
-    inner = dict(cfg.get("config") or {})
-    work = working_dir_for(cfg)
-    inner["WorkingDir"] = work
-    inner["Labels"] = {**(inner.get("Labels") or {}), **(labels or {})}
-    cfg["config"] = inner
-    cfg["created"] = FIXED_CREATED
-    cfg["history"] = [
-        *cfg.get("history", []),
-        *(
-            {"created": FIXED_CREATED, "created_by": f"torchx_nb: {h}"}
-            for h in (history or ["layer"] * len(layers))
-        ),
-    ]
-    cfg_bytes = json.dumps(cfg, sort_keys=True, separators=(",", ":")).encode()
-    cfg_digest = "sha256:" + hashlib.sha256(cfg_bytes).hexdigest()
-    dst.ensure_blob(target.repository, cfg_digest, cfg_bytes, what="config")
-
-    new_manifest = {
-        "schemaVersion": 2,
-        "mediaType": media,
-        "config": {
-            "mediaType": DOCKER_CONFIG if docker_types else OCI_CONFIG,
-            "digest": cfg_digest,
-            "size": len(cfg_bytes),
-        },
-        "layers": [
-            *manifest["layers"],
-            *({"mediaType": layer_type, "digest": lay.digest, "size": lay.size} for lay in layers),
-        ],
-    }
-    body = json.dumps(new_manifest, sort_keys=True, separators=(",", ":")).encode()
-    digest = "sha256:" + hashlib.sha256(body).hexdigest()
-    dst.put_manifest(target.repository, digest, body, media)
-    return AppendResult(f"{target.host}/{target.repository}@{digest}", digest, dst.stats, work)
