@@ -291,6 +291,20 @@ def test_a_webhook_down_at_the_end_gets_the_notice_from_the_next_status(isolated
         assert isinstance(record, dict)
         assert record["sent"] is None and record["error"] == "the webhook answered HTTP 500"
         assert hook.posts and all(b["handle"] == handle for b in hook.bodies())
+        tries = record["tries"]
+        code, out, err = cli("status", handle, env=env)  # still down: where the user looks
+        assert code == 0, err
+        assert out.splitlines()[-1] == (
+            f"Notice: the job-end notice is not delivered yet after {tries} tries: the webhook"
+            " answered HTTP 500; it stays owed and the next torchx-nb command, kernel or server"
+            " sends it"
+        ), out
+
+        def given_back_again() -> bool:  # that status's sender tried it and gave it back too
+            again = JobStore().notice(handle)
+            return bool(again and again["lease"] is None and again["tries"] > tries)
+
+        wait_for(given_back_again, 90, interval=0.2)
         tried = len(hook.posts)
         hook.fail = False
         code, out, err = cli("status", handle, env=env)

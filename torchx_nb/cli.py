@@ -344,6 +344,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(strip_escapes(shown))  # a message may quote a program's coloured output
         for card in runner.failure_cards(args.app_handle, status):
             print(redact_text(card.text()))
+        notice = runner.notice_line(args.app_handle)
+        if notice:
+            print(f"Notice: {notice}")
     return 0
 
 

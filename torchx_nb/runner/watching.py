@@ -188,6 +188,21 @@ class Watching(RunnerCore):
         owed = Owed(self.jobstore, app_handle)
         notifier().submit(url, build, owed, hand_off=self.hand_off_notices)
 
+    def notice_line(self, app_handle: AppHandle) -> str | None:
+        """One line on the job-end notice when it is owed after failed tries (a webhook that
+        stays down); None when it was sent, is not owed, or nothing was tried yet."""
+        try:
+            record = self.jobstore.notice(app_handle)
+        except Exception:
+            return None
+        if record is None or record["sent"] is not None or not record["tries"]:
+            return None
+        why = f": {record['error']}" if record["error"] else ""
+        return (
+            f"the job-end notice is not delivered yet after {record['tries']} tries{why}; it"
+            " stays owed and the next torchx-nb command, kernel or server sends it"
+        )
+
     def follow_notice(self, app_handle: AppHandle, on_line: Callable[[str], None]) -> None:
         """Call ``on_line(line)`` from the notifier's thread when the job-end notice of
         ``app_handle`` is given up on for now (a webhook that stays down): the front end
