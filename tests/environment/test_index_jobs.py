@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.infra.cmdlines import CommandLines
 from tests.infra.dockerd import DockerDaemon, Registry, free_port
 from tests.infra.fixtures import missing
 from tests.infra.kernel_venv import _project, download_wheels, pip_isolated, with_this_tree
@@ -89,34 +89,6 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexKernel]:
     yield k
     private.stop()
     open_.stop()
-
-
-class CommandLines:
-    """Every process's command line on this machine, sampled while a submit runs."""
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for pid in os.listdir("/proc"):
-                if pid.isdigit():
-                    try:
-                        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    except OSError:
-                        continue
-                    self.seen.add(raw.replace(b"\0", b" ").decode(errors="replace"))
-            self._stop.wait(0.005)
-
-    def __enter__(self) -> CommandLines:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _cell(

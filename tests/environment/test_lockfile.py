@@ -140,12 +140,6 @@ def test_a_requirements_file_keeps_every_line_or_names_the_one_it_cannot_honour(
     ]
     for line, message in [
         (
-            "tnbx @ git+https://127.0.0.1/x.git",
-            f"--packages {reqs}:1: tnbx from git+https:// (a URL or a VCS checkout) is not"
-            " honoured here: install it in the kernel and use --packages auto, or publish it"
-            " to your index",
-        ),
-        (
             "--index-url http://127.0.0.1/simple",
             f"--packages {reqs}:1: the option '--index-url' is not honoured here: set indexes"
             " in pip's configuration (the environment layer uses it)",
@@ -174,9 +168,8 @@ def test_a_folder_named_by_a_file_url_is_the_folder_it_names(tmp_path: Path) -> 
 def test_a_requirements_file_is_read_as_pip_reads_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """pip's ``${NAME}`` variables, bare URL and VCS lines (one line naming them, their
-    credentials masked, never packaging's three-line parse error holding the token), an
-    ``-r`` cycle named as one, and a line's number in the file after a continuation."""
+    """pip's ``${NAME}`` variables, an ``-r`` cycle named as one, and a line's number in the
+    file after a continuation (URL and VCS lines: the test below)."""
     monkeypatch.setenv("TNB_VERSION", "1.0")
     monkeypatch.setenv("TNB_DIR", "sub")
     (tmp_path / "sub").mkdir()
@@ -187,18 +180,6 @@ def test_a_requirements_file_is_read_as_pip_reads_it(
     assert [(p.name, p.version) for p in dry] == [("tnbdep", "1.0"), ("tnbserved", "1.0")]
     (tmp_path / "a.txt").write_text("-r requirements.txt\n")
     for text, message in [
-        (
-            "git+https://alice:t0ken@127.0.0.1/r.git#egg=tnbx\n",
-            f"--packages {reqs}:1: tnbx from git+https:// (a URL or a VCS checkout) is not"
-            " honoured here: install it in the kernel and use --packages auto, or publish it"
-            " to your index",
-        ),
-        (
-            "https://alice:t0ken@127.0.0.1/x/tnbx-1.0-py3-none-any.whl\n",
-            f"--packages {reqs}:1: https://***@127.0.0.1/x/tnbx-1.0-py3-none-any.whl from"
-            " https:// (a URL or a VCS checkout) is not honoured here: install it in the"
-            " kernel and use --packages auto, or publish it to your index",
-        ),
         (
             "tnbdep==1.0 \\\n  --hash=sha256:abc \\\n  --hash=sha256:def\ntnbx==\n",
             f"--packages {reqs}:4: 'tnbx==' is not a requirement (Expected semicolon (after"
@@ -243,3 +224,73 @@ def test_once_one_line_has_a_hash_every_resolved_distribution_needs_one(
         ("tnbprobe", ("sha256:ab12",)),
         ("tnbdep", ("sha256:cd34",)),
     ]
+
+
+def test_url_and_vcs_lines_are_listed_for_submit_with_credentials_masked(tmp_path: Path) -> None:
+    """A bare VCS line (``#egg=``), ``name @ URL`` lines (a wheel: its version from the file
+    name), a marker that does not hold on the image, a local wheel file: a dry run lists
+    them to be fetched at submit, credentials masked (they were one refusal each)."""
+    wheel = tmp_path / "tnbw-2.0-py3-none-any.whl"
+    wheel.write_bytes(b"not fetched in a dry run")
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text(
+        "git+https://alice:t0ken@127.0.0.1/r.git@v1#egg=tnbx\n"
+        "tnby @ https://alice:t0k@n@127.0.0.1/x/tnby-1.0-py3-none-any.whl\n"
+        "tnbz @ git+https://127.0.0.1/z.git ; sys_platform == 'win32'\n"
+        f"./{wheel.name}\n"
+    )
+    dry = pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+    assert [(p.name, p.version, p.folder, p.note) for p in dry] == [
+        ("tnbx", "(at submit)", None, "from git+https://***@127.0.0.1/r.git@v1, fetched at submit"),
+        (
+            "tnby",
+            "1.0",
+            None,
+            "from https://***@127.0.0.1/x/tnby-1.0-py3-none-any.whl, fetched at submit",
+        ),
+        ("tnbw", "2.0", None, f"from {wheel.as_uri()}, fetched at submit"),
+    ]
+    assert "t0k" not in repr(dry[0].note) + repr(dry[1].note)
+
+
+def test_a_fetched_file_is_known_by_its_sha256_and_a_wrong_hash_is_one_line(
+    tmp_path: Path,
+) -> None:
+    """Two wheel files of the same name and version with other contents are two
+    identities (a rebuild is a new layer); a ``--hash`` the file does not have is refused."""
+    from tests.infra.pypi_index import make_wheel
+    from torchx_nb.environment.direct import DirectRef
+    from torchx_nb.environment.requirements import _fetched_pin
+
+    one = make_wheel(tmp_path / "a", "tnbw", "2.0", body="one")
+    two = make_wheel(tmp_path / "b", "tnbw", "2.0", body="two")
+    pins = [_fetched_pin(DirectRef(None, w.as_uri()), "r.txt", IndexSettings()) for w in (one, two)]
+    assert [(p.name, p.version, p.folder) for p in pins] == [
+        ("tnbw", "2.0", str(one)),
+        ("tnbw", "2.0", str(two)),
+    ]
+    assert pins[0].identity.startswith("sha256:") and pins[0].identity != pins[1].identity
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text(f"{one} --hash=sha256:{'0' * 64}\n")
+    with pytest.raises(TorchxNbError) as e:
+        pins_from_file(str(reqs), _image("3.11"), IndexSettings())
+    assert str(e.value).startswith(f"--packages {reqs}: {one.as_uri()} is a file with sha256 ")
+
+
+def test_a_lock_s_git_and_url_sources_are_fetched_at_submit(tmp_path: Path) -> None:
+    lock = tmp_path / "uv.lock"
+    lock.write_text(
+        'version = 1\n[[package]]\nname = "app"\nversion = "1"\nsource = { virtual = "." }\n'
+        'dependencies = [{ name = "tnbg" }, { name = "tnbu" }]\n'
+        '[[package]]\nname = "tnbg"\nversion = "1.0"\n'
+        'source = { git = "https://127.0.0.1/g.git?rev=main#0123456789abcdef" }\n'
+        '[[package]]\nname = "tnbu"\nversion = "2.0"\n'
+        'source = { url = "https://127.0.0.1/tnbu-2.0.tar.gz" }\n'
+        'sdist = { url = "https://127.0.0.1/tnbu-2.0.tar.gz", hash = "sha256:ab" }\n'
+    )
+    pins = pins_from_file(str(lock), _image("3.11"), IndexSettings(), resolve=False)
+    assert [(p.name, p.version, p.note) for p in pins] == [
+        ("tnbg", "1.0", "from git+https://127.0.0.1/g.git@0123456789abcdef, fetched at submit"),
+        ("tnbu", "2.0", "from https://127.0.0.1/tnbu-2.0.tar.gz, fetched at submit"),
+    ]
+    assert pins[1].direct is not None and pins[1].direct.sha256 == "sha256:ab"

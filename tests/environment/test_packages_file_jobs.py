@@ -128,8 +128,8 @@ def test_the_dry_run_downloads_and_builds_nothing_and_marks_what_waits_for_submi
         r.split()[0]: " ".join(r.split()) for r in proc.stdout.splitlines() if r.startswith("  ")
     }
     assert (
-        "note: a dry run downloads and builds nothing: versions, requirements and local"
-        " folders' wheels are resolved at submit"
+        "note: a dry run downloads and builds nothing: versions, requirements, local"
+        " folders' wheels, URLs and git checkouts are resolved at submit"
     ) in proc.stdout
     if file == "uv.lock":
         assert rows["tnbapp"] == (

@@ -4,7 +4,8 @@ marker evaluated for the image's Python and platform (``packaging.markers``), th
 version of a forked package (the one whose marker holds), a dependency's extras followed,
 and the project's own extras and dependency groups only when asked (``uv.lock[gpu,dev]``).
 The project itself, when it is a package (``source = { editable = "." }``), ships as a wheel
-built from its folder at submit; a virtual one ships nothing of its own."""
+built from its folder at submit; a virtual one ships nothing of its own. A ``git`` or ``url``
+source is fetched at submit (direct.py): the lock's commit, the lock's file and hash."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchx_nb.environment.direct import DirectRef, lock_source
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.image_contents import normalize
 
@@ -31,6 +33,8 @@ class FilePin:
     folder: str | None = None
     note: str = ""
     hashes: tuple[str, ...] = ()  # "sha256:…" the file allows for it (pip's --hash, the lock's)
+    direct: DirectRef | None = None  # a URL or git checkout, fetched at submit
+    identity: str = ""  # what a fetched one is ("git:<commit>", "sha256:<file>")
 
 
 def marker_environment(contents: ImageContents | None) -> dict[str, str]:
@@ -176,9 +180,20 @@ def _pin(pkg: dict[str, Any], path: Path) -> FilePin:
             if not folder.is_dir():
                 break
             return FilePin(name, version, str(folder), f"built from {source[kind]}")
+    ref = lock_source(source, name)
+    if ref is not None:
+        if ref.vcs is None:  # a url source: the wheel it lists (a pure one first), its hash
+            wheels = [w for w in pkg.get("wheels") or [] if isinstance(w, dict) and w.get("url")]
+            wheels.sort(key=lambda w: not str(w["url"]).endswith("-none-any.whl"))
+            sdist = pkg.get("sdist") if isinstance(pkg.get("sdist"), dict) else None
+            chosen = wheels[0] if wheels else sdist
+            if chosen and chosen.get("url"):
+                ref = DirectRef(name, str(chosen["url"]), sha256=chosen.get("hash"))
+            elif chosen and chosen.get("hash"):
+                ref = DirectRef(name, ref.url, sha256=chosen.get("hash"))
+        return FilePin(name, version, note=f"from {ref.shown}, fetched at submit", direct=ref)
     kind = next(iter(source), "its source")
     raise TorchxNbError(
         f"--packages {path}: {name} {version} comes from {kind} {source.get(kind)!r}, which"
-        " the environment layer cannot install yet: install it in the kernel and use"
-        " --packages auto, or install it in the base image"
+        " is not there: run uv lock again, or install it in the base image"
     )

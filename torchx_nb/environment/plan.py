@@ -52,6 +52,7 @@ class PlanItem:
     unserved: bool = False  # installed from an index, but none serves a wheel for the image
     note: str = ""  # said after the reason (a FILE's: "built from ./pkg", "resolved at submit")
     hashes: tuple[str, ...] = ()  # "sha256:…" a FILE allows for it (its --hash, a lock's)
+    ident: str = ""  # a FILE's URL or git reference, by its contents (commit, file sha256)
 
     @property
     def pin(self) -> str:
@@ -122,6 +123,8 @@ class EnvPlan:
     def identity(self, item: PlanItem) -> str:
         """What ``item`` is by its contents: the sha256 of the wheels the indexes serve for
         the image, or the kernel's installed files (see identity.py)."""
+        if item.ident:
+            return item.ident
         if item.dist is not None and item.dist.source == "project" and item.dist.source_path:
             return "folder:" + folder_identity(Path(item.dist.source_path))
         if item.local and item.dist is not None:
@@ -250,6 +253,7 @@ def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
                     unserved,
                     item.note,
                     item.hashes,
+                    item.ident,
                 )
             )
 
@@ -420,12 +424,21 @@ def _wanted_from_file(plan: EnvPlan, packages: str, build: bool) -> None:
         if pin.folder is not None:
             dist = KernelDist(pin.name, pin.version, "project", pin.folder, True, 0, packages)
         plan.wanted.append(
-            PlanItem(pin.name, pin.version, "", 0, dist, note=pin.note, hashes=pin.hashes)
+            PlanItem(
+                pin.name,
+                pin.version,
+                "",
+                0,
+                dist,
+                note=pin.note,
+                hashes=pin.hashes,
+                ident=pin.identity,
+            )
         )
-    if any(p.version == UNRESOLVED or p.folder for p in pins) and not build:
+    if any(p.version == UNRESOLVED or p.folder or p.direct for p in pins) and not build:
         plan.note = (
-            "a dry run downloads and builds nothing: versions, requirements and local"
-            " folders' wheels are resolved at submit"
+            "a dry run downloads and builds nothing: versions, requirements, local"
+            " folders' wheels, URLs and git checkouts are resolved at submit"
         )
 
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from torchx_nb.environment.direct import DirectRef, fetch, parse_direct
 from torchx_nb.environment.index import IndexSettings, file_url_path, mask_url, uv_message
 from torchx_nb.environment.lockfile import FilePin, marker_environment, pins_from_lock
 from torchx_nb.specs.api import TorchxNbError
@@ -111,11 +112,14 @@ def _read_requirements(
     depth: int = 0,
     chain: tuple[Path, ...] = (),
     hashes: dict[str, set[str]] | None = None,
+    direct: list[tuple[DirectRef, str]] | None = None,
 ) -> None:
     """Gather ``path``'s requirement lines (includes followed), its constraints, its local
-    folders and the ``--hash`` values each name is given (into ``hashes``); a line that
-    cannot be honoured is refused in one."""
+    folders, its URL and VCS references with their markers (into ``direct``) and the
+    ``--hash`` values each name is given (into ``hashes``); a line that cannot be honoured
+    is refused in one."""
     hashes = {} if hashes is None else hashes
+    direct = [] if direct is None else direct
     if path in chain:
         cycle = " -> ".join(p.name for p in (*chain[chain.index(path) :], path))
         raise TorchxNbError(
@@ -141,10 +145,14 @@ def _read_requirements(
         if option in ("-r", "--requirement", "-c", "--constraint"):
             target = (path.parent / rest).resolve()
             if option in ("-r", "--requirement"):
-                _read_requirements(target, lines, constraints, folders, depth + 1, chain, hashes)
+                _read_requirements(
+                    target, lines, constraints, folders, depth + 1, chain, hashes, direct
+                )
             else:
                 sub: list[str] = []
-                _read_requirements(target, sub, constraints, folders, depth + 1, chain, hashes)
+                _read_requirements(
+                    target, sub, constraints, folders, depth + 1, chain, hashes, direct
+                )
                 constraints += sub
             continue
         editable = option in ("-e", "--editable")
@@ -155,14 +163,15 @@ def _read_requirements(
                 " set indexes in pip's configuration (the environment layer uses it)"
             )
         if _URL.match(spec):  # a bare URL or VCS line (pip takes them; the name is in #egg=)
-            egg = re.search(r"[#&]egg=([A-Za-z0-9._-]+)", spec)
-            name = egg[1] if egg else mask_url(spec.split("#", 1)[0])
-            raise TorchxNbError(
-                f"--packages {where}: {name} from {spec.split('://')[0]}:// (a URL or a VCS"
-                " checkout) is not honoured here: install it in the kernel and use --packages"
-                " auto, or publish it to your index"
-            )
+            url, _, marker = spec.partition(" ;")
+            ref = parse_direct(url.strip())
+            direct.append((_hashed(ref, given), marker.strip()))
+            continue
         folder = _is_path(spec, path.parent)
+        if folder is not None and folder.is_file() and folder.suffix in (".whl", ".gz", ".zip"):
+            named = spec.split(" @ ", 1)[0].strip() if " @ " in spec else None
+            direct.append((_hashed(DirectRef(named, folder.as_uri()), given), ""))
+            continue
         if folder is not None:
             if not folder.is_dir():
                 raise TorchxNbError(
@@ -170,14 +179,25 @@ def _read_requirements(
                 )
             folders.append(folder)
             continue
-        name = _check_requirement(spec, where)
+        name, named_url = _check_requirement(spec, where)
+        if named_url is not None:  # name @ URL (a wheel, an sdist or a VCS checkout)
+            marker = spec.split(";", 1)[1].strip() if ";" in spec.split("#", 1)[-1] else ""
+            direct.append((_hashed(parse_direct(named_url, name), given), marker))
+            continue
         if given:
             hashes.setdefault(normalize(name), set()).update(h.lower() for h in given)
         lines.append(spec)
 
 
-def _check_requirement(spec: str, where: str) -> str:
-    """The name ``spec`` requires, after refusing in one line what cannot be honoured."""
+def _hashed(ref: DirectRef, given: list[str]) -> DirectRef:
+    """``ref`` with the sha256 its line's ``--hash`` gives (the file must have it)."""
+    sha = next((h.split(":", 1)[1] for h in given if h.lower().startswith("sha256:")), None)
+    return replace(ref, sha256=sha.lower()) if sha else ref
+
+
+def _check_requirement(spec: str, where: str) -> tuple[str, str | None]:
+    """The name ``spec`` requires and its URL (``name @ URL``), after refusing in one line
+    what cannot be honoured."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
@@ -187,22 +207,22 @@ def _check_requirement(spec: str, where: str) -> str:
         raise TorchxNbError(
             f"--packages {where}: {mask_url(spec)!r} is not a requirement ({said})"
         ) from None
-    if req.url:
-        raise TorchxNbError(
-            f"--packages {where}: {req.name} from {req.url.split('://')[0]}:// (a URL or a VCS"
-            " checkout) is not honoured here: install it in the kernel and use --packages"
-            " auto, or publish it to your index"
-        )
-    return req.name
+    return req.name, req.url or None
 
 
-def _from_pyproject(path: Path, asked: tuple[str, ...]) -> list[str]:
+def _from_pyproject(
+    path: Path, asked: tuple[str, ...], direct: list[tuple[DirectRef, str]]
+) -> tuple[list[str], bool]:
+    """A pyproject.toml's dependencies (and the extras asked for; its URL and VCS ones into
+    ``direct``), and whether the project itself is a package to ship (uv's rule: it has a
+    ``[build-system]``, unless ``tool.uv.package = false``; or ``tool.uv.package = true``)."""
     import tomllib
 
     try:
-        project = tomllib.loads(path.read_text()).get("project") or {}
+        data = tomllib.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise TorchxNbError(f"--packages {path}: not a readable pyproject.toml ({e})") from None
+    project = data.get("project") or {}
     optional = project.get("optional-dependencies") or {}
     unknown = [a for a in asked if a not in optional]
     if unknown:
@@ -213,9 +233,24 @@ def _from_pyproject(path: Path, asked: tuple[str, ...]) -> list[str]:
     specs = [str(d) for d in project.get("dependencies") or []]
     for name in asked:
         specs += [str(d) for d in optional[name]]
+    kept = []
     for spec in specs:
-        _check_requirement(spec, str(path))
-    return specs
+        name, url = _check_requirement(spec, str(path))
+        if url is None:
+            kept.append(spec)
+        elif url.startswith("file:"):
+            raise TorchxNbError(
+                f"--packages {path}: {name} @ {url} is a local path: list it in a"
+                " requirements file (-e ./folder), or publish it"
+            )
+        else:
+            marker = spec.split(";", 1)[1].strip() if ";" in spec.split("#", 1)[-1] else ""
+            direct.append((parse_direct(url, name), marker))
+    package = (data.get("tool") or {}).get("uv", {}).get("package")
+    is_package = bool(project.get("name")) and (
+        package is True or (package is None and "build-system" in data)
+    )
+    return kept, is_package
 
 
 def _folder_pin(folder: Path) -> FilePin:
@@ -263,29 +298,50 @@ def pins_from_file(
     option: str, contents: ImageContents | None, index: IndexSettings, resolve: bool = True
 ) -> list[FilePin]:
     """The distributions ``option`` (``FILE`` or ``FILE[names]``) gives for the image;
-    without ``resolve`` (a dry run) a requirements file's lines are listed unresolved."""
+    without ``resolve`` (a dry run) a requirements file's lines are listed unresolved, and
+    nothing is fetched."""
     path, asked = split_option(option)
     if path.name == "uv.lock":
-        return pins_from_lock(path, contents, asked)
+        pins = pins_from_lock(path, contents, asked)
+        if not resolve:
+            return pins
+        return [_fetched_pin(p.direct, str(path), index, p) if p.direct else p for p in pins]
     specs: list[str] = []
     constraints: list[str] = []
     folders: list[Path] = []
     hashes: dict[str, set[str]] = {}
+    direct: list[tuple[DirectRef, str]] = []
+    local: list[FilePin] = []
     if path.suffix == ".toml":
-        specs = _from_pyproject(path, asked)
+        specs, is_package = _from_pyproject(path, asked, direct)
+        if is_package:  # the project itself: a wheel built from its folder
+            pin = _folder_pin(path.parent.resolve())
+            local.append(replace(pin, note="the project, built from its folder"))
     else:
-        _read_requirements(path, specs, constraints, folders, hashes=hashes)
-    local = [_folder_pin(f) for f in folders]
+        _read_requirements(path, specs, constraints, folders, hashes=hashes, direct=direct)
+    local += [_folder_pin(f) for f in folders]
+    env = marker_environment(contents)
+    direct = [(ref, m) for ref, m in direct if not m or _marker_holds(m, env, path)]
     if not resolve:
-        env = marker_environment(contents)
-        pins = [pin for s in specs if (pin := _unresolved(s, env)) is not None]
-    elif not specs and not folders:
+        pins = [p for s in specs if (p := _unresolved(s, env)) is not None]
+        pins += [
+            FilePin(
+                ref.guess_name(),
+                ref.guess_version() or UNRESOLVED,
+                note=f"from {ref.shown}, fetched at submit",
+                direct=ref,
+            )
+            for ref, _ in direct
+        ]
+    elif not specs and not folders and not direct:
         pins = []
     else:
-        # the folders go into the resolution too (as file URLs): their own dependencies are
-        # resolved with the rest, as pip install -r would install them; their wheels are
-        # built apart and installed without dependencies
+        fetched = [_fetched_pin(ref, str(path), index) for ref, _ in direct]
+        # the folders and what was fetched go into the resolution too (as file URLs): their
+        # own dependencies are resolved with the rest, as pip install -r would install them;
+        # their wheels are built (or taken) apart and installed without dependencies
         folder_specs = [f.as_uri() for f in folders]
+        folder_specs += [f"{p.name} @ {Path(str(p.folder)).as_uri()}" for p in fetched]
         pins = _compile([*specs, *folder_specs], constraints, path, contents, index)
         unhashed = [p.name for p in pins if hashes and normalize(p.name) not in hashes]
         if unhashed:  # pip's hash-checking mode: once one line has a hash, every one does
@@ -295,8 +351,48 @@ def pins_from_file(
                 " mode needs one for every distribution): add them (uv pip compile"
                 " --generate-hashes), or remove every --hash"
             )
+        local += fetched
     pins = [replace(p, hashes=tuple(sorted(hashes.get(normalize(p.name), ())))) for p in pins]
     return [*pins, *local]
+
+
+def _marker_holds(marker: str, env: dict[str, str], path: Path) -> bool:
+    from packaging.markers import InvalidMarker, Marker
+
+    try:
+        return Marker(marker).evaluate(env)
+    except InvalidMarker as e:
+        raise TorchxNbError(f"--packages {path}: cannot read the marker {marker!r} ({e})") from None
+
+
+def _fetched_pin(
+    ref: DirectRef, origin: str, index: IndexSettings, pin: FilePin | None = None
+) -> FilePin:
+    """``ref`` fetched (at submit) as a pin made from a local folder or file: its name and
+    version from what came (a lock's ``pin`` as the lock says them), its identity the
+    commit or the file's sha256."""
+    from packaging.utils import canonicalize_name
+
+    got = fetch(ref, origin, index)
+    if got.path.is_dir():
+        found = _folder_pin(got.path)
+    else:
+        guessed = replace(ref, url=got.path.as_uri())
+        found = FilePin(guessed.guess_name(), guessed.guess_version() or UNRESOLVED, "")
+    name, version = (pin.name, pin.version) if pin else (found.name, found.version)
+    named_other = ref.name and canonicalize_name(ref.name) != canonicalize_name(found.name)
+    if named_other and not pin and (got.path.is_file() or found.name != got.path.name):
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.shown} holds {found.name}, not {ref.name}:"
+            " fix the name or the URL"
+        )
+    return FilePin(
+        ref.name or name,
+        version,
+        str(got.path),
+        f"from {ref.shown}",
+        identity=got.identity,
+    )
 
 
 def _unresolved(spec: str, env: dict[str, str]) -> FilePin | None:

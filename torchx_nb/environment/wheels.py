@@ -173,6 +173,10 @@ def local_wheel(dist: KernelDist, out: Path, index: IndexSettings, tag: str | No
     wheel = dist.source == "archive" and path and path.suffix == ".whl" and path.is_file()
     if wheel and path and _installed_from(dist, path):
         return Path(shutil.copy2(path, out / path.name))
+    if dist.source == "project" and path and path.is_file():  # a FILE's wheel or sdist
+        if path.suffix == ".whl":
+            return Path(shutil.copy2(path, out / path.name))
+        return build_source(dist, out, index)
     if dist.source in ("editable", "project") and path and path.is_dir():
         return build_source(dist, out, index)
     if dist.source == "editable":

@@ -1,0 +1,317 @@
+"""Direct references in a ``--packages FILE``: a URL (``pkg @ https://…/pkg-1.0-…whl``, a bare
+wheel or sdist URL) or a git checkout (``git+https://…@rev#egg=pkg``; a uv.lock's ``git`` and
+``url`` sources), fetched at submit as pip fetches them — never in a dry run — and then built
+or installed like a local folder or wheel file. Credentials in the URL stay in this process:
+the download sends them as a header, git gets them through its environment
+(``GIT_CONFIG_*``: an ``http.extraHeader``), neither argv nor any file holds them (the
+checkout's remote is the URL without them), and every message masks them. Identity: the
+commit git checked out, or the sha256 of the file downloaded."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchx_nb.environment.index import IndexSettings, file_url_path, mask_url
+from torchx_nb.specs.api import TorchxNbError
+
+_VCS = re.compile(r"^(?P<vcs>git|hg|svn|bzr)\+(?P<url>.+)$")
+_EGG = re.compile(r"[#&]egg=([A-Za-z0-9][A-Za-z0-9._-]*)")
+_SUB = re.compile(r"[#&]subdirectory=([^&]+)")
+_FETCHED_DAYS = 1  # fetched checkouts and files older than this are swept
+
+
+@dataclass(frozen=True)
+class DirectRef:
+    """A distribution named by where it is, not by an index: ``url`` as written (with its
+    credentials; kept in memory only), ``vcs`` (``git``) or None for a file URL, the
+    revision asked for and the subdirectory holding the project."""
+
+    name: str | None
+    url: str
+    vcs: str | None = None
+    rev: str | None = None
+    subdirectory: str | None = None
+    sha256: str | None = None  # the hash the URL's fragment, or the lock, gives
+
+    @property
+    def shown(self) -> str:
+        """The reference as the user may see it (credentials masked)."""
+        if self.vcs:
+            return mask_url(f"{self.vcs}+{self.url}" + (f"@{self.rev}" if self.rev else ""))
+        return mask_url(self.url)
+
+    def guess_name(self) -> str:
+        """The name before anything is fetched: the one written, else the file's or the
+        repository's (a dry run shows it)."""
+        if self.name:
+            return self.name
+        last = urllib.parse.urlsplit(self.url).path.rstrip("/").rsplit("/", 1)[-1]
+        if self.vcs is None:
+            parsed = _parse_filename(last)
+            if parsed is not None:
+                return parsed[0]
+        return re.sub(r"\.git$", "", last) or "unnamed"
+
+    def guess_version(self) -> str | None:
+        """The version a wheel's or sdist's file name says (None for a checkout)."""
+        if self.vcs is not None:
+            return None
+        last = urllib.parse.urlsplit(self.url).path.rstrip("/").rsplit("/", 1)[-1]
+        parsed = _parse_filename(last)
+        return parsed[1] if parsed else None
+
+
+def _parse_filename(filename: str) -> tuple[str, str] | None:
+    from packaging.utils import (
+        InvalidSdistFilename,
+        InvalidWheelFilename,
+        parse_sdist_filename,
+        parse_wheel_filename,
+    )
+
+    try:
+        if filename.endswith(".whl"):
+            name, version, _, _ = parse_wheel_filename(filename)
+        else:
+            name, version = parse_sdist_filename(filename)
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None
+    return str(name), str(version)
+
+
+def parse_direct(url: str, name: str | None = None) -> DirectRef:
+    """A requirement's URL (``name @ URL`` or a bare URL line) as a reference."""
+    fragment = url.split("#", 1)[1] if "#" in url else ""
+    egg = _EGG.search("#" + fragment)
+    sub = _SUB.search("#" + fragment)
+    name = name or (egg[1] if egg else None)
+    subdirectory = urllib.parse.unquote(sub[1]) if sub else None
+    base = url.split("#", 1)[0]
+    m = _VCS.match(base)
+    if m is None:
+        sha = re.search(r"(?:^|&)sha256=([0-9a-fA-F]{64})", fragment)
+        return DirectRef(name, base, None, None, subdirectory, sha[1].lower() if sha else None)
+    vcs, rest = m["vcs"], m["url"]
+    parts = urllib.parse.urlsplit(rest)
+    rev = None
+    if "@" in parts.path:  # the revision follows the path's last '@' (userinfo is before it)
+        path, rev = parts.path.rsplit("@", 1)
+        rest = urllib.parse.urlunsplit(parts._replace(path=path))
+    return DirectRef(name, rest, vcs, rev or None, subdirectory)
+
+
+def lock_source(source: dict[str, object], name: str) -> DirectRef | None:
+    """A uv.lock's ``git`` or ``url`` source as a reference (None for any other): ``git =
+    "https://host/r.git?rev=v1&subdirectory=x#<commit>"`` is checked out at its commit."""
+    if "git" in source:
+        raw = str(source["git"])
+        url, _, commit = raw.partition("#")
+        parts = urllib.parse.urlsplit(url)
+        query = urllib.parse.parse_qs(parts.query)
+        sub = query["subdirectory"][0] if "subdirectory" in query else None
+        rev = commit or next((query[k][0] for k in ("rev", "tag", "branch") if k in query), None)
+        plain = urllib.parse.urlunsplit(parts._replace(query=""))
+        return DirectRef(name, plain, "git", rev, sub)
+    if "url" in source:
+        return DirectRef(name, str(source["url"]), None, None, source.get("subdirectory"))  # type: ignore[arg-type]
+    return None
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What a reference gave: a folder to build a wheel from, or a wheel or sdist file; and
+    what it is by its contents (``git:<commit>`` or ``sha256:<digest>``)."""
+
+    path: Path
+    identity: str
+    is_wheel: bool = False
+
+
+def _split_credentials(url: str) -> tuple[str, str | None]:
+    """``https://u:p@host/x`` -> (``https://host/x``, ``u:p`` percent-decoded) — userinfo ends
+    at the last ``@`` before the host, as pip reads it."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    creds = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), creds
+
+
+def fetched_dir() -> Path:
+    """Where fetched checkouts and files are kept (owner-only; no URL or credential in any
+    name), swept when a day old."""
+    from torchx_nb.paths import data_dir, private_dir
+
+    root = private_dir(data_dir() / "env-direct")
+    cutoff = time.time() - _FETCHED_DAYS * 86400
+    for old in root.iterdir():
+        try:
+            if old.stat().st_mtime < cutoff:
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+        except OSError:
+            continue
+    return root
+
+
+def fetch(ref: DirectRef, origin: str, index: IndexSettings) -> Fetched:
+    """Fetch ``ref`` (at submit), one line naming it (masked) when that fails."""
+    if ref.vcs not in (None, "git"):
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.guess_name()} from {ref.shown}: only git checkouts"
+            f" are fetched, not {ref.vcs}: publish it to your index, or use a git URL"
+        )
+    local = file_url_path(ref.url)
+    if local is not None:  # a wheel or sdist file on this machine: taken as it is
+        from torchx_nb.environment.identity import file_digest
+
+        found = Path(local)
+        if not found.is_file() or _parse_filename(found.name) is None:
+            raise TorchxNbError(
+                f"--packages {origin}: {ref.url} is not a wheel or source distribution file"
+            )
+        digest = file_digest(found)
+        _check_hash(ref, digest, origin)
+        return Fetched(found, f"sha256:{digest}", found.suffix == ".whl")
+    root = fetched_dir()
+    dest = Path(tempfile.mkdtemp(prefix="fetch-", dir=root))
+    try:
+        got = (
+            _download(ref, origin, index, dest) if ref.vcs is None else _checkout(ref, origin, dest)
+        )
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    # one folder per identity (a re-submit reuses it): its name a digest, never the URL
+    kept = root / hashlib.sha256(got.identity.encode()).hexdigest()[:32]
+    try:
+        dest.rename(kept)
+    except OSError:  # fetched before: keep that one
+        shutil.rmtree(dest, ignore_errors=True)
+    os.utime(kept)
+    return Fetched(kept / got.path.relative_to(dest), got.identity, got.is_wheel)
+
+
+def _download(ref: DirectRef, origin: str, index: IndexSettings, dest: Path) -> Fetched:
+    import requests
+
+    from torchx_nb.environment.index_pages import _session
+
+    plain, creds = _split_credentials(ref.url)
+    filename = urllib.parse.unquote(urllib.parse.urlsplit(plain).path.rsplit("/", 1)[-1])
+    if _parse_filename(filename) is None:
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.shown} names no wheel or source distribution"
+            " (a file name like pkg-1.0-py3-none-any.whl or pkg-1.0.tar.gz)"
+        )
+    host = urllib.parse.urlsplit(plain).hostname or ""
+    trusted = any(t.split(":")[0] == host for t in index.trusted_hosts)
+    auth = tuple(creds.split(":", 1)) if creds else None
+    target = dest / filename
+    digest = hashlib.sha256()
+    try:
+        with _session().get(
+            plain,
+            auth=auth,
+            stream=True,
+            timeout=60,
+            verify=False if trusted else (index.cert or True),
+            cert=index.client_cert,
+        ) as resp:
+            if resp.status_code in (401, 403):
+                said = f"refused the credentials (HTTP {resp.status_code})"
+            elif resp.status_code >= 400:
+                said = f"answered HTTP {resp.status_code}"
+            else:
+                said = ""
+                with open(target, "wb") as f:
+                    for chunk in resp.iter_content(1 << 20):
+                        digest.update(chunk)
+                        f.write(chunk)
+    except requests.RequestException as e:
+        said = f"is unreachable ({type(e).__name__})"
+    if said:
+        raise TorchxNbError(f"--packages {origin}: {ref.shown} {said}: fix the URL or its access")
+    got = digest.hexdigest()
+    _check_hash(ref, got, origin)
+    return Fetched(target, f"sha256:{got}", filename.endswith(".whl"))
+
+
+def _check_hash(ref: DirectRef, got: str, origin: str) -> None:
+    """Refuse, in one line, a file whose sha256 is not the one its line or lock names."""
+    want = (ref.sha256 or "").removeprefix("sha256:").lower()
+    if want and got != want:
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.shown} is a file with sha256 {got[:16]}…, not the"
+            f" {want[:16]}… it names: fix the hash or the URL"
+        )
+
+
+def git_env(url: str) -> tuple[str, dict[str, str]]:
+    """The URL git is given (no credentials) and the environment that hands it them: an
+    ``Authorization`` header through ``GIT_CONFIG_*`` (never argv, never .git/config); no
+    prompt for what is missing."""
+    plain, creds = _split_credentials(url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG_")}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", GCM_INTERACTIVE="never")
+    if creds and plain.startswith(("http://", "https://")):
+        token = base64.b64encode(creds.encode()).decode()
+        env.update(
+            GIT_CONFIG_COUNT="1",
+            GIT_CONFIG_KEY_0="http.extraHeader",
+            GIT_CONFIG_VALUE_0=f"Authorization: Basic {token}",
+        )
+    return plain, env
+
+
+def _checkout(ref: DirectRef, origin: str, dest: Path) -> Fetched:
+    plain, env = git_env(ref.url)
+    folder = dest / "checkout"
+
+    def git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+
+    proc = git("clone", "--quiet", "--no-checkout", "--", plain, str(folder))
+    if proc.returncode == 0:
+        wanted = ref.rev or "HEAD"
+        for candidate in (wanted, f"origin/{wanted}"):  # a commit or tag, else a branch
+            proc = git("rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}", cwd=folder)
+            if proc.returncode == 0:
+                break
+        else:
+            proc.stderr = f"no revision {wanted!r} in it"
+        if proc.returncode == 0:
+            proc = git("checkout", "--quiet", "--detach", proc.stdout.strip(), cwd=folder)
+    if proc.returncode != 0:
+        said = mask_url(" ".join((proc.stderr.strip().splitlines() or ["failed"])[-1:]))
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.guess_name()} from {ref.shown}: git cannot check it"
+            f" out ({said}): fix the URL, the revision or its access"
+        )
+    commit = git("rev-parse", "HEAD", cwd=folder).stdout.strip()
+    project = folder / ref.subdirectory if ref.subdirectory else folder
+    if not project.is_dir():
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.shown} has no folder {ref.subdirectory!r} at {commit[:12]}"
+        )
+    sub = f"/{ref.subdirectory}" if ref.subdirectory else ""
+    return Fetched(project, f"git:{commit}{sub}")
