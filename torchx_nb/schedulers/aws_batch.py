@@ -12,7 +12,6 @@ import dataclasses
 import getpass
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +23,9 @@ from torchx_nb.schedulers.abilities import (
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.aws_batch_options import AwsBatchOpts
+from torchx_nb.schedulers.aws_batch_request import BatchJob as BatchJob
+from torchx_nb.schedulers.aws_batch_request import container as role_container
+from torchx_nb.schedulers.aws_batch_request import format_request, job_name
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
 from torchx_nb.schedulers.aws_batch_status import (
     apply_exits,
@@ -33,26 +35,21 @@ from torchx_nb.schedulers.aws_batch_status import (
 )
 from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
 from torchx_nb.schedulers.cancellers import canceller
-from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import tail_wait
-from torchx_nb.schedulers.outputs import REMOTE_OUTPUT_DIR, output_env, upload_target
+from torchx_nb.schedulers.outputs import upload_target
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
     AppState,
-    BindMount,
-    DeviceMount,
     InvalidRunConfigException,
     ReplicaStatus,
     Resource,
     Role,
     RoleStatus,
-    VolumeMount,
     is_terminal,
     macros,
 )
-from torchx_nb.specs.named_resources_aws import instance_type_from_resource
 from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin
 
@@ -74,72 +71,6 @@ STATES = {
     "SUCCEEDED": AppState.SUCCEEDED,
     "FAILED": AppState.FAILED,
 }
-
-
-@dataclass
-class BatchJob:
-    """aws_batch's native request: the job definition to register and the job to submit."""
-
-    name: str
-    queue: str
-    share_id: str | None
-    priority: int
-    job_def: dict[str, Any]
-    tags: dict[str, str]
-    outputs: str | None = None  # where the job uploads $TORCHX_OUTPUT_DIR (output_path)
-    array_size: int | None = None  # an array job of this many tasks (a sweep's trials)
-
-    def submit_args(self) -> dict[str, Any]:
-        args: dict[str, Any] = {
-            "jobName": self.name,
-            "jobQueue": self.queue,
-            "jobDefinition": self.name,
-            "tags": self.tags,
-        }
-        if self.array_size:
-            args["arrayProperties"] = {"size": self.array_size}
-        if self.job_def.get("timeout"):  # on the job too: DescribeJobs then says it
-            args["timeout"] = self.job_def["timeout"]
-        if self.share_id:
-            args["shareIdentifier"] = self.share_id
-            args["schedulingPriorityOverride"] = self.priority
-        return args
-
-
-def _fmt(job: BatchJob) -> str:
-    import json
-
-    from torchx_nb.redact import redact
-
-    return json.dumps(
-        redact({"register_job_definition": job.job_def, "submit_job": job.submit_args()}),
-        indent=2,
-    )
-
-
-def _job_name(name: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9_-]", "-", name)
-    return cleaned[:110] or "job"
-
-
-def _permissions(perm: str) -> list[str]:
-    return [{"r": "READ", "w": "WRITE", "m": "MKNOD"}[c] for c in perm]
-
-
-def _resource_requirements(res: Resource) -> list[dict[str, str]]:
-    if res.memMB <= 0:
-        raise InvalidRunConfigException(
-            "AWS Batch needs memory for every role: give the role a resource (-h NAME, e.g."
-            " aws_g5.xlarge, or --memMB)",
-            "memMB",
-        )
-    reqs = [
-        {"type": "VCPU", "value": str(max(res.cpu, 1))},
-        {"type": "MEMORY", "value": str(res.memMB)},
-    ]
-    if res.gpu > 0:
-        reqs.append({"type": "GPU", "value": str(res.gpu)})
-    return reqs
 
 
 class AwsBatchScheduler(
@@ -191,7 +122,9 @@ class AwsBatchScheduler(
         ]
         job_def = {k: v for k, v in job.job_def.items() if k not in ("nodeProperties", "type")}
         job_def.update(type="container", containerProperties=container)
-        return AppDryRunInfo(dataclasses.replace(job, job_def=job_def, array_size=size), _fmt)
+        return AppDryRunInfo(
+            dataclasses.replace(job, job_def=job_def, array_size=size), format_request
+        )
 
     def trial_ids(self, app_id: str, size: int) -> list[str]:
         """``QUEUE:NAME:INDEX``: the child jobs ``PARENTID:INDEX`` of the array."""
@@ -222,7 +155,7 @@ class AwsBatchScheduler(
     def _submit_dryrun(self, app: AppDef, cfg: AwsBatchOpts) -> AppDryRunInfo[BatchJob]:
         share_id = cfg.share_id or None
         priority = cfg.priority or 0
-        name = _job_name(make_unique(app.name + (f"-{share_id}" if share_id else "")))
+        name = job_name(make_unique(app.name + (f"-{share_id}" if share_id else "")))
         outputs = upload_target(cfg.output_path, name, ("s3",))
         ranges: list[dict[str, Any]] = []
         start = 0
@@ -231,7 +164,7 @@ class AwsBatchScheduler(
                 img_root="", app_id=name, replica_id=NODE_INDEX, rank0_env=RANK0_ENV
             )
             r = values.apply(role)
-            container = self._container(r, role_idx, cfg, outputs)
+            container = role_container(r, role_idx, cfg, outputs)
             n = role.num_replicas
             if role_idx == 0:
                 rank0 = {
@@ -276,72 +209,7 @@ class AwsBatchScheduler(
             tags=tags,
             outputs=outputs,
         )
-        return AppDryRunInfo(job, _fmt)
-
-    def _container(
-        self, role: Role, role_idx: int, cfg: AwsBatchOpts, outputs: str | None
-    ) -> dict[str, Any]:
-        env = {
-            **(output_env(REMOTE_OUTPUT_DIR, outputs) if outputs else {}),
-            **role.env,
-            "TORCHX_ROLE_IDX": str(role_idx),
-            "TORCHX_ROLE_NAME": role.name,
-        }
-        res = role.resource
-        linux: dict[str, Any] = {"sharedMemorySize": max(res.memMB, 0)}
-        devices = [
-            {
-                "hostPath": m.src_path,
-                "containerPath": m.dst_path,
-                "permissions": _permissions(m.permissions),
-            }
-            for m in [*role.mounts, *get_device_mounts(res.devices)]
-            if isinstance(m, DeviceMount)
-        ]
-        if devices:
-            linux["devices"] = devices
-        volumes: list[dict[str, Any]] = []
-        mount_points: list[dict[str, Any]] = []
-        for i, m in enumerate(role.mounts):
-            if isinstance(m, BindMount):
-                volumes.append({"name": f"mount_{i}", "host": {"sourcePath": m.src_path}})
-                mount_points.append(
-                    {
-                        "sourceVolume": f"mount_{i}",
-                        "containerPath": m.dst_path,
-                        "readOnly": m.read_only,
-                    }
-                )
-            elif isinstance(m, VolumeMount):
-                volumes.append(
-                    {"name": f"mount_{i}", "efsVolumeConfiguration": {"fileSystemId": m.src}}
-                )
-                mount_points.append(
-                    {
-                        "sourceVolume": f"mount_{i}",
-                        "containerPath": m.dst_path,
-                        "readOnly": m.read_only,
-                    }
-                )
-        container: dict[str, Any] = {
-            "command": [role.entrypoint, *role.args],
-            "image": role.image,
-            "environment": [{"name": k, "value": v} for k, v in env.items()],
-            "privileged": cfg.privileged,
-            "resourceRequirements": _resource_requirements(res),
-            "linuxParameters": linux,
-            "logConfiguration": {"logDriver": "awslogs"},
-            "mountPoints": mount_points,
-            "volumes": volumes,
-        }
-        itype = instance_type_from_resource(res)
-        if itype:
-            container["instanceType"] = itype
-        if cfg.job_role_arn:
-            container["jobRoleArn"] = cfg.job_role_arn
-        if cfg.execution_role_arn:
-            container["executionRoleArn"] = cfg.execution_role_arn
-        return container
+        return AppDryRunInfo(job, format_request)
 
     def schedule(self, dryrun_info: AppDryRunInfo[BatchJob]) -> str:
         job = dryrun_info.request
