@@ -787,3 +787,20 @@ def test_a_cancelled_job_says_who_cancelled_it(
     code, out, err = cli("status", handle)
     assert code == 0, err
     assert "State: CANCELLED" in out and re.search(rf"cancelled by {who}", out), out
+
+
+def test_a_job_being_deleted_says_whether_we_cancelled_it(isolated: Path) -> None:
+    """A Job with a deletionTimestamp (the loopback server drops it within 0.1 s, too fast to
+    catch live): ours says who cancelled it, one without our cancel mark that it is being
+    deleted outside torchx_nb."""
+    from torchx_nb.schedulers.kubernetes.scheduler import _deleted_by
+    from torchx_nb.schedulers.outputs import mark_cancelled
+
+    assert _deleted_by("default:theirs-1") == (
+        "its Job is being deleted outside torchx_nb (kubectl delete, or its owner)"
+    )
+    mark_cancelled("kubernetes", "default:ours-1", "alice with torchx-nb cancel (pid 7)")
+    assert _deleted_by("default:ours-1") == (
+        "it was cancelled by alice with torchx-nb cancel (pid 7): its Job and pods are being"
+        " deleted"
+    )
