@@ -320,14 +320,17 @@ def test_a_webhook_down_at_the_end_gets_the_notice_from_the_next_status(isolated
 
 
 def test_a_slow_webhook_is_answered_once_though_the_command_exits(isolated: Path) -> None:
-    """A webhook taking 6 s to answer: ``run --wait`` exits ~2 s after the end (saying the
+    """A webhook taking 12 s to answer: ``run --wait`` exits ~2 s after the end (saying the
     notice is owed), its sender process waits for the answer, so the notice is acknowledged
     (recorded sent) with one POST — the command did not abandon it mid-POST for the next
-    command to send again — and later commands make no other delivery."""
+    command to send again, nor did the sender give up on the answer after 10 s (urllib3's
+    total timeout was 10 s: such a webhook got the notice 6 times, every one answered 200,
+    and it stayed owed for the next command to send 6 times more) — and later commands make
+    no other delivery."""
     from tests.conftest import wait_for
 
     with webhook_receiver() as hook:
-        hook.delay = 6.0
+        hook.delay = 12.0
         env = {notices.NOTIFY_ENV: hook.url}
         start = time.monotonic()
         code, out, err = cli("run", "--wait", "-s", "local_cwd", "utils.sh", "true", env=env)

@@ -34,7 +34,10 @@ from torchx_nb.specs.failure import FailureCard
 NOTIFY_ENV = "TORCHX_NB_NOTIFY_URL"
 TRIES = 6  # one POST and five retries, while the process lives
 BACKOFF_S = 0.5  # urllib3's backoff factor: retries after 0, 1, 2, 4 and 8 s
-TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 10.0  # a webhook that does not take the connection: tried again
+# how long a webhook that took the notice may take to answer: a read timeout is no proof
+# it was not received, and each try after one is a repeat it must drop by its key
+READ_TIMEOUT_S = 120.0
 REDIRECTS = 5
 
 
@@ -184,7 +187,9 @@ def post(url: str, body: dict[str, Any]) -> None:
         headers["Idempotency-Key"] = str(body["notice_id"])
     data = json.dumps(body).encode()
     hops = urllib3.Retry(total=None, redirect=REDIRECTS, raise_on_redirect=True)
-    with urllib3.PoolManager(timeout=urllib3.Timeout(total=TIMEOUT_S), retries=False) as pool:
+    with urllib3.PoolManager(
+        timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S), retries=False
+    ) as pool:
         while True:
             resp = pool.request("POST", target, body=data, headers=headers, redirect=False)
             if 200 <= resp.status < 300:
