@@ -13,6 +13,8 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,6 +199,24 @@ class SlurmCluster:
         self.run("sacctmgr", "-i", "add", "cluster", cluster)
         self.run("sacctmgr", "-i", "add", "account", "research", f"cluster={cluster}")
         self.run("sacctmgr", "-i", "add", "user", "root", "account=research", f"cluster={cluster}")
+
+    @contextmanager
+    def accounting_down(self) -> Iterator[None]:
+        """slurmdbd stopped while the block runs (a restart, an outage: sacct answers
+        "Problem talking to the database"), then started again and answering."""
+        (dbd,) = [p for p in self.procs if _exe("slurmdbd") in p.args]  # type: ignore[operator]
+        _stop(dbd)
+        self.procs.remove(dbd)
+        try:
+            yield
+        finally:
+            self._spawn([_exe("slurmdbd"), "-D", "-s"], "slurmdbd.out")
+            _wait(
+                lambda: self.run("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0,
+                60,
+                "slurmdbd",
+                self.root / "log" / "slurmdbd.log",
+            )
 
     def stop(self) -> None:
         """Cancel what still runs (so no slurmstepd outlives its slurmd), then stop the

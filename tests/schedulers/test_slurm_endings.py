@@ -31,10 +31,12 @@ def _role(name: str, script: str, **kw: object) -> specs.Role:
 
 
 def _left_the_queue(cluster: SlurmCluster, *job_ids: str) -> None:
-    """Wait until squeue has forgotten the jobs (MinJobAge): from then on only sacct knows."""
+    """Wait until squeue has forgotten the jobs (MinJobAge): from then on only sacct knows.
+    ``-t all``: squeue lists only pending and running jobs by default, and still knows the
+    ended ones (with their exit code) until MinJobAge has passed."""
 
     def gone() -> bool:
-        out = cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+        out = cluster.run("squeue", "-h", "-t", "all", "-o", "%i", check=False).stdout.split()
         queued = {o.partition("+")[0].partition("_")[0] for o in out}  # 41+1, 41_3, 41_[1-3]
         return not any(j.partition("_")[0] in queued for j in job_ids)
 
@@ -94,6 +96,49 @@ def test_exit_codes_exceptions_and_signals_after_the_job_left_the_queue(
     code, out, err = cli("status", code3)
     assert code == 0, err
     assert "r/0 exited with code 3" in out and "exit code 0" not in out
+
+
+def test_while_slurmdbd_is_down_a_job_still_in_the_queue_reads_from_squeue(
+    slurm_env: SlurmCluster,
+) -> None:
+    """slurmdbd restarting or down: sacct fails ("Problem talking to the database"). A job
+    that ended less than MinJobAge ago is still in squeue, with its exit code: its status
+    reads from there (it was the error, blaming the controller). A job only accounting
+    knows is one line naming slurmdbd, not the controller. A job cancelled while it waited
+    has Slurm's cancel time as its start in squeue, and no node: it never ran (no start in
+    the job store, so no running phase, and no exit code), as sacct would have said (this is
+    also what happens while slurmdbd lags behind the controller)."""
+    from torchx_nb.phases import phases
+
+    with get_runner() as runner:
+        old = runner.run(specs.AppDef("old", roles=[_role("o", "exit 4")]), "slurm", {})
+        runner.wait(old, wait_interval=1, timeout=180)
+        _left_the_queue(slurm_env, old.rsplit("/", 1)[1])
+        with slurm_env.accounting_down():
+            fresh = runner.run(specs.AppDef("fresh", roles=[_role("f", "exit 200")]), "slurm", {})
+            status = runner.wait(fresh, wait_interval=1, timeout=120)
+            assert status is not None and status.state == AppState.FAILED, status
+            (card,) = runner.failure_cards(fresh, status)
+            code, out, err = cli("status", old)
+            slurm_env.run("scontrol", "update", "PartitionName=debug", "State=DOWN")
+            try:
+                waiting = runner.run(specs.AppDef("later", roles=[_role("w", "true")]), "slurm", {})
+                wait_for(lambda: runner.status(waiting).state == AppState.PENDING, timeout=60)  # type: ignore[union-attr]
+                runner.cancel(waiting)
+                cancelled = runner.wait(waiting, wait_interval=1, timeout=60)
+            finally:
+                slurm_env.run("scontrol", "update", "PartitionName=debug", "State=UP")
+            rec = runner.jobstore.get(waiting)
+    assert card.headline() == "f/0 exited with code 200"
+    assert cancelled is not None and cancelled.state == AppState.CANCELLED, cancelled
+    assert cancelled.started is None, cancelled
+    (replica,) = cancelled.roles[0].replicas
+    assert replica.exit_code is None, replica
+    assert rec is not None and rec.started is None and [p.name for p in phases(rec)] == ["queued"]
+    assert code != 0 and "controller" not in err, (out, err)
+    assert err.startswith(
+        "torchx-nb: error: Slurm's accounting database (slurmdbd) does not answer ("
+    ), err
 
 
 def test_a_time_limit_and_a_cancel_while_pending_are_said_in_words(

@@ -45,6 +45,12 @@ def _slurm_line(tool: str, stderr: str) -> str:
         if line and line not in parts:
             parts.append(line)
     text = "; ".join(parts) or f"{tool} failed"
+    if "Problem talking to the database" in text:  # sacct: slurmdbd, not the controller
+        return (
+            f"Slurm's accounting database (slurmdbd) does not answer ({text}), and only it"
+            " knows jobs that left the queue; try again once it is back (`sacctmgr show"
+            " cluster` answers then)"
+        )
     if "Unable to contact slurm controller" in text or "Connection refused" in text:
         return f"the Slurm controller does not answer ({text}); check it with `scontrol ping`"
     if "partition" in text.lower():

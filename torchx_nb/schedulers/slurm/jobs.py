@@ -209,6 +209,7 @@ def _component(raw: dict[str, Any], accounting: bool) -> tuple[int, Component]:
         workdir = str(raw.get("current_working_directory") or "")
         step_state = None
     names = state_names(state_raw)
+    node = str(raw.get("nodes") or raw.get("batch_host") or "")
     comp = Component(
         job_id=job_id,
         offset=offset,
@@ -218,13 +219,16 @@ def _component(raw: dict[str, Any], accounting: bool) -> tuple[int, Component]:
         reason="" if reason in ("None", "") else reason,
         exit_code=exit_code(raw.get("exit_code")),
         signal=exit_signal(raw.get("exit_code")),
-        node=str(raw.get("nodes") or raw.get("batch_host") or ""),
+        node=node,
         restarts=number(raw.get("restart_cnt")) or 0,
         workdir=workdir,
         start=start,
         end=end,
         submitted=submitted,
         step_state=step_state,
+        # no node was ever given to it: it never ran, though Slurm's start is its cancel time
+        # (sacct's text says so too, but it may not have the job yet: slurmdbd lags or is down)
+        ran=node not in ("", "None assigned") or app_state(state_raw) == AppState.RUNNING,
     )
     return leader, comp
 

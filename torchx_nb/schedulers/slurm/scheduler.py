@@ -395,10 +395,17 @@ class SlurmScheduler(
         accounting_off = self._accounting is False
         endings: dict[str, Ending] = {}
         if ask and not accounting_off:
-            got = self._sacct(ask)
+            try:
+                got = self._sacct(ask)
+            except SlurmError:
+                # slurmdbd down or restarting: squeue still knows a job that ended less than
+                # MinJobAge ago (its exit code, in the wait status); only the others need sacct
+                if any(a not in queued for a in ask):
+                    raise
+                got, ask = {}, []
             accounting_off = got is None
             finished = got or {}
-            if not accounting_off:
+            if not accounting_off and ask:
                 endings = self._endings(ask)
                 # an array's tasks that never started are one record (``41_[1-3%1]``) that
                 # sacct finds by the array's id only
@@ -475,10 +482,10 @@ class SlurmScheduler(
                     role=role,
                     hostname=comp.node,
                     structured_error_msg=msg,
-                    exit_code=comp.exit_code if is_terminal(state) else None,
+                    exit_code=comp.exit_code if is_terminal(state) and comp.ran else None,
                     num_restarts=comp.restarts,
                     oom="OUT_OF_MEMORY" in comp.state_text,
-                    signal=comp.signal if is_terminal(state) else None,
+                    signal=comp.signal if is_terminal(state) and comp.ran else None,
                     ended=comp.step_end if is_terminal(state) else None,
                     ending=comp.ending,
                     next_step=comp.next_step,
