@@ -289,3 +289,27 @@ def test_an_editable_install_in_a_folder_with_a_space_ships_and_follows_its_edit
     (edit / "tnbsp.py").write_text("B = 'two'\n")
     assert kernel.key(cell, python_in_registry) != first
     assert "tnbsp two" in submit()
+
+
+def test_installer_files_are_not_contents() -> None:
+    """uv writes ``uv_cache.json`` into the dist-info of a wheel installed from a local file
+    (pip does not): the same wheel's files installed by either are the same distribution,
+    in an image's RECORD as in the kernel's, and such a copy is not 'other contents'."""
+    from torchx_nb.workspace.image_contents import record_identity
+
+    by_pip = (
+        "tnbsx-1.0.dist-info/INSTALLER,sha256=zuuue4knoyJ-UwPPXg8fezS7VCrXJQrAP7zeNuwvFQg,4\n"
+        "tnbsx-1.0.dist-info/METADATA,sha256=4ywHThmkvci32Zfe7AnHQZ_P7G2L5a4r3vH2I3yF5VQ,47\n"
+        "tnbsx-1.0.dist-info/RECORD,,\n"
+        "tnbsx.py,sha256=cWlBJwPD7b8t58Lc0fsUdt6pHXyVFiHrLjt5wGo9F04,4\n"
+    )
+    by_uv = (
+        "tnbsx-1.0.dist-info/INSTALLER,sha256=5hhM4Q4mYTT9z6QB6PGpUAW81PGNFrYrdXMj4oM_6ak,2\n"
+        "tnbsx-1.0.dist-info/METADATA,sha256=4ywHThmkvci32Zfe7AnHQZ_P7G2L5a4r3vH2I3yF5VQ,47\n"
+        "tnbsx-1.0.dist-info/RECORD,,\n"
+        "tnbsx-1.0.dist-info/uv_cache.json,sha256=fa9rFsDeYZNbxQCkG96UXmIK3EVlLsSARcGcdOREKrg,127\n"
+        "tnbsx.py,sha256=cWlBJwPD7b8t58Lc0fsUdt6pHXyVFiHrLjt5wGo9F04,4\n"
+    )
+    assert record_identity(by_pip) == record_identity(by_uv) != ""
+    other = by_uv.replace("cWlBJwPD7b8t58Lc0fsUdt6pHXyVFiHrLjt5wGo9F04", "x" * 43)
+    assert record_identity(other) != record_identity(by_pip)

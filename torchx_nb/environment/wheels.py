@@ -19,7 +19,7 @@ from torchx_nb.environment.index import IndexSettings, uv_message
 from torchx_nb.environment.kernel import KernelDist, installed_files
 from torchx_nb.specs.api import TorchxNbError
 
-_DROP = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
+_DROP = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD", "uv_cache.json"}
 
 
 def uv_bin() -> str:

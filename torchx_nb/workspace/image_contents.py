@@ -29,7 +29,7 @@ _SITE = re.compile(r"^(?P<dir>(?:[^/]+/)*?lib/python3(?:\.\d+)?/(?:site|dist)-pa
 _OLD_GLIBC = re.compile(r"(?:^|/)libc-(2\.\d+)\.so$")
 _META_LIMIT = 64 * 1024
 _READERS = 4  # layers read at once through a registry
-SCAN_VERSION = 4  # bump when what a scan records changes (invalidates the cache)
+SCAN_VERSION = 5  # bump when what a scan records changes (invalidates the cache)
 
 
 def normalize(name: str) -> str:
@@ -244,7 +244,8 @@ class _Scan:
         )
 
 
-_NOT_CONTENTS = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+# files an installer writes (uv adds uv_cache.json for a local wheel), not the wheel's
+_NOT_CONTENTS = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json"}
 
 
 def record_identity(text: str) -> str:
