@@ -14,9 +14,9 @@ from pathlib import Path
 
 from torchx_nb.environment.index_pages import ServedFile
 from torchx_nb.environment.kernel import KernelDist
-from torchx_nb.workspace.image_contents import record_identity
+from torchx_nb.workspace.image_contents import normalize, record_identity
 
-_SKIP_FILES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+_SKIP_FILES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json"}
 _SKIP_DIRS = {".git", ".hg", "build", "dist", "__pycache__", ".venv", ".tox", ".mypy_cache"}
 # file digests already computed, by (path, size, mtime): the stamp only says when to compute
 # again; the identity is the content
@@ -115,3 +115,27 @@ def installed_record_identity(dist: KernelDist) -> str:
     except md.PackageNotFoundError:
         return ""
     return record_identity(text)
+
+
+def differs_from_kernel(dist: KernelDist, folder: Path) -> bool:
+    """Whether the copy of ``dist`` an index served (installed into ``folder``) is another
+    build than the kernel's at the same version: a wheel uploaded again at that version, or
+    a second index's own build. Compared by their RECORD digests when both carry the same
+    wheel tags; a build for another platform (other tags) cannot be compared and does not
+    count."""
+    for info in folder.glob("*.dist-info"):
+        found = md.PathDistribution(info)
+        try:
+            name, version = found.metadata["Name"], found.version
+        except (KeyError, TypeError):
+            continue
+        if normalize(str(name)) != dist.key or version != dist.version:
+            continue
+        wheel = found.read_text("WHEEL") or ""
+        tags = {ln.split(":", 1)[1].strip() for ln in wheel.splitlines() if ln.startswith("Tag:")}
+        if tags != set(dist.tags):
+            return False
+        theirs = record_identity(found.read_text("RECORD") or "")
+        ours = installed_record_identity(dist)
+        return bool(theirs and ours) and theirs != ours
+    return False

@@ -9,11 +9,13 @@ unchanged environment is neither rebuilt nor pushed again."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from torchx_nb.environment.identity import differs_from_kernel
 from torchx_nb.environment.index import uv_message
 from torchx_nb.environment.index_pages import all_listings, what_the_indexes_said
 from torchx_nb.environment.kernel import KernelDist
@@ -73,6 +75,15 @@ def install(
             stream(pack.follow())
         try:
             served = _install_served(plan, served, local, wheels, tmp / "served")
+            other = _other_builds(served, tmp / "served")
+            if other:  # the kernel's build ships, as the kernel imports it
+                for item in other:
+                    assert item.dist is not None
+                    tag = _fitting_tag(item.dist, contents)
+                    local[item.name] = local_wheel(item.dist, wheels, plan.index, tag)
+                shutil.rmtree(tmp / "served")
+                served = [i for i in served if i.name not in local]
+                served = _install_served(plan, served, local, wheels, tmp / "served")
             if served:
                 pack.add_folder(tmp / "served")
         except BaseException:
@@ -91,6 +102,12 @@ def install(
         pack.abort()
         raise
     return pack
+
+
+def _other_builds(items: list[PlanItem], folder: Path) -> list[PlanItem]:
+    """The items whose copy the indexes served into ``folder`` is another build than the
+    kernel's at that version (see ``differs_from_kernel``)."""
+    return [i for i in items if i.dist is not None and differs_from_kernel(i.dist, folder)]
 
 
 def _fitting_tag(dist: KernelDist, contents: ImageContents) -> str | None:

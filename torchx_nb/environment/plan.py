@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchx_nb.environment.identity import (
+    differs_from_kernel,
     folder_identity,
     installed_identity,
     installed_record_identity,
@@ -133,7 +134,9 @@ class EnvPlan:
         found = self.listings.get(normalize(item.name), [])
         files = fitting(found, item.version, c) if c and c.python else []
         if files:
-            return "served:" + served_identity(files)
+            # the kernel's build too: one the indexes no longer serve ships instead
+            ours = installed_record_identity(item.dist) if item.dist else ""
+            return f"served:{served_identity(files)};kernel:{ours}"
         return "installed:" + installed_identity(item.dist) if item.dist else ""
 
     def key(self) -> str:
@@ -483,12 +486,17 @@ def plan_environment(
         names = [i.name for i in plan.wanted if i.dist is not None and i.dist.source == "index"]
         listed = pool.submit(all_listings, plan.index, names)
         if build and not contents.done():
+            fetched = [i for i in plan.wanted if i.dist and not i.local]
             plan.head_start = head_start(
-                [(i.pin, i.size) for i in plan.wanted if i.dist and not i.local],
+                [(i.pin, i.size) for i in fetched],
                 kernel_python(),
                 likely_platform(),
                 plan.index,
                 upload_to,
+                # another build than the kernel's at a version is not packed: the kernel's ships
+                lambda folder: (
+                    not any(differs_from_kernel(i.dist, folder) for i in fetched if i.dist)
+                ),
             )
         try:
             plan.contents = contents.result()

@@ -87,8 +87,10 @@ class HeadStart:
         platform: str,
         index: IndexSettings,
         upload_to: str | None = None,
+        check: Callable[[Path], bool] | None = None,
     ) -> None:
         self.what = (tuple(reqs), python, platform, index)
+        self._check = check  # whether the installed folder is what the layer may hold
         self._upload_to = upload_to
         self._streaming = False  # its bytes are on their way (one upload, whoever starts it)
         self._lock = threading.Lock()
@@ -117,6 +119,10 @@ class HeadStart:
         proc = self._proc
         try:
             ok = proc is not None and proc.wait() == 0
+            if ok and self._check is not None and not self._stop.is_set():
+                ok = self._check(self._tmp / "site")
+        except Exception:
+            ok = False
         finally:
             self._installed.set()
         pack = self._packing
@@ -202,12 +208,14 @@ def head_start(
     platform: str,
     index: IndexSettings,
     upload_to: str | None = None,
+    check: Callable[[Path], bool] | None = None,
 ) -> HeadStart | None:
     """A head start for ``pins`` (pin, installed size), or None: none of them is small
     enough, or the same were fetched on this machine before (uv's cache has them; a
     re-submit must not pay for a second install it throws away). ``upload_to``: the
     repository the build will push to, where the packed bytes go as they are written (an
-    upload the build does not take is cancelled with the head start)."""
+    upload the build does not take is cancelled with the head start); ``check``: whether
+    the installed folder may be packed (else the head start only fills uv's cache)."""
     import hashlib
     import json
 
@@ -226,7 +234,7 @@ def head_start(
     if mark.exists():
         return None
     try:
-        started = HeadStart(chosen, python, platform, index, upload_to)
+        started = HeadStart(chosen, python, platform, index, upload_to, check)
     except OSError:
         return None
     mark.touch()
