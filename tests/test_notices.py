@@ -262,6 +262,18 @@ def test_retry_after_on_a_503_is_honoured() -> None:
         assert second - first >= 1.9, second - first
 
 
+def test_a_retry_after_that_is_not_a_time_is_the_webhooks_answer() -> None:
+    """``Retry-After: soon`` on a 503: the notice's error is the webhook's answer (it was
+    urllib3's ``InvalidHeader: Invalid Retry-After header: soon (set TORCHX_NB_DEBUG=1 …)``),
+    and it is retried by the backoff alone."""
+    with webhook_receiver() as hook:
+        hook.fail, hook.fail_status, hook.retry_after = True, 503, "soon"
+        with pytest.raises(notices.WebhookAnswer) as got:
+            notices.post(hook.url, {"text": "x"})
+    assert str(got.value) == "the webhook answered HTTP 503"
+    assert got.value.retry_after is None
+
+
 def test_a_webhook_down_at_the_end_gets_the_notice_from_the_next_status(isolated: Path) -> None:
     """The webhook answers 500 when ``run --wait`` sees the end: the command exits at most
     ~2 s later saying the notice is owed; its sender process tries it with backoff and gives

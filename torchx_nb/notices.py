@@ -220,7 +220,9 @@ def post(url: str, body: dict[str, Any]) -> None:
                 )
             wait = None
             if resp.status in urllib3.Retry.RETRY_AFTER_STATUS_CODES:
-                wait = urllib3.Retry().get_retry_after(resp)
+                # a Retry-After that is neither seconds nor a date is no answer to honour
+                with contextlib.suppress(urllib3.exceptions.InvalidHeader):
+                    wait = urllib3.Retry().get_retry_after(resp)
             raise WebhookAnswer(f"the webhook answered HTTP {resp.status}", retry_after=wait)
 
 
