@@ -213,6 +213,26 @@ def test_a_302_is_not_followed_as_a_get_nor_counted_sent() -> None:
         )
 
 
+def test_a_302_names_the_fix_where_the_command_ran(isolated: Path) -> None:
+    """``run --wait`` with a webhook URL answering 302: the command's last line is the
+    webhook's answer and the fix (it said only "will be sent when the webhook answers", as if
+    waiting could help; the fix was in the job store alone)."""
+    with webhook_receiver() as hook:
+        base = hook.url.rsplit("/hooks/", 1)[0]
+        hook.answers["/moved"] = (302, "/hooks/T0-SECRET-PATH")
+        env = {notices.NOTIFY_ENV: f"{base}/moved"}
+        code, out, err = cli("run", "--wait", "-s", "local_cwd", "utils.sh", "true", env=env)
+        handle = out.strip().splitlines()[-1]
+        assert code == 0, err
+        assert err.splitlines()[-1] == (
+            f"torchx-nb: the notice for {handle} is not delivered yet: the webhook answered 302"
+            " (a redirect that would re-send the notice as a GET without its body): set the"
+            " notice URL to the address it points to; it stays owed and the next torchx-nb"
+            " command, kernel or server sends it"
+        ), err
+        assert hook.posts == []
+
+
 def test_a_307_is_followed_keeping_the_post_and_its_id() -> None:
     with webhook_receiver() as hook:
         base = hook.url.rsplit("/hooks/", 1)[0]

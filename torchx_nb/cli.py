@@ -574,10 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             notices = sys.modules.get("torchx_nb.notices")
             if notices is not None:
                 for handle in notices.finish(2.0):
-                    print(
-                        f"{PROG}: the notice for {handle} will be sent when the webhook answers",
-                        file=sys.stderr,
-                    )
+                    print(f"{PROG}: {notices.owed_line(handle)}", file=sys.stderr)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

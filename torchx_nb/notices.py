@@ -480,6 +480,22 @@ class Notifier:
         )
 
 
+def owed_line(handle: str) -> str:
+    """What a command about to exit says of a notice still owed: while a sender holds it,
+    that it will be sent when the webhook answers; once a sender gave it back, the webhook's
+    last answer (a 302 names the fix: no later try can succeed without it)."""
+    record = None
+    with contextlib.suppress(Exception):
+        owed = notifier().owed.get(handle)
+        record = owed.store.notice(handle) if owed is not None else None
+    if record and record.get("error") and not (record.get("lease") or 0) > time.time():
+        return (
+            f"the notice for {handle} is not delivered yet: {record['error']}; it stays owed"
+            " and the next torchx-nb command, kernel or server sends it"
+        )
+    return f"the notice for {handle} will be sent when the webhook answers"
+
+
 def _owed_still(owed: Owed) -> bool:
     try:
         record = owed.store.notice(owed.handle)
@@ -529,6 +545,7 @@ __all__ = [
     "notice_id",
     "notifier",
     "notify_url",
+    "owed_line",
     "payload",
     "shown_url",
 ]
