@@ -313,3 +313,40 @@ def test_installer_files_are_not_contents() -> None:
     assert record_identity(by_pip) == record_identity(by_uv) != ""
     other = by_uv.replace("cWlBJwPD7b8t58Lc0fsUdt6pHXyVFiHrLjt5wGo9F04", "x" * 43)
     assert record_identity(other) != record_identity(by_pip)
+
+
+def test_an_edit_in_a_subpackage_named_build_or_dist_makes_a_new_key(
+    kernel: Kernel, python_in_registry: str, registry: Registry
+) -> None:
+    """An editable install's package may hold subpackages named like build artefacts
+    (``tnbsub/build``, ``tnbsub/dist``): they are the package's source, built into its wheel,
+    so an edit of them is a new layer (only the folder's own ``build/`` and ``dist/`` are
+    artefacts)."""
+    edit = _project(
+        kernel.root,
+        "tnbsub",
+        "1.0",
+        [],
+        {
+            "tnbsub/__init__.py": "",
+            "tnbsub/build/__init__.py": "BODY = 'one'\n",
+            "tnbsub/dist/__init__.py": "BODY = 'one'\n",
+            "build/lib/tnbsub/__init__.py": "# an artefact of an earlier build\n",
+        },
+    )
+    pyproject = (edit / "pyproject.toml").read_text()
+    (edit / "pyproject.toml").write_text(
+        pyproject.replace(
+            'py-modules = ["tnbsub"]', 'packages = ["tnbsub", "tnbsub.build", "tnbsub.dist"]'
+        )
+    )
+    kernel.pip("--no-deps", "--no-build-isolation", "-e", str(edit))
+    cell = "import tnbsub.build, tnbsub.dist\n"
+    keys = [kernel.key(cell, python_in_registry)]
+    (edit / "build" / "lib" / "tnbsub" / "__init__.py").write_text("# another artefact\n")
+    assert kernel.key(cell, python_in_registry) == keys[0]  # the folder's build/ is not it
+    (edit / "tnbsub" / "build" / "__init__.py").write_text("BODY = 'two'\n")
+    keys.append(kernel.key(cell, python_in_registry))
+    (edit / "tnbsub" / "dist" / "__init__.py").write_text("BODY = 'two'\n")
+    keys.append(kernel.key(cell, python_in_registry))
+    assert len(set(keys)) == 3, keys

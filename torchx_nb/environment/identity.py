@@ -17,7 +17,10 @@ from torchx_nb.environment.kernel import KernelDist
 from torchx_nb.workspace.image_contents import normalize, record_identity
 
 _SKIP_FILES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json"}
-_SKIP_DIRS = {".git", ".hg", "build", "dist", "__pycache__", ".venv", ".tox", ".mypy_cache"}
+_SKIP_DIRS = {".git", ".hg", "__pycache__", ".venv", ".tox", ".mypy_cache"}
+# a build's artefacts in the source folder itself; below it, folders of these names are
+# source (a package's ``build`` or ``dist`` subpackage is built into its wheel)
+_SKIP_TOP = {"build", "dist"}
 # file digests already computed, by (path, size, mtime): the stamp only says when to compute
 # again; the identity is the content
 _DIGESTS: dict[tuple[str, int, int], str] = {}
@@ -54,10 +57,13 @@ def served_identity(files: list[ServedFile]) -> str:
 def _folder_identity(root: Path) -> str:
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
+        top = Path(dirpath) == root
         dirnames[:] = sorted(
             d
             for d in dirnames
-            if d not in _SKIP_DIRS and not d.endswith((".egg-info", ".dist-info"))
+            if d not in _SKIP_DIRS
+            and not (top and d in _SKIP_TOP)
+            and not d.endswith((".egg-info", ".dist-info"))
         )
         for name in sorted(filenames):
             path = Path(dirpath, name)
