@@ -3,12 +3,14 @@
 One notebook runs a job that prints metrics and many lines and a job that sleeps. The test
 checks, in the DOM: the status reaches SUCCEEDED by itself within a second of the job's end,
 the elapsed clock ticks, the log view shows the newest line and stays put once scrolled up, the
-metric chart draws, Cancel cancels; then the notebook is saved, its kernel shut down, and the
-reopened notebook shows the static snapshots instead of widget errors. Screenshots go to
-``test-screenshots/`` (``$TORCHX_NB_SCREENSHOTS``)."""
+metric chart draws, Cancel cancels (the notebook saved the moment the end shows holds the
+snapshot); then the notebook is saved, closed, its kernel shut down, and the reopened notebook
+shows the static snapshots instead of widget errors. Screenshots go to ``test-screenshots/``
+(``$TORCHX_NB_SCREENSHOTS``)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -142,6 +144,11 @@ def test_widgets_live_in_jupyterlab_and_snapshots_after_reopening(
         assert clock.inner_text() != first and clock.inner_text().startswith("elapsed ")
         sleep_out.get_by_role("button", name="Cancel").click()
         _state_time(page, 2, "CANCELLED", timeout=30)
+        # saved the moment the end shows: the file holds the snapshot, not the live widgets
+        nb.save()
+        saved = json.loads((root / "jobs.ipynb").read_text())["cells"][2]["outputs"]
+        assert [list(o["data"]) for o in saved] == [["text/html", "text/plain"]] * 2, saved
+        assert " CANCELLED " in "".join(saved[0]["data"]["text/plain"])
         page.wait_for_function(
             "() => [...document.querySelectorAll('pre.torchx-nb-log')]"
             ".some(n => n.textContent.includes('— job CANCELLED —'))",
@@ -149,9 +156,12 @@ def test_widgets_live_in_jupyterlab_and_snapshots_after_reopening(
         )
         sleep_out.locator(".torchx-nb-snapshot").wait_for(timeout=15_000)
         nb.screenshot("notebook-finished")
+        time.sleep(2)  # the full snapshot (result, last lines) follows the first
         nb.save()
+        nb.command("application:close")
+        page.wait_for_function("() => !document.querySelector('.jp-NotebookPanel')")
 
-        # reopened without the kernel: the snapshots, not "model not found"
+        # closed, its kernel shut down, reopened: the snapshots, not "model not found"
         for kernel in lab.api("GET", "/api/kernels"):
             lab.api("DELETE", f"/api/kernels/{kernel['id']}")
         for session in lab.api("GET", "/api/sessions"):

@@ -6,6 +6,7 @@ list. When every trial has ended it becomes a static snapshot (summary, table, c
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 import time
 from typing import Any
@@ -15,7 +16,12 @@ from torchx_nb.metrics import MetricLog
 from torchx_nb.notebook import render
 from torchx_nb.notebook.charts import line_chart
 from torchx_nb.notebook.log_widget import LogReader, LogWidget
-from torchx_nb.notebook.widget_base import MIN_REFRESH_S, close_tree, display_with_text
+from torchx_nb.notebook.widget_base import (
+    MIN_REFRESH_S,
+    close_tree,
+    display_with_text,
+    in_cell,
+)
 from torchx_nb.specs.api import AppState, AppStatus, is_terminal
 from torchx_nb.specs.log_line import LogLine
 from torchx_nb.sweeps import sweep_rows, sweep_summary, sweep_text
@@ -45,6 +51,7 @@ class SweepView:
         self.ended = threading.Event()
         self.snapshotted = threading.Event()
         self._display: Any = None
+        self._cell: contextvars.Context | None = None
         self.logs: LogWidget | None = None
 
         self._summary = w.HTML()
@@ -153,7 +160,12 @@ class SweepView:
         ):
             self.ended.set()
             if self._display is not None:
-                threading.Thread(target=self._snapshot, daemon=True).start()
+                # at once the final states, then the snapshot with every result and metric
+                with contextlib.suppress(Exception):
+                    in_cell(self._cell, self._write_snapshot)
+                threading.Thread(
+                    target=in_cell, args=(self._cell, self._snapshot), daemon=True
+                ).start()
 
     # ---- rendering ------------------------------------------------------------------
 
@@ -291,6 +303,9 @@ class SweepView:
     # ---- lifecycle ------------------------------------------------------------------
 
     def show(self) -> None:
+        """Display the view; the snapshot, written later from another thread, runs in this
+        cell's context so it carries the cell's request as its parent (``widgets.in_cell``)."""
+        self._cell = contextvars.copy_context()
         self._display = display_with_text(self.widget, self.text())
         if self.ended.is_set():
             self._snapshot()
@@ -312,13 +327,14 @@ class SweepView:
                 if self.results[i] is None:
                     self._fetch_result(i)
             if self._display is not None:
-                self._display.update(
-                    {"text/html": self.html(), "text/plain": self.text()}, raw=True
-                )
+                self._write_snapshot()
             self.close()
             close_tree(self.widget)
         finally:
             self.snapshotted.set()
+
+    def _write_snapshot(self) -> None:
+        self._display.update({"text/html": self.html(), "text/plain": self.text()}, raw=True)
 
     def close(self) -> None:
         self.poller.stop_clock(self._clock)

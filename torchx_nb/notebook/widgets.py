@@ -14,6 +14,7 @@ times a second; ipywidgets is imported when a widget is built, never when this m
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import html
 import threading
 import time
@@ -28,6 +29,7 @@ from torchx_nb.notebook.widget_base import (
     MIN_REFRESH_S,
     close_tree,
     display_with_text,
+    in_cell,
     widgets_enabled,
 )
 from torchx_nb.redact import redact_text
@@ -182,11 +184,13 @@ class StatusWidget:
             self.status = status
             if self._on_change is not None:
                 self._on_change(status)
+        if status is None or is_terminal(status.state):
+            # the end is written into the cell's output before the badge shows it: a notebook
+            # saved once its user sees the end holds the snapshot, not the live widgets
+            self._finish()
         self._header.value = self._header_html()
         self._body.value = self._body_html()
         self.update_count += 1
-        if status is None or is_terminal(status.state):
-            self._finish()
 
     def _finish(self) -> None:
         if self._seen_end is not None:
@@ -233,6 +237,7 @@ class JobView:
         self.ended = threading.Event()
         self.snapshotted = threading.Event()
         self._display: Any = None
+        self._cell: contextvars.Context | None = None
         self._log_display: Any = None
         self._metrics_reader: LogReader | None = None
         self.logs: LogWidget | None = None
@@ -250,7 +255,12 @@ class JobView:
         runner.follow_notice(handle, self._notice_trouble)
 
     def show(self) -> None:
-        """Display the widgets (each with a text fallback)."""
+        """Display the widgets (each with a text fallback), and keep the cell's context: the
+        snapshot, written later from another thread, must carry the cell's request as its
+        parent (ipykernel keeps it in a context variable; a thread without it takes the last
+        message the kernel received, a widget click's comm_msg, and a frontend that routes
+        outputs by their request puts the snapshot nowhere)."""
+        self._cell = contextvars.copy_context()
         self._display = display_with_text(self.status.widget, self.status.text())
         if self.logs is not None:
             self._log_display = display_with_text(
@@ -288,7 +298,16 @@ class JobView:
         if self.logs is not None:
             self.logs.job_ended(status)
         if self._display is not None:
-            threading.Thread(target=self._snapshot, daemon=True, name="torchx-nb-snapshot").start()
+            # at once what is known (the final state, the lines read so far), then the full
+            # snapshot once the readers have read the end and the result is loaded
+            with contextlib.suppress(Exception):
+                in_cell(self._cell, self._write_snapshot)
+            threading.Thread(
+                target=in_cell,
+                args=(self._cell, self._snapshot),
+                daemon=True,
+                name="torchx-nb-snapshot",
+            ).start()
 
     def _notice_trouble(self, line: str) -> None:
         """The job-end notice is not delivered yet: one line in this cell's snapshot (made
@@ -329,14 +348,20 @@ class JobView:
 
             record = self.runner.jobstore.get(self.handle)
             self.status.phases = phases_line(record) if record else ""
-        status_bundle = {"text/html": self.status.html(), "text/plain": self.status.text()}
-        self._display.update(status_bundle, raw=True)
+        self._write_snapshot()
+        if self.logs is not None and self._log_display is not None:
+            self.logs.close()
+        close_tree(self.status.widget)
+
+    def _write_snapshot(self) -> None:
+        """Replace the widgets' outputs with static HTML of what is known now: the log's first,
+        so by the time the status shows the end (a user may save then) both are replaced."""
         if self.logs is not None and self._log_display is not None:
             self._log_display.update(
                 {"text/html": self.logs.html(), "text/plain": self.logs.text()}, raw=True
             )
-            self.logs.close()
-        close_tree(self.status.widget)
+        status_bundle = {"text/html": self.status.html(), "text/plain": self.status.text()}
+        self._display.update(status_bundle, raw=True)
 
     def close(self) -> None:
         if self._metrics_reader is not None:
