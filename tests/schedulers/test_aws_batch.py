@@ -558,3 +558,71 @@ def test_who_cancelled_is_said_ours_or_someone_elses_terminate(
     assert rep.state == AppState.CANCELLED and rep.ending == stopped.msg.removeprefix("it ")
     failed = {"status": "FAILED", "statusReason": "Essential container in task exited"}
     assert cancel_ending(failed, "cancelled by torchx_nb") is None  # Batch's own: a failure
+
+
+def test_a_failure_with_a_reason_off_the_list_is_not_called_a_cancel(
+    queue: str, base_images: dict[str, str], docker_env: DockerDaemon, aws_env: MotoServer
+) -> None:
+    """A job whose container exited 3 and whose reason is one Batch gives that is not on the
+    list (ECS could not assume the instance role, as DescribeJobs says it) stays FAILED with
+    exit code 3 — it was called 'cancelled outside torchx_nb', CANCELLED. moto keeps no reason
+    for a failed job; a TerminateJob after its end writes one (Batch's own words) without
+    changing its status or exit code."""
+    from tests.conftest import cli
+
+    reason = (
+        "ECS was unable to assume the role 'arn:aws:iam::123456789012:role/ecsInstanceRole'"
+        " that was provided for this task. Please verify that the role being passed has the"
+        " proper trust relationship and permissions"
+    )
+    bb = base_images["busybox"]
+    with get_runner() as runner:
+        handle = runner.run(shell_app("exit 3", bb, mem_mb=128), "aws_batch", {"queue": queue})
+        ended = runner.wait(handle, wait_interval=0.2, timeout=90)
+        assert ended is not None and ended.state == AppState.FAILED, ended
+        sched = runner.get_scheduler("aws_batch")
+        assert isinstance(sched, AwsBatchScheduler)
+        job_id = sched._job_id(handle.rsplit("/", 1)[1])
+        aws_env.client("batch").terminate_job(jobId=job_id, reason=reason)
+        (job,) = aws_env.client("batch").describe_jobs(jobs=[str(job_id)])["jobs"]
+        assert job["status"] == "FAILED" and job["statusReason"] == reason, job
+        status = sched.describe(handle.rsplit("/", 1)[1])
+    assert status is not None and status.state == AppState.FAILED, status
+    assert status.msg == reason
+    (rep,) = [r for rs in status.roles_statuses for r in rs.replicas]
+    assert rep.state == AppState.FAILED and rep.exit_code == 3 and not rep.ending, rep
+    code, out, err = cli("status", handle)
+    assert code == 0, err
+    assert "FAILED" in out and "cancelled" not in out, out
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        # DescribeJobs' statusReason of jobs Batch failed itself (ECS's and Fargate's words)
+        "ECS was unable to assume the role 'arn:aws:iam::1:role/ecsInstanceRole' that was"
+        " provided for this task.",
+        "Your Spot Task was interrupted.",
+        "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Service cannot fulfill the capacity requested",
+        "InternalError: an internal error occurred",
+        "Essential container in pod exited",
+    ],
+)
+def test_batch_s_own_reasons_are_failures(reason: str) -> None:
+    from torchx_nb.schedulers.aws_batch_status import cancel_ending
+
+    job = {"status": "FAILED", "statusReason": reason, "startedAt": 1}
+    assert cancel_ending(job, "cancelled by torchx_nb") is None
+
+
+def test_a_terminate_reason_on_a_container_that_exited_by_itself_is_no_cancel() -> None:
+    from torchx_nb.schedulers.aws_batch_status import cancel_ending
+
+    job = {"status": "FAILED", "statusReason": "stop please", "startedAt": 1}
+    said = cancel_ending({**job, "container": {"exitCode": 137}}, "cancelled by torchx_nb")
+    assert said and "outside torchx_nb" in said
+    assert cancel_ending({**job, "container": {"exitCode": 3}}, "cancelled by torchx_nb") is None
+    assert cancel_ending({**job, "startedAt": None}, "cancelled by torchx_nb") == (
+        "was cancelled while it waited outside torchx_nb (Batch's TerminateJob or CancelJob)"
+        " with the reason 'stop please'"
+    )

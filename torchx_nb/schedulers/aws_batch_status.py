@@ -40,8 +40,11 @@ _BATCH_OWN = re.compile(
     r"CannotStartContainerError|CannotCreateContainerError|CannotInspectContainerError|"
     r"CannotStopContainerError|ResourceInitializationError|OutOfMemoryError|"
     r"Task failed to start|DockerTimeoutError|Timeout waiting for network interface|"
-    r"MISCONFIGURATION|Job terminated by a spot|Your job|Task stopped|Container|"
-    r"RUNNABLE|.*exceeded the configured attemptDurationSeconds)",
+    r"MISCONFIGURATION|CAPACITY:|Job terminated by a spot|Your job|Your Spot Task|Spot|"
+    r"Task stopped|Container|Essential container in pod|ECS |Fargate|EC2 |"
+    r"RUNNABLE|.*exceeded the configured attemptDurationSeconds|"
+    # an AWS error class heading the text ("InternalError: ...", "SomethingException")
+    r"(?-i:[A-Z][A-Za-z]+(?:Error|Exception)\b))",
     re.I,
 )
 
@@ -57,6 +60,10 @@ def cancel_ending(job: dict[str, Any], ours: str) -> str | None:
         who = reason[len(ours) :].strip(" :")
         return f"was cancelled by torchx_nb{f' for {who}' if who else ''}"
     if not reason or _BATCH_OWN.search(reason):
+        return None
+    # a container that exited with a code of its own (not the SIGTERM/SIGKILL a terminate
+    # sends) ended by itself, whatever the reason says: a failure, never someone's cancel
+    if container_exit(job) not in (None, 137, 143):
         return None
     started = " while it waited" if not job.get("startedAt") else ""
     return (
