@@ -104,3 +104,85 @@ def test_what_a_killed_build_left_is_swept_once_it_is_a_day_old(
     pack.abort()
     assert not stale_partial.exists() and not stale_head.exists()
     assert fresh_partial.exists() and fresh_head.exists()
+
+
+_INTERRUPTED = """
+import os, signal, sys, threading
+from torchx_nb.environment.index import IndexSettings
+from torchx_nb.environment.uv_install import HeadStart
+
+index = IndexSettings(index_url=sys.argv[1])
+head = HeadStart(["tnbslow==1.0"], "3.11", "x86_64-manylinux_2_17", index)
+threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:  # the build takes it while uv still waits on the index; Ctrl-C (a kernel interrupt)
+    head.take(["tnbslow==1.0"], "3.11", "x86_64-manylinux_2_17", index)
+except KeyboardInterrupt:
+    pass
+import time
+time.sleep(1.0)
+uv = []
+for pid in os.listdir("/proc"):
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        continue
+    if int(stat.rpartition(")")[2].split()[1]) == os.getpid():
+        uv.append(open(f"/proc/{pid}/cmdline").read().replace(chr(0), " "))
+print("children:", uv)
+print("left:", sorted(os.listdir(os.environ["TMPDIR"])))
+"""
+
+
+def test_an_interrupted_take_leaves_no_uv_running_and_no_install_folder(tmp_path: Path) -> None:
+    """Ctrl-C while the build waits for the head start (uv still fetching from a slow index):
+    the head start is dropped at once, as on every other way out: no uv left running in the
+    kernel, no install folder."""
+    import http.server
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from tests.infra.kernel_venv import with_this_tree
+
+    stop = threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # an index that does not answer for a long while
+            stop.wait(30)
+            self.send_error(503)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = with_this_tree(
+        {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))},
+            "TMPDIR": str(tmp),
+            "TORCHX_NB_DATA_DIR": str(tmp_path / "data"),
+            "UV_CACHE_DIR": str(tmp_path / "uv-cache"),
+        }
+    )
+    try:
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-c", _INTERRUPTED, f"http://127.0.0.1:{server.server_port}/simple"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        stop.set()
+        server.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    assert "children: []" in proc.stdout, proc.stdout
+    assert "left: []" in proc.stdout, proc.stdout
+    assert time.monotonic() - started < 25  # dropped at once, not when uv gave up

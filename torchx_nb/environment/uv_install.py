@@ -157,17 +157,19 @@ class HeadStart:
         otherwise, once uv's cache is filled); ``report`` hears the rest of its packing and
         ``stream`` is handed its bytes as they are written."""
         pack = None
-        if self.what == (tuple(reqs), python, platform, index):
-            begun = self._packing or self._pack
-            if begun is not None:
-                begun.report = report
-                if stream is not None:
-                    self._stream(begun, stream)
-            self._thread.join()
-            pack, self._pack = self._pack, None
-        else:
-            self._installed.wait()
-        self.cancel()
+        try:
+            if self.what == (tuple(reqs), python, platform, index):
+                begun = self._packing or self._pack
+                if begun is not None:
+                    begun.report = report
+                    if stream is not None:
+                        self._stream(begun, stream)
+                self._thread.join()
+                pack, self._pack = self._pack, None
+            else:
+                self._installed.wait()
+        finally:  # taken, or interrupted while waiting (Ctrl-C): nothing of it stays
+            self.cancel()
         return pack
 
     def _stream(self, pack: EnvPack, stream: Callable[[Iterator[bytes]], None]) -> None:
