@@ -92,6 +92,35 @@ def test_sys_exit_with_a_message_says_it(isolated: Path) -> None:
     assert "cell/0 raised SystemExit: fatal: config missing (exit code 1)" in err, err
 
 
+def test_sys_exit_with_a_hostile_message_still_says_it(isolated: Path) -> None:
+    """``sys.exit`` with a lone surrogate in its message, or with an object whose ``__str__``
+    raises: the cell runner itself crashed writing the card's line (UnicodeEncodeError, or
+    the RuntimeError) and the card said only "exited with code 1" above the runner's own
+    traceback. Now: exit code 1 as Python gives, the message escaped as Python's stderr
+    escapes it, and for the object what str() did."""
+    bad_str = "class B:\n    def __str__(self): raise RuntimeError('no')\nimport sys\nsys.exit(B())"
+    with get_runner() as runner:
+        lone = runner.run(
+            cell(source="import sys\nsys.exit('fatal \\udcff config')", name="lone"),
+            "local_cwd",
+            {},
+            workspace=str(isolated),
+        )
+        odd = runner.run(cell(source=bad_str, name="odd"), "local_cwd", {}, str(isolated))
+        for handle in (lone, odd):
+            _ended(runner, handle)
+        (lone_card,) = runner.failure_cards(lone)
+        (odd_card,) = runner.failure_cards(odd)
+        log = list(runner.log_lines(lone, "cell", 0))
+    assert lone_card.headline() == "cell/0 raised SystemExit: fatal \\udcff config (exit code 1)"
+    assert log == ["fatal \\udcff config\n"], log
+    assert (
+        odd_card.headline()
+        == "cell/0 raised SystemExit: <str() failed: RuntimeError> (exit code 1)"
+    )
+    assert not any("cell_main.py" in line for line in odd_card.last_lines), odd_card.last_lines
+
+
 def test_a_positive_exit_code_is_not_a_signal_and_a_signal_is(isolated: Path) -> None:
     with get_runner() as runner:
         own = runner.run(

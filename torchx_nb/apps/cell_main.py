@@ -383,12 +383,19 @@ def run(script: str, args: list[str]) -> int:
             value = eval(compile(ast.Expression(body=last.value), CELL, "eval"), namespace)
     except SystemExit as exc:
         if _rank() == 0:
-            _write(out, "exit.txt", repr(exc.code).encode()[:200])
+            with contextlib.suppress(Exception):  # a __repr__ that raises: no exit.txt
+                _write(out, "exit.txt", repr(exc.code).encode(errors="backslashreplace")[:200])
         if exc.code is not None and not isinstance(exc.code, int):
             # sys.exit("message"): Python prints the message to stderr and exits 1; so do
-            # we, and the message is the failure card's line
-            sys.stderr.write(f"{exc.code}\n")
-            _write(out, f"error-{_rank()}.txt", f"SystemExit: {exc.code}".encode()[:100_000])
+            # we, and the message is the failure card's line (a lone surrogate escaped, as
+            # Python's stderr does; a __str__ that raises: Python prints nothing)
+            try:
+                said = str(exc.code)
+                sys.stderr.write(f"{said}\n")
+            except Exception as e:
+                said = f"<str() failed: {type(e).__name__}>"
+            data = f"SystemExit: {said}".encode(errors="backslashreplace")[:100_000]
+            _write(out, f"error-{_rank()}.txt", data)
         raise
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
