@@ -294,3 +294,32 @@ def test_a_lock_s_git_and_url_sources_are_fetched_at_submit(tmp_path: Path) -> N
         ("tnbu", "2.0", "from https://127.0.0.1/tnbu-2.0.tar.gz, fetched at submit"),
     ]
     assert pins[1].direct is not None and pins[1].direct.sha256 == "sha256:ab"
+
+
+def test_hash_checking_mode_covers_url_and_git_lines(tmp_path: Path) -> None:
+    """Once a line has a hash, a URL line needs one and a git line cannot be checked, as
+    pip refuses them: one line each, in a dry run too (they were installed unchecked)."""
+    reqs = tmp_path / "requirements.txt"
+    for line, said in [
+        (
+            "tnby @ https://alice:t0k@127.0.0.1/x/tnby-1.0-py3-none-any.whl",
+            "tnby from https://***@127.0.0.1/x/tnby-1.0-py3-none-any.whl has none (pip's"
+            " hash-checking mode needs one for every distribution): add --hash=sha256:… to"
+            " its line, or remove every --hash",
+        ),
+        (
+            "git+https://127.0.0.1/r.git@v1#egg=tnbx",
+            "tnbx from git+https://127.0.0.1/r.git@v1 is a git checkout, which pip's"
+            " hash-checking mode cannot check: use a wheel URL with --hash, or remove every"
+            " --hash",
+        ),
+    ]:
+        reqs.write_text(f"tnbdep==1.0 --hash=sha256:{'a' * 64}\n{line}\n")
+        with pytest.raises(TorchxNbError) as e:
+            pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+        assert (
+            str(e.value)
+            == f"--packages {reqs}: some lines have --hash"
+            + (" and " if "has none" in said else ", and ")
+            + said
+        )

@@ -165,12 +165,12 @@ def _read_requirements(
         if _URL.match(spec):  # a bare URL or VCS line (pip takes them; the name is in #egg=)
             url, _, marker = spec.partition(" ;")
             ref = parse_direct(url.strip())
-            direct.append((_hashed(ref, given), marker.strip()))
+            direct.append((_hashed(ref, given, hashes), marker.strip()))
             continue
         folder = _is_path(spec, path.parent)
         if folder is not None and folder.is_file() and folder.suffix in (".whl", ".gz", ".zip"):
             named = spec.split(" @ ", 1)[0].strip() if " @ " in spec else None
-            direct.append((_hashed(DirectRef(named, folder.as_uri()), given), ""))
+            direct.append((_hashed(DirectRef(named, folder.as_uri()), given, hashes), ""))
             continue
         if folder is not None:
             if not folder.is_dir():
@@ -182,15 +182,18 @@ def _read_requirements(
         name, named_url = _check_requirement(spec, where)
         if named_url is not None:  # name @ URL (a wheel, an sdist or a VCS checkout)
             marker = spec.split(";", 1)[1].strip() if ";" in spec.split("#", 1)[-1] else ""
-            direct.append((_hashed(parse_direct(named_url, name), given), marker))
+            direct.append((_hashed(parse_direct(named_url, name), given, hashes), marker))
             continue
         if given:
             hashes.setdefault(normalize(name), set()).update(h.lower() for h in given)
         lines.append(spec)
 
 
-def _hashed(ref: DirectRef, given: list[str]) -> DirectRef:
-    """``ref`` with the sha256 its line's ``--hash`` gives (the file must have it)."""
+def _hashed(ref: DirectRef, given: list[str], hashes: dict[str, set[str]]) -> DirectRef:
+    """``ref`` with the sha256 its line's ``--hash`` gives (the file must have it), noted in
+    ``hashes`` (which turns pip's hash-checking mode on)."""
+    if given:
+        hashes.setdefault(normalize(ref.guess_name()), set()).update(h.lower() for h in given)
     sha = next((h.split(":", 1)[1] for h in given if h.lower().startswith("sha256:")), None)
     return replace(ref, sha256=sha.lower()) if sha else ref
 
@@ -322,6 +325,8 @@ def pins_from_file(
     local += [_folder_pin(f) for f in folders]
     env = marker_environment(contents)
     direct = [(ref, m) for ref, m in direct if not m or _marker_holds(m, env, path)]
+    if hashes:  # a --hash on any line (a URL's #sha256= alone does not turn the mode on)
+        _check_hash_mode(path, [ref for ref, _ in direct])
     if not resolve:
         pins = [p for s in specs if (p := _unresolved(s, env)) is not None]
         pins += [
@@ -354,6 +359,24 @@ def pins_from_file(
         local += fetched
     pins = [replace(p, hashes=tuple(sorted(hashes.get(normalize(p.name), ())))) for p in pins]
     return [*pins, *local]
+
+
+def _check_hash_mode(path: Path, direct: list[DirectRef]) -> None:
+    """pip's hash-checking mode, once a line has a hash, for the URL and VCS lines too: a
+    URL without a hash, or a git checkout (which has no file to hash), is one line."""
+    for ref in direct:
+        if ref.vcs is not None:
+            raise TorchxNbError(
+                f"--packages {path}: some lines have --hash, and {ref.guess_name()} from"
+                f" {ref.shown} is a {ref.vcs} checkout, which pip's hash-checking mode cannot"
+                " check: use a wheel URL with --hash, or remove every --hash"
+            )
+        if not ref.sha256:
+            raise TorchxNbError(
+                f"--packages {path}: some lines have --hash and {ref.guess_name()} from"
+                f" {ref.shown} has none (pip's hash-checking mode needs one for every"
+                " distribution): add --hash=sha256:… to its line, or remove every --hash"
+            )
 
 
 def _marker_holds(marker: str, env: dict[str, str], path: Path) -> bool:
