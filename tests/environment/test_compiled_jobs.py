@@ -8,13 +8,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import subprocess
-import sys
 import zipfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.environment.cells import job_log, last_line, run_cell, venv_under_test
 from tests.infra.dockerd import DockerDaemon, Registry
 from tests.infra.kernel_venv import pip_isolated
 from torchx_nb.environment.wheels import uv_bin
@@ -49,16 +50,9 @@ def compiled_kernel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kernel (a virtualenv) holding tnbglibcnew (manylinux_2_39, newer than the bookworm
     base's glibc 2.36) and tnbglibcok (manylinux_2_17), installed from wheel files; the
     latter's file is removed afterwards."""
-    import torchx_nb
 
     root = tmp_path_factory.mktemp("compiled-kernel")
-    venv = root / "venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-        check=True,
-    )
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "_torchx_nb_under_test.pth").write_text(f"{Path(torchx_nb.__file__).parent.parent}\n")
+    python = venv_under_test(root / "venv")
     new = _compiled_wheel(root, "tnbglibcnew", "cp311-cp311-manylinux_2_39_x86_64")
     ok = _compiled_wheel(root, "tnbglibcok", "cp311-cp311-manylinux_2_17_x86_64")
     subprocess.run(
@@ -69,7 +63,7 @@ def compiled_kernel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--no-config",
             "--quiet",
             "--python",
-            str(venv / "bin" / "python"),
+            str(python),
             "--python-platform",
             "x86_64-manylinux_2_39",
             "--no-index",
@@ -81,7 +75,7 @@ def compiled_kernel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
     )
     ok.unlink()
-    return venv / "bin" / "python"
+    return python
 
 
 def _cli(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -107,25 +101,12 @@ def test_a_wheel_tagged_for_a_newer_glibc_than_the_image_s_is_refused_in_one_lin
     image = python_in_registry  # the python base where every test finds it (no second name)
     ws = tmp_path / "ws"
     ws.mkdir()
+    cli = partial(_cli, compiled_kernel)
     for extra in (["--dryrun"], []):
-        proc = _cli(
-            compiled_kernel,
-            "run",
-            *extra,
-            "-s",
-            "local_docker",
-            "--workspace",
-            str(ws),
-            "-cfg",
-            f"network=host,builder=registry,image_repo={registry.host}/glibcnew",
-            "cell",
-            "--image",
-            image,
-            "--source",
-            "import tnbglibcnew\n",
-        )
+        cfg = f"network=host,builder=registry,image_repo={registry.host}/glibcnew"
+        proc = run_cell(cli, ws, image, cfg, "import tnbglibcnew\n", *extra)
         assert proc.returncode != 0
-        assert proc.stderr.strip().splitlines()[-1].split("\r")[-1] == (
+        assert last_line(proc) == (
             "torchx-nb: error: tnbglibcnew 1.0 is compiled, and this kernel's copy"
             " (cp311-cp311-manylinux_2_39_x86_64) does not fit image"
             f" {image} (Python 3.11, x86_64-manylinux_2_36 or older): install a wheel built"
@@ -148,23 +129,7 @@ def test_a_wheel_whose_tags_fit_ships_from_the_kernel_s_installed_files(
     ws = tmp_path / "ws"
     ws.mkdir()
     cell = "import tnbglibcok\nprint('ok', tnbglibcok.VERSION, tnbglibcok.__file__)\n"
-    proc = _cli(
-        compiled_kernel,
-        "run",
-        "-s",
-        "local_docker",
-        "--workspace",
-        str(ws),
-        "--wait",
-        "-cfg",
-        f"network=host,builder=registry,image_repo={registry.host}/glibcok",
-        "cell",
-        "--image",
-        image,
-        "--source",
-        cell,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
-    log = _cli(compiled_kernel, "log", handle).stdout
+    cfg = f"network=host,builder=registry,image_repo={registry.host}/glibcok"
+    cli = partial(_cli, compiled_kernel)
+    log = job_log(cli, run_cell(cli, ws, image, cfg, cell, "--wait"))
     assert "ok 1.0 /opt/torchx-nb/env/tnbglibcok/__init__.py" in log, log

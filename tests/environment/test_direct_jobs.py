@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.environment.cells import docker_cli, job_log, last_line, plan_rows, run_cell
 from tests.infra.cmdlines import CommandLines
 from tests.infra.dockerd import DockerDaemon, Registry
 from tests.infra.git_server import BUILD, GitServer, make_project_repo, start_git_server
@@ -71,39 +72,12 @@ def servers(tmp_path: Path) -> Iterator[Servers]:
 def _run(
     kv: KernelVenv, ws: Path, packages: Path, cfg: str, image: str, mode: str, cell: str = CELL
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            str(kv.python),
-            "-m",
-            "torchx_nb.cli",
-            "run",
-            *mode.split(),
-            "--packages",
-            str(packages),
-            "-s",
-            "local_docker",
-            "--workspace",
-            str(ws),
-            "-cfg",
-            cfg,
-            "cell",
-            "--image",
-            image,
-            "--source",
-            cell,
-        ],
-        capture_output=True,
-        text=True,
-        env=dict(kv.env, DOCKER_HOST=os.environ["DOCKER_HOST"]),
-        timeout=900,
-        check=False,
-    )
+    extra = (*mode.split(), "--packages", str(packages))
+    return run_cell(docker_cli(kv), ws, image, cfg, cell, *extra)
 
 
 def _log(kv: KernelVenv, proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
-    return kv.cli("log", handle).stdout
+    return job_log(kv.cli, proc)
 
 
 def test_url_and_git_lines_are_fetched_at_submit_with_their_credentials_kept_home(
@@ -125,7 +99,7 @@ def test_url_and_git_lines_are_fetched_at_submit_with_their_credentials_kept_hom
     cfg = f"network=host,builder=registry,image_repo={registry.host}/direct"
     dry = _run(kernel_venv, ws, reqs, cfg, python_in_registry, "--dryrun --json")
     assert dry.returncode == 0, dry.stderr
-    rows = {r.split()[0]: " ".join(r.split()) for r in dry.stdout.splitlines() if r[:2] == "  "}
+    rows = plan_rows(dry.stdout)
     port = servers.git.port
     assert rows["tnbgit"] == (
         f"tnbgit (at submit) 0 KB missing; from git+http://***@127.0.0.1:{port}/tnbgit.git@v1,"
@@ -152,7 +126,7 @@ def test_url_and_git_lines_are_fetched_at_submit_with_their_credentials_kept_hom
     reqs.write_text(f"git+{servers.git.url('tnbgit.git').replace(QUOTED, 'wrong')}#egg=tnbgit\n")
     proc = _run(kernel_venv, ws, reqs, cfg, python_in_registry, "--wait")
     assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1] == (
+    assert last_line(proc) == (
         f"torchx-nb: error: --packages {reqs}: tnbgit from git+http://***@127.0.0.1:{port}"
         f"/tnbgit.git: git cannot check it out (fatal: Authentication failed for"
         f" 'http://127.0.0.1:{port}/tnbgit.git/'): fix the URL, the revision or its access"
@@ -232,7 +206,7 @@ def test_a_pyproject_that_is_the_project_ships_it_as_a_wheel(
     args = (ws, ws / "pyproject.toml", cfg, python_in_registry)
     dry = _run(kernel_venv, *args, "--dryrun --json", cell)
     assert dry.returncode == 0, dry.stderr
-    rows = {r.split()[0]: " ".join(r.split()) for r in dry.stdout.splitlines() if r[:2] == "  "}
+    rows = plan_rows(dry.stdout)
     assert rows.get("tnbapp") == (
         "tnbapp 0.3.0 0 KB missing; the project, built from its folder"
     ), dry.stdout

@@ -6,15 +6,21 @@ jobs on local_docker import the kernel's versions."""
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.environment.cells import (
+    handle_of,
+    image_with_site,
+    last_line,
+    pin_in_dockerfile,
+    run_cell,
+    venv_under_test,
+)
 from tests.infra.dockerd import DockerDaemon, Registry
 from tests.infra.kernel_venv import KernelVenv, download_wheels
 
@@ -32,27 +38,11 @@ EXPECTED = "probe 1.0 dep 1.0 edit edited-1 served 1.0 hidden via a .pth file"
 @pytest.fixture(scope="session")
 def older_base(dockerd: DockerDaemon, base_images: dict[str, str], kernel_venv: KernelVenv) -> str:
     """The python base with tnbserved 0.9 in /usr/local/lib/python3.11/dist-packages."""
-    client = dockerd.client()
-    tag = "localhost/torchx-nb-test/python-older:1"
     target = kernel_venv.root / "older-site"
     kernel_venv.install_into(target, "tnbserved==0.9")
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        docker = (
-            f"FROM {base_images['python']}\nADD site.tar /usr/local/lib/python3.11/dist-packages/\n"
-        )
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(docker)
-        tar.addfile(info, io.BytesIO(docker.encode()))
-        inner = io.BytesIO()
-        with tarfile.open(fileobj=inner, mode="w") as site:
-            site.add(target, arcname=".")
-        info = tarfile.TarInfo("site.tar")
-        info.size = len(inner.getvalue())
-        tar.addfile(info, io.BytesIO(inner.getvalue()))
-    context.seek(0)
-    client.images.build(fileobj=context, custom_context=True, tag=tag, pull=False, rm=True)
-    return tag
+    return image_with_site(
+        dockerd.client(), base_images["python"], target, "localhost/torchx-nb-test/python-older:1"
+    )
 
 
 def _workspace(tmp_path: Path, cell: str = CELL) -> Path:
@@ -80,24 +70,8 @@ def _job_output(kv: KernelVenv, handle: str) -> str:
 
 
 def _submit(kv: KernelVenv, ws: Path, image: str, *cfg: str, cell: str = CELL) -> str:
-    proc = _run(
-        kv,
-        "-s",
-        "local_docker",
-        "--workspace",
-        str(ws),
-        "--wait",
-        "-cfg",
-        ",".join(["network=host", *cfg]),
-        "cell",
-        "--image",
-        image,
-        "--source",
-        cell,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
-    return handle
+    cfg_line = ",".join(["network=host", *cfg])
+    return handle_of(run_cell(kv.cli, ws, image, cfg_line, cell, "--wait"))
 
 
 def test_the_dry_run_lists_the_plan_before_anything_is_built(
@@ -267,22 +241,10 @@ def test_a_compiled_package_no_index_serves_fails_in_one_line_before_any_push(
     from tests.infra.fixtures import push_to_registry
 
     image = push_to_registry(docker_env, older_base, f"{registry.host}/base/older:1")
-    proc = _run(
-        kernel_venv,
-        "-s",
-        "local_docker",
-        "--workspace",
-        str(_workspace(tmp_path)),
-        "-cfg",
-        f"network=host,builder=registry,image_repo={registry.host}/native",
-        "cell",
-        "--image",
-        image,
-        "--source",
-        "import tnbnative\n",
-    )
+    cfg = f"network=host,builder=registry,image_repo={registry.host}/native"
+    proc = run_cell(kernel_venv.cli, _workspace(tmp_path), image, cfg, "import tnbnative\n")
     assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1].split("\r")[-1] == (
+    assert last_line(proc) == (
         "torchx-nb: error: tnbnative 1.0 is compiled, and this kernel's copy"
         f" (cp311-cp311-linux_x86_64) does not fit image {image} (Python 3.11,"
         " x86_64-manylinux_2_36 or older); no index lists tnbnative: install a wheel built for"
@@ -476,7 +438,6 @@ def test_a_1_gb_wheel_shows_progress_and_keeps_the_kernels_memory_bounded(
     with the registry builder: the progress bar moves through installing and packing, and the
     kernel's peak memory stays far below the wheel's size."""
     import os
-    import sys
     import zipfile
 
     wheel = tmp_path / "tnbhuge-1.0-py3-none-any.whl"
@@ -493,14 +454,9 @@ def test_a_1_gb_wheel_shows_progress_and_keeps_the_kernels_memory_bounded(
         )
         zf.writestr(f"{info}/top_level.txt", "tnbhuge\n")
         zf.writestr(f"{info}/RECORD", "")
-    venv = tmp_path / "venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-        check=True,
-    )
+    python = str(venv_under_test(tmp_path / "venv"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_", "VIRTUAL"))}
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1")
-    python = str(venv / "bin" / "python")
     subprocess.run(
         [python, "-m", "pip", "install", "-q", str(wheel)], check=True, env=env, capture_output=True
     )
@@ -553,12 +509,7 @@ def test_what_a_dockerfile_torchx_installs_wins_over_the_kernels_version(
     the environment layer goes on top of what the Dockerfile built, without tnbserved, and the
     job imports the Dockerfile's 0.9 beside the kernel's other packages."""
     ws = _workspace(tmp_path)
-    kernel_venv.install_into(ws / "pinned-site", "tnbserved==0.9")
-    (ws / "Dockerfile.torchx").write_text(
-        "ARG IMAGE\nFROM $IMAGE\n"
-        "COPY pinned-site/ /usr/local/lib/python3.11/dist-packages/\n"
-        "WORKDIR /workspace\nCOPY . .\n"
-    )
+    pin_in_dockerfile(kernel_venv, ws, "tnbserved==0.9")
     cell = "import tnbprobe, tnbserved\nprint('probe', tnbprobe.VERSION, 'served', tnbserved.VERSION)\n"
     handle = _submit(kernel_venv, ws, base_images["python"], "builder=docker", cell=cell)
     assert "probe 1.0 served 0.9" in _job_output(kernel_venv, handle)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.environment.cells import pin_in_dockerfile
 from tests.environment.test_environment_jobs import _submit, _workspace
 from tests.infra.dockerd import DockerDaemon
 from tests.infra.kernel_venv import KernelVenv
@@ -75,12 +76,7 @@ def test_torchx_nb_env_shows_what_the_job_ran_and_how_it_differs_from_the_kernel
     kernel_venv: KernelVenv, docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
 ) -> None:
     ws = _workspace(tmp_path)
-    kernel_venv.install_into(ws / "pinned-site", "tnbserved==0.9")
-    (ws / "Dockerfile.torchx").write_text(
-        "ARG IMAGE\nFROM $IMAGE\n"
-        "COPY pinned-site/ /usr/local/lib/python3.11/dist-packages/\n"
-        "WORKDIR /workspace\nCOPY . .\n"
-    )
+    pin_in_dockerfile(kernel_venv, ws, "tnbserved==0.9")
     cell = "import tnbprobe, tnbserved\nprint('served', tnbserved.VERSION)\n"
     handle = _submit(kernel_venv, ws, base_images["python"], "builder=docker", cell=cell)
     log = kernel_venv.cli("log", handle).stdout

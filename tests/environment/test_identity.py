@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.environment.cells import image_with_site, job_log, plan_rows, run_cell
 from tests.infra.dockerd import DockerDaemon, Registry
 from tests.infra.kernel_venv import _project, pip_isolated, with_this_tree
 from tests.infra.pypi_index import make_wheel
@@ -56,6 +57,14 @@ class Kernel:
             timeout=900,
             check=False,
         )
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run("-m", "torchx_nb.cli", *args)
+
+    def submit(self, cell: str, image: str, cfg: str) -> str:
+        """The log of ``cell`` run on local_docker from this kernel (``--wait``)."""
+        ws = self.root / "ws"
+        return job_log(self.cli, run_cell(self.cli, ws, image, cfg, cell, "--wait"))
 
     def pip(self, *args: str) -> None:
         proc = self.run("-m", "pip", "install", "-q", "--no-warn-script-location", *args)
@@ -99,26 +108,11 @@ def test_a_rebuilt_wheel_makes_a_new_layer_and_a_local_folder_ships_what_was_ins
     cell = "import tnbw, tnbl\nprint('tnbw', tnbw.BODY, 'tnbl', tnbl.BODY)\n"
 
     def submit() -> str:
-        proc = kernel.run(
-            "-m",
-            "torchx_nb.cli",
-            "run",
-            "-s",
-            "local_docker",
-            "--workspace",
-            str(kernel.root / "ws"),
-            "--wait",
-            "-cfg",
-            f"network=host,builder=registry,image_repo={registry.host}/identity",
-            "cell",
-            "--image",
-            python_in_registry,
-            "--source",
+        return kernel.submit(
             cell,
+            python_in_registry,
+            f"network=host,builder=registry,image_repo={registry.host}/identity",
         )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
-        return kernel.run("-m", "torchx_nb.cli", "log", handle).stdout
 
     first_key = kernel.key(cell, python_in_registry)
     (src / "tnbl.py").write_text("BODY = 'edited, never installed'\n")
@@ -188,9 +182,6 @@ def test_the_image_s_copy_at_the_same_version_with_other_contents_is_replaced(
     """The image has tnbw 1.0 as published; the kernel has its own build of tnbw 1.0 (a
     wheel file): the same version is not the same distribution, so the plan adds the
     kernel's and the job runs it."""
-    import io
-    import tarfile
-
     published = make_wheel(kernel.root / "published", "tnbw", "1.0", body="published")
     site = kernel.root / "image-site"
     subprocess.run(
@@ -208,44 +199,17 @@ def test_the_image_s_copy_at_the_same_version_with_other_contents_is_replaced(
         check=True,
         env=pip_isolated(),
     )
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        docker = (
-            f"FROM {base_images['python']}\nADD site.tar /usr/local/lib/python3.11/dist-packages/\n"
-        )
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(docker)
-        tar.addfile(info, io.BytesIO(docker.encode()))
-        inner = io.BytesIO()
-        with tarfile.open(fileobj=inner, mode="w") as sub:
-            sub.add(site, arcname=".")
-        info = tarfile.TarInfo("site.tar")
-        info.size = len(inner.getvalue())
-        tar.addfile(info, io.BytesIO(inner.getvalue()))
-    context.seek(0)
-    image = "localhost/torchx-nb-test/python-tnbw:1"
-    docker_env.client().images.build(
-        fileobj=context, custom_context=True, tag=image, pull=False, rm=True
+    image = image_with_site(
+        docker_env.client(), base_images["python"], site, "localhost/torchx-nb-test/python-tnbw:1"
     )
     ours = make_wheel(kernel.root / "ours", "tnbw", "1.0", body="ours")
     kernel.pip("--no-deps", str(ours))
     cell = "import tnbw\nprint('tnbw', tnbw.BODY)\n"
-    args = ["-s", "local_docker", "--workspace", str(kernel.root / "ws")]
-    cfg = ["-cfg", "network=host,builder=docker"]
-    plan = kernel.run(
-        "-m", "torchx_nb.cli", "run", "--dryrun", "--json", *args, *cfg,
-        "cell", "--image", image, "--source", cell,
-    )  # fmt: skip
+    ws, cfg = kernel.root / "ws", "network=host,builder=docker"
+    plan = run_cell(kernel.cli, ws, image, cfg, cell, "--dryrun", "--json")
     assert plan.returncode == 0, plan.stderr
-    row = next(r for r in plan.stdout.splitlines() if r.startswith("  tnbw "))
-    assert "image has 1.0 with other contents" in row, plan.stdout
-    ran = kernel.run(
-        "-m", "torchx_nb.cli", "run", "--wait", *args, *cfg,
-        "cell", "--image", image, "--source", cell,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    handle = next(w for w in ran.stdout.split() if w.startswith("local_docker://"))
-    assert "tnbw ours" in kernel.run("-m", "torchx_nb.cli", "log", handle).stdout
+    assert "image has 1.0 with other contents" in plan_rows(plan.stdout)["tnbw"], plan.stdout
+    assert "tnbw ours" in kernel.submit(cell, image, cfg)
 
 
 def test_an_editable_install_in_a_folder_with_a_space_ships_and_follows_its_edits(
@@ -263,26 +227,11 @@ def test_an_editable_install_in_a_folder_with_a_space_ships_and_follows_its_edit
     cell = "import tnbsp\nprint('tnbsp', tnbsp.B)\n"
 
     def submit() -> str:
-        proc = kernel.run(
-            "-m",
-            "torchx_nb.cli",
-            "run",
-            "-s",
-            "local_docker",
-            "--workspace",
-            str(kernel.root / "ws"),
-            "--wait",
-            "-cfg",
-            f"network=host,builder=registry,image_repo={registry.host}/identity-space",
-            "cell",
-            "--image",
-            python_in_registry,
-            "--source",
+        return kernel.submit(
             cell,
+            python_in_registry,
+            f"network=host,builder=registry,image_repo={registry.host}/identity-space",
         )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
-        return kernel.run("-m", "torchx_nb.cli", "log", handle).stdout
 
     first = kernel.key(cell, python_in_registry)
     assert "tnbsp one" in submit()

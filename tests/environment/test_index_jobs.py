@@ -12,11 +12,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.environment.cells import job_log, last_line, run_cell
 from tests.infra.cmdlines import CommandLines
 from tests.infra.dockerd import DockerDaemon, Registry, free_port
 from tests.infra.fixtures import missing
@@ -51,6 +53,9 @@ class IndexKernel:
             timeout=900,
             check=False,
         )
+
+    def cli(self, *args: str, index_url: str | None = None) -> subprocess.CompletedProcess[str]:
+        return self.run("-m", "torchx_nb.cli", *args, index_url=index_url)
 
     def pip(self, *args: str) -> None:
         proc = self.run("-m", "pip", "install", "-q", "--no-warn-script-location", *args)
@@ -94,24 +99,8 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexKernel]:
 def _cell(
     k: IndexKernel, image: str, repo: str, source: str, builder: str = "registry", **kw: Any
 ) -> subprocess.CompletedProcess[str]:
-    return k.run(
-        "-m",
-        "torchx_nb.cli",
-        "run",
-        "-s",
-        "local_docker",
-        "--workspace",
-        str(k.root / "ws"),
-        "--wait",
-        "-cfg",
-        f"network=host,builder={builder},image_repo={repo}",
-        "cell",
-        "--image",
-        image,
-        "--source",
-        source,
-        **kw,
-    )
+    cfg = f"network=host,builder={builder},image_repo={repo}"
+    return run_cell(partial(k.cli, **kw), k.root / "ws", image, cfg, source, "--wait")
 
 
 @pytest.mark.parametrize("builder", ["registry", "docker"])
@@ -137,8 +126,7 @@ def test_the_best_version_across_every_index_and_no_credential_in_sight(
             builder,
         )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
-    log = kernel.run("-m", "torchx_nb.cli", "log", handle).stdout
+    log = job_log(kernel.cli, proc)
     assert "tnbx 2.0 private editable" in log, log
     uv_lines = [line for line in lines.seen if "/uv " in line or line.startswith("uv ")]
     assert any(" pip install " in line for line in uv_lines), uv_lines
@@ -191,25 +179,11 @@ def test_a_failed_install_names_what_the_index_said(
         "wrong": kernel.private.url_with(USER, "wrong@pw"),
         "closed": f"http://127.0.0.1:{closed}/simple",
     }.get(index)
-    proc = kernel.run(
-        "-m",
-        "torchx_nb.cli",
-        "run",
-        "-s",
-        "local_docker",
-        "--workspace",
-        str(kernel.root / "ws"),
-        "-cfg",
-        f"network=host,builder=registry,image_repo={registry.host}/said",
-        "cell",
-        "--image",
-        python_in_registry,
-        "--source",
-        source,
-        index_url=url,
-    )
+    cfg = f"network=host,builder=registry,image_repo={registry.host}/said"
+    cli = partial(kernel.cli, index_url=url)
+    proc = run_cell(cli, kernel.root / "ws", python_in_registry, cfg, source)
     assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1].split("\r")[-1]
+    last = last_line(proc)
     assert last.startswith("torchx-nb: error: "), proc.stderr
     assert said.format(port=kernel.private.port, closed=closed, image=python_in_registry) in last, (
         last

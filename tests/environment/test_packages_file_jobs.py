@@ -6,12 +6,13 @@ builder) imports the project and what the file names."""
 
 from __future__ import annotations
 
-import os
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from tests.environment.cells import docker_cli, job_log, last_line, plan_rows, run_cell
 from tests.infra.dockerd import DockerDaemon, Registry
 from tests.infra.kernel_venv import KernelVenv
 
@@ -103,30 +104,19 @@ def test_the_dry_run_downloads_and_builds_nothing_and_marks_what_waits_for_submi
     ws = _project(tmp_path)
     env = {k: v for k, v in kernel_venv.env.items() if k not in ("PIP_NO_INDEX", "PIP_FIND_LINKS")}
     env["PIP_INDEX_URL"] = "http://127.0.0.1:9/simple"  # nothing listens: no download possible
-    proc = _cli(
-        env,
-        kernel_venv,
-        "run",
+    proc = run_cell(
+        partial(_cli, env, kernel_venv),
+        ws,
+        base_images["python"],
+        "builder=docker",
+        CELL,
         "--dryrun",
         "--json",
         "--packages",
         str(ws / file),
-        "-s",
-        "local_docker",
-        "--workspace",
-        str(ws),
-        "-cfg",
-        "builder=docker",
-        "cell",
-        "--image",
-        base_images["python"],
-        "--source",
-        CELL,
     )
     assert proc.returncode == 0, proc.stderr
-    rows = {
-        r.split()[0]: " ".join(r.split()) for r in proc.stdout.splitlines() if r.startswith("  ")
-    }
+    rows = plan_rows(proc.stdout)
     assert (
         "note: a dry run downloads and builds nothing: versions, requirements, local"
         " folders' wheels, URLs and git checkouts are resolved at submit"
@@ -164,28 +154,17 @@ def test_the_job_runs_the_project_and_what_the_file_names(
     image, cfg = base_images["python"], f"network=host,builder={builder}"
     if builder == "registry":
         image, cfg = python_in_registry, f"{cfg},image_repo={registry.host}/pkgfile"
-    proc = _cli(
-        dict(kernel_venv.env, DOCKER_HOST=os.environ["DOCKER_HOST"]),
-        kernel_venv,
-        "run",
+    proc = run_cell(
+        docker_cli(kernel_venv),
+        ws,
+        image,
+        cfg,
+        cell,
         "--packages",
         str(ws / file),
-        "-s",
-        "local_docker",
-        "--workspace",
-        str(ws),
         "--wait",
-        "-cfg",
-        cfg,
-        "cell",
-        "--image",
-        image,
-        "--source",
-        cell,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
-    log = kernel_venv.cli("log", handle).stdout
+    log = job_log(kernel_venv.cli, proc)
     helper = "ws-helper" if file == "uv.lock" else "helper-1"
     served = "1.0" if file == "uv.lock" else "0.9"
     assert f"app app-1 helper {helper} served {served}" in log, log
@@ -204,28 +183,17 @@ def test_a_folder_line_brings_its_own_dependencies(
     failed with ModuleNotFoundError)."""
     ws = _project(tmp_path)
     (ws / "requirements.txt").write_text("-e .\n")
-    proc = _cli(
-        dict(kernel_venv.env, DOCKER_HOST=os.environ["DOCKER_HOST"]),
-        kernel_venv,
-        "run",
+    proc = run_cell(
+        docker_cli(kernel_venv),
+        ws,
+        python_in_registry,
+        f"network=host,builder=registry,image_repo={registry.host}/pkgfile-deps",
+        "import tnbapp, tnbserved\nprint('app', tnbapp.V, 'served', tnbserved.VERSION)\n",
         "--packages",
         str(ws / "requirements.txt"),
-        "-s",
-        "local_docker",
-        "--workspace",
-        str(ws),
         "--wait",
-        "-cfg",
-        f"network=host,builder=registry,image_repo={registry.host}/pkgfile-deps",
-        "cell",
-        "--image",
-        python_in_registry,
-        "--source",
-        "import tnbapp, tnbserved\nprint('app', tnbapp.V, 'served', tnbserved.VERSION)\n",
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
-    log = kernel_venv.cli("log", handle).stdout
+    log = job_log(kernel_venv.cli, proc)
     assert "app app-1 served 1.0" in log, log
 
 
@@ -246,7 +214,6 @@ def test_hashes_in_the_file_are_honoured_as_pip_honours_them(
     right = hashlib.sha256(wheel.read_bytes()).hexdigest()
     ws = tmp_path / "ws"
     ws.mkdir()
-    env = dict(kernel_venv.env, DOCKER_HOST=os.environ["DOCKER_HOST"])
     lock = LOCK.replace(
         'name = "tnbserved"\nversion = "1.0"\nsource = { registry = "https://127.0.0.1/simple" }\n',
         'name = "tnbserved"\nversion = "1.0"\nsource = { registry = "https://127.0.0.1/simple" }\n'
@@ -260,24 +227,15 @@ def test_hashes_in_the_file_are_honoured_as_pip_honours_them(
     )
 
     def run(file: str, *extra: str) -> subprocess.CompletedProcess[str]:
-        return _cli(
-            env,
-            kernel_venv,
-            "run",
+        return run_cell(
+            docker_cli(kernel_venv),
+            ws,
+            python_in_registry,
+            f"network=host,builder=registry,image_repo={registry.host}/pkgfile-hash",
+            "import tnbserved\nprint('served', tnbserved.VERSION)\n",
             *extra,
             "--packages",
             str(ws / file),
-            "-s",
-            "local_docker",
-            "--workspace",
-            str(ws),
-            "-cfg",
-            f"network=host,builder=registry,image_repo={registry.host}/pkgfile-hash",
-            "cell",
-            "--image",
-            python_in_registry,
-            "--source",
-            "import tnbserved\nprint('served', tnbserved.VERSION)\n",
         )
 
     wrong = "b" * 64
@@ -285,7 +243,7 @@ def test_hashes_in_the_file_are_honoured_as_pip_honours_them(
     for file, extra in (("requirements.txt", "--dryrun"), ("requirements.txt", "--wait")):
         proc = run(file, extra)
         assert proc.returncode != 0, proc.stdout
-        last = proc.stderr.strip().splitlines()[-1]
+        last = last_line(proc)
         assert last.startswith(
             f"torchx-nb: error: --packages {ws / file}: tnbserved==1.0 has hashes that no"
             f" wheel the indexes serve for the image has ({wheel.name} (sha256:{right[:16]}…);"
@@ -295,6 +253,4 @@ def test_hashes_in_the_file_are_honoured_as_pip_honours_them(
     assert proc.returncode != 0 and "tnbserved==1.0 has hashes that no wheel" in proc.stderr
     (ws / "requirements.txt").write_text(f"tnbserved==1.0 --hash=sha256:{right}\n")
     proc = run("requirements.txt", "--wait")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
-    assert "served 1.0" in kernel_venv.cli("log", handle).stdout
+    assert "served 1.0" in job_log(kernel_venv.cli, proc)
