@@ -6,7 +6,6 @@ list. When every trial has ended it becomes a static snapshot (summary, table, c
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import threading
 import time
 from typing import Any
@@ -20,7 +19,6 @@ from torchx_nb.notebook.widget_base import (
     MIN_REFRESH_S,
     close_tree,
     display_with_text,
-    in_cell,
 )
 from torchx_nb.specs.api import AppState, AppStatus, is_terminal
 from torchx_nb.specs.log_line import LogLine
@@ -51,7 +49,6 @@ class SweepView:
         self.ended = threading.Event()
         self.snapshotted = threading.Event()
         self._display: Any = None
-        self._cell: contextvars.Context | None = None
         self.logs: LogWidget | None = None
 
         self._summary = w.HTML()
@@ -162,10 +159,8 @@ class SweepView:
             if self._display is not None:
                 # at once the final states, then the snapshot with every result and metric
                 with contextlib.suppress(Exception):
-                    in_cell(self._cell, self._write_snapshot)
-                threading.Thread(
-                    target=in_cell, args=(self._cell, self._snapshot), daemon=True
-                ).start()
+                    self._write_snapshot()
+                threading.Thread(target=self._snapshot, daemon=True).start()
 
     # ---- rendering ------------------------------------------------------------------
 
@@ -303,9 +298,7 @@ class SweepView:
     # ---- lifecycle ------------------------------------------------------------------
 
     def show(self) -> None:
-        """Display the view; the snapshot, written later from another thread, runs in this
-        cell's context so it carries the cell's request as its parent (``widgets.in_cell``)."""
-        self._cell = contextvars.copy_context()
+        """Display the view (the snapshot replaces it by its display id, as ``JobView``'s)."""
         self._display = display_with_text(self.widget, self.text())
         if self.ended.is_set():
             self._snapshot()

@@ -1,13 +1,11 @@
 """What every widget here shares: whether widgets can show at all, a widget displayed with a
 text fallback (headless runs and frontends without widgets still show the information), closing
-a widget tree, running a thread's display in its cell's context, and how often a view may redraw."""
+a widget tree, and how often a view may redraw."""
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
-from collections.abc import Callable
 from typing import Any
 
 WIDGETS_ENV = "TORCHX_NB_WIDGETS"
@@ -54,12 +52,3 @@ def close_tree(widget: Any) -> None:
         close_tree(child)
     with contextlib.suppress(Exception):
         widget.close()
-
-
-def in_cell(cell: contextvars.Context | None, fn: Callable[[], None]) -> None:
-    """Run ``fn`` in a copy of a cell's context (``contextvars.copy_context()`` taken while
-    the cell ran), so what it displays goes to that cell's request; directly without one."""
-    if cell is None:
-        fn()
-    else:
-        cell.copy().run(fn)

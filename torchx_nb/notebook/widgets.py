@@ -14,7 +14,6 @@ times a second; ipywidgets is imported when a widget is built, never when this m
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import html
 import threading
 import time
@@ -29,7 +28,6 @@ from torchx_nb.notebook.widget_base import (
     MIN_REFRESH_S,
     close_tree,
     display_with_text,
-    in_cell,
     widgets_enabled,
 )
 from torchx_nb.redact import redact_text
@@ -237,7 +235,6 @@ class JobView:
         self.ended = threading.Event()
         self.snapshotted = threading.Event()
         self._display: Any = None
-        self._cell: contextvars.Context | None = None
         self._log_display: Any = None
         self._metrics_reader: LogReader | None = None
         self.logs: LogWidget | None = None
@@ -255,12 +252,10 @@ class JobView:
         runner.follow_notice(handle, self._notice_trouble)
 
     def show(self) -> None:
-        """Display the widgets (each with a text fallback), and keep the cell's context: the
-        snapshot, written later from another thread, must carry the cell's request as its
-        parent (ipykernel keeps it in a context variable; a thread without it takes the last
-        message the kernel received, a widget click's comm_msg, and a frontend that routes
-        outputs by their request puts the snapshot nowhere)."""
-        self._cell = contextvars.copy_context()
+        """Display the widgets (each with a text fallback). The snapshot, written later from
+        another thread, updates these outputs by their display id; it goes with the kernel's
+        current request as its parent (the one running, not this cell's: nbclient and
+        papermill take only the running cell's messages, JupyterLab follows the display id)."""
         self._display = display_with_text(self.status.widget, self.status.text())
         if self.logs is not None:
             self._log_display = display_with_text(
@@ -301,13 +296,8 @@ class JobView:
             # at once what is known (the final state, the lines read so far), then the full
             # snapshot once the readers have read the end and the result is loaded
             with contextlib.suppress(Exception):
-                in_cell(self._cell, self._write_snapshot)
-            threading.Thread(
-                target=in_cell,
-                args=(self._cell, self._snapshot),
-                daemon=True,
-                name="torchx-nb-snapshot",
-            ).start()
+                self._write_snapshot()
+            threading.Thread(target=self._snapshot, daemon=True, name="torchx-nb-snapshot").start()
 
     def _notice_trouble(self, line: str) -> None:
         """The job-end notice is not delivered yet: one line in this cell's snapshot (made

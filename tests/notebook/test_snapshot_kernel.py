@@ -1,10 +1,10 @@
 """The snapshot that replaces a job's widgets when it ends, at the protocol level (a real kernel
-through jupyter_client): it is sent as an update of the cell's displays with the *cell's*
-execute_request as its parent, however the job ends — the widget's Cancel (a comm_msg), a
+through jupyter_client): however the job ends — the widget's Cancel (a comm_msg), a
 ``%torchx cancel`` in a later cell, or another process (the CLI, as the side panel's server
-is) while the user runs other cells — and before the widget's badge shows the end, so a
-notebook saved as soon as its user sees the end holds the snapshot, not the live widgets
-(which a reopened notebook shows as "model not found")."""
+is) while the user runs other cells — both of the cell's outputs are updated by their display
+ids, the log's first, and before the widget's badge shows the end, so a notebook saved as soon
+as its user sees the end holds the snapshot, not the live widgets (which a reopened notebook
+shows as "model not found")."""
 
 from __future__ import annotations
 
@@ -79,9 +79,9 @@ def kernel(isolated: Path) -> Iterator[Kernel]:
         km.shutdown_kernel(now=True)
 
 
-def _submit(kernel: Kernel) -> tuple[str, str, list[dict[str, Any]]]:
-    """Run the sleeping job's cell; its execute_request id, handle and messages."""
-    exec_id, msgs = kernel.run(SLEEP_JOB)
+def _submit(kernel: Kernel) -> tuple[list[str], str, list[dict[str, Any]]]:
+    """Run the sleeping job's cell; its outputs' display ids, the handle and the messages."""
+    _, msgs = kernel.run(SLEEP_JOB)
     shown = [m for m in msgs if m["msg_type"] == "display_data"]
     assert len(shown) == 2, [m["content"] for m in msgs if m["msg_type"] in ("stream", "error")]
     handle = shown[0]["content"]["data"]["text/plain"].split()[0]
@@ -95,21 +95,18 @@ def _submit(kernel: Kernel) -> tuple[str, str, list[dict[str, Any]]]:
         assert time.monotonic() < deadline, "the job's line never showed"
         with contextlib.suppress(queue.Empty):
             msgs.append(kernel.kc.get_iopub_msg(timeout=1))
-    return exec_id, handle, msgs
+    return [m["content"]["transient"]["display_id"] for m in shown], handle, msgs
 
 
-def _assert_snapshot_in_the_cell(msgs: list[dict[str, Any]], exec_id: str) -> None:
-    """The status and the log outputs were replaced, with the cell's request as parent, and
-    before any widget state said CANCELLED."""
+def _assert_snapshot_in_the_cell(msgs: list[dict[str, Any]], displays: list[str]) -> None:
+    """The log and then the status output were replaced, by their display ids, before any
+    widget state said CANCELLED."""
     updates = [m for m in msgs if m["msg_type"] == "update_display_data"]
     assert len(updates) >= 2, [m["msg_type"] for m in msgs]
-    for m in updates:
-        assert m["parent_header"]["msg_id"] == exec_id, (
-            f"the snapshot's parent is a {m['parent_header'].get('msg_type')}, "
-            "not the cell's execute_request"
-        )
-        assert m["content"]["transient"]["display_id"]
+    status_id, log_id = displays
+    assert [m["content"]["transient"]["display_id"] for m in updates[:2]] == [log_id, status_id]
     log, status = updates[-2:]
+    assert [m["content"]["transient"]["display_id"] for m in (log, status)] == displays[::-1]
     assert "torchx-nb-snapshot" in status["content"]["data"]["text/html"]
     assert re.match(r"local_cwd://\S+ CANCELLED", status["content"]["data"]["text/plain"])
     assert 'data-state="CANCELLED"' in status["content"]["data"]["text/html"]
@@ -127,7 +124,7 @@ def _assert_snapshot_in_the_cell(msgs: list[dict[str, Any]], exec_id: str) -> No
 
 
 def test_cancel_from_the_widget_snapshots_into_the_cell(kernel: Kernel) -> None:
-    exec_id, _, msgs = _submit(kernel)
+    displays, _, msgs = _submit(kernel)
     buttons = [
         m["content"]["comm_id"]
         for m in msgs
@@ -141,19 +138,18 @@ def test_cancel_from_the_widget_snapshots_into_the_cell(kernel: Kernel) -> None:
         {"comm_id": buttons[0], "data": {"method": "custom", "content": {"event": "click"}}},
     )
     kernel.kc.shell_channel.send(click)
-    _assert_snapshot_in_the_cell(kernel.until_snapshot(), exec_id)
+    _assert_snapshot_in_the_cell(kernel.until_snapshot(), displays)
 
 
 def test_torchx_cancel_in_a_later_cell_snapshots_into_the_job_cell(kernel: Kernel) -> None:
-    exec_id, handle, _ = _submit(kernel)
-    cancel_id, msgs = kernel.run(f"%torchx cancel {handle}")
+    displays, handle, _ = _submit(kernel)
+    _, msgs = kernel.run(f"%torchx cancel {handle}")
     assert not [m for m in msgs if m["msg_type"] == "error"]
-    assert cancel_id != exec_id
-    _assert_snapshot_in_the_cell(kernel.until_snapshot(msgs), exec_id)
+    _assert_snapshot_in_the_cell(kernel.until_snapshot(msgs), displays)
 
 
 def test_cancel_from_another_process_snapshots_into_the_job_cell(kernel: Kernel) -> None:
-    exec_id, handle, _ = _submit(kernel)
+    displays, handle, _ = _submit(kernel)
     kernel.run("x = 1")  # the user goes on working: the kernel's last request is another cell
     done = subprocess.run(
         [sys.executable, "-m", "torchx_nb.cli", "cancel", handle],
@@ -163,4 +159,4 @@ def test_cancel_from_another_process_snapshots_into_the_job_cell(kernel: Kernel)
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    _assert_snapshot_in_the_cell(kernel.until_snapshot(), exec_id)
+    _assert_snapshot_in_the_cell(kernel.until_snapshot(), displays)
