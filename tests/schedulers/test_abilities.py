@@ -115,3 +115,39 @@ def test_sagemaker_gives_its_metric_definitions_through_the_ability() -> None:
 def test_the_runner_reads_no_option_by_name() -> None:
     source = (SCHEDULERS.parent / "runner" / "requests.py").read_text()
     assert 'getattr(self.opts, "metric_definitions"' not in source
+
+
+@dataclasses.dataclass
+class _Needs(StructuredOpts):
+    queue: str
+    """required: where the job waits"""
+
+    priority: int = 0
+    """its priority"""
+
+
+class _Listing(TakesTypedOptions, Scheduler[_Needs]):
+    def schedule(self, dryrun_info: Any) -> str:
+        return "id"
+
+    def _submit_dryrun(self, app: specs.AppDef, cfg: _Needs) -> Any:
+        return specs.AppDryRunInfo({}, str)
+
+    def describe(self, app_id: str) -> Any:
+        return None
+
+    def list(self, cfg: Any = None) -> list[Any]:
+        return [dict(self.given_opts(cfg))]
+
+    def _cancel_existing(self, app_id: str) -> None:
+        pass
+
+
+def test_a_partial_resolution_is_only_what_was_given() -> None:
+    """``list`` and previews read the options given, as a mapping (its own type: a required
+    option may be missing, no default is filled in); the full options are never built with
+    None in a field that always holds a value."""
+    sched = _Listing("listing", "s")
+    assert sched.list() == [{}]
+    assert sched.list({"priority": "3"}) == [{"priority": 3}], "cast to its type"
+    assert sched.list(_Needs(queue="gpu")) == [{"priority": 0, "queue": "gpu"}]

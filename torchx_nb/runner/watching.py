@@ -315,7 +315,7 @@ class Watching(RunnerCore):
         scheduler gets its options (required ones may be missing: e.g. every queue)."""
         sched = self.get_scheduler(scheduler)
         if isinstance(sched, TakesTypedOptions):
-            apps = sched.list(sched.resolve_opts(cfg, partial=True))
+            apps = sched.list(sched.given_opts(cfg))
         else:
             apps = sched.list()
         for app in apps:

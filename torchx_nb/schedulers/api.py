@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar, cast
@@ -19,6 +19,7 @@ from torchx_nb.specs.api import (
     NULL_RESOURCE,
     AppDef,
     AppDryRunInfo,
+    CfgVal,
     InvalidRunConfigException,
     TorchxNbError,
     as_cfg,
@@ -113,6 +114,15 @@ class Scheduler(abc.ABC, Generic[T]):
         if typed is not None:
             return cast(T, typed.from_cfg(resolved, partial=partial))
         return cast(T, resolved)  # a scheduler written TorchX's way: Scheduler[Mapping]
+
+    def given_opts(self, cfg: Any) -> Mapping[str, CfgVal]:
+        """Only the options given in ``cfg`` (typed options, a mapping or None), by name and
+        cast, none required and no default filled in: the partial resolution ``list`` and
+        previews read (e.g. every queue when none is given)."""
+        given = as_cfg(cfg)
+        if isinstance(self, TakesTypedOptions):
+            return self.opts_type.given(given)
+        return {k: v for k, v in given.items() if v is not None}
 
     def submit_dryrun(
         self, app: AppDef, cfg: T, workspace: LocalWorkspace | None = None

@@ -132,20 +132,21 @@ class AwsBatchScheduler(
 
     def _validate(self, app: AppDef, scheduler: str, cfg: AwsBatchOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
-        cfg = self.resolve_opts(cfg, partial=True) if cfg is not None else None
+        given = self.given_opts(cfg)
         if len(app.roles) > MAX_ROLES:
             raise InvalidRunConfigException(
                 f"AWS Batch takes at most {MAX_ROLES} roles (node groups); this app has"
                 f" {len(app.roles)}: merge roles",
                 "roles",
             )
-        if cfg is not None and cfg.timeout is not None and cfg.timeout < 60:
+        timeout = given.get("timeout")
+        if isinstance(timeout, int) and timeout < 60:
             raise InvalidRunConfigException(
-                f"timeout={cfg.timeout}: AWS Batch stops an attempt no sooner than 60 seconds;"
+                f"timeout={timeout}: AWS Batch stops an attempt no sooner than 60 seconds;"
                 " give -cfg timeout=60 or more",
                 "timeout",
             )
-        if cfg is not None and cfg.priority and not cfg.share_id:
+        if given.get("priority") and not given.get("share_id"):
             raise InvalidRunConfigException(
                 "priority needs share_id (it only applies to fair-share queues): add"
                 " -cfg share_id=ID or drop priority",
@@ -389,10 +390,10 @@ class AwsBatchScheduler(
                     rep.ending, rep.next_step = limit
         return resp
 
-    def list(self, cfg: AwsBatchOpts | None = None) -> list[ListAppResponse]:
+    def list(self, cfg: Any = None) -> list[ListAppResponse]:
         """Every job of ours in every queue (or ``cfg.queue``): pages through list_jobs with
         no cap and keeps the jobs tagged by torchx, describing 100 per call."""
-        queue = self.resolve_opts(cfg, partial=True).queue
+        queue = self.given_opts(cfg).get("queue")
         if queue:
             queues = [str(queue)]
         else:

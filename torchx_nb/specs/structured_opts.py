@@ -133,6 +133,20 @@ class StructuredOpts:
         object.__setattr__(obj, "_extra_cfg", extra)
         return obj
 
+    @classmethod
+    def given(cls, cfg: Mapping[str, CfgVal]) -> dict[str, CfgVal]:
+        """The options given in ``cfg`` and only those, by field name, each cast to its type
+        (no default filled in, none required): what ``list`` and previews read, e.g. to
+        list every queue when none is given. Its own type, a mapping, since a field may be
+        missing here that the full options always hold."""
+        partial = cls.from_cfg(cfg, partial=True)
+        names = set()
+        for f in dataclasses.fields(cls):
+            for alias in (f.name, snake_to_camel(f.name), cls._cfg_key(f)):
+                if alias in cfg:
+                    names.add(f.name)
+        return {n: getattr(partial, n) for n in sorted(names) if getattr(partial, n) is not None}
+
     def with_(self: S, **changes: Any) -> S:
         """A copy with some fields changed (the options given and not declared are kept)."""
         obj = dataclasses.replace(self, **changes)

@@ -128,7 +128,7 @@ class GcpBatchScheduler(
 
     def _check(self, app: AppDef, cfg: GcpBatchOpts) -> _Checked:
         """The project, location, machine and limits the request will use, each checked."""
-        project = self._project(cfg)
+        project = self._project(cfg.project)
         location = cfg.location
         if not _LOCATION_RE.match(location):
             raise InvalidRunConfigException(
@@ -157,11 +157,12 @@ class GcpBatchScheduler(
     def image_opts(self, cfg: GcpBatchOpts, build: bool) -> GcpBatchOpts:
         """An unknown location is found before the image is built and pushed."""
         if build:
-            self._check_location(self._project(cfg), cfg.location)
+            self._check_location(self._project(cfg.project), cfg.location)
         return cfg
 
-    def _project(self, cfg: GcpBatchOpts) -> str:
-        project = cfg.project or default_project()
+    def _project(self, given: Any) -> str:
+        """The project given (the ``project`` option), else the environment's."""
+        project = str(given or "") or default_project()
         if not project:
             raise InvalidRunConfigException(
                 "no GCP project: pass -cfg project=ID, or set GOOGLE_CLOUD_PROJECT (or run"
@@ -504,12 +505,12 @@ class GcpBatchScheduler(
             )
         self._cancel_existing(app_id)
 
-    def list(self, cfg: GcpBatchOpts | None = None) -> list[ListAppResponse]:
-        """Our jobs (labelled ``torchx_version``) in every location, or in ``cfg.location``
-        when given, every page."""
-        cfg = self.resolve_opts(cfg, partial=True)
-        project = self._project(cfg)
-        location = cfg.location or "-"
+    def list(self, cfg: Any = None) -> list[ListAppResponse]:
+        """Our jobs (labelled ``torchx_version``) in every location (``-``), or in the
+        ``location`` given, every page."""
+        given = self.given_opts(cfg)
+        project = self._project(given.get("project"))
+        location = str(given.get("location") or "-")
         out: list[ListAppResponse] = []
         for job in self._list_jobs(
             f"projects/{project}/locations/{location}", f"labels.{LABEL_VERSION}:*"

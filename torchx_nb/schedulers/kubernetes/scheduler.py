@@ -511,9 +511,10 @@ class KubernetesScheduler(
             statuses.setdefault(role_name, []).append(rep)
         return list(roles.values()), [RoleStatus(n, reps) for n, reps in statuses.items()]
 
-    def list(self, cfg: KubernetesOpts | None = None) -> list[ListAppResponse]:
-        """Our jobs (by label) in ``cfg.namespace`` (default ``default``), every page."""
-        namespace = self.resolve_opts(cfg, partial=True).namespace or "default"
+    def list(self, cfg: Any = None) -> list[ListAppResponse]:
+        """Our jobs (by label) in the namespace given, else the option's default, every
+        page."""
+        namespace = self.resolve_opts(self.given_opts(cfg)).namespace
         selector = f"{LABEL_ORGANIZATION}={ORGANIZATION}"
         out = []
         for job in [*self._vcjobs(namespace, selector), *self._jobs(namespace, selector)]:

@@ -103,7 +103,7 @@ class SlurmScheduler(
 
     def preview_workspace(self, workspace: str, cfg: Any = None) -> str | None:
         """What ``job_dir`` would receive (the same rules as images)."""
-        if not self.resolve_opts(cfg, partial=True).job_dir:
+        if not self.given_opts(cfg).get("job_dir"):
             return None
         from torchx_nb.workspace.collect import collect_workspace
         from torchx_nb.workspace.scan import default_cache
