@@ -35,6 +35,26 @@ def test_a_gcp_batch_task_past_its_max_run_duration(
     assert "next: raise the limit with -cfg max_run_duration" in card.text()
 
 
+def test_a_gcp_time_limit_of_a_day_or_more_is_said_whole() -> None:
+    """google-cloud-batch gives ``maxRunDuration`` as a ``timedelta``, whose ``.seconds`` is
+    the part within one day: a 25 h limit was said as "of 1:00:00", a 2-day one not at all.
+    A job as the library builds it, with GCP's own exit code for it."""
+    from datetime import timedelta
+
+    from google.cloud import batch_v1
+
+    from torchx_nb.schedulers.gcp_batch.describe import MAX_RUN_EXIT, explain_exit
+    from torchx_nb.specs.api import ReplicaStatus
+
+    for limit, said in ((timedelta(hours=25), "25:00:00"), (timedelta(days=2), "48:00:00")):
+        job = batch_v1.Job(
+            task_groups=[batch_v1.TaskGroup(task_spec=batch_v1.TaskSpec(max_run_duration=limit))]
+        )
+        rep = ReplicaStatus(0, AppState.FAILED, "r", "task-0", exit_code=MAX_RUN_EXIT)
+        explain_exit(rep, job)
+        assert rep.ending == f"was stopped at its time limit of {said} (maxRunDuration)"
+
+
 def test_a_kubernetes_pod_past_its_active_deadline(
     kube_env: KubeFake, base_images: dict[str, str]
 ) -> None:

@@ -62,7 +62,9 @@ def explain_exit(rep: ReplicaStatus, job: Any) -> None:
     if rep.exit_code == MAX_RUN_EXIT:
         from torchx_nb.specs.durations import fmt_duration
 
-        seconds = job.task_groups[0].task_spec.max_run_duration.seconds if job else 0
+        # proto-plus gives the Duration as a timedelta, whose .seconds is within one day
+        limit = job.task_groups[0].task_spec.max_run_duration if job else None
+        seconds = int(limit.total_seconds()) if limit else 0
         said = f" of {fmt_duration(seconds)}" if seconds else ""
         rep.ending = f"was stopped at its time limit{said} (maxRunDuration)"
         rep.next_step = "raise the limit with -cfg max_run_duration (e.g. 2h, 90m)"
