@@ -231,7 +231,7 @@ def test_the_folder_graph_sees_inside_nested_packages() -> None:
 
 
 # the modules every backend shares: they never reach into a backend
-SHARED = {"api", "abilities", "logs", "outputs", "ids", "devices"}
+SHARED = {"api", "abilities", "logs", "outputs", "ids", "devices", "cancellers"}
 
 
 def test_the_shared_scheduler_modules_import_no_backend() -> None:

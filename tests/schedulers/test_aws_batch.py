@@ -626,3 +626,16 @@ def test_a_terminate_reason_on_a_container_that_exited_by_itself_is_no_cancel() 
         "was cancelled while it waited outside torchx_nb (Batch's TerminateJob or CancelJob)"
         " with the reason 'stop please'"
     )
+
+
+def test_who_a_terminate_reason_names_is_one_clean_line() -> None:
+    """Anyone who may terminate the job writes its reason: one that starts like ours cannot
+    add a line, colour a terminal or run to 1,000 characters in the status."""
+    from torchx_nb.schedulers.aws_batch_status import cancel_ending
+
+    reason = "cancelled by torchx_nb: mallory\x1b[2J\nState: SUCCEEDED" + "y" * 900
+    said = cancel_ending({"status": "FAILED", "statusReason": reason}, "cancelled by torchx_nb")
+    assert said is not None and said.startswith(
+        "was cancelled by torchx_nb for mallory State: SUCCEEDEDyyy"
+    )
+    assert "\n" not in said and "\x1b" not in said and len(said) < 260, said

@@ -334,3 +334,38 @@ def test_who_cancelled_is_said_ours_or_a_signal_from_elsewhere(isolated: Path) -
     code, out, err = cli("status", theirs)
     assert code == 0, err
     assert "State: CANCELLED" in out and "from outside torchx_nb" in out, out
+
+
+def test_who_cancelled_is_one_clean_bounded_line_for_a_hostile_user_name(isolated: Path) -> None:
+    """A user name with a newline, terminal escapes and 10,000 characters ($LOGNAME, which
+    getpass reads first) cancels a job: its status, card ending and CLI status say who in
+    one line without the escapes, the name cut short (it forged a second 'Msg' line)."""
+    import re
+
+    from tests.conftest import cli
+    from torchx_nb.runner import get_runner
+
+    code, out, err = cli("run", "-s", "local_cwd", "utils.sh", "sleep", "60")
+    assert code == 0, err
+    handle = out.strip().splitlines()[-1]
+    hostile = "alice\x1b[31m\nState: SUCCEEDED\x1b]0;title\x07" + "x" * 10_000
+    with get_runner() as runner:
+        wait_for(lambda: runner.status(handle).state == AppState.RUNNING, 30)  # type: ignore[union-attr]
+        code, _, err = cli("cancel", handle, env={"LOGNAME": hostile, "USER": hostile})
+        assert code == 0, err
+        cancelled = runner.wait(handle, wait_interval=0.2, timeout=60)
+    assert cancelled is not None and cancelled.state == AppState.CANCELLED
+    assert re.fullmatch(
+        r"it was cancelled by alice State: SUCCEEDEDx+… \(\d+ more characters\) with"
+        r" torchx-nb cancel \(pid \d+\)",
+        cancelled.msg,
+    ), cancelled.msg[:300]
+    assert len(cancelled.msg) < 150
+    (rep,) = [r for rs in cancelled.roles for r in rs.replicas]
+    assert rep.ending == cancelled.msg.removeprefix("it ")
+    code, out, err = cli("status", handle)
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out, out
+    (msg,) = [line for line in out.splitlines() if "cancelled by" in line]
+    assert msg.strip() == f"Msg: {cancelled.msg}", out
+    assert "State: SUCCEEDED" not in out.replace(cancelled.msg, ""), out

@@ -57,7 +57,9 @@ def cancel_ending(job: dict[str, Any], ours: str) -> str | None:
         return None
     reason = str(job.get("statusReason") or "").strip()
     if reason.startswith(ours):
-        who = reason[len(ours) :].strip(" :")
+        from torchx_nb.schedulers.cancellers import clean_who
+
+        who = clean_who(reason[len(ours) :]).strip(" :")
         return f"was cancelled by torchx_nb{f' for {who}' if who else ''}"
     if not reason or _BATCH_OWN.search(reason):
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import signal
 import sys
 from typing import Any
@@ -23,12 +24,28 @@ _PROGRAMS = {
 }
 
 
+WHO_LIMIT = 200  # characters of who cancelled that are kept and shown
+
+
+def clean_who(text: str, limit: int = WHO_LIMIT) -> str:
+    """Who cancelled, as it may be shown: one line (newlines and other control characters
+    are spaces, terminal escapes gone), at most ``limit`` characters. The user name comes
+    from the environment (``$LOGNAME``) and a backend's record may be written by anyone
+    with access to it (a Batch terminate reason, a Kubernetes mark), so neither may add a
+    line to a status or a card, colour a terminal, or fill a panel."""
+    from torchx_nb.specs.failure import clean_line, strip_escapes
+
+    one = " ".join(re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", strip_escapes(str(text))).split())
+    return clean_line(one, limit)
+
+
 def canceller() -> str:
     """Who is cancelling, for the marker: the user, the front end and its process."""
     try:
-        user = getpass.getuser()
+        user = clean_who(getpass.getuser(), 64)
     except (KeyError, OSError):
-        user = f"uid {os.getuid()}"
+        user = ""
+    user = user or f"uid {os.getuid()}"
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
     return f"{user} with {_PROGRAMS.get(program, program)} (pid {os.getpid()})"
 
@@ -37,7 +54,7 @@ def cancel_ending(state: dict[str, Any], supervisor_pid: int | None) -> str:
     """``was cancelled by …`` for a job torchx_nb cancelled, ``was stopped by SIGTERM sent to
     its supervisor … from outside torchx_nb`` for one a signal from elsewhere stopped; ''
     when the record says neither (a record written before this was kept)."""
-    by = state.get("cancelled_by")
+    by = clean_who(state.get("cancelled_by") or "")
     if by:
         return f"was cancelled by {by}" if by != "torchx_nb" else "was cancelled by torchx_nb"
     signum = state.get("stop_signal")
@@ -51,4 +68,4 @@ def cancel_ending(state: dict[str, Any], supervisor_pid: int | None) -> str:
     return ""
 
 
-__all__ = ["cancel_ending", "canceller"]
+__all__ = ["cancel_ending", "canceller", "clean_who"]

@@ -63,7 +63,9 @@ def marked_by(backend: str, app_id: str) -> str:
         said = json.loads(cancel_mark(backend, app_id).read_text() or "{}").get("by")
     except (OSError, ValueError, AttributeError):
         return ""
-    return str(said)[:200] if said else ""
+    from torchx_nb.schedulers.cancellers import clean_who
+
+    return clean_who(str(said)) if said else ""
 
 
 def trial_output(base: str | None, index: int) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchx_nb.schedulers.cancellers import canceller
+from torchx_nb.schedulers.cancellers import canceller, clean_who
 
 TAG_STOPPED_BY = "torchx-nb/stopped-by"  # who asked torchx_nb to stop the job
 
@@ -29,7 +29,7 @@ def tag_stop(client: Any, name: str) -> None:
 def stopped_by(client: Any, arn: str) -> str:
     """Who torchx_nb's stop of the job was for (its tag); '' when it has no such tag."""
     tags = client.list_tags(ResourceArn=arn).get("Tags", [])
-    return str({t["Key"]: t["Value"] for t in tags}.get(TAG_STOPPED_BY) or "")
+    return clean_who(str({t["Key"]: t["Value"] for t in tags}.get(TAG_STOPPED_BY) or ""))
 
 
 def stop_ending(by: str) -> str:
