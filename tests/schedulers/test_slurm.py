@@ -787,7 +787,39 @@ def test_a_notebook_runs_as_a_slurm_job_in_place_and_from_a_job_dir(
     assert not (ws / "PWNED").exists() and not (ws / "PWNED2").exists()
 
 
-@pytest.mark.xfail(strict=False, reason="flaky in the final parallel CI run; open in the stop note")
+@pytest.mark.parametrize("state", [AppState.RUNNING, AppState.SUCCEEDED])
+def test_a_running_job_whose_step_has_no_log_file_yet_has_no_lines(
+    tmp_path: Path, state: AppState
+) -> None:
+    """The job is RUNNING from its batch script's start; the srun step makes its log files a
+    moment later (longer under load). A log read in between has no lines (it raised 'is the
+    job's folder on a filesystem this machine sees?', which failed the cancelled-notebook test
+    below under parallel CI); once the job ended, no file is that error."""
+    from torchx_nb.schedulers.api import DescribeAppResponse
+    from torchx_nb.schedulers.slurm.logs import SlurmLogs
+
+    class Logs(SlurmLogs):
+        def _workdir(self, app_id: str) -> str:
+            return str(tmp_path)
+
+        def describe(self, app_id: str) -> DescribeAppResponse | None:
+            return DescribeAppResponse(app_id=app_id, state=state)
+
+    logs = Logs()
+    paths = logs._log_paths("40", "notebook", 0, None)
+    if state == AppState.RUNNING:
+        assert list(logs._follow("40", paths, should_tail=False)) == []
+    else:
+        with pytest.raises(FileNotFoundError, match="no log file slurm-40-notebook-0.out"):
+            list(logs._follow("40", paths, should_tail=False))
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="still flaky under parallel load: once in a group run the log read at CANCELLED had"
+    " no slurmstepd 'STEP … CANCELLED AT' line (its other failure, FileNotFoundError before the"
+    " step's files exist, is fixed)",
+)
 def test_a_cancelled_notebook_job_is_cancelled_with_one_clean_line(
     slurm_env: SlurmCluster, tmp_path: Path
 ) -> None:

@@ -20,7 +20,6 @@ from torchx_nb.schedulers.slurm.request import (
     check_job_id,
 )
 from torchx_nb.specs.api import (
-    AppState,
     is_terminal,
 )
 from torchx_nb.specs.log_line import Stream
@@ -92,8 +91,10 @@ class SlurmLogs(KeepsLogFiles):
             if tail_wait(TAIL_IDLE_S):
                 break
         if not any(p.exists() for p in paths) and not should_tail:
+            # a running job's step makes its files when srun starts it, a moment after the
+            # batch script began (the job is RUNNING from then): no lines yet, not an error
             desc = self.describe(app_id)
-            if desc is not None and desc.state not in (AppState.PENDING, AppState.SUBMITTED):
+            if desc is not None and is_terminal(desc.state):
                 raise FileNotFoundError(
                     f"no log file {paths[0].name} in {paths[0].parent}: is the job's folder on a"
                     " filesystem this machine sees?"
