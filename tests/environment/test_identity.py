@@ -176,12 +176,13 @@ def test_an_index_wheel_is_known_by_its_hash(tmp_path: Path) -> None:
     assert identity() != first
 
 
+@pytest.mark.parametrize("installed", ["file", "index"])
 def test_the_image_s_copy_at_the_same_version_with_other_contents_is_replaced(
-    kernel: Kernel, docker_env: DockerDaemon, base_images: dict[str, str]
+    kernel: Kernel, docker_env: DockerDaemon, base_images: dict[str, str], installed: str
 ) -> None:
     """The image has tnbw 1.0 as published; the kernel has its own build of tnbw 1.0 (a
-    wheel file): the same version is not the same distribution, so the plan adds the
-    kernel's and the job runs it."""
+    wheel file, or a pure wheel from its index): the same version is not the same
+    distribution, so the plan adds the kernel's and the job runs it."""
     published = make_wheel(kernel.root / "published", "tnbw", "1.0", body="published")
     site = kernel.root / "image-site"
     subprocess.run(
@@ -200,10 +201,16 @@ def test_the_image_s_copy_at_the_same_version_with_other_contents_is_replaced(
         env=pip_isolated(),
     )
     image = image_with_site(
-        docker_env.client(), base_images["python"], site, "localhost/torchx-nb-test/python-tnbw:1"
+        docker_env.client(),
+        base_images["python"],
+        site,
+        f"localhost/torchx-nb-test/python-tnbw-{installed}:1",
     )
-    ours = make_wheel(kernel.root / "ours", "tnbw", "1.0", body="ours")
-    kernel.pip("--no-deps", str(ours))
+    if installed == "file":
+        kernel.pip("--no-deps", str(make_wheel(kernel.root / "ours", "tnbw", "1.0", body="ours")))
+    else:  # the kernel's find-links index serves its build
+        make_wheel(kernel.root / "links", "tnbw", "1.0", body="ours")
+        kernel.pip("--no-deps", "tnbw==1.0")
     cell = "import tnbw\nprint('tnbw', tnbw.BODY)\n"
     ws, cfg = kernel.root / "ws", "network=host,builder=docker"
     plan = run_cell(kernel.cli, ws, image, cfg, cell, "--dryrun", "--json")

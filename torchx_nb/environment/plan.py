@@ -264,10 +264,13 @@ def diff(plan: EnvPlan, on_top: frozenset[str] = frozenset()) -> None:
 def _other_contents(plan: EnvPlan, item: PlanItem) -> bool:
     """Whether the image's copy of ``item``, at the kernel's version, holds other files than
     the kernel's (by their RECORD digests): a local build, a wheel file, a VCS checkout or an
-    editable install is not "the same" because its version is. (A copy from an index is: the
-    image may hold another platform's build of the same release.)"""
+    editable install is not "the same" because its version is, nor is a pure-Python one from
+    an index (a wheel uploaded again at that version, another index's build). (A compiled
+    one from an index is: the image may hold another platform's build of the same release.)"""
     c, dist = plan.contents, item.dist
-    if c is None or dist is None or dist.source in ("index", "conda"):
+    if c is None or dist is None or dist.source == "conda":
+        return False
+    if dist.source == "index" and not dist.pure:
         return False
     theirs = c.records.get(normalize(item.name))
     if not theirs:
