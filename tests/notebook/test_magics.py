@@ -97,8 +97,13 @@ def test_line_forms(ip: object, capsys: pytest.CaptureFixture[str]) -> None:
         "duration",
         "queued",
         "ran",
+        "msg",
     ]
     assert set(df["state"]) == {"SUCCEEDED", "CANCELLED"}
+    # the msg column shows because the cancelled job says who cancelled it
+    by_state = dict(zip(df["state"], df["msg"], strict=True))
+    assert by_state["CANCELLED"].startswith("it was cancelled by ")
+    assert by_state["SUCCEEDED"] == ""
     assert str(df["submitted"].dtype).startswith("datetime64")
     opts = ip.run_line_magic("torchx", "runopts local_cwd")  # type: ignore[attr-defined]
     assert "log_dir" in set(opts["option"])
