@@ -242,8 +242,17 @@ class TorchxMagics(Magics):
 
             display({"text/plain": display_text}, raw=True)
             return None
-        with self._progress():
-            sw = start(self.runner, sweep_request)
+        from torchx_nb.sweeps import SweepInterrupted
+
+        try:
+            with self._progress():
+                sw = start(self.runner, sweep_request)
+        except SweepInterrupted as stop:
+            if out:  # the cancelled trials stay reachable: sw.statuses(), sw.results()
+                assert self.shell is not None
+                self.shell.user_ns[out] = stop.sweep
+            print(f"{stop.args[0]}{f'; they are in {out}' if out else ''}")
+            return None
         if out:
             assert self.shell is not None
             self.shell.user_ns[out] = sw

@@ -23,6 +23,7 @@ from torchx_nb.runner import Runner, RunRequest
 from torchx_nb.schedulers.ids import random_id
 from torchx_nb.sweeps.driver import Driver
 from torchx_nb.sweeps.handle import Sweep
+from torchx_nb.sweeps.interrupt import SweepInterrupted, deferred_interrupt
 from torchx_nb.sweeps.plan import (
     SweepRequest,
     _array_request,
@@ -70,7 +71,9 @@ def dryrun(runner: Runner, request: SweepRequest) -> str:
 def start(runner: Runner, request: SweepRequest) -> Sweep:
     """Check the grid, build once, and submit: one native array where the scheduler has them
     (a cell, one replica), else one job per trial under ``max_parallel``. Every bad input is
-    one line, before anything is built or submitted."""
+    one line, before anything is built or submitted. An interrupt while trials are submitted
+    lets the trial in flight finish its submit, cancels every trial submitted and raises
+    ``SweepInterrupted`` (a ``KeyboardInterrupt`` holding the sweep)."""
     plan = _plan(runner, request)
     run = request.run
     points = plan.points
@@ -79,8 +82,12 @@ def start(runner: Runner, request: SweepRequest) -> Sweep:
     encoded = [json.dumps(p) for p in points]
     if plan.array is not None:
         prepared = runner.prepare(_array_request(run, plan), build=True)
-        handles = runner.submit_array(prepared, encoded, request.max_parallel, sweep_id)
+        with deferred_interrupt() as interrupted:
+            handles = runner.submit_array(prepared, encoded, request.max_parallel, sweep_id)
         arrayed = Sweep(runner, sweep_id, points, list(handles), True, request.metrics, scheduler)
+        if interrupted:
+            arrayed.cancel()
+            raise SweepInterrupted(arrayed, len(handles))
         if request.fail_fast:  # the driver only watches, and cancels the rest on a failure
             arrayed._driver = Driver(arrayed, [], None, True, None)
             arrayed._driver.start()
@@ -97,8 +104,14 @@ def start(runner: Runner, request: SweepRequest) -> Sweep:
 
     limit = request.max_parallel or len(requests)
     now, later = requests[:limit], requests[limit:]
-    for i, req in now:
-        sweep._set_handle(i, submit(i, req))
+    with deferred_interrupt() as interrupted:
+        for i, req in now:
+            sweep._set_handle(i, submit(i, req))
+            if interrupted:
+                break
+    if interrupted:
+        sweep.cancel()
+        raise SweepInterrupted(sweep, sum(h is not None for h in sweep.handles))
     if later or request.fail_fast:
         sweep._driver = Driver(sweep, later, request.max_parallel, request.fail_fast, submit)
         sweep._driver.start()
@@ -149,6 +162,7 @@ def sweep(
 __all__ = [
     "NOT_SUBMITTED",
     "Sweep",
+    "SweepInterrupted",
     "SweepRequest",
     "dryrun",
     "start",
