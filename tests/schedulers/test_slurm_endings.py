@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, cli, wait_for
 from tests.infra.slurm import SlurmCluster
 from torchx_nb import specs
@@ -139,6 +141,30 @@ def test_while_slurmdbd_is_down_a_job_still_in_the_queue_reads_from_squeue(
     assert err.startswith(
         "torchx-nb: error: Slurm's accounting database (slurmdbd) does not answer ("
     ), err
+
+
+def test_a_batch_script_that_stops_before_its_program_says_so(
+    slurm_env: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's batch script stops before its srun (here it cannot make the outputs folder,
+    as with a full disk or quota): no srun step in sacct. The card said "exited with code 1"
+    with no lines, as if the program had; it now says the program never started and which
+    log says why (the reason is only in the batch script's own slurm-ID.out)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".torchx-nb-outputs").write_text("a file where the folder goes\n")
+    with get_runner() as runner:
+        handle = runner.run(specs.AppDef("early", roles=[_role("e", "echo hi")]), "slurm", {})
+        status = runner.wait(handle, wait_interval=1, timeout=180)
+        assert status is not None and status.state == AppState.FAILED, status
+        (card,) = runner.failure_cards(handle, status)
+    job = handle.rsplit("/", 1)[1]
+    assert card.headline() == (
+        "e/0 failed before its program started: the job's batch script stopped (exit code 1)"
+    )
+    assert card.next_step == (
+        f"read why in slurm-{job}.out, the batch script's log, in the job's folder"
+    )
+    assert "cannot create directory" in (tmp_path / f"slurm-{job}.out").read_text()
 
 
 def test_a_time_limit_and_a_cancel_while_pending_are_said_in_words(

@@ -95,8 +95,9 @@ def _who(state: str) -> str:
     return f"by {name} (uid {uid.strip()})"
 
 
-def ending_of(rows: dict[str, Row]) -> Ending | None:
-    """The end of one component from its rows; None when sacct has no row for it yet."""
+def ending_of(rows: dict[str, Row], component: str = "") -> Ending | None:
+    """The end of one component (sacct's id for it: ``41``, ``41+1``, ``41_3``) from its
+    rows; None when sacct has no row for it yet."""
     own = rows.get("")
     if own is None:
         return None
@@ -147,6 +148,19 @@ def ending_of(rows: dict[str, Row]) -> Ending | None:
         return Ending(code, sig, ran, end, own.state, "was preempted by a job of higher priority")
     if word == "BOOT_FAIL":
         return Ending(code, sig, ran, end, own.state, "could not start: its node failed to boot")
+    if word == "FAILED" and step is None and "batch" in rows:
+        # the batch script stopped before its srun (a job folder it could not make: quota,
+        # a full disk): the program never ran, and only the script's own log says why
+        log = f"slurm-{component.partition('+')[0]}.out" if component else "slurm-ID.out"
+        return Ending(
+            code,
+            sig,
+            ran,
+            end,
+            own.state,
+            "failed before its program started: the job's batch script stopped",
+            f"read why in {log}, the batch script's log, in the job's folder",
+        )
     return Ending(code, sig, ran, end, own.state)
 
 
@@ -155,7 +169,7 @@ def parse_endings(text: str) -> dict[str, Ending]:
     tasks that never started share one row (``41_[1,3%1]``), given to each of them."""
     out: dict[str, Ending] = {}
     for component, rows in parse_rows(text).items():
-        found = ending_of(rows)
+        found = ending_of(rows, component)
         if found is None:
             continue
         array, sep, tasks = component.partition("_[")
