@@ -193,3 +193,37 @@ def test_rows_written_without_our_fold_are_still_found(tmp_path: Path) -> None:
     db.commit()
     db.close()
     assert [r.handle for r in store.page(text="raw-w")[0]] == ["slurm://torchx/9"]
+
+
+def test_two_processes_bringing_an_old_store_up_to_date_at_once(tmp_path: Path) -> None:
+    """A store made before the ``endings`` column, opened by two processes at once after an
+    upgrade: the one that adds the column second finds it there (it looked before the other
+    added it) and opens the store — it failed with 'duplicate column name: endings; move it
+    aside …', advice that throws the job history away. The other process's ALTER is run at
+    the exact moment (just as this one's starts), on the same file."""
+    import sqlite3
+
+    path = tmp_path / "jobs.db"
+    JobStore(path).add(record("local_cwd://t/a"))
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE jobs DROP COLUMN endings")
+
+    class RacedByAnotherProcess(JobStore):
+        def _open(self) -> sqlite3.Connection:
+            db = super()._open()
+
+            def other_process_first(sql: str) -> None:
+                if sql.startswith("ALTER TABLE jobs ADD COLUMN endings"):
+                    other = sqlite3.connect(path, isolation_level=None)
+                    other.execute("ALTER TABLE jobs ADD COLUMN endings TEXT")
+                    other.close()
+
+            db.set_trace_callback(other_process_first)
+            return db
+
+    store = RacedByAnotherProcess(path)
+    got = store.get("local_cwd://t/a")
+    assert got is not None and got.endings is None
+    store.update_state("local_cwd://t/a", "FAILED", ended=time.time(), endings='[{"id": 0}]')
+    again = JobStore(path).get("local_cwd://t/a")
+    assert again is not None and again.state == "FAILED" and again.endings == '[{"id": 0}]'

@@ -198,7 +198,13 @@ class JobStore:
             columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
             for column, kind in _ADDED_COLUMNS.items():
                 if column not in columns:  # a store made by an earlier version
-                    db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+                    try:
+                        db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+                    except sqlite3.OperationalError as e:
+                        # another process opening the store added it since we looked (the
+                        # first commands, kernels and server after an upgrade, all at once)
+                        if "duplicate column name" not in str(e):
+                            raise
             db.executescript(_INDEXES)
             if "search" not in columns:
                 db.create_function("tnb_search", 4, search_text, deterministic=True)
