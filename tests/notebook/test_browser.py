@@ -190,28 +190,35 @@ def test_widgets_live_in_jupyterlab_and_snapshots_after_reopening(
         nb.screenshot("notebook-reopened")
 
 
+# each trial prints its losses, then waits for the test to let it end (the file GATE): the
+# live widget is looked at while every trial runs, however slow the machine (trials that
+# ended by themselves after 3 s turned the widget into its snapshot while it was checked)
 SWEEP_JOB = (
     "%%torchx sweep -o sw -p lr=0.5,0.25,0.125 -p depth=1,2 --metric 'loss=loss: ([0-9.]+)'\n"
-    "import time\n"
+    "import os, time\n"
     "loss = 1.0\n"
     "for step in range(12):\n"
     "    loss *= 1 - lr / 2\n"
     "    print(f'step {step} loss: {loss + depth / 100:.4f}', flush=True)\n"
-    "    time.sleep(0.25)\n"
+    "    time.sleep(0.05)\n"
+    "while not os.path.exists(GATE):\n"
+    "    time.sleep(0.1)\n"
     "{'loss': round(loss, 4)}\n"
 )
 
 
-@pytest.mark.xfail(strict=False, reason="flaky in the final parallel CI run; open in the stop note")
 def test_sweep_widget_live_and_its_charts_follow_the_dark_theme(
-    lab_parts: None, tmp_path: Path, isolated: Path
+    lab_parts: None, tmp_path: Path, isolated: Path, request: pytest.FixtureRequest
 ) -> None:
     """The sweep widget in JupyterLab: a row per trial updating by itself, one chart per
     metric with a line per trial, labelled axes and a legend, a click on a trial's row shows
     its log; in the dark theme the charts draw in the theme's text colour on no white box."""
     root = tmp_path / "lab"
     root.mkdir()
-    write_notebook(root / "sweep.ipynb", ["%load_ext torchx_nb", SWEEP_JOB])
+    gate = tmp_path / "trials-may-end"
+    job = SWEEP_JOB.replace("GATE", repr(str(gate)))
+    request.addfinalizer(gate.touch)  # no trial is left waiting if the test fails
+    write_notebook(root / "sweep.ipynb", ["%load_ext torchx_nb", job])
     with jupyter_lab(root, env={"TORCHX_NB_WIDGETS": "auto"}) as lab, chromium_page() as page:
         nb = NotebookPage(page, lab, "sweep.ipynb").open()
         page.evaluate(
@@ -233,9 +240,13 @@ def test_sweep_widget_live_and_its_charts_follow_the_dark_theme(
         )
         assert rows.count() == 6
         assert rows.first.locator("td").nth(1).inner_text() == "0.5"
+        # every trial's 12 points drawn: the charts change no more while the trials wait (a
+        # chart redrawn under the check was read detached, with no computed colour)
         page.wait_for_function(
-            "() => document.querySelectorAll('.torchx-nb-sweep-view polyline').length >= 6",
-            timeout=30_000,
+            "() => { const lines = document.querySelectorAll('.torchx-nb-sweep-view polyline');"
+            " return lines.length === 6 && [...lines].every("
+            "l => l.getAttribute('points').trim().split(/\\s+/).length === 12); }",
+            timeout=60_000,
         )
         chart = view.locator("svg.torchx-nb-chart").first
         labels = chart.locator("text").all_text_contents()
@@ -258,6 +269,8 @@ def test_sweep_widget_live_and_its_charts_follow_the_dark_theme(
             timeout=30_000,
         )
         nb.screenshot("sweep-running-dark")
+        assert not out.locator(".torchx-nb-sweep-snapshot").count()  # all still running
+        gate.touch()
         # every trial ends: the snapshot with the final table and charts
         out.locator(".torchx-nb-sweep-snapshot").wait_for(timeout=90_000)
         snap = out.locator(".torchx-nb-sweep-snapshot")
