@@ -323,3 +323,34 @@ def test_hash_checking_mode_covers_url_and_git_lines(tmp_path: Path) -> None:
             + (" and " if "has none" in said else ", and ")
             + said
         )
+
+
+@pytest.mark.parametrize(
+    "line", ["./pkg_x", "-e ./pkg_x", "git+https://127.0.0.1/x.git#egg=x", "pkg-x @ file:PKG"]
+)
+def test_a_folder_an_editable_or_a_url_in_a_constraints_file_is_one_line(
+    tmp_path: Path, line: str
+) -> None:
+    """A constraints file only limits the versions of packages required elsewhere (pip
+    refuses an unnamed line there: "Unnamed requirements are not allowed as constraints");
+    such a folder was built and installed into the layer as if it were required."""
+    (tmp_path / "pkg_x").mkdir()
+    (tmp_path / "pkg_x" / "pyproject.toml").write_text(
+        '[project]\nname = "pkg-x"\nversion = "1.0"\n'
+    )
+    line = line.replace("file:PKG", (tmp_path / "pkg_x").as_uri())
+    (tmp_path / "cons.txt").write_text(f"tnbdep<2\n{line}\n")
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("-c cons.txt\ntnbdep\n")
+    with pytest.raises(TorchxNbError) as e:
+        pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+    assert str(e.value) == (
+        f"--packages {tmp_path / 'cons.txt'}:2: {line!r} is in a constraints file (-c), which"
+        " limits the versions of packages required elsewhere: a folder, an editable or a URL"
+        " there is not honoured (pip refuses the unnamed ones): move it to a requirements"
+        " file (-r)"
+    )
+    (tmp_path / "cons.txt").write_text("tnbdep<2\n")
+    assert [p.name for p in pins_from_file(str(reqs), _image("3.11"), IndexSettings(), False)] == [
+        "tnbdep"
+    ]

@@ -113,11 +113,14 @@ def _read_requirements(
     chain: tuple[Path, ...] = (),
     hashes: dict[str, set[str]] | None = None,
     direct: list[tuple[DirectRef, str]] | None = None,
+    constraint: bool = False,
 ) -> None:
     """Gather ``path``'s requirement lines (includes followed), its constraints, its local
     folders, its URL and VCS references with their markers (into ``direct``) and the
     ``--hash`` values each name is given (into ``hashes``); a line that cannot be honoured
-    is refused in one."""
+    is refused in one. ``constraint``: ``path`` is a constraints file (``-c``), whose
+    lines only limit versions: a folder, an editable or a URL there is refused in one line
+    (pip refuses the unnamed ones: "Unnamed requirements are not allowed as constraints")."""
     hashes = {} if hashes is None else hashes
     direct = [] if direct is None else direct
     if path in chain:
@@ -146,17 +149,27 @@ def _read_requirements(
             target = (path.parent / rest).resolve()
             if option in ("-r", "--requirement"):
                 _read_requirements(
-                    target, lines, constraints, folders, depth + 1, chain, hashes, direct
-                )
+                    target, lines, constraints, folders, depth + 1, chain, hashes, direct,
+                    constraint,
+                )  # fmt: skip
             else:
                 sub: list[str] = []
                 _read_requirements(
-                    target, sub, constraints, folders, depth + 1, chain, hashes, direct
+                    target, sub, constraints, folders, depth + 1, chain, hashes, direct, True
                 )
                 constraints += sub
             continue
         editable = option in ("-e", "--editable")
         spec = rest if editable else line
+        if constraint and (
+            editable or " @ " in spec or _URL.match(spec) or _is_path(spec, path.parent)
+        ):  # a constraint made into a requirement: it was built and installed
+            raise TorchxNbError(
+                f"--packages {where}: {mask_url(line)!r} is in a constraints file (-c), which"
+                " limits the versions of packages required elsewhere: a folder, an editable"
+                " or a URL there is not honoured (pip refuses the unnamed ones): move it to a"
+                " requirements file (-r)"
+            )
         if spec.startswith("-"):
             raise TorchxNbError(
                 f"--packages {where}: the option {spec.split()[0]!r} is not honoured here:"
