@@ -161,6 +161,40 @@ def test_the_notebook_is_saved_as_it_runs_and_a_cancel_keeps_it(
     assert "DeadKernelError" not in log and "died" not in log
 
 
+def test_a_cancel_while_the_kernel_starts_is_a_cancel_with_one_clean_line(
+    isolated: Path, tmp_path: Path
+) -> None:
+    """A cancel while the kernel is still starting (seconds on a busy node) reached nbclient's
+    own SIGTERM handler, which tore the kernel client down under its start: the log ended in a
+    raw ``asyncio.CancelledError`` traceback and the job exited 1 (FAILED where the exit code
+    decides, local_docker). Now it is the cancel's one line and exit 143. The kernel is held
+    in its start by an IPython startup file that says when it runs and sleeps."""
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    mark = tmp_path / "kernel-starting"
+    (startup / "00-slow.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(mark)!r}).write_text('x')\ntime.sleep(60)\n"
+    )
+    notebook(isolated / "late.ipynb", "print('never')")
+    env = {"IPYTHONDIR": str(tmp_path / "ipython")}
+    code, out, err = cli("run-notebook", "late.ipynb", env=env)
+    assert code == 0, err
+    handle = out.strip()
+    wait_for(mark.exists, 120, interval=0.2)  # the runner waits for its kernel's first reply
+    code, _, err = cli("cancel", handle)
+    assert code == 0, err
+    with get_runner() as runner:
+        status = runner.wait(handle, wait_interval=0.2, timeout=60)
+    assert status is not None and status.state.name == "CANCELLED", status
+    assert status.roles[0].replicas[0].exit_code == 143, status
+    code, log, err = cli("log", handle)
+    assert code == 0, err
+    assert log.splitlines() == [
+        "notebook/0 torchx_nb: cancelled before its first cell: the notebook is saved as far"
+        " as it ran"
+    ], log
+
+
 def test_sys_exit_0_ends_the_run_as_a_success_and_result_points_to_the_notebook(
     isolated: Path, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ Standalone on purpose, as the cell runner: it ships beside it into images withou
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import math
@@ -223,8 +224,8 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     backend uploaded at most every 30 s) and at the end, however it ends. A failing cell, a
     cell over its time limit or a kernel that dies ends the job with status 1, the cell named
     (index and first line) in the error the failure card shows."""
-    folder, point, cancelled = base._start()
-    if cancelled:
+    folder, point, cancelled_first = base._start()
+    if cancelled_first:
         return int(base.CANCELLED_EXIT)
     out = os.path.join(folder, base.OWN)
     base._write(out, "notebook.txt", os.path.basename(path).encode())  # result(): no value
@@ -302,24 +303,32 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
             # are never closer than the interval
             state["uploaded"] = time.monotonic()
 
+    def cancel_line() -> str:
+        """The one log line of a cancel, naming the cell it came during."""
+        i = int(state["cell"])
+        where = (
+            f"during cell {i + 1} ({_first_line(nb.cells[i].source)!r})"
+            if i >= 0
+            else "before its first cell"
+        )
+        return f"torchx_nb: cancelled {where}: the notebook is saved as far as it ran"
+
     def stop(signum: int, frame: Any) -> None:  # before the kernel runs: end at once
+        sys.stderr.write(f"{cancel_line()}\n")
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
 
     killing: list[asyncio.Future[Any]] = []
 
-    async def begun(**_: Any) -> None:
-        """From now on a cancel (SIGTERM) stops the kernel: nbclient then ends as for a dead
-        kernel, the notebook is saved and the job ends as killed by SIGTERM (CANCELLED)."""
-
-        def cancel() -> None:
-            state["cancelled"] = 1.0
-            assert client.km is not None  # the notebook started: its kernel is there
-            kill = _maybe_await(client.km.signal_kernel(signal.SIGKILL))
-            killing.append(asyncio.ensure_future(kill))
-
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, cancel)
+    def cancel() -> None:
+        """A cancel (SIGTERM) once the event loop runs: the kernel, when there is one, is
+        killed; nbclient then ends as for a dead kernel (or one that died starting), the
+        notebook is saved and the job ends as killed by SIGTERM (CANCELLED)."""
+        state["cancelled"] = 1.0
+        km = client.km
+        if km is not None and km.has_kernel:
+            killing.append(asyncio.ensure_future(_maybe_await(km.signal_kernel(signal.SIGKILL))))
 
     root = _private_folder()
     _kernel_here(root)
@@ -332,6 +341,16 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     class Echoing(NotebookClient):
         """Each cell's printed output goes to the job's log too, as it comes: the live log
         widget follows a notebook job as it follows a cell."""
+
+        async def async_start_new_kernel(self, **kwargs: Any) -> None:
+            # nbclient has just set its own SIGTERM handler, which tears the kernel client
+            # down under its start (a raw CancelledError, exit 1): a cancel from here on is
+            # ours, and a kernel started after it is killed at once
+            with contextlib.suppress(RuntimeError, NotImplementedError):
+                asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, cancel)
+            await super().async_start_new_kernel(**kwargs)
+            if state.get("cancelled"):
+                cancel()
 
         def output(self, outs: Any, msg: Any, display_id: Any, cell_index: int) -> Any:
             content = msg.get("content") or {}
@@ -366,7 +385,6 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
         timeout=None,  # CellLimit holds the cells to --cell-timeout
         # the kernel runs in the notebook's folder, as in JupyterLab, whatever the workspace
         resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}},
-        on_notebook_start=begun,
         on_cell_start=started,
         on_cell_execute=executing,
         on_cell_executed=executed,
@@ -384,15 +402,12 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     timeout = f"over --cell-timeout ({cell_timeout:g} s)" if cell_timeout else ""
     try:
         client.execute()
-    except (_OverLimit, CellExecutionError, DeadKernelError) as e:
-        if state.get("cancelled"):
-            i = int(state["cell"])
-            sys.stderr.write(
-                f"torchx_nb: cancelled during cell {i + 1}"
-                f" ({_first_line(nb.cells[i].source)!r}): the notebook is saved as far as it"
-                " ran\n"
-            )
+    except BaseException as e:
+        if state.get("cancelled"):  # whatever nbclient made of its killed kernel
+            sys.stderr.write(f"{cancel_line()}\n")
             return 128 + signal.SIGTERM
+        if not isinstance(e, (_OverLimit, CellExecutionError, DeadKernelError)):
+            raise
         if isinstance(e, CellExecutionError) and _exited_cleanly(e):
             i = int(state["cell"])
             print(
@@ -413,12 +428,18 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
         assert isinstance(e, CellExecutionError)
         return failed(e.ename or "Exception", e.evalue or "", str(e))
     finally:
+        # left registered by nbclient when its kernel failed to start (a cancel then): at
+        # exit it would assert on a kernel manager that is gone
+        atexit.unregister(client._cleanup_kernel)
         if limit is not None:
             limit.end()
         for handle in later.values():
             handle.cancel()
         save(final=True)
         shutil.rmtree(root, ignore_errors=True)  # nothing of the kernel is left behind
+    if state.get("cancelled"):  # after its last cell: still a cancel
+        sys.stderr.write(f"{cancel_line()}\n")
+        return 128 + signal.SIGTERM
     return 0
 
 
