@@ -483,8 +483,23 @@ def test_result_and_outputs_of_a_cell_job(lab: Lab, store: Path, tmp_path: Path)
     assert status_code == 200 and data == bytes(range(256)) * 4096
     assert headers["Content-Type"] == "application/octet-stream"
     assert "attachment" in headers["Content-Disposition"]
+    # the listing's path with its slash as is (it was a 404: the route took no "/")
+    status_code, _, data = request(
+        lab, "GET", f"{API}/jobs/{enc(handle)}/outputs/sub%20dir/w%26x.bin"
+    )
+    assert status_code == 200 and data == bytes(range(256)) * 4096
     for hostile in ("../state.json", "/etc/passwd", ".torchx-nb/result.pkl", "sub dir"):
         status_code, _, _ = request(lab, "GET", f"{API}/jobs/{enc(handle)}/outputs/{enc(hostile)}")
+        assert status_code == 404, hostile
+    for hostile in (
+        "sub%20dir/../../state.json",
+        "sub%20dir/..%2F..%2Fstate.json",
+        "..%2F..%2Fstate.json",
+        "%2Fetc%2Fpasswd",
+        "/etc/passwd",
+        ".torchx-nb/result.pkl",
+    ):
+        status_code, _, _ = request(lab, "GET", f"{API}/jobs/{enc(handle)}/outputs/{hostile}")
         assert status_code == 404, hostile
     status_code, _, _ = request(
         lab, "GET", f"{API}/jobs/{enc(handle)}/outputs/{enc('sub dir/w&x.bin')}", token=False

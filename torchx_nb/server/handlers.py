@@ -419,7 +419,9 @@ ROUTES: list[tuple[str, type[Base]]] = [
     (rf"{PREFIX}{_JOB}/cancel", CancelHandler),
     (rf"{PREFIX}{_JOB}/result", ResultHandler),
     (rf"{PREFIX}{_JOB}/outputs", OutputsHandler),
-    (rf"{PREFIX}{_JOB}/outputs/(?P<path>[^/?]+)", OutputFileHandler),
+    # a file in a subfolder as the listing names it (sub/x.txt), its slashes sent or encoded;
+    # only a path in the listing is served (never one outside the output folder)
+    (rf"{PREFIX}{_JOB}/outputs/(?P<path>[^?]+)", OutputFileHandler),
     (rf"{PREFIX}{_JOB}/notebook", ExecutedNotebookHandler),
     (rf"{PREFIX}{_JOB}", JobHandler),
     (rf"{PREFIX}/events", EventsHandler),
