@@ -354,3 +354,21 @@ def test_a_folder_an_editable_or_a_url_in_a_constraints_file_is_one_line(
     assert [p.name for p in pins_from_file(str(reqs), _image("3.11"), IndexSettings(), False)] == [
         "tnbdep"
     ]
+
+
+def test_a_path_line_without_a_leading_dot_is_a_folder_as_pip_takes_it(tmp_path: Path) -> None:
+    """pip takes a line holding a path separator as a path (``sub/pkg``, as written by many
+    projects): it is that folder, not 'not a requirement'."""
+    folder = tmp_path / "sub" / "pkg_y"
+    folder.mkdir(parents=True)
+    (folder / "pyproject.toml").write_text('[project]\nname = "pkg-y"\nversion = "1.0"\n')
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("sub/pkg_y\ntnbdep==1.0\n")
+    dry = pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+    assert [(p.name, p.folder) for p in dry] == [("tnbdep", None), ("pkg-y", str(folder))]
+    reqs.write_text("sub/missing\n")
+    with pytest.raises(TorchxNbError) as e:
+        pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+    assert str(e.value) == (
+        f"--packages {reqs}:1: 'sub/missing' is not a folder to build a wheel from"
+    )

@@ -76,7 +76,9 @@ def _is_path(spec: str, base: Path) -> Path | None:
         text = file_url_path(text) or text
     elif " @ file:" in text:
         text = file_url_path(text.split(" @ ", 1)[1].strip()) or text
-    elif not text.startswith((".", "/", "~")):
+    elif not text.startswith((".", "/", "~")) and (
+        "/" not in text or " @ " in text or "://" in text
+    ):  # pip takes a line with a path separator as a path too (sub/pkg)
         return None
     folder = (base / Path(text).expanduser()).resolve()
     return folder
