@@ -471,3 +471,39 @@ def test_a_cancelled_job_says_who_cancelled_it(
     )
     (rep,) = [r for rs in stopped.roles for r in rs.replicas]
     assert rep.exit_code == 137 and rep.ending == stopped.msg.removeprefix("it ")
+
+
+def test_a_program_that_ends_137_itself_failed_and_nobody_stopped_it(
+    base_images: dict[str, str], docker_env: DockerDaemon
+) -> None:
+    """A container whose program exited 137 itself (``exit 137``; a shell whose child was
+    SIGKILLed: the kernel, ``timeout -s KILL``) had no stop or kill sent to it: FAILED with
+    exit code 137 — it was CANCELLED, 'stopped by SIGKILL from outside torchx_nb (docker
+    stop or kill, or the host)'. A ``docker kill`` stays a stop from outside."""
+    from tests.conftest import cli
+
+    bb = base_images["busybox"]
+    with get_runner() as runner:
+        handles = [
+            runner.run(shell_app(script, bb), "local_docker", {})
+            for script in ("exit 137", "sleep 1 & kill -9 $!; wait $!", "sleep 60")
+        ]
+        wait_for(lambda: runner.status(handles[2]).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
+        app_id = handles[2].rsplit("/", 1)[1]
+        for c in docker_env.client().containers.list(
+            filters={"label": f"torchx.pytorch.org/app-id={app_id}"}
+        ):
+            c.kill()
+        itself, child, killed = (runner.wait(h, wait_interval=0.2, timeout=60) for h in handles)
+    for status in (itself, child):
+        assert status is not None and status.state == AppState.FAILED, status
+        assert "outside torchx_nb" not in status.msg, status.msg
+        (rep,) = [r for rs in status.roles for r in rs.replicas]
+        assert rep.exit_code == 137 and rep.state == AppState.FAILED and not rep.ending, rep
+    assert killed is not None and killed.state == AppState.CANCELLED
+    assert killed.msg == (
+        "it was stopped by SIGKILL from outside torchx_nb (docker stop or kill, or the host)"
+    )
+    code, out, err = cli("status", handles[0])
+    assert code == 0, err
+    assert "State: FAILED" in out and "outside torchx_nb" not in out, out

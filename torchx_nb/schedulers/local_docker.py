@@ -376,20 +376,55 @@ class LocalDockerScheduler(
         label = f"{LABEL_APP_ID}={app_id}" if app_id else LABEL_APP_ID
         return list(self.client.containers.list(all=True, filters={"label": label}))
 
-    @staticmethod
-    def _container_state(c: Any) -> AppState:
-        """Exited containers: 0 → SUCCEEDED; killed by SIGTERM/SIGKILL (143/137, not an OOM
-        kill) → CANCELLED, which is what a cancel (``docker stop``) leaves; else FAILED."""
+    def _container_state(self, c: Any) -> AppState:
+        """Exited containers: 0 → SUCCEEDED; 143/137 (not an OOM kill) after a stop or kill
+        sent to it — torchx_nb's cancel (its mark), ``docker stop``/``docker kill`` (the
+        daemon's event log) — → CANCELLED; else FAILED: a program that exited 137 itself, or
+        whose process the kernel killed, was stopped by nobody."""
         status = c.status
         if status == "exited":
             state = c.attrs.get("State", {})
             code = state.get("ExitCode", 1)
             if code == 0:
                 return AppState.SUCCEEDED
-            if code in (137, 143) and not state.get("OOMKilled"):
+            if code in (137, 143) and not state.get("OOMKilled") and self._was_stopped(c):
                 return AppState.CANCELLED
             return AppState.FAILED
         return _STATES.get(status, AppState.UNKNOWN)
+
+    def _was_stopped(self, c: Any) -> bool:
+        """Whether a stop or kill was sent to container ``c`` while it ran: torchx_nb's cancel
+        mark, or a ``kill`` event in the daemon's event log (which keeps its last events
+        only: a stop found once is kept beside the job store, so the answer never changes)."""
+        app_id = c.labels.get(LABEL_APP_ID, "")
+        if cancel_mark("local_docker", app_id).exists():
+            return True
+        seen = cancel_mark("local_docker", f"stopped_{c.id}")
+        if seen.exists():
+            return True
+        import math
+        import time
+
+        info = c.attrs.get("State", {})
+        start, end = docker_time(info.get("StartedAt")), docker_time(info.get("FinishedAt"))
+        if start is None or end is None:
+            return True  # no times to look between: as before, a 137/143 is a stop
+        try:
+            events = self.client.events(
+                since=int(start),
+                until=math.ceil(min(end + 1, time.time())),
+                filters={"container": c.id, "event": "kill"},
+                decode=True,
+            )
+            killed = any(True for _ in events)
+        except Exception:
+            return True  # the daemon cannot tell: as before
+        if killed:
+            from torchx_nb.paths import private_dir, write_private
+
+            private_dir(seen.parent)
+            write_private(seen, "")
+        return killed
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         containers = self._containers(app_id)
