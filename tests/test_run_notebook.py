@@ -257,6 +257,13 @@ def test_bad_input_is_one_line_and_nothing_is_submitted(isolated: Path) -> None:
     assert "expected a number of seconds above 0, got 'inf'" in cli_error(
         "run-notebook", "ok.ipynb", "--cell-timeout", "inf"
     )
+    # it parses alone, not in the job's dict of values: it was submitted and failed there
+    deep = "[" * 200 + "]" * 200
+    assert cli_error("run-notebook", "ok.ipynb", "-p", f"x={deep}") == (
+        "torchx-nb: error: -p x: it nests deeper than Python's parser reads back (about 200"
+        " levels of brackets, the job's own dict of values included); flatten it, or build it"
+        " in the notebook"
+    )
     (isolated / "other").mkdir()
     assert cli_error("run-notebook", "ok.ipynb", "--workspace", "other").startswith(
         "torchx-nb: error: notebook 'ok.ipynb' is outside the workspace 'other'"

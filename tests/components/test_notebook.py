@@ -21,6 +21,28 @@ from torchx_nb.components.notebook_parameters import (
 from torchx_nb.specs.program import NotebookProgram, program_of
 
 
+def nested(levels: int) -> list[object]:
+    """A list ``levels`` deep (``[]`` is one level)."""
+    value: list[object] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+DEEP_200, DEEP_20000 = nested(200), nested(20_000)
+
+
+def test_the_deepest_value_accepted_reads_back_in_the_job(tmp_path: Path) -> None:
+    """The deepest list the check lets through is read back from the job's file of values as
+    the job reads it."""
+    from torchx_nb.apps.notebook_main import read_literal
+
+    write(tmp_path / "ok.ipynb", new_code_cell("x = 1"))
+    program = notebook_program(str(tmp_path / "ok.ipynb"), str(tmp_path), {"x": nested(199)})
+    (text,) = parameters_file(program).values()
+    assert read_literal(text.decode()) == {"x": nested(199)}
+
+
 def write(path: Path, *cells: object) -> Path:
     nbformat.write(new_notebook(cells=list(cells)), path)
     return path
@@ -64,6 +86,10 @@ def test_with_no_parameters_cell_the_values_go_first() -> None:
         ("ok.ipynb", {"__class__": 1}, None, "-p __class__: a parameter's name must be"),
         ("ok.ipynb", {"x": object()}, None, "-p x: a object is not a Python literal"),
         ("ok.ipynb", {"x": 10**5000}, None, "-p x: an int of more than 4300 digits has no text"),
+        # 200 levels parse alone but not in the job's dict of values (it failed there, a raw
+        # SyntaxError after submit); 20,000 levels have no repr at all
+        ("ok.ipynb", {"x": DEEP_200}, None, "-p x: it nests deeper than Python's parser reads"),
+        ("ok.ipynb", {"x": DEEP_20000}, None, "-p x: it nests deeper than Python's parser"),
         ("ok.ipynb", {}, -1.0, "--cell-timeout must be more than 0 seconds, not -1"),
     ],
 )

@@ -53,6 +53,8 @@ def notebook_program(
             raise BadParameter(name, "a parameter's name must be a Python variable name")
         if _too_long_int(value):
             raise BadParameter(name, TOO_LONG_INT)
+        if _too_deep(value):
+            raise BadParameter(name, TOO_DEEP)
         if not _is_literal(value):
             raise BadParameter(
                 name,
@@ -135,6 +137,29 @@ def _too_long_int(value: Any) -> bool:
         repr(value)
     except ValueError as e:
         return "integer string conversion" in str(e)
+    except Exception:
+        return False
+    return False
+
+
+TOO_DEEP = (
+    "it nests deeper than Python's parser reads back (about 200 levels of brackets, the"
+    " job's own dict of values included); flatten it, or build it in the notebook"
+)
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether ``value`` nests too deep to travel: its ``repr`` raises RecursionError, or the
+    job's dict of values holding it (one level more) is too deep for Python's parser, so the
+    job would fail reading it back."""
+    import ast
+
+    try:
+        ast.parse(repr({"x": value}), mode="eval")
+    except RecursionError:
+        return True
+    except SyntaxError as e:
+        return "too many nested" in str(e)
     except Exception:
         return False
     return False
