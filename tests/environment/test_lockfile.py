@@ -372,3 +372,44 @@ def test_a_path_line_without_a_leading_dot_is_a_folder_as_pip_takes_it(tmp_path:
     assert str(e.value) == (
         f"--packages {reqs}:1: 'sub/missing' is not a folder to build a wheel from"
     )
+
+
+def test_a_pyproject_whose_dependencies_are_dynamic_resolves_them_from_its_backend(
+    tmp_path: Path,
+) -> None:
+    """``dynamic = ["dependencies"]`` (setuptools reading a requirements file): the table is
+    empty, and the project's wheel went in without them (installed with --no-deps), so the
+    job could not import them. They are resolved at submit from the project's own metadata, and a
+    project that is not a package to build is one line."""
+    from tests.infra.kernel_venv import download_wheels
+    from tests.infra.pypi_index import make_wheel
+
+    links = tmp_path / "links"
+    download_wheels(links, "setuptools>=61")
+    make_wheel(links, "tnbdep", "1.0")
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "tnbdyn"\nversion = "1.0"\ndynamic = ["dependencies"]\n'
+        '[tool.setuptools]\npy-modules = ["tnbdyn"]\n'
+        '[tool.setuptools.dynamic]\ndependencies = {file = ["requirements.txt"]}\n'
+    )
+    (project / "requirements.txt").write_text("tnbdep==1.0\n")
+    (project / "tnbdyn.py").write_text("import tnbdep\n")
+    index = IndexSettings(no_index=True, find_links=(str(links),))
+    pins = pins_from_file(str(project / "pyproject.toml"), _image("3.11"), index)
+    assert [(p.name, p.version) for p in pins] == [("tnbdep", "1.0"), ("tnbdyn", "1.0")]
+    dry = pins_from_file(str(project / "pyproject.toml"), _image("3.11"), index, resolve=False)
+    assert [p.note for p in dry] == [
+        "the project, built from its folder (its dynamic dependencies resolved at submit)"
+    ]
+    text = (project / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(text.split("[tool.setuptools]")[0].split("\n", 3)[3])
+    with pytest.raises(TorchxNbError) as e:
+        pins_from_file(str(project / "pyproject.toml"), _image("3.11"), index, resolve=False)
+    assert str(e.value) == (
+        f"--packages {project / 'pyproject.toml'}: its dependencies are dynamic (a build"
+        " backend computes them) and the project is not a package to build: list them in"
+        " [project], or give the requirements file or uv.lock they come from"
+    )

@@ -330,11 +330,23 @@ def pins_from_file(
     hashes: dict[str, set[str]] = {}
     direct: list[tuple[DirectRef, str]] = []
     local: list[FilePin] = []
+    computed: list[Path] = []  # a project whose backend computes its dependencies
     if path.suffix == ".toml":
         specs, is_package = _from_pyproject(path, asked, direct)
+        dynamic = _dynamic_dependencies(path, asked)
+        if dynamic and not is_package:
+            raise TorchxNbError(
+                f"--packages {path}: its {dynamic} are dynamic (a build backend computes"
+                " them) and the project is not a package to build: list them in [project],"
+                " or give the requirements file or uv.lock they come from"
+            )
         if is_package:  # the project itself: a wheel built from its folder
             pin = _folder_pin(path.parent.resolve())
-            local.append(replace(pin, note="the project, built from its folder"))
+            note = "the project, built from its folder"
+            if dynamic:  # resolved with the rest at submit, as the backend says them
+                computed.append(path.parent.resolve())
+                note += f" (its dynamic {dynamic} resolved at submit)"
+            local.append(replace(pin, note=note))
     else:
         _read_requirements(path, specs, constraints, folders, hashes=hashes, direct=direct)
     local += [_folder_pin(f) for f in folders]
@@ -353,14 +365,14 @@ def pins_from_file(
             )
             for ref, _ in direct
         ]
-    elif not specs and not folders and not direct:
+    elif not specs and not folders and not direct and not computed:
         pins = []
     else:
         fetched = [_fetched_pin(ref, str(path), index) for ref, _ in direct]
         # the folders and what was fetched go into the resolution too (as file URLs): their
         # own dependencies are resolved with the rest, as pip install -r would install them;
         # their wheels are built (or taken) apart and installed without dependencies
-        folder_specs = [f.as_uri() for f in folders]
+        folder_specs = [f.as_uri() for f in [*folders, *computed]]
         folder_specs += [f"{p.name} @ {Path(str(p.folder)).as_uri()}" for p in fetched]
         pins = _compile([*specs, *folder_specs], constraints, path, contents, index)
         unhashed = [p.name for p in pins if hashes and normalize(p.name) not in hashes]
@@ -374,6 +386,19 @@ def pins_from_file(
         local += fetched
     pins = [replace(p, hashes=tuple(sorted(hashes.get(normalize(p.name), ())))) for p in pins]
     return [*pins, *local]
+
+
+def _dynamic_dependencies(path: Path, asked: tuple[str, ...]) -> str | None:
+    """``dependencies`` when a pyproject.toml's ``[project] dynamic`` leaves them to the
+    build backend (they are in no table to read)."""
+    import tomllib
+
+    del asked  # a dynamic extra is refused as unknown by _from_pyproject
+    try:
+        dynamic = (tomllib.loads(path.read_text()).get("project") or {}).get("dynamic") or []
+    except (OSError, ValueError):
+        return None
+    return "dependencies" if "dependencies" in dynamic else None
 
 
 def _check_hash_mode(path: Path, direct: list[DirectRef]) -> None:
