@@ -804,3 +804,43 @@ def test_a_job_being_deleted_says_whether_we_cancelled_it(isolated: Path) -> Non
         "it was cancelled by alice with torchx-nb cancel (pid 7): its Job and pods are being"
         " deleted"
     )
+
+
+def test_a_job_that_ended_keeps_its_end_while_it_is_deleted(
+    kube_env: KubeFake, base_images: dict[str, str]
+) -> None:
+    """A Job that succeeded, and one that failed with exit 3, are deleted outside torchx_nb
+    (kubectl delete, a cleanup policy): seen while being deleted (the loopback server's own
+    answer, with the deletionTimestamp the API server sets) they are still SUCCEEDED and
+    FAILED (exit code 3) — they were CANCELLED, 'being deleted outside torchx_nb', though
+    deleting them stopped nothing."""
+
+    class SeenWhileDeleted(KubernetesScheduler):
+        def _jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+            jobs = super()._jobs(namespace, selector)
+            for job in jobs:
+                job["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+            return jobs
+
+    sched = KubernetesScheduler("torchx")
+    bb = base_images["busybox"]
+    ok = sched.submit(shell_app("true", bb), {"api": "indexed"})
+    bad = sched.submit(shell_app("exit 3", bb), {"api": "indexed"})
+    running = sched.submit(shell_app("sleep 120", bb), {"api": "indexed"})
+    wait_for(lambda: sched.describe(ok).state == AppState.SUCCEEDED, 60)  # type: ignore[union-attr]
+    wait_for(lambda: sched.describe(bad).state == AppState.FAILED, 60)  # type: ignore[union-attr]
+    wait_for(lambda: sched.describe(running).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
+    deleting = SeenWhileDeleted("torchx")
+    try:
+        done = deleting.describe(ok)
+        failed = deleting.describe(bad)
+        stopped = deleting.describe(running)
+    finally:
+        sched.cancel(running)
+    assert done is not None and done.state == AppState.SUCCEEDED, done
+    assert failed is not None and failed.state == AppState.FAILED, failed
+    assert "exit code 3" in failed.msg and "deleted" not in failed.msg, failed.msg
+    assert stopped is not None and stopped.state == AppState.CANCELLED
+    assert (
+        stopped.msg == "its Job is being deleted outside torchx_nb (kubectl delete, or its owner)"
+    )

@@ -346,7 +346,9 @@ class KubernetesScheduler(
         state, msg, restarts = (
             self._volcano_state(job) if volcano else self._indexed_state(job, pods)
         )
-        if job["metadata"].get("deletionTimestamp"):
+        if job["metadata"].get("deletionTimestamp") and not is_terminal(state):
+            # a Job that had ended keeps its end while it is deleted (kubectl delete, a
+            # cleanup policy): deleting it stops nothing, so nobody cancelled it
             state, msg = AppState.CANCELLED, _deleted_by(app_id)
         roles, statuses = self._roles(job, pods, volcano, state)
         failed = [
