@@ -413,3 +413,32 @@ def test_a_pyproject_whose_dependencies_are_dynamic_resolves_them_from_its_backe
         " backend computes them) and the project is not a package to build: list them in"
         " [project], or give the requirements file or uv.lock they come from"
     )
+
+
+def test_require_hashes_turns_pip_s_hash_checking_mode_on(tmp_path: Path) -> None:
+    """``--require-hashes`` (pip's docs put it at the top of a hashed file) is the mode pip
+    turns on: it was refused as an index option ('set indexes in pip's configuration'), so
+    such a file could not be used at all. Other options say to remove them."""
+    import hashlib
+
+    from tests.infra.pypi_index import make_wheel
+
+    links = tmp_path / "links"
+    wheel = make_wheel(links, "tnbdep", "1.0")
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    index = IndexSettings(no_index=True, find_links=(str(links),))
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text(f"--require-hashes\ntnbdep==1.0 --hash=sha256:{sha}\n")
+    pins = pins_from_file(str(reqs), _image("3.11"), index)
+    assert [(p.name, p.hashes) for p in pins] == [("tnbdep", (f"sha256:{sha}",))]
+    reqs.write_text("--require-hashes\ntnbdep==1.0\n")
+    with pytest.raises(TorchxNbError) as e:
+        pins_from_file(str(reqs), _image("3.11"), index)
+    assert "tnbdep has none (pip's hash-checking mode needs one" in str(e.value)
+    reqs.write_text("--pre\ntnbdep==1.0\n")
+    with pytest.raises(TorchxNbError) as e:
+        pins_from_file(str(reqs), _image("3.11"), index, resolve=False)
+    assert str(e.value) == (
+        f"--packages {reqs}:1: the option '--pre' is not honoured here: remove it (the layer"
+        " installs the resolved pins' wheels)"
+    )

@@ -33,6 +33,18 @@ UNRESOLVED = "(at submit)"
 _MAX_DEPTH = 10
 _COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's: a '#' at the start or after a space
 _ENV_VAR = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)\}")  # pip expands ${NAME} only
+_HASH_MODE = ""  # a key of the hashes no name has: --require-hashes turned the mode on
+_INDEX_OPTIONS = frozenset(
+    {
+        "-i",
+        "--index-url",
+        "--extra-index-url",
+        "--no-index",
+        "-f",
+        "--find-links",
+        "--trusted-host",
+    }
+)
 _URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*\+)?(?:https?|ftp|ssh|git|svn|hg|bzr)://")
 
 
@@ -172,10 +184,18 @@ def _read_requirements(
                 " or a URL there is not honoured (pip refuses the unnamed ones): move it to a"
                 " requirements file (-r)"
             )
+        if line == "--require-hashes":  # pip's hash-checking mode, asked for outright
+            hashes.setdefault(_HASH_MODE, set())
+            continue
         if spec.startswith("-"):
+            found = spec.split()[0].split("=", 1)[0]
+            fix = (
+                "set indexes in pip's configuration (the environment layer uses it)"
+                if found in _INDEX_OPTIONS
+                else "remove it (the layer installs the resolved pins' wheels)"
+            )
             raise TorchxNbError(
-                f"--packages {where}: the option {spec.split()[0]!r} is not honoured here:"
-                " set indexes in pip's configuration (the environment layer uses it)"
+                f"--packages {where}: the option {found!r} is not honoured here: {fix}"
             )
         if _URL.match(spec):  # a bare URL or VCS line (pip takes them; the name is in #egg=)
             url, _, marker = spec.partition(" ;")
