@@ -362,6 +362,15 @@ def test_typed_values_are_read_as_p_reads_them_and_the_rest_stay_as_written(
             {"typed_parameters": {"deep": "[" * 150 + "]" * 150}},
             "typed_parameters.deep nests too deep: at most 100 levels",
         ),
+        # a keyword passes the names' pattern; the check after it named parameters.class
+        (
+            {"typed_parameters": {"class": "1"}},
+            "typed_parameters.class: a parameter's name must be a Python variable name",
+        ),
+        (
+            {"parameters": {"class": 1}},
+            "parameters.class: a parameter's name must be a Python variable name",
+        ),
     ):
         status, answer = post(lab, f"{API}/jobs", {"notebook": "typed/p.ipynb", **body})
         assert (status, answer["reason"][: len(reason)]) == (400, reason), answer

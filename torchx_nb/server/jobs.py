@@ -360,7 +360,8 @@ class JobService:
         except JobStoreError:
             raise
         except BadParameter as e:  # the body's field, not the CLI's flag
-            raise BadSubmission(f"parameters.{e.name}: {e.why}") from None
+            field = "typed_parameters" if e.name in sub.typed else "parameters"
+            raise BadSubmission(f"{field}.{e.name}: {e.why}") from None
         except Exception as e:
             raise BadSubmission(one_line(e)) from None
         handle = runner.submit(runner.prepare(request, build=True))

@@ -31,6 +31,7 @@ class NotebookSubmission:
     resource: str | None = None
     name: str | None = None
     cell_timeout: float | None = None
+    typed: frozenset[str] = frozenset()  # the names given in typed_parameters (for errors)
 
 
 def notebook_under_root(value: Any, root_dir: str | None) -> str:
@@ -148,6 +149,7 @@ def parse_submission(raw: bytes, root_dir: str | None) -> NotebookSubmission:
         resource=body.get("resource") or None,
         name=body.get("name") or None,
         cell_timeout=float(timeout) if timeout is not None else None,
+        typed=frozenset(body.get("typed_parameters") or ()),
     )
 
 
