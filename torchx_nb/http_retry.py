@@ -9,12 +9,48 @@ adaptive mode, google.api_core's ``Retry``)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 TRIES = 4  # one request and three retries: after 0, 1 and 2 s
 BACKOFF_S = 0.5  # urllib3's backoff factor
 BACKOFF_MAX_S = 16.0
 TRANSIENT = frozenset({429, 500, 502, 503, 504})  # answers worth another try
+RETRY_AFTER_MAX_S = 30.0  # a longer Retry-After is the answer now, not a wait
+
+
+@functools.cache
+def _retry_class() -> Any:
+    """urllib3's ``Retry`` with two edges of its ``Retry-After`` handling made ours: a value
+    that is neither seconds nor a date is no answer to honour (the backoff alone paces the
+    next try; urllib3 raised ``InvalidHeader`` out of the request), and a wait longer than
+    ``RETRY_AFTER_MAX_S`` gives the answer at once (urllib3 slept up to six hours per try)."""
+    import urllib3
+    from urllib3.exceptions import InvalidHeader, MaxRetryError
+
+    class Policy(urllib3.Retry):
+        def get_retry_after(self, response: Any) -> float | None:
+            try:
+                return super().get_retry_after(response)
+            except InvalidHeader:
+                return None
+
+        def increment(
+            self,
+            method: Any = None,
+            url: Any = None,
+            response: Any = None,
+            error: Any = None,
+            _pool: Any = None,
+            _stacktrace: Any = None,
+        ) -> Any:
+            if response is not None and self.respect_retry_after_header:
+                wait = self.get_retry_after(response)
+                if wait is not None and wait > RETRY_AFTER_MAX_S:
+                    raise MaxRetryError(_pool, str(url), None)
+            return super().increment(method, url, response, error, _pool, _stacktrace)
+
+    return Policy
 
 
 def policy(
@@ -28,7 +64,7 @@ def policy(
     retried too (only for a request that is safe to repeat)."""
     import urllib3
 
-    return urllib3.Retry(
+    return _retry_class()(
         total=tries - 1,
         backoff_factor=backoff,
         backoff_max=BACKOFF_MAX_S,
