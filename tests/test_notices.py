@@ -409,3 +409,34 @@ def test_a_ten_trial_sweep_with_a_slow_webhook_gets_ten_notices_once_each(
         assert sorted(hook.keys()) == sorted(notices.notice_id(h) for h in handles), hook.keys()
         assert {b["handle"] for b in hook.bodies()} == set(handles)
     assert took < 40, took
+
+
+def test_a_down_webhooks_error_kept_in_the_store_names_no_traceback(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A webhook nobody listens at (connection refused): the error kept with the owed notice,
+    which ``torchx-nb status`` and the submitting cell show later, is urllib3's one line —
+    it ended with '(set TORCHX_NB_DEBUG=1 to see the traceback)', a traceback that no later
+    command has to show."""
+    from tests.infra.dockerd import free_port
+
+    monkeypatch.setattr(notices, "TRIES", 2)
+    monkeypatch.setattr(notices, "BACKOFF_S", 0.05)
+    from tests.conftest import stored
+
+    store = JobStore()
+    handle = "local_cwd://torchx/down-1"
+    store.add(stored(handle, "local_cwd", "down", "FAILED", 5))
+    assert store.owe_notice(handle, notices.notice_id(handle))
+    lines: list[str] = []
+    sender = notices.Notifier()
+    sender.listen(handle, lines.append)
+    url = f"http://127.0.0.1:{free_port()}/hook/T0-SECRET"
+    sender.submit(url, lambda: {"text": "x"}, notices.Owed(store, handle))
+    sender.drain(30)
+    record = store.notice(handle)
+    assert record is not None and record["sent"] is None and record["tries"] == 2
+    assert record["error"].startswith("NewConnectionError: "), record["error"]
+    assert "Connection refused" in record["error"] and "TORCHX_NB_DEBUG" not in record["error"]
+    (line,) = lines
+    assert "TORCHX_NB_DEBUG" not in line and "T0-SECRET" not in line, line

@@ -449,12 +449,15 @@ class Notifier:
         """The notice was not delivered this time: an outbox notice stays owed with the reason
         (a later process sends it) and its job's listeners get one line; a notice without an
         outbox is one warning per URL."""
-        from torchx_nb.errors import one_line
+        from torchx_nb.errors import DEBUG_ENV, one_line
 
         if owed is None:
             self._warn(url, e)
             return
-        reason = redact_text(one_line(e))
+        # kept in the store and shown later (status, the cell): a traceback hint there
+        # points at a traceback no later command can show
+        hint = f" (set {DEBUG_ENV}=1 to see the traceback)"
+        reason = redact_text(one_line(e)).removesuffix(hint)
         with contextlib.suppress(Exception):
             owed.unsent(reason, tries)
         tried = f" after {tries} tries" if tries > 1 else ""
