@@ -268,3 +268,39 @@ def test_a_failed_cell_shows_its_failure_card_in_the_snapshot_and_in_text(
     assert "cell/0 raised ValueError: boom (exit code 1)" in plain and "last lines:" in plain
     waited = "".join(o.get("text", "") for o in nb.cells[4].outputs)
     assert "FAILED: cell/0 raised ValueError: boom (exit code 1)" in waited, waited
+
+
+def test_metrics_read_back_from_a_local_log_have_the_times_lines_were_written(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the live widget, ``job.metrics()`` parses the log after the fact: each point
+    has the time the supervisor wrote its line (a line written in two parts: the time it
+    began), not NaT and not the time it was read."""
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
+    nb = run(
+        [
+            "%load_ext torchx_nb",
+            "import time\nbefore = time.time()",
+            "%%torchx run -o job --wait --metric 'loss=loss: ([0-9.]+)'\n"
+            "import sys, time\n"
+            "for i in range(3):\n"
+            "    print(f'loss: {1 / (i + 1):.3f}', flush=True)\n"
+            "    print('step', i, file=sys.stderr, flush=True)\n"
+            "    time.sleep(0.6)\n"
+            "print('lo', end='', flush=True)\n"
+            "time.sleep(0.6)\n"
+            "print('ss: 0.200', flush=True)\n",
+            "after = time.time()\n"
+            "m = job.metrics()\n"
+            "print(m['value'].tolist(), m['time'].isna().sum())\n"
+            "t = [x.timestamp() for x in m['time']]\n"
+            "print(all(before <= x <= after for x in t))\n"
+            "print([round(b - a, 1) >= 0.5 for a, b in zip(t, t[1:])])",
+        ],
+        isolated,
+        allow_errors=False,
+    )
+    values, within, gaps = plain(nb.cells[3]).splitlines()
+    assert values == "[1.0, 0.5, 0.333, 0.2] 0"  # four points, no NaT
+    assert within == "True"
+    assert gaps == "[True, True, True]"

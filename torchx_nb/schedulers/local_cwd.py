@@ -41,7 +41,7 @@ from torchx_nb.schedulers.local_cwd_request import (
     role_to_json,
 )
 from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans, start_ticks
-from torchx_nb.schedulers.logs import LineSplitter, tail_wait
+from torchx_nb.schedulers.logs import LineSplitter, LineTimes, tail_wait
 from torchx_nb.schedulers.outputs import OUTPUT_DIR_ENV
 from torchx_nb.specs.api import (
     NONE,
@@ -54,7 +54,7 @@ from torchx_nb.specs.api import (
     macros,
     make_app_handle,
 )
-from torchx_nb.specs.log_line import Stream
+from torchx_nb.specs.log_line import LogLine, Stream
 from torchx_nb.specs.structured_opts import StructuredOpts
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
@@ -539,10 +539,20 @@ class LocalCwdScheduler(
         return Path(params[k][stream])
 
     def _read_log(self, q: LogQuery) -> Iterable[str]:
-        """Lines of one replica's log file; ``since``/``until`` are not supported (the files carry
-        no timestamps) and are ignored."""
-        path = self._log_file(q.app_id, q.role, q.k, q.streams)
-        return self._follow(q.app_id, path, q.tail)
+        """Lines of one replica's log file, each a ``LogLine`` with the time the supervisor
+        wrote it (from the ``.times`` file beside the log; a log written before that was kept
+        gives plain lines); ``since``/``until`` are not supported and are ignored."""
+        path = self._log_file(q.app_id, q.role, q.k, q.streams)  # a bad query raises here
+        return self._timed(path, self._follow(q.app_id, path, q.tail))
+
+    @staticmethod
+    def _timed(path: Path, lines: Iterable[str]) -> Iterator[str]:
+        times = LineTimes(path)
+        try:
+            for i, line in enumerate(lines):
+                yield LogLine(line, times.time_of(i))
+        finally:
+            times.close()
 
     def _follow(self, app_id: str, path: Path, should_tail: bool) -> Iterator[str]:
         """The file's lines; with ``should_tail``, on until the job ends. Each idle look asks

@@ -175,16 +175,35 @@ class Replica:
         self.error: str | None = None
         self.log_error: str | None = None
         self.files: dict[str, IO[bytes]] = {}
+        self.times: dict[str, IO[bytes]] = {}
+        # per log file: lines ended so far, and whether the next byte starts a line
+        self.lines: dict[str, tuple[int, bool]] = {}
 
     def write(self, stream: str, chunk: bytes) -> bool:
         """Copy output to the log files; a full disk loses output, never the job (the pipe is
         still drained, so the replica does not block). True when a log file was just lost, so
-        the state must say so."""
+        the state must say so.
+
+        Beside each log, ``LOG.times`` gets a line ``N TIME`` for each chunk in which a line
+        starts: line N (0-based) and the ones after it, up to the next entry, were written at
+        TIME (seconds since the epoch). It is written before the chunk, so a reader that sees
+        a line finds its time."""
         lost = False
+        now = time.time()
+        newlines = chunk.count(b"\n")
         for name in (stream, "combined"):
             f = self.files.get(name)
             if f is None:
                 continue
+            done, at_start = self.lines.get(name, (0, True))
+            first = done if at_start else done + 1
+            times = self.times.get(name)
+            if times is not None and (at_start or newlines):
+                try:
+                    times.write(f"{first} {now:.6f}\n".encode())
+                except OSError:
+                    self.times.pop(name, None)  # times lost, never the log
+            self.lines[name] = (done + newlines, chunk.endswith(b"\n"))
             try:
                 f.write(chunk)
             except OSError as e:
@@ -201,6 +220,9 @@ class Replica:
             os.makedirs(os.path.dirname(spec[name]), mode=0o700, exist_ok=True)
             fd = os.open(spec[name], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             self.files[name] = os.fdopen(fd, "ab", buffering=0)
+            with contextlib.suppress(OSError):
+                tfd = os.open(f"{spec[name]}.times", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                self.times[name] = os.fdopen(tfd, "ab", buffering=0)
         self.started = time.time()
         parent = os.getpid()
 
@@ -415,7 +437,7 @@ class Supervisor:
                 self.write_state()
         self.end_leftovers()
         for r in self.replicas:
-            for f in r.files.values():
+            for f in [*r.files.values(), *r.times.values()]:
                 f.close()
         if self.cancel_requested is not None:
             final = "CANCELLED"

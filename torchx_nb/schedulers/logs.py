@@ -107,6 +107,54 @@ class LineSplitter:
         self._size = 0
 
 
+class LineTimes:
+    """When each line of a log file was written, from the ``LOG.times`` file a writer keeps
+    beside it (local_cwd's supervisor): lines ``N TIME``, N rising, each saying that line N and
+    those after it up to the next entry were written at TIME. Asked in line order
+    (``time_of(i)`` with i rising), it reads the file as it grows; None when there is none."""
+
+    def __init__(self, log: Path) -> None:
+        self._path = Path(f"{log}.times")
+        self._file: Any = None
+        self._pending = b""
+        self._current: float | None = None
+        self._next: tuple[int, float] | None = None
+
+    def _entry(self) -> tuple[int, float] | None:
+        if self._file is None:
+            try:
+                self._file = open(self._path, "rb")  # noqa: SIM115 - closed in close()
+            except OSError:
+                return None
+        while b"\n" not in self._pending:
+            more = self._file.read(65536)
+            if not more:
+                return None
+            self._pending += more
+        line, _, self._pending = self._pending.partition(b"\n")
+        try:
+            n, t = line.split()
+            return int(n), float(t)
+        except ValueError:
+            return self._entry()  # a damaged entry: the next one says more
+
+    def time_of(self, index: int) -> float | None:
+        """The time line ``index`` (0-based) was written, or None if not known."""
+        while True:
+            if self._next is None:
+                self._next = self._entry()
+                if self._next is None:
+                    return self._current
+            if self._next[0] > index:
+                return self._current
+            self._current = self._next[1]
+            self._next = None
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
 def split_lines_iterator(chunks: Iterable[str | bytes]) -> Iterator[str]:
     """Re-chunk a stream of text (or UTF-8 byte) pieces into whole lines (newline kept)."""
     lines = LineSplitter()
