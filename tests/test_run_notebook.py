@@ -234,6 +234,29 @@ def test_sys_exit_0_ends_the_run_as_a_success_and_result_points_to_the_notebook(
     )
 
 
+def test_an_unknown_name_is_warned_at_every_run_of_one_python(isolated: Path) -> None:
+    """papermill logs an unknown name at every run; Python shows a warning once per process,
+    so the second run_notebook with the same misspelled name in a kernel was silent."""
+    import subprocess
+
+    notebook(isolated / "p.ipynb", "print(lr)", parameters="lr = 0.1")
+    script = (
+        "import torchx_nb\n"
+        "for _ in range(2):\n"
+        "    torchx_nb.run_notebook('p.ipynb', {'lerning_rate': 0.2}, scheduler='local_cwd')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "Passed unknown parameter" in line]
+    assert len(said) == 2, proc.stderr
+    assert said[1].endswith(
+        "UnknownParameterWarning: Passed unknown parameter: lerning_rate (the parameters cell"
+        " assigns lr); it is injected anyway"
+    ), said
+
+
 def test_bad_input_is_one_line_and_nothing_is_submitted(isolated: Path) -> None:
     notebook(isolated / "ok.ipynb", "x = 1")
     (isolated / "notes.txt").write_text("x")

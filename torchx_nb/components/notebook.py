@@ -5,6 +5,7 @@ go beside the workspace."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,16 @@ from torchx_nb.apps.notebook_main import PARAMETERS_FILE
 from torchx_nb.components.cell import RUNNER
 from torchx_nb.specs.exceptions import BadParameter
 from torchx_nb.specs.program import CellApp, NotebookProgram
+
+
+class UnknownParameterWarning(UserWarning):
+    """A value whose name the parameters cell does not assign (injected anyway)."""
+
+
+# said at every run, as papermill logs it: Python's default shows a warning once per process,
+# so a kernel's second run with the same misspelled name injected it without a word (appended:
+# a filter of the user's own still comes first)
+warnings.filterwarnings("always", category=UnknownParameterWarning, append=True)
 
 
 def notebook_program(
@@ -88,8 +99,6 @@ def _language(nb: dict[str, Any]) -> str:
 def _warn_unknown(nb: dict[str, Any], parameters: dict[str, Any]) -> None:
     """One warning per value whose name the parameters cell does not assign, as papermill's
     (it is injected anyway); none when the notebook has no parameters cell."""
-    import warnings
-
     from torchx_nb.components.notebook_parameters import declared, parameters_source
 
     source = parameters_source(nb) if nb.get("nbformat", 0) >= 4 else None
@@ -101,7 +110,7 @@ def _warn_unknown(nb: dict[str, Any], parameters: dict[str, Any]) -> None:
             warnings.warn(
                 f"Passed unknown parameter: {name} (the parameters cell assigns"
                 f" {', '.join(known) or 'nothing'}); it is injected anyway",
-                UserWarning,
+                UnknownParameterWarning,
                 stacklevel=3,
             )
 
