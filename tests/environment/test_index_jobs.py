@@ -189,3 +189,37 @@ def test_a_failed_install_names_what_the_index_said(
         last
     )
     assert "wrong@pw" not in proc.stderr and "\x1b[" not in proc.stderr
+
+
+def test_the_dry_run_says_an_index_refuses_the_credentials(
+    kernel: IndexKernel, python_in_registry: str, registry: Registry
+) -> None:
+    """A wrong password is known from the index's pages, which a dry run reads: it says so
+    in one warning line (credentials masked), rather than a plan the submit cannot build."""
+    (kernel.root / "ws").mkdir(exist_ok=True)
+    proc = kernel.run(
+        "-m",
+        "torchx_nb.cli",
+        "run",
+        "--dryrun",
+        "-s",
+        "local_docker",
+        "--workspace",
+        str(kernel.root / "ws"),
+        "-cfg",
+        f"network=host,builder=registry,image_repo={registry.host}/dry-said",
+        "cell",
+        "--image",
+        python_in_registry,
+        "--source",
+        "import tnbx\n",
+        index_url=kernel.private.url_with(USER, "wrong@pw"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = (
+        f"warning:   index http://***@127.0.0.1:{kernel.private.port}/simple refused the"
+        " credentials (HTTP 403): the layer's install needs it; fix the index settings of the"
+        " kernel's pip (pip config list), or pass --packages none"
+    )
+    assert said in proc.stdout, proc.stdout
+    assert "wrong@pw" not in proc.stdout + proc.stderr

@@ -112,7 +112,27 @@ class EnvPlan:
             " with another local label)"
             for name, theirs, ours in self.relabelled
         ]
+        lines += self._blocked_indexes()
         return lines
+
+    def _blocked_indexes(self) -> list[str]:
+        """One line per index whose pages refused the credentials or could not be reached
+        for a distribution the layer fetches from the indexes: the submit's install would
+        fail on it (said before it, in the dry run too)."""
+        fetched = {normalize(i.name) for i in self.add if not i.local}
+        keyring = self.index.uses_keyring()  # uv may get credentials the pages did not
+        said: dict[str, str] = {}
+        for name in sorted(fetched):
+            for x in self.listings.get(name, []):
+                if x.state == "refused" and x.source not in said and not keyring:
+                    said[x.source] = f"index {x.source} refused the credentials ({x.detail})"
+                elif x.state == "unreachable" and x.source not in said:
+                    said[x.source] = f"index {x.source} is unreachable ({x.detail})"
+        return [
+            f"{why}: the layer's install needs it; fix the index settings of the kernel's pip"
+            " (pip config list), or pass --packages none"
+            for why in said.values()
+        ]
 
     def drop_head_start(self) -> None:
         """Stop the head start nobody will take (the image wants nothing, the layer is
