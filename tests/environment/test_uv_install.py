@@ -78,8 +78,10 @@ def test_small_pins_only_and_once_per_machine(links: IndexSettings) -> None:
 def test_what_a_killed_build_left_is_swept_once_it_is_a_day_old(
     links: IndexSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A partial layer and a head start's folder from a build killed a day ago go when the
-    next layer is begun; today's (perhaps another kernel's, still being written) stay."""
+    """A partial layer, a head start's folder, the build's own install folder (all that uv
+    installed: gigabytes for a large environment) and a requirements file's resolution
+    folder from a build killed a day ago go when the next layer is begun; today's (perhaps
+    another kernel's, still being written) stay."""
     import os
     import tempfile
     import time
@@ -96,14 +98,18 @@ def test_what_a_killed_build_left_is_swept_once_it_is_a_day_old(
     fresh_head = tmp_path / "tmp" / "torchx-nb-env-head-writing"
     for path in (stale_partial, fresh_partial):
         path.write_bytes(b"x")
-    for path in (stale_head, fresh_head):
+    stale_build = tmp_path / "tmp" / "torchx-nb-env-k1ll3d"
+    stale_reqs = tmp_path / "tmp" / "torchx-nb-reqs-k1ll3d"
+    fresh_build = tmp_path / "tmp" / "torchx-nb-env-wr1t1n"
+    for path in (stale_head, fresh_head, stale_build, stale_reqs, fresh_build):
         (path / "site").mkdir(parents=True)
-    for path in (stale_partial, stale_head):
+    for path in (stale_partial, stale_head, stale_build, stale_reqs):
         os.utime(path, (old, old))
     pack = EnvPack()
     pack.abort()
     assert not stale_partial.exists() and not stale_head.exists()
-    assert fresh_partial.exists() and fresh_head.exists()
+    assert not stale_build.exists() and not stale_reqs.exists()
+    assert fresh_partial.exists() and fresh_head.exists() and fresh_build.exists()
 
 
 _INTERRUPTED = """

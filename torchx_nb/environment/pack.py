@@ -74,14 +74,15 @@ STALE_SECONDS = 24 * 3600
 
 def sweep_stale(now: float | None = None) -> None:
     """Remove what a build killed midway left behind (a partial layer in the layer cache, a
-    head start's install folder), once it is a day old: nothing that old is still being
-    written."""
+    head start's or the build's own install folder, a requirements file's resolution
+    folder), once it is a day old: nothing that old is still being written."""
     import time
 
     limit = (now if now is not None else time.time()) - STALE_SECONDS
     leftovers = [
         *cache_dir().glob("*.partial"),
-        *Path(tempfile.gettempdir()).glob("torchx-nb-env-head-*"),
+        *Path(tempfile.gettempdir()).glob("torchx-nb-env-*"),  # head starts' too
+        *Path(tempfile.gettempdir()).glob("torchx-nb-reqs-*"),
     ]
     for path in leftovers:
         try:
