@@ -309,6 +309,20 @@ def test_the_dry_run_names_the_notebook_and_masks_secret_values(isolated: Path) 
     assert "s3cr3t" not in whole and "api_token" in whole
 
 
+def test_a_notebook_sweep_warns_of_a_name_its_parameters_cell_lacks(isolated: Path) -> None:
+    """A sweep's ``-p`` names reach the notebook in the job (not through run-notebook's
+    check), so a misspelled one was injected into every trial without a word."""
+    notebook(isolated / "grid.ipynb", "print(lr)", parameters="lr = 0.1")
+    args = ("sweep", "--notebook", "grid.ipynb", "-p", "lerning_rate=1,2", "-p", "lr=1,2")
+    code, out, err = cli(*args, "--dryrun")
+    assert code == 0, err
+    assert err.splitlines() == [
+        "torchx-nb: warning: Passed unknown parameter: lerning_rate (the parameters cell assigns"
+        " lr); it is injected anyway"
+    ], err
+    assert "sweep of 4 trials" in out, out
+
+
 def test_a_notebook_sweep_and_widgets_saved_as_static_state(isolated: Path, tmp_path: Path) -> None:
     """``sweep --notebook``: ``-p`` lists values (a comma separates them, unlike
     ``run-notebook``), one job per trial on local_cwd, each with its own executed notebook;

@@ -115,6 +115,19 @@ def _warn_unknown(nb: dict[str, Any], parameters: dict[str, Any]) -> None:
             )
 
 
+def warn_unknown_names(path: str, names: list[str]) -> None:
+    """The unknown-name warning for a notebook sweep's ``-p`` names (its trials' values reach
+    the notebook in the job, not through ``notebook_program``); nothing when the notebook
+    cannot be read (the run's own checks say why)."""
+    try:
+        with open(Path(path).expanduser(), encoding="utf-8") as f:
+            nb = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return
+    if isinstance(nb, dict):
+        _warn_unknown(nb, dict.fromkeys(names))
+
+
 def _not_a_notebook(path: Path) -> str | None:
     """Why ``path`` is not a notebook nbformat can run (its JSON and its format, read without
     importing nbformat, whose schema validator takes seconds to import), else None."""

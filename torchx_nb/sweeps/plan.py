@@ -87,6 +87,10 @@ def _plan(runner: Runner, request: SweepRequest) -> _Plan:
     for name in grid.names:
         if name in run.env or env_name(name) in run.env:
             raise BadGrid(f"-p {name} is also set with --env; give it in one place")
+    if run.run_notebook is not None:  # as run-notebook's -p: a name the cell lacks is warned
+        from torchx_nb.components.notebook import warn_unknown_names
+
+        warn_unknown_names(run.run_notebook, list(grid.names))
     scheduler = runner.request_scheduler(run)
     sched = runner.get_scheduler(scheduler)
     run = replace(run, scheduler=scheduler)
