@@ -442,3 +442,17 @@ def test_require_hashes_turns_pip_s_hash_checking_mode_on(tmp_path: Path) -> Non
         f"--packages {reqs}:1: the option '--pre' is not honoured here: remove it (the layer"
         " installs the resolved pins' wheels)"
     )
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
+def test_a_requirements_file_with_a_byte_order_mark_is_read_as_pip_reads_it(
+    tmp_path: Path, encoding: str
+) -> None:
+    """An editor's UTF-8 BOM, or UTF-16 from ``pip freeze > requirements.txt`` in Windows
+    PowerShell: pip reads them by their mark; they were refused ('\\ufefftnbdep==1.0' is not
+    a requirement; cannot read … 'utf-8' codec can't decode)."""
+    (tmp_path / "base.txt").write_bytes("tnbserved==0.9\r\n".encode(encoding))
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_bytes("tnbdep==1.0\r\n-r base.txt\r\n".encode(encoding))
+    dry = pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+    assert [(p.name, p.version) for p in dry] == [("tnbdep", "1.0"), ("tnbserved", "0.9")]

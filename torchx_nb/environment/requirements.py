@@ -118,6 +118,24 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     ]
 
 
+def _decoded(data: bytes) -> str:
+    """A requirements file's text as pip decodes it: by its byte-order mark when it has one
+    (an editor's UTF-8 BOM; ``pip freeze > requirements.txt`` in Windows PowerShell writes
+    UTF-16), else UTF-8."""
+    import codecs
+
+    for bom, encoding in (
+        (codecs.BOM_UTF32_LE, "utf-32"),
+        (codecs.BOM_UTF32_BE, "utf-32"),
+        (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"),
+        (codecs.BOM_UTF16_BE, "utf-16"),
+    ):
+        if data.startswith(bom):
+            return data.decode(encoding)
+    return data.decode("utf-8")
+
+
 def _read_requirements(
     path: Path,
     lines: list[str],
@@ -146,7 +164,7 @@ def _read_requirements(
         raise TorchxNbError(f"--packages: {path} is included more than {_MAX_DEPTH} deep")
     chain = (*chain, path)
     try:
-        text = path.read_text()
+        text = _decoded(path.read_bytes())
     except (OSError, UnicodeDecodeError) as e:
         raise TorchxNbError(f"--packages: cannot read {path} ({e})") from None
     for number, line in _logical_lines(text):
