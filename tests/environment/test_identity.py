@@ -306,3 +306,32 @@ def test_an_edit_in_a_subpackage_named_build_or_dist_makes_a_new_key(
     (edit / "tnbsub" / "dist" / "__init__.py").write_text("BODY = 'two'\n")
     keys.append(kernel.key(cell, python_in_registry))
     assert len(set(keys)) == 3, keys
+
+
+def test_an_index_copy_with_scripts_is_the_kernel_s_build() -> None:
+    """uv's install into a folder lists a console script as ``bin/tnbes`` (its first line
+    names the interpreter) and adds uv_cache.json; pip's, in the kernel, as
+    ``../../../bin/tnbes``: the same wheel, so not another build (it was, and every
+    distribution with a script shipped the kernel's copy instead of the index's wheel).
+    Another module file is another build."""
+    from torchx_nb.environment.identity import records_differ
+
+    kernel = (
+        "../../../bin/tnbes,sha256=wU0GXVZYGdmLstextjwYw2FVPPq_q0veqbl1KZ8TIeA,213\n"
+        "__pycache__/tnbes.cpython-311.pyc,,\n"
+        "tnbes-1.0.dist-info/INSTALLER,sha256=zuuue4knoyJ-UwPPXg8fezS7VCrXJQrAP7zeNuwvFQg,4\n"
+        "tnbes-1.0.dist-info/entry_points.txt,sha256=fg1hbOo89UUW-km1RyHFAaOCmrvjXZnEPjWnw9yoShw,37\n"
+        "tnbes-1.0.dist-info/RECORD,,\n"
+        "tnbes.py,sha256=dibFddj8dvUNAL_XrA2tUSOVhgv_-4mG6xDFlEtg_AQ,21\n"
+    )
+    served = (
+        "bin/tnbes,sha256=moh-XtHJGeul-YB_2ZkOj6QTIfWL7IGxefPY06VSpPQ,304\n"
+        "tnbes-1.0.dist-info/INSTALLER,sha256=5hhM4Q4mYTT9z6QB6PGpUAW81PGNFrYrdXMj4oM_6ak,2\n"
+        "tnbes-1.0.dist-info/entry_points.txt,sha256=fg1hbOo89UUW-km1RyHFAaOCmrvjXZnEPjWnw9yoShw,37\n"
+        "tnbes-1.0.dist-info/RECORD,,\n"
+        "tnbes-1.0.dist-info/uv_cache.json,sha256=5qvx8pdP4_wGZHnj_ASJGUhAQCHdNrc45bAe-qtjwkQ,126\n"
+        "tnbes.py,sha256=dibFddj8dvUNAL_XrA2tUSOVhgv_-4mG6xDFlEtg_AQ,21\n"
+    )
+    assert not records_differ(kernel, served)
+    rebuilt = served.replace("dibFddj8dvUNAL_XrA2tUSOVhgv_-4mG6xDFlEtg_AQ", "x" * 43)
+    assert records_differ(kernel, rebuilt)

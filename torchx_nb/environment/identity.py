@@ -141,7 +141,40 @@ def differs_from_kernel(dist: KernelDist, folder: Path) -> bool:
         tags = {ln.split(":", 1)[1].strip() for ln in wheel.splitlines() if ln.startswith("Tag:")}
         if tags != set(dist.tags):
             return False
-        theirs = record_identity(found.read_text("RECORD") or "")
-        ours = installed_record_identity(dist)
-        return bool(theirs and ours) and theirs != ours
+        try:
+            ours = md.distribution(dist.name).read_text("RECORD") or ""
+        except md.PackageNotFoundError:
+            return False
+        return records_differ(ours, found.read_text("RECORD") or "")
     return False
+
+
+def _record_rows(text: str) -> dict[str, str]:
+    """A RECORD's files inside the site directory with their digests (byte code and the
+    installer's own files left out)."""
+    import csv
+
+    rows = {}
+    for row in csv.reader(text.splitlines()):
+        if len(row) < 2 or not row[1] or row[0].startswith(("../", "/")):
+            continue
+        path = row[0]
+        if "__pycache__/" in path or path.endswith(".pyc"):
+            continue
+        if path.rsplit("/", 1)[-1] in _SKIP_FILES:
+            continue
+        rows[path] = row[1]
+    return rows
+
+
+def records_differ(kernel: str, served: str) -> bool:
+    """Whether an index's copy (``served``: uv's RECORD of an install into a folder) holds
+    other files than the kernel's (``kernel``: pip's RECORD in a site directory), where they
+    can be compared: the folders the kernel's copy has in its site directory (its packages,
+    modules and dist-info). Scripts and data files are left out: pip put them outside the
+    site directory (``../../../bin/x``, no digest compared), uv beside it (``bin/x``, with a
+    first line naming the interpreter)."""
+    ours = _record_rows(kernel)
+    tops = {path.split("/", 1)[0] for path in ours}
+    theirs = {p: d for p, d in _record_rows(served).items() if p.split("/", 1)[0] in tops}
+    return bool(ours and theirs) and ours != theirs
