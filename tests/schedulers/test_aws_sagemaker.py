@@ -583,3 +583,39 @@ def test_a_stopped_job_says_who_stopped_it(aws_env: MotoServer) -> None:
         "it was stopped outside torchx_nb (StopTrainingJob: the console, the AWS CLI or an API"
         " call)"
     )
+
+
+def test_the_exit_code_survives_a_programs_own_long_failure_reason(
+    aws_env: MotoServer, docker_env: DockerDaemon, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """The program writes its own 3,000-character reason to /opt/ml/output/failure (as
+    SageMaker's docs suggest for a traceback) and exits 3; SageMaker keeps the first 1,024
+    characters as FailureReason. Our bootstrap's line comes first, so replica 0's exit code
+    3 is still read — appended after the program's text, it was cut off (no exit code)."""
+    from tests.conftest import shell_app
+    from tests.infra.sagemaker_runner import run_training_job
+
+    script = (
+        "mkdir -p /opt/ml/output; i=0; while [ $i -lt 30 ]; do"
+        " printf 'Traceback line %03d: %080d\\n' $i 0 >>/opt/ml/output/failure; i=$((i+1));"
+        " done; exit 3"
+    )
+    app = shell_app(script, base_images["busybox"])
+    sched = AwsSageMakerScheduler("torchx")
+    info = sched.submit_dryrun(
+        app, {"role": ROLE, "instance_type": "ml.m5.large", "image_repo": "unused/x"}
+    )
+    request = info.request.request
+    run = run_training_job(docker_env.client(), request, tmp_path / "sm", timeout=60)
+    assert run.status == "Failed", run
+    assert len(run.failure_reason) > 2500 and "Traceback line 029" in run.failure_reason
+    answer = {
+        **request,
+        "TrainingJobStatus": "Failed",
+        "SecondaryStatus": "Failed",
+        "FailureReason": run.failure_reason[:1024],  # SageMaker's limit (DescribeTrainingJob)
+    }
+    resp = sched._response(request["TrainingJobName"], answer)
+    assert resp.state == AppState.FAILED
+    (role,) = resp.roles_statuses
+    assert [r.exit_code for r in role.replicas] == [3], run.failure_reason[:200]

@@ -88,7 +88,9 @@ MAX_ARG = 256
 BOOT_ENV = "TORCHX_NB_SM_BOOT"
 # Run in the container before the role's program: the node's rank and the rendezvous host from
 # what SageMaker gives a container (SM_HOSTS/SM_CURRENT_HOST, else resourceconfig.json), and
-# on failure a reason in /opt/ml/output/failure, which SageMaker reports as FailureReason.
+# on failure a reason in /opt/ml/output/failure, which SageMaker reports as FailureReason —
+# put first: SageMaker keeps 1,024 characters of it, and a program may have written its own
+# long reason there (a traceback, as SageMaker's docs suggest), which follows it.
 BOOTSTRAP = r"""f=/opt/ml/input/config/resourceconfig.json
 if [ -z "$SM_HOSTS" ] && [ -r $f ]; then j=$(tr -d ' \t\r\n' <$f)
 SM_CURRENT_HOST=$(echo "$j"|sed -n 's/.*"current_host":"\([^"]*\)".*/\1/p')
@@ -99,8 +101,9 @@ export SM_HOSTS SM_CURRENT_HOST TORCHX_RANK0_HOST=${TORCHX_RANK0_HOST:-localhost
 TORCHX_REPLICA_ID=${TORCHX_REPLICA_ID:-0}
 "$@" & p=$!; trap 'kill -TERM $p' TERM INT; wait $p; rc=$?
 while kill -0 $p 2>/dev/null; do wait $p; rc=$?; done
-if [ $rc != 0 ]; then mkdir -p /opt/ml/output
-echo "$1 exited with code $rc on $SM_CURRENT_HOST (replica $TORCHX_REPLICA_ID)" >>/opt/ml/output/failure
+if [ $rc != 0 ]; then o=/opt/ml/output/failure; mkdir -p /opt/ml/output
+{ echo "$1 exited with code $rc on $SM_CURRENT_HOST (replica $TORCHX_REPLICA_ID)"
+cat $o 2>/dev/null; } >$o.t; mv -f $o.t $o
 fi; exit $rc"""
 
 
