@@ -309,6 +309,18 @@ def test_the_dry_run_names_the_notebook_and_masks_secret_values(isolated: Path) 
     assert "s3cr3t" not in whole and "api_token" in whole
 
 
+def test_a_parameters_cell_with_a_magic_is_read_for_its_names(isolated: Path) -> None:
+    """``%matplotlib inline`` in the parameters cell made it unreadable: every -p name was
+    warned unknown ('the parameters cell assigns nothing')."""
+    notebook(isolated / "m.ipynb", "print(lr)", parameters="%matplotlib inline\nlr = 0.1")
+    code, out, err = cli("run-notebook", "m.ipynb", "-p", "lr=0.2", "-p", "lr2=1", "--dryrun")
+    assert code == 0, err
+    assert err.splitlines() == [
+        "torchx-nb: warning: Passed unknown parameter: lr2 (the parameters cell assigns lr); it"
+        " is injected anyway"
+    ], err
+
+
 def test_a_notebook_sweep_warns_of_a_name_its_parameters_cell_lacks(isolated: Path) -> None:
     """A sweep's ``-p`` names reach the notebook in the job (not through run-notebook's
     check), so a misspelled one was injected into every trial without a word."""

@@ -158,6 +158,21 @@ def test_the_parameters_cell_is_read_with_pythons_parser() -> None:
     assert declared("x = (") == {}
 
 
+def test_a_parameters_cell_with_ipython_syntax_is_read_as_the_kernel_runs_it() -> None:
+    """A magic or ``!`` line (``%matplotlib inline``) made the cell 'not valid Python': the
+    dialog showed no values and every -p name was warned unknown; papermill reads the names."""
+    source = "%matplotlib inline\n!echo hi\nlr = 0.1  # rate\nname = 'a # b'\nfiles = !ls\n"
+    assert declared(source) == {
+        "lr": "0.1",
+        "name": "'a # b'",
+        "files": "get_ipython().getoutput('ls')",
+    }
+    cell = {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": source}
+    assert parameters_cell({"cells": [cell]}) == ParametersCell(
+        True, (("lr", "0.1"), ("name", "'a # b'"), ("files", "get_ipython().getoutput('ls')"))
+    )
+
+
 def test_unpacking_and_chained_assignments_name_every_target() -> None:
     """``a, b = 1, 2`` assigns a and b (``-p a=`` warned "unknown parameter" before): each
     with its own element, a chained target with the shared value, a starred or computed one

@@ -28,11 +28,32 @@ def parameters_source(nb: dict[str, Any]) -> str | None:
     return None
 
 
+def as_python(source: str) -> str:
+    """The cell's source as the kernel runs it: IPython's own transformer turns magics
+    (``%matplotlib inline``), ``!`` escapes and ``x = !ls`` into Python, leaving every other
+    line as written (so a value's source is still the notebook's own). IPython is imported
+    only for a cell Python's parser refuses."""
+    try:
+        ast.parse(source)
+        return source
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return source
+    try:
+        return str(TransformerManager().transform_cell(source))
+    except Exception:  # IPython cannot read it either: Python's parser says why
+        return source
+
+
 def declared(source: str) -> dict[str, str]:
     """Each name the parameters cell assigns at top level, with its value's source as written
     (multi-line values, ``#`` inside strings, underscores and all); empty when the cell is not
     valid Python. ``a = b = 1`` gives both names ``1``; ``a, b = 1, 2`` gives each its own
     element; a name whose value has no source of its own (``a, *rest = f()``) gives ``""``."""
+    source = as_python(source)
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -86,7 +107,7 @@ def parameters_cell(nb: Any) -> ParametersCell:
     if source is None:
         return ParametersCell(found=False)
     try:
-        ast.parse(source)
+        ast.parse(as_python(source))
     except SyntaxError as e:
         return ParametersCell(True, error=f"line {e.lineno}: {e.msg}")
     except (ValueError, RecursionError, MemoryError) as e:
