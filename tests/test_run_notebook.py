@@ -313,7 +313,7 @@ def test_a_parameters_cell_with_a_magic_is_read_for_its_names(isolated: Path) ->
     """``%matplotlib inline`` in the parameters cell made it unreadable: every -p name was
     warned unknown ('the parameters cell assigns nothing')."""
     notebook(isolated / "m.ipynb", "print(lr)", parameters="%matplotlib inline\nlr = 0.1")
-    code, out, err = cli("run-notebook", "m.ipynb", "-p", "lr=0.2", "-p", "lr2=1", "--dryrun")
+    code, _, err = cli("run-notebook", "m.ipynb", "-p", "lr=0.2", "-p", "lr2=1", "--dryrun")
     assert code == 0, err
     assert err.splitlines() == [
         "torchx-nb: warning: Passed unknown parameter: lr2 (the parameters cell assigns lr); it"
