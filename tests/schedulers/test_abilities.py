@@ -151,3 +151,45 @@ def test_a_partial_resolution_is_only_what_was_given() -> None:
     assert sched.list() == [{}]
     assert sched.list({"priority": "3"}) == [{"priority": 3}], "cast to its type"
     assert sched.list(_Needs(queue="gpu")) == [{"priority": 0, "queue": "gpu"}]
+
+
+@dataclasses.dataclass
+class _MoreQueues(_Opts):
+    region: str = "north"
+    """where the queues are"""
+
+
+def test_a_backend_written_to_the_earlier_form_still_loads() -> None:
+    """``TakesTypedOptions[X]`` and ``opts_type = X`` (how backends named their options
+    before the type was found on ``Scheduler[X]``): the class is made (it was a TypeError at
+    import, 'TakesTypedOptions' is not a generic class) and its options are X."""
+
+    class Earlier(TakesTypedOptions[_Opts], Scheduler[_Opts]):
+        opts_type = _Opts
+        schedule = _Third.schedule
+        _submit_dryrun = _Third._submit_dryrun
+        describe = _Third.describe
+        list = _Third.list
+        _cancel_existing = _Third._cancel_existing
+
+    assert Earlier.opts_type is _Opts
+    assert Earlier("earlier", "s").resolve_opts({"queue": "gpu"}) == _Opts(queue="gpu")
+
+
+def test_a_subclass_that_states_its_options_type_keeps_it() -> None:
+    """A subclass of a backend adding options of its own (``opts_type = MoreOpts``): its
+    type, and its subclasses', not the base's ``Scheduler[X]`` parameter (that silently
+    overwrote it, so its options were unknown)."""
+
+    class More(_Third):
+        opts_type = _MoreQueues
+
+    class EvenMore(More):
+        pass
+
+    for cls in (More, EvenMore):
+        assert cls.opts_type is _MoreQueues, cls
+        sched = cls("more", "s")
+        assert "region" in dict(sched.run_opts())
+        assert sched.resolve_opts({"region": "south"}, strict=True) == _MoreQueues(region="south")
+    assert _Third.opts_type is _Opts

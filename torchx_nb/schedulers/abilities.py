@@ -14,7 +14,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from torchx_nb.specs.api import AppDef, AppDryRunInfo, Role, runopts
 from torchx_nb.specs.log_line import Stream
@@ -25,12 +25,19 @@ if TYPE_CHECKING:
     from torchx_nb.specs.structured_opts import StructuredOpts
 
 
-class TakesTypedOptions:
+OptsT = TypeVar("OptsT")
+
+
+class TakesTypedOptions(Generic[OptsT]):
     """Ability: the scheduler's options are one typed structure, a ``StructuredOpts``
     dataclass, stated once as the scheduler's generic parameter (``Scheduler[AwsBatchOpts]``)
     and found there as ``opts_type``: its runopts table (and so the CLI help,
     ``.torchxconfig`` and the docs' option tables) comes from it, the Runner builds it once
-    from the options given, and the dry run, ``_validate`` and ``list`` read its attributes."""
+    from the options given, and the dry run, ``_validate`` and ``list`` read its attributes.
+
+    A backend written to the earlier form still loads as it did: ``TakesTypedOptions[X]``
+    is accepted, and an ``opts_type = X`` a class states itself wins over what its bases say
+    (a subclass of a built-in backend that adds options of its own)."""
 
     opts_type: ClassVar[type[StructuredOpts]]
 
@@ -45,15 +52,21 @@ class TakesTypedOptions:
 
 
 def _options_parameter(cls: type) -> type[StructuredOpts] | None:
-    """The ``StructuredOpts`` type ``cls`` gives a generic base as its parameter
-    (``Scheduler[AwsBatchOpts]``), looked for in its own bases first."""
+    """The ``StructuredOpts`` type nearest ``cls`` in its MRO: one a class states as its
+    ``opts_type``, or one it gives a generic base as its parameter (``Scheduler[AwsBatchOpts]``)."""
     from torchx_nb.specs.structured_opts import StructuredOpts
 
+    def options(arg: Any) -> bool:
+        return isinstance(arg, type) and issubclass(arg, StructuredOpts)
+
     for klass in cls.__mro__:
+        declared = klass.__dict__.get("opts_type")
+        if options(declared):
+            return typing.cast(type[StructuredOpts], declared)
         for base in klass.__dict__.get("__orig_bases__", ()):
             for arg in typing.get_args(base):
-                if isinstance(arg, type) and issubclass(arg, StructuredOpts):
-                    return arg
+                if options(arg):
+                    return typing.cast(type[StructuredOpts], arg)
     return None
 
 
