@@ -84,6 +84,7 @@ def test_with_no_parameters_cell_the_values_go_first() -> None:
         ("broken.ipynb", {}, None, "'{p}' cannot be read as a notebook: "),
         ("ok.ipynb", {"1x": 1}, None, "-p 1x: a parameter's name must be a Python variable"),
         ("ok.ipynb", {"__class__": 1}, None, "-p __class__: a parameter's name must be"),
+        ("ok.ipynb", {1: 2}, None, "-p 1: a parameter's name must be a Python variable name"),
         ("ok.ipynb", {"x": object()}, None, "-p x: a object is not a Python literal"),
         ("ok.ipynb", {"x": 10**5000}, None, "-p x: an int of more than 4300 digits has no text"),
         # 200 levels parse alone but not in the job's dict of values (it failed there, a raw

@@ -60,8 +60,13 @@ def notebook_program(
             " Python notebooks only"
         )
     for name, value in (parameters or {}).items():
-        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__"):
-            raise BadParameter(name, "a parameter's name must be a Python variable name")
+        if (
+            not isinstance(name, str)  # from Python, any key: {1: 2} raised AttributeError
+            or not name.isidentifier()
+            or keyword.iskeyword(name)
+            or name.startswith("__")
+        ):
+            raise BadParameter(str(name), "a parameter's name must be a Python variable name")
         if _too_long_int(value):
             raise BadParameter(name, TOO_LONG_INT)
         if _too_deep(value):
