@@ -59,3 +59,47 @@ def test_from_cfg_errors() -> None:
         Opts.from_cfg({})
     with pytest.raises(InvalidRunConfigException, match="given twice"):
         Opts.from_cfg({"queue": "q", "share_id": "a", "shareId": "b"})
+
+
+@dataclass
+class NumpyDocumented(StructuredOpts):
+    """Options of a backend whose class docstring is numpydoc.
+
+    Parameters
+    ----------
+    queue : str
+        what the class docstring says
+    """
+
+    queue: str = "q"
+    """The job queue."""
+
+    region: str = "north"
+    """Where the queues are."""
+
+
+@dataclass
+class GoogleDocumented(StructuredOpts):
+    """Options of a backend whose class docstring lists them.
+
+    Attributes:
+        queue: what the class docstring says
+    """
+
+    queue: str = "q"
+    """The job queue."""
+
+
+@pytest.mark.parametrize("cls", [NumpyDocumented, GoogleDocumented])
+def test_the_help_is_each_fields_attribute_docstring_whatever_the_class_docstring(
+    cls: type[StructuredOpts],
+) -> None:
+    """A numpydoc ``Parameters`` section in the class docstring hid every attribute docstring
+    (no help at all), a Google ``Attributes`` section replaced them: the help is the field's
+    own docstring, as runopts showed it before docstring_parser read it."""
+    opts = cls.as_runopts()
+    queue = opts.get("queue")
+    assert queue is not None and queue.help == "The job queue."
+    if cls is NumpyDocumented:
+        region = opts.get("region")
+        assert region is not None and region.help == "Where the queues are."

@@ -30,20 +30,22 @@ def camel_to_snake(name: str) -> str:
 
 def _field_docs(cls: type) -> dict[str, str]:
     """Each field's attribute docstring (the string literal right after it), read by
-    docstring_parser; a subclass's wins over its bases'."""
-    import docstring_parser
+    docstring_parser's attribute reader; a subclass's wins over its bases'. The class's own
+    docstring is not read for them: a ``Parameters`` or ``Attributes`` section there hid the
+    attribute docstrings or overrode them (``parse_from_object``)."""
+    from docstring_parser.attrdoc import AttributeDocstrings
 
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if klass in (object, StructuredOpts) or not dataclasses.is_dataclass(klass):
             continue
         try:
-            parsed = docstring_parser.parse_from_object(klass)
+            found = AttributeDocstrings().get_attr_docs(klass)
         except (OSError, TypeError):
             continue
-        for param in parsed.params:
-            if param.args[:1] == ["attribute"] and param.description:
-                docs[param.arg_name] = " ".join(param.description.split())
+        for name, (description, _type, _default) in found.items():
+            if description:
+                docs[name] = " ".join(description.split())
     return docs
 
 
