@@ -374,3 +374,18 @@ def test_typed_values_are_read_as_p_reads_them_and_the_rest_stay_as_written(
     ):
         status, answer = post(lab, f"{API}/jobs", {"notebook": "typed/p.ipynb", **body})
         assert (status, answer["reason"][: len(reason)]) == (400, reason), answer
+    # an int over Python's 4300 digits was 'the body must be JSON'
+    raw = b'{"notebook": "typed/p.ipynb", "parameters": {"n": ' + b"9" * 4400 + b"}}"
+    status, answer = post(lab, f"{API}/jobs", None, raw)
+    assert (status, answer["reason"]) == (
+        400,
+        "an integer of 4400 digits is over Python's limit for int text (4300); send it as a"
+        " string (typed_parameters reads one as -p does), or compute it in the notebook",
+    ), answer
+    # parse_constant's own line was lost the same way
+    raw = b'{"notebook": "typed/p.ipynb", "parameters": {"n": NaN}}'
+    status, answer = post(lab, f"{API}/jobs", None, raw)
+    assert (status, answer["reason"]) == (
+        400,
+        "the body must be JSON (NaN is not a JSON number)",
+    ), answer

@@ -99,6 +99,21 @@ def _no_constant(name: str) -> Any:
     raise BadSubmission(f"the body must be JSON ({name} is not a JSON number)")
 
 
+def _int(text: str) -> int:
+    """A JSON integer, or one line for one over Python's digit limit for int text (it was
+    'the body must be JSON', as if the JSON were wrong)."""
+    import sys
+
+    digits = sum(c.isdigit() for c in text)
+    if digits > sys.get_int_max_str_digits() > 0:
+        raise BadSubmission(
+            f"an integer of {digits} digits is over Python's limit for int text"
+            f" ({sys.get_int_max_str_digits()}); send it as a string (typed_parameters reads"
+            " one as -p does), or compute it in the notebook"
+        )
+    return int(text)
+
+
 def _parameters(body: dict[str, Any]) -> dict[str, Any]:
     """``parameters`` (JSON values) with ``typed_parameters`` (text as a user typed it in
     the dialog) read as ``-p`` reads it: a Python literal, else the text itself."""
@@ -124,7 +139,9 @@ def parse_submission(raw: bytes, root_dir: str | None) -> NotebookSubmission:
     if len(raw) > MAX_BODY:
         raise BadSubmission(f"the body is over {MAX_BODY // 1024} KiB")
     try:
-        body = json.loads(raw or b"null", parse_constant=_no_constant)
+        body = json.loads(raw or b"null", parse_constant=_no_constant, parse_int=_int)
+    except BadSubmission:  # a ValueError too: its own words (NaN, a too long int)
+        raise
     except ValueError:
         raise BadSubmission("the body must be JSON") from None
     except RecursionError:
