@@ -224,6 +224,8 @@ def test_p_values_are_python_literals_else_the_text_as_given() -> None:
     assert math.isnan(read_value("nan")) and read_value("-Inf") == -math.inf
     assert read_value("inf") == math.inf == read_value("1e5000")
     assert read_value("'nan'") == "nan" and read_value("nano") == "nano"
+    # Python reads '...' as Ellipsis, whose repr is no literal: it was read, then refused
+    assert read_value("...") == "..." and read_value("[1, ...]") == "[1, ...]"
     with pytest.raises(ValueError, match="an int of 4301 digits is over Python's limit"):
         read_value("9" * 4301)
     assert read_value("9" * 4300) == int("9" * 4300)

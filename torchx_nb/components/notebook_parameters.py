@@ -150,4 +150,20 @@ def read_value(text: str) -> Any:
         return text
     if isinstance(value, tuple) and not t.startswith("("):
         return text  # a comma is part of the text (1,2 is not a tuple here)
+    if value is Ellipsis or ... in _leaves(value):
+        return text  # '...' has no literal repr: it was refused after being read as one
     return value
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The values inside ``value`` (its items, keys and theirs), without recursion."""
+    found, todo = [], [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend([*item.keys(), *item.values()])
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            todo.extend(item)
+        else:
+            found.append(item)
+    return found
