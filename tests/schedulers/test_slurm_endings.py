@@ -154,10 +154,14 @@ def test_a_batch_script_that_stops_before_its_program_says_so(
     (tmp_path / ".torchx-nb-outputs").write_text("a file where the folder goes\n")
     with get_runner() as runner:
         handle = runner.run(specs.AppDef("early", roles=[_role("e", "echo hi")]), "slurm", {})
-        status = runner.wait(handle, wait_interval=1, timeout=180)
+        job = handle.rsplit("/", 1)[1]
+        runner.wait(handle, wait_interval=1, timeout=180)
+        # a busy slurmdbd may write the batch step's row seconds after the job's own
+        rows = ("sacct", "-n", "-P", "-o", "JobID", "-j", job)
+        wait_for(lambda: f"{job}.batch" in slurm_env.run(*rows).stdout.split(), timeout=60)
+        status = runner.status(handle)
         assert status is not None and status.state == AppState.FAILED, status
         (card,) = runner.failure_cards(handle, status)
-    job = handle.rsplit("/", 1)[1]
     assert card.headline() == (
         "e/0 failed before its program started: the job's batch script stopped (exit code 1)"
     )
@@ -232,6 +236,26 @@ def test_exit_codes_of_128_and_above_from_a_recorded_sacct_answer() -> None:
     assert (endings["16"].code, endings["16"].signal) == (255, 0)
     assert endings["18+0"].code == 200
     assert endings["18+1"].code == 3  # its own step's 3, not the job's 72
+
+
+def test_a_job_slurmdbd_has_not_heard_ended_is_asked_again() -> None:
+    """squeue says a job ended a moment before slurmdbd has its end: sacct then has no row,
+    or one still RUNNING, and the first status (the one its notice and ``run --wait`` tell)
+    would miss what only sacct knows; describe asks sacct again for those jobs."""
+    from torchx_nb.schedulers.slurm.exits import unsettled
+
+    lagging = parse_endings(
+        "41|RUNNING|0:0|0:0|Unknown|UNLIMITED\n41.batch|RUNNING|0:0||Unknown|\n"
+    )
+    ended = parse_endings((FIXTURES / "sacct-high-codes-22.05.txt").read_text())
+    assert unsettled(["41", "16", "18"], {**lagging, **ended}) == ["41"]
+    assert unsettled(["42"], ended) == ["42"]  # no row yet
+    # its own row ended, its batch step's not yet there: it ran, so more is coming
+    stepless = parse_endings("43|FAILED|1:0|0:0|2026-11-28T10:40:01|UNLIMITED\n")
+    assert unsettled(["43"], stepless) == ["43"]
+    # cancelled while it waited: no step will ever come
+    waited = parse_endings("44|CANCELLED by 0|0:0|0:0|2026-11-28T10:40:01|UNLIMITED\n")
+    assert unsettled(["44"], waited) == []
 
 
 def test_array_trials_cancelled_while_they_waited_never_ran_and_stay_cancelled(

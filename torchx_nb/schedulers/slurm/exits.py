@@ -9,10 +9,12 @@ plain job ``41``, a heterogeneous component ``41+1``, an array task ``41_3``; th
 from __future__ import annotations
 
 import pwd
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from torchx_nb.schedulers.slurm.jobs import task_range
+from torchx_nb.schedulers.slurm.jobs import Job, app_state, task_range
+from torchx_nb.specs.api import is_terminal
 
 # the columns asked for, in order
 COLUMNS = ("JobID", "State", "ExitCode", "DerivedExitCode", "End", "Timelimit")
@@ -181,4 +183,54 @@ def parse_endings(text: str) -> dict[str, Ending]:
     return out
 
 
-__all__ = ["COLUMNS", "Ending", "ending_of", "exit_pair", "parse_endings", "parse_rows"]
+def add_endings(job: Job, app_id: str, endings: Mapping[str, Ending]) -> None:
+    """Each component's exit code, signal, end and why, from sacct's text, where it has a row
+    (``41+1`` for a heterogeneous component, ``41`` or ``41_3`` for the only one)."""
+    for comp in job.components:
+        found = endings.get(f"{app_id}+{comp.offset}")
+        if found is None and comp.offset == 0:
+            found = endings.get(app_id)
+        if found is None:
+            continue
+        comp.exit_code = found.code if not (found.signal and found.code == 0) else None
+        comp.signal = found.signal
+        comp.step_end = found.end
+        comp.ran = found.ran
+        comp.ending, comp.next_step = found.ending, found.next_step
+        comp.state_text = found.state.split(" ", 1)[0].upper() or comp.state_text
+
+
+# slurmdbd hears of a job's end a moment after the controller: sacct is asked again this
+# many times, this far apart, for a job squeue says ended and sacct does not have ended yet
+LAG_TRIES = 4
+LAG_S = 0.5
+# ends that may come before a job ran at all (its row then has no step, and never will)
+_MAY_NOT_HAVE_RUN = ("CANCELLED", "BOOT_FAIL", "NODE_FAIL", "DEADLINE", "PREEMPTED")
+
+
+def unsettled(ids: list[str], endings: dict[str, Ending]) -> list[str]:
+    """The jobs among ``ids`` (ended, as squeue says) whose end sacct has no row of yet: read
+    now, their card would lack what only sacct knows (the srun step's code, a time limit in
+    words, whether the program ran) — and a job's first end is the one its notice tells."""
+
+    def settled(app_id: str) -> bool:
+        found = endings.get(app_id) or endings.get(f"{app_id}+0")
+        if found is None:
+            return False
+        word = found.state.split(" ", 1)[0].upper()
+        # its steps' rows come after its own: a job that ended by itself ran a batch step
+        return is_terminal(app_state(word)) and (found.ran or word in _MAY_NOT_HAVE_RUN)
+
+    return [a for a in ids if not settled(a)]
+
+
+__all__ = [
+    "COLUMNS",
+    "Ending",
+    "add_endings",
+    "ending_of",
+    "exit_pair",
+    "parse_endings",
+    "parse_rows",
+    "unsettled",
+]

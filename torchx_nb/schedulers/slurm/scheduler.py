@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -33,7 +34,15 @@ from torchx_nb.schedulers.slurm.commands import (
     _not_on_path,
     run_slurm,
 )
-from torchx_nb.schedulers.slurm.exits import COLUMNS, Ending, parse_endings
+from torchx_nb.schedulers.slurm.exits import (
+    COLUMNS,
+    LAG_S,
+    LAG_TRIES,
+    Ending,
+    parse_endings,
+    unsettled,
+)
+from torchx_nb.schedulers.slurm.exits import add_endings as _add_endings
 from torchx_nb.schedulers.slurm.fit import Node, never_fits, parse_sinfo, replica_needs
 from torchx_nb.schedulers.slurm.jobs import Component, Job, combined_state, errors, parse_jobs
 from torchx_nb.schedulers.slurm.logs import SlurmLogs
@@ -407,6 +416,13 @@ class SlurmScheduler(
             finished = got or {}
             if not accounting_off and ask:
                 endings = self._endings(ask)
+                for _ in range(LAG_TRIES):  # slurmdbd lags behind the controller a moment
+                    late = unsettled([a for a in ask if a in queued], endings)
+                    if not late:
+                        break
+                    time.sleep(LAG_S)
+                    finished.update(self._sacct(late) or {})
+                    endings.update(self._endings(late))
                 # an array's tasks that never started are one record (``41_[1-3%1]``) that
                 # sacct finds by the array's id only
                 arrays = list(dict.fromkeys(a.partition("_")[0] for a in ask if "_" in a))
@@ -576,23 +592,6 @@ def _replica_state(comp: Component) -> AppState:
     if step == AppState.CANCELLED and comp.state == AppState.FAILED and comp.signal:
         return AppState.FAILED
     return step
-
-
-def _add_endings(job: Job, app_id: str, endings: Mapping[str, Ending]) -> None:
-    """Each component's exit code, signal, end and why, from sacct's text, where it has a row
-    (``41+1`` for a heterogeneous component, ``41`` or ``41_3`` for the only one)."""
-    for comp in job.components:
-        found = endings.get(f"{app_id}+{comp.offset}")
-        if found is None and comp.offset == 0:
-            found = endings.get(app_id)
-        if found is None:
-            continue
-        comp.exit_code = found.code if not (found.signal and found.code == 0) else None
-        comp.signal = found.signal
-        comp.step_end = found.end
-        comp.ran = found.ran
-        comp.ending, comp.next_step = found.ending, found.next_step
-        comp.state_text = found.state.split(" ", 1)[0].upper() or comp.state_text
 
 
 def create_scheduler(
