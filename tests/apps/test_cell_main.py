@@ -443,6 +443,10 @@ def test_a_large_bytes_result_costs_no_more_than_its_pickle_to_show(
             "line 2 of the cell, '!pip install requests', is a shell escape",
         ),
         ("x = 1\n%%bash\necho", "line 2 of the cell, '%%bash', is an IPython magic"),
+        # IPython's assignment forms: they reached the job as a SyntaxError after the build
+        ("files = !ls", "line 1 of the cell, 'files = !ls', is a shell escape"),
+        ("x = 1\nt = %timeit -o x", "line 2 of the cell, 't = %timeit -o x', is an IPython magic"),
+        ("d = {}\nd['a'], b = !ls", "line 2 of the cell, \"d['a'], b = !ls\", is a shell escape"),
     ],
 )
 def test_magics_and_shell_escapes_are_refused_before_submit(source: str, line: str) -> None:

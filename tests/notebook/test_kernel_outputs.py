@@ -40,6 +40,7 @@ BAD_LINES = [
     ("%%torchx run -j x\nprint(1)", "-j"),
     ("%%torchx run\nx = 1\n%time y = x", "line 2 of the cell, '%time y = x', is an IPython magic"),
     ("%%torchx run\n!nvidia-smi", "line 1 of the cell, '!nvidia-smi', is a shell escape"),
+    ("%%torchx run\nfiles = !ls", "line 1 of the cell, 'files = !ls', is a shell escape"),
     ("%%torchx run -h nosuch.size\nprint(1)", "nosuch.size"),
     ("%%torchx run --metric loss\nprint(1)", "--metric expects NAME=REGEX"),
     ("%%torchx run --metric 'loss=(unclosed'\nprint(1)", "bad regular expression"),

@@ -152,10 +152,11 @@ def refuse_magics(source: str) -> None:
     try:
         ast.parse(source)
     except SyntaxError:
-        number = _magic_line(source)
-        if number is not None:
+        found = _magic_line(source)
+        if found is not None:
+            number, shell = found
             text = source.splitlines()[number - 1].strip()
-            kind = "a shell escape" if text.startswith("!") else "an IPython magic"
+            kind = "a shell escape" if shell else "an IPython magic"
             raise ValueError(
                 f"line {number} of the cell, {text[:60]!r}, is {kind}: a job runs plain"
                 " Python, so magics and ! lines do not run there (use subprocess.run for a"
@@ -163,8 +164,9 @@ def refuse_magics(source: str) -> None:
             ) from None
 
 
-def _magic_line(source: str) -> int | None:
-    """The number of the first line that begins a statement with ``%`` or ``!``, read from
+def _magic_line(source: str) -> tuple[int, bool] | None:
+    """The first line that begins a statement with ``%`` or ``!``, or assigns one (IPython's
+    ``files = !ls``, ``t = %timeit -o f()``), and whether it is a shell escape, read from
     the tokens: a ``%s`` line inside a string is the string's, not a magic. None if there is
     none before the tokenizer gives up (the job's Python then reports the syntax error)."""
     import io
@@ -172,13 +174,18 @@ def _magic_line(source: str) -> int | None:
 
     skip = {tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT}
     at_start = True
+    after_assign = False  # the last token was a top-level ``=`` (not one inside brackets)
+    depth = 0
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
             if tok.type == tokenize.NEWLINE:
-                at_start = True
-            elif tok.type not in skip:
-                if at_start and tok.string.startswith(("%", "!")):
-                    return tok.start[0]
+                at_start, after_assign, depth = True, False, 0
+            elif tok.type not in skip and tok.string.strip():  # 3.11: " " before "!"
+                if (at_start or after_assign) and tok.string.startswith(("%", "!")):
+                    return tok.start[0], tok.string.startswith("!")
+                if tok.type == tokenize.OP:
+                    depth += (tok.string in "([{") - (tok.string in ")]}")
+                after_assign = depth == 0 and tok.type == tokenize.OP and tok.string == "="
                 at_start = False
     except (tokenize.TokenError, SyntaxError):
         pass
