@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from tests.conftest import wait_for
@@ -17,19 +18,25 @@ from torchx_nb.schedulers.local_cwd import LocalCwdScheduler
 from torchx_nb.specs import AppState
 
 
-def test_poller_follows_real_jobs_on_one_thread() -> None:
+def test_poller_follows_real_jobs_on_one_thread(tmp_path: Path) -> None:
     runner = get_runner()
     poller = Refresher(runner, local_interval=0.05, max_backoff=1)
     seen: dict[str, list[str]] = {}
-    handles = [runner.run(sh("sleep", "0.5"), "local_cwd") for _ in range(5)]
+    # each job runs until the test lets it end, so its RUNNING is seen however slow the machine
+    go = tmp_path / "go"
+    handles = [
+        runner.run(sh("sh", "-c", f"while [ ! -e '{go}' ]; do sleep 0.05; done"), "local_cwd")
+        for _ in range(5)
+    ]
     before = threading.active_count()
     for h in handles:
         poller.watch(
             h, lambda s, e, h=h: seen.setdefault(h, []).append(s.state.name if s else f"error {e}")
         )
     assert threading.active_count() == before + 1
-    wait_for(lambda: all(seen.get(h, [""])[-1] == "SUCCEEDED" for h in handles))
-    assert all("RUNNING" in seen[h] for h in handles)
+    wait_for(lambda: all("RUNNING" in seen.get(h, []) for h in handles), timeout=60)
+    go.touch()
+    wait_for(lambda: all(seen.get(h, [""])[-1] == "SUCCEEDED" for h in handles), timeout=60)
     wait_for(lambda: poller.watching == 0)
     count = {h: len(v) for h, v in seen.items()}
     import time
