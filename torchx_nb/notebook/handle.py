@@ -60,10 +60,17 @@ class JobHandle:
 
     def wait(self, timeout: float | None = None, interval: float = 2.0) -> AppStatus | None:
         """Block until the job ends (or ``timeout`` seconds pass); returns the last status.
-        When the job ended, its cell's widgets show the end before this returns."""
+        When the job ended, every cell of this kernel showing it (the cell that ran it,
+        ``%torchx watch``, ``job.watch()``) shows the end before this returns."""
         status = self._runner.wait(self.handle, wait_interval=interval, timeout=timeout)
-        if self.view is not None and status is not None and is_terminal(status.state):
-            self.view.settle(status)
+        if status is not None and is_terminal(status.state):
+            from torchx_nb.notebook.widgets import shown_views
+
+            views = shown_views(self.handle)
+            if self.view is not None and self.view not in views:
+                views.append(self.view)
+            for view in views:  # every cell showing this job, not only the one that ran it
+                view.settle(status)
         return status
 
     def cancel(self) -> None:

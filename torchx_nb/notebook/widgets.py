@@ -17,6 +17,7 @@ import contextlib
 import html
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -215,6 +216,18 @@ class StatusWidget:
             self._header.value = self._header_html()
 
 
+# every JobView shown in this kernel, by handle: ``wait()`` settles them all, so a job watched
+# in two cells (``%torchx watch`` and ``job.watch()``) shows its end in both before it returns
+_SHOWN: dict[str, weakref.WeakSet[JobView]] = {}
+_SHOWN_LOCK = threading.Lock()
+
+
+def shown_views(handle: str) -> list[JobView]:
+    """The views of ``handle`` shown in this kernel and still alive."""
+    with _SHOWN_LOCK:
+        return list(_SHOWN.get(handle, ()))
+
+
 class JobView:
     """A submitted job in a cell: the status widget, the log widget (optional), a metrics reader
     when metrics are asked for, and the static snapshot that replaces them when the job ends."""
@@ -257,6 +270,8 @@ class JobView:
         current request as its parent (the one running, not this cell's: nbclient and
         papermill take only the running cell's messages, JupyterLab follows the display id)."""
         self._display = display_with_text(self.status.widget, self.status.text())
+        with _SHOWN_LOCK:
+            _SHOWN.setdefault(self.handle, weakref.WeakSet()).add(self)
         if self.logs is not None:
             self._log_display = display_with_text(
                 self.logs.widget, f"logs of {self.handle}: %torchx log {self.handle}"
