@@ -64,8 +64,9 @@ def _patterns() -> tuple[Any, ...]:
         re2.compile(
             r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|[\s\S]*)"
         ),
-        # scheme://user:password@host; the password may hold '@' (the last one before the host)
-        re2.compile(r"(?i)([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s]+@"),
+        # scheme://userinfo@host: the userinfo ends at the last '@' before the host (a password
+        # may hold '@'), as pip splits it; a lone user part may be a token, so all of it goes
+        re2.compile(r"(?i)([a-z][a-z0-9+.-]*://)[^/?#\s]+@"),
         # KEY=value, KEY: value, "key": "value" and --key=value, where KEY holds a
         # secret-looking word (checked again in Python: RE2 has no lookaround)
         re2.compile(
@@ -121,16 +122,25 @@ def _credential(m: Any) -> str:
     return f"{m.group(1)}{scheme}{m.group(3)}{MASK}"
 
 
+def mask_url(text: str) -> str:
+    """``text`` with the credentials of every URL in it masked, pip's rule:
+    ``https://user:p@ss@host/simple`` and ``https://t0ken@host/simple`` both become
+    ``https://****@host/simple`` (the userinfo ends at the last ``@`` before the host; a lone
+    user part may be a token). The one URL masking: ``redact_text`` and the package-index
+    messages both use it."""
+    return str(_patterns()[1].sub(lambda m: f"{m.group(1)}{MASK}@", text)) if text else text
+
+
 def redact_text(text: str) -> str:
     """``text`` with the values of secret-looking names, token shapes, private keys,
-    ``Authorization`` credentials and URL passwords masked."""
+    ``Authorization`` credentials and URL credentials (``mask_url``) masked."""
     if not text:
         return text
     if type(text) is not str:
         text = text[:]  # a str subclass (a str-valued Enum): its characters as a plain str
-    private_key, url_password, assign, flag, scheme, shapes = _patterns()
+    private_key, _url, assign, flag, scheme, shapes = _patterns()
     out = private_key.sub(MASK, text)
-    out = url_password.sub(lambda m: f"{m.group(1)}{MASK}@", out)
+    out = mask_url(out)
     out = flag.sub(_assign, out)
     out = assign.sub(_assign, out)
     out = scheme.sub(_credential, out)

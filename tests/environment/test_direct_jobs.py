@@ -102,11 +102,11 @@ def test_url_and_git_lines_are_fetched_at_submit_with_their_credentials_kept_hom
     rows = plan_rows(dry.stdout)
     port = servers.git.port
     assert rows["tnbgit"] == (
-        f"tnbgit (at submit) 0 KB missing; from git+http://***@127.0.0.1:{port}/tnbgit.git@v1,"
+        f"tnbgit (at submit) 0 KB missing; from git+http://****@127.0.0.1:{port}/tnbgit.git@v1,"
         " fetched at submit"
     ), rows
     assert rows["tnburl"] == (
-        f"tnburl 1.0 0 KB missing; from http://***@127.0.0.1:{servers.wheels.port}/packages/"
+        f"tnburl 1.0 0 KB missing; from http://****@127.0.0.1:{servers.wheels.port}/packages/"
         f"{servers.wheel.name}, fetched at submit"
     ), rows
     assert servers.git.asked == []  # the dry run fetched nothing
@@ -127,7 +127,7 @@ def test_url_and_git_lines_are_fetched_at_submit_with_their_credentials_kept_hom
     proc = _run(kernel_venv, ws, reqs, cfg, python_in_registry, "--wait")
     assert proc.returncode != 0
     assert last_line(proc) == (
-        f"torchx-nb: error: --packages {reqs}: tnbgit from git+http://***@127.0.0.1:{port}"
+        f"torchx-nb: error: --packages {reqs}: tnbgit from git+http://****@127.0.0.1:{port}"
         f"/tnbgit.git: git cannot check it out (fatal: Authentication failed for"
         f" 'http://127.0.0.1:{port}/tnbgit.git/'): fix the URL, the revision or its access"
     )

@@ -38,9 +38,9 @@ def indexes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PypiInde
 
 
 def test_masking_ends_the_credentials_at_the_last_at_before_the_host() -> None:
-    assert mask_url("https://u:p@ss@host.example/simple") == "https://***@host.example/simple"
-    assert mask_url("x https://tok@h/a@b y") == "x https://***@h/a@b y"
-    assert uv_message("\x1b[1m\x1b[31merror\x1b[0m: http://a:b@c@h/s\n") == "error: http://***@h/s"
+    assert mask_url("https://u:p@ss@host.example/simple") == "https://****@host.example/simple"
+    assert mask_url("x https://tok@h/a@b y") == "x https://****@h/a@b y"
+    assert uv_message("\x1b[1m\x1b[31merror\x1b[0m: http://a:b@c@h/s\n") == "error: http://****@h/s"
 
 
 def test_uv_gets_the_indexes_credentials_and_tls_through_its_environment_only(

@@ -145,7 +145,7 @@ def test_the_best_version_across_every_index_and_no_credential_in_sight(
         (
             "import tnbx\n",
             "wrong",
-            "index http://***@127.0.0.1:{port}/simple refused the credentials (HTTP 403)",
+            "index http://****@127.0.0.1:{port}/simple refused the credentials (HTTP 403)",
         ),
         ("import tnbx\n", "closed", "index http://127.0.0.1:{closed}/simple is unreachable"),
         (
@@ -217,7 +217,7 @@ def test_the_dry_run_says_an_index_refuses_the_credentials(
     )
     assert proc.returncode == 0, proc.stderr
     said = (
-        f"warning:   index http://***@127.0.0.1:{kernel.private.port}/simple refused the"
+        f"warning:   index http://****@127.0.0.1:{kernel.private.port}/simple refused the"
         " credentials (HTTP 403): the layer's install needs it; fix the index settings of the"
         " kernel's pip (pip config list), or pass --packages none"
     )

@@ -72,7 +72,7 @@ def test_a_plan_shows_index_credentials_masked() -> None:
     )
     plan = EnvPlan("auto", "base:1", None, index)
     assert "t0ken-s3cret" not in plan.table() and "pw@" not in plan.table()
-    assert "https://***@idx.example/simple, https://***@extra.example/s" in plan.table()
+    assert "https://****@idx.example/simple, https://****@extra.example/s" in plan.table()
 
 
 def test_a_wheel_is_packed_back_from_installed_files_and_a_compiled_one_refused(

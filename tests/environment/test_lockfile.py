@@ -241,12 +241,17 @@ def test_url_and_vcs_lines_are_listed_for_submit_with_credentials_masked(tmp_pat
     )
     dry = pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
     assert [(p.name, p.version, p.folder, p.note) for p in dry] == [
-        ("tnbx", "(at submit)", None, "from git+https://***@127.0.0.1/r.git@v1, fetched at submit"),
+        (
+            "tnbx",
+            "(at submit)",
+            None,
+            "from git+https://****@127.0.0.1/r.git@v1, fetched at submit",
+        ),
         (
             "tnby",
             "1.0",
             None,
-            "from https://***@127.0.0.1/x/tnby-1.0-py3-none-any.whl, fetched at submit",
+            "from https://****@127.0.0.1/x/tnby-1.0-py3-none-any.whl, fetched at submit",
         ),
         ("tnbw", "2.0", None, f"from {wheel.as_uri()}, fetched at submit"),
     ]
@@ -303,7 +308,7 @@ def test_hash_checking_mode_covers_url_and_git_lines(tmp_path: Path) -> None:
     for line, said in [
         (
             "tnby @ https://alice:t0k@127.0.0.1/x/tnby-1.0-py3-none-any.whl",
-            "tnby from https://***@127.0.0.1/x/tnby-1.0-py3-none-any.whl has none (pip's"
+            "tnby from https://****@127.0.0.1/x/tnby-1.0-py3-none-any.whl has none (pip's"
             " hash-checking mode needs one for every distribution): add --hash=sha256:… to"
             " its line, or remove every --hash",
         ),

@@ -114,7 +114,7 @@ def test_pip_configuration_is_read_as_pip_ranks_it_and_credentials_are_masked() 
     }
     settings = IndexSettings(values["index-url"], ("file:///a/simple",), ("/srv/w1",))
     assert settings.describe() == (
-        "https://***@idx.example/simple, file:///a/simple, find-links /srv/w1"
+        "https://****@idx.example/simple, file:///a/simple, find-links /srv/w1"
     )
     env = settings.uv_env({})
     assert env["UV_INDEX_URL"] == "https://user:s3cret@idx.example/simple"
@@ -122,7 +122,8 @@ def test_pip_configuration_is_read_as_pip_ranks_it_and_credentials_are_masked() 
     assert env["UV_INDEX_STRATEGY"] == "unsafe-best-match"
     assert settings.uv_args() == []
     assert (
-        mask_url("see http://tok@h/x and https://a:b@c/") == "see http://***@h/x and https://***@c/"
+        mask_url("see http://tok@h/x and https://a:b@c/")
+        == "see http://****@h/x and https://****@c/"
     )
 
 

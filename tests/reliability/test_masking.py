@@ -15,6 +15,7 @@ import pytest
 
 from tests import masking_corpus as corpus
 from tests.conftest import cli
+from torchx_nb.environment.index import mask_url
 from torchx_nb.redact import MASK, redact, redact_text
 
 
@@ -32,7 +33,7 @@ def test_each_shape_is_masked(line: str, secret: str) -> None:
             "run --password=x --api-key=y --password z --user bob",
             "run --password=**** --api-key=**** --password **** --user bob",
         ),
-        ("postgres://bob:p@ss@w0rd@db:5432/x", "postgres://bob:****@db:5432/x"),
+        ("postgres://bob:p@ss@w0rd@db:5432/x", "postgres://****@db:5432/x"),
         ("my token password=abc", "my token password=****"),
         ("the password: hunter2 and author=bob", "the password: **** and author=bob"),
         ('"password": "hunter 2"', '"password": "****"'),
@@ -48,6 +49,36 @@ def test_each_shape_is_masked(line: str, secret: str) -> None:
 )
 def test_prose_and_placeholders_stay_readable(text: str, shown: str | None) -> None:
     assert redact_text(text) == (text if shown is None else shown)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("https://gltoken123abc@gitlab.example/simple", "https://****@gitlab.example/simple"),
+        (
+            "PIP_INDEX_URL=https://a1b2c3d4e5f6@host/simple",
+            "PIP_INDEX_URL=https://****@host/simple",
+        ),
+        ("git+https://u:p@ss@h.example/r.git@v1", "git+https://****@h.example/r.git@v1"),
+        ("see https://h.example/a@b", None),
+    ],
+)
+def test_url_credentials_are_masked_as_pip_masks_them(text: str, shown: str | None) -> None:
+    """A lone user part may be a token (pip masks it too); the credentials end at the last
+    ``@`` before the host; an ``@`` in the path is not one. One rule: the index messages'."""
+    assert redact_text(text) == (text if shown is None else shown)
+    assert mask_url(text) == redact_text(text)
+    assert redact({"env": {"INDEX": text}}) == {"env": {"INDEX": shown or text}}
+
+
+def test_a_dry_run_masks_a_token_only_url_in_env() -> None:
+    url = "https://a1b2c3d4e5f6@127.0.0.1/simple"
+    args = ("run", "--dryrun", "--json", "utils.sh", "--env", f"PIP_INDEX_URL={url}", "--")
+    code, out, err = cli(*args, "true")
+    assert code == 0, err
+    assert "a1b2c3d4e5f6" not in out + err
+    lines = [line.strip() for line in out.splitlines()]
+    assert '"PIP_INDEX_URL": "https://****@127.0.0.1/simple",' in lines
 
 
 def test_argument_lists_mask_the_value_after_a_secret_flag() -> None:

@@ -183,7 +183,7 @@ def test_same_size_edit_with_restored_mtime_rebuilds_the_layer(tmp_path: Path) -
             "curl -H 'Authorization: Bearer ****'",
         ),
         ("Authorization: token abcdef0123456789", "Authorization: token ****"),
-        ("DB=postgres://bob:hunter2@db:5432/x", "DB=postgres://bob:****@db:5432/x"),
+        ("DB=postgres://bob:hunter2@db:5432/x", "DB=postgres://****@db:5432/x"),
         ("AUTHOR=bob TEAM=ml", "AUTHOR=bob TEAM=ml"),
         ("plain text with no secret", "plain text with no secret"),
     ],

@@ -15,9 +15,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-# userinfo ends at the *last* ``@`` before the host, as pip splits it (a password may hold
-# ``@``); the host part starts after it and holds no ``/?#``
-_CREDS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<creds>[^/?#\s]+)@")
+from torchx_nb.redact import mask_url as mask_url  # the one URL masking, shared
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 # uv's own index settings, dropped from what it inherits: pip's are the ones that count
@@ -43,11 +42,6 @@ _UV_INDEX_VARS = frozenset(
 # pip's behaviour: every index's versions are candidates and the best one wins (uv's default,
 # first-index, stops at the first index listing a name; see docs/environment.md)
 INDEX_STRATEGY = "unsafe-best-match"
-
-
-def mask_url(text: str) -> str:
-    """``https://user:p@ss@host/simple`` -> ``https://***@host/simple`` (in any text)."""
-    return _CREDS.sub(r"\g<scheme>***@", text)
 
 
 def file_url_path(url: str) -> str | None:
