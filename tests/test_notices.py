@@ -294,6 +294,28 @@ def test_a_retry_after_that_is_not_a_time_is_the_webhooks_answer() -> None:
     assert got.value.retry_after is None
 
 
+def test_a_retry_after_of_six_hours_is_the_answer_not_a_sleep() -> None:
+    """``Retry-After: 21600`` on a 503 is over the shared 30 s cap (http_retry): the notice is
+    not slept on for six hours (its heartbeat would keep the lease all that time); the answer
+    is given at once, as one warning naming the wait asked for."""
+    with webhook_receiver() as hook:
+        hook.fail, hook.fail_status, hook.retry_after = True, 503, "21600"
+        sender = notices.Notifier()
+        port = hook.url.split(":")[2].split("/")[0]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            start = time.monotonic()
+            sender.submit(hook.url, lambda: {"text": "x"})
+            sender.drain(20)
+            took = time.monotonic() - start
+        assert took < 15, took
+        assert len(hook.posts) == 1 and sender.sent == 0
+        assert [str(w.message) for w in caught] == [
+            f"the job-end notice to http://127.0.0.1:{port}/**** failed: the webhook answered"
+            " HTTP 503 and asked for a wait of 21600 s (a notice waits at most 30 s)"
+        ]
+
+
 def test_a_webhook_down_at_the_end_gets_the_notice_from_the_next_status(isolated: Path) -> None:
     """The webhook answers 500 when ``run --wait`` sees the end: the command exits at most
     ~2 s later saying the notice is owed; its sender process tries it with backoff and gives

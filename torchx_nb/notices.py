@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from torchx_nb import http_retry
 from torchx_nb.redact import redact, redact_text
 from torchx_nb.specs.exceptions import NotifyError as NotifyError
 from torchx_nb.specs.exceptions import WebhookAnswer as WebhookAnswer
@@ -143,9 +144,7 @@ def retry_policy() -> Any:
     """A notice's retries: the project's one policy (``torchx_nb.http_retry``), ``TRIES`` in
     all with ``BACKOFF_S`` as its factor, every failure retried (a notice is a POST that
     carries an ``Idempotency-Key``); a ``Retry-After`` on a 429 or 503 is honoured by ``post``
-    reading it with the same class."""
-    from torchx_nb import http_retry
-
+    reading it with the same class, up to ``RETRY_AFTER_MAX_S``: a longer one is the answer."""
     return http_retry.policy(TRIES, BACKOFF_S, every_method=True)
 
 
@@ -220,9 +219,17 @@ def post(url: str, body: dict[str, Any]) -> None:
                 )
             wait = None
             if resp.status in urllib3.Retry.RETRY_AFTER_STATUS_CODES:
-                # a Retry-After that is neither seconds nor a date is no answer to honour
-                with contextlib.suppress(urllib3.exceptions.InvalidHeader):
-                    wait = urllib3.Retry().get_retry_after(resp)
+                # the shared policy's reading: a Retry-After that is no time is no answer
+                wait = retry_policy().get_retry_after(resp)
+            if wait is not None and wait > http_retry.RETRY_AFTER_MAX_S:
+                # a longer wait is the answer now (docs/development.md), not a sleep of the
+                # notice thread for hours while its heartbeat keeps the lease
+                raise WebhookAnswer(
+                    f"the webhook answered HTTP {resp.status} and asked for a wait of"
+                    f" {wait:.0f} s (a notice waits at most {http_retry.RETRY_AFTER_MAX_S:.0f} s)",
+                    final=True,
+                    retry_after=wait,
+                )
             raise WebhookAnswer(f"the webhook answered HTTP {resp.status}", retry_after=wait)
 
 
@@ -443,7 +450,8 @@ class Notifier:
                     self._give_up(url, e, owed, tries)
                     return
                 after = answer.retry_after if answer is not None else None
-                time.sleep(max(retry.get_backoff_time(), after or 0.0))
+                after = min(after or 0.0, http_retry.RETRY_AFTER_MAX_S)
+                time.sleep(max(retry.get_backoff_time(), after))
 
     def _give_up(self, url: str, e: BaseException, owed: Owed | None, tries: int) -> None:
         """The notice was not delivered this time: an outbox notice stays owed with the reason
