@@ -166,6 +166,47 @@ def test_remote_jobs_are_asked_once_per_interval_and_errors_alone_back_off() -> 
     runner.cancel(bad)
 
 
+class SlowRemote(LocalCwdScheduler):
+    """local_cwd that calls itself remote; its first describe takes ``SLOW_S`` seconds."""
+
+    is_local = False
+    SLOW_S = 1.5
+    entered = threading.Event()
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        import time
+
+        if not SlowRemote.entered.is_set():
+            SlowRemote.entered.set()
+            time.sleep(SlowRemote.SLOW_S)
+        return super().describe(app_id)
+
+
+def test_a_handle_watched_during_a_poll_is_asked_at_once_after_it() -> None:
+    """A watch added while its scheduler's describe is in flight is asked for right after that
+    poll, not a whole remote interval (5 s) later: the poll's next time must not overwrite the
+    wake-up the new watch asked for."""
+    import time
+
+    runner = _runner_with("slowremote", SlowRemote)
+    first, second = (runner.run(sh("sleep", "30"), "slowremote") for _ in range(2))
+    SlowRemote.entered.clear()
+    poller = Refresher(runner, remote_interval=5.0)
+    seen: dict[str, list[float]] = {first: [], second: []}
+    try:
+        poller.watch(first, lambda s, e: seen[first].append(time.monotonic()))
+        assert SlowRemote.entered.wait(30)  # the first poll is in its slow describe
+        added = time.monotonic()
+        poller.watch(second, lambda s, e: seen[second].append(time.monotonic()))
+        wait_for(lambda: seen[second], timeout=30)
+        # the slow describe's rest (<= 1.5 s) and one quick one; before: 1.5 s + 5 s
+        assert seen[second][0] - added < 4.0, seen[second][0] - added
+    finally:
+        poller.stop()
+        for h in (first, second):
+            runner.cancel(h)
+
+
 def test_settings_other_than_the_refreshers_are_an_error() -> None:
     """The refresher does not change under its watchers: another caller's different settings
     are one clear error (they were silently ignored); the same settings, or none, are fine."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -230,6 +231,10 @@ class Refresher:
     def _poll_group(self, sched_name: str, group: _Group, watches: dict[int, _Watch]) -> None:
         handles = list(dict.fromkeys(w.handle for w in watches.values()))
         record = any(w.record_unknown for w in watches.values())
+        with self._lock:
+            # no time is due while this poll runs; a watch added meanwhile sets 0.0 (ask at
+            # once), which the next time computed below must not overwrite
+            group.next_at = math.inf
         statuses: dict[str, AppStatus | BaseException | None] = dict(
             self.runner.refresh(handles, record_unknown=record)
         )
@@ -237,13 +242,17 @@ class Refresher:
             # the batch failed: ask one by one, so one bad job does not hold back the others
             statuses = {h: self._status_or_error(h) for h in handles}
         errors = [s for s in statuses.values() if isinstance(s, BaseException)]
-        if errors and len(errors) == len(statuses):
-            group.failures += 1
-            group.delay = min(max(group.delay * 2, self.interval(sched_name)), self.max_backoff)
-            group.next_at = time.monotonic() + group.delay
-        else:
-            group.failures, group.delay = 0, 0.0
-            group.next_at = time.monotonic() + self.interval(sched_name)
+        interval = self.interval(sched_name)
+        with self._lock:
+            if errors and len(errors) == len(statuses):
+                group.failures += 1
+                group.delay = min(max(group.delay * 2, interval), self.max_backoff)
+                after = group.delay
+            else:
+                group.failures, group.delay = 0, 0.0
+                after = interval
+            # the earlier of the two: a wake-up asked for during the poll is kept
+            group.next_at = min(group.next_at, time.monotonic() + after)
         for wid, watch in watches.items():
             result = statuses.get(watch.handle)
             if isinstance(result, BaseException):
