@@ -83,6 +83,29 @@ def test_success_log_layout_and_env(sched: LocalCwdScheduler, isolated: Path) ->
     assert desc.roles[0].name == "r" and desc.roles[0].num_replicas == 2
 
 
+def test_an_interrupt_aimed_at_the_kernel_while_the_supervisor_starts_is_not_its_end(
+    sched: LocalCwdScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel interrupt reaches the kernel's whole process group; a supervisor being spawned
+    is still in it until its setsid, so it gets that SIGINT before it runs. It was killed by it
+    (the job FAILED, "the job's supervisor exited before starting it": a sweep interrupted
+    mid-submit left its last trial so). The supervisor starts with SIGINT blocked and drops
+    one that is pending; here the SIGINT is sent the moment it is spawned."""
+    from torchx_nb.schedulers import local_cwd
+
+    spawn = local_cwd._spawn_detached
+
+    def spawn_then_interrupt(argv: list[str], log: Path) -> int:
+        pid = spawn(argv, log)
+        os.kill(pid, signal.SIGINT)
+        return pid
+
+    monkeypatch.setattr(local_cwd, "_spawn_detached", spawn_then_interrupt)
+    app_id = run(sched, app("-c", "echo ran"))
+    assert wait_terminal(sched, app_id) == AppState.SUCCEEDED
+    assert "".join(sched.log_iter(app_id, "r", 0)) == "ran\n"
+
+
 def test_failure_reports_exit_code(sched: LocalCwdScheduler) -> None:
     app_id = run(sched, app("-c", "exit 3"))
     assert wait_terminal(sched, app_id) == AppState.FAILED

@@ -65,7 +65,7 @@ TAIL_IDLE_S = 1.0
 
 def _spawn_detached(argv: list[str], log: Path) -> int:
     """Start ``argv`` in a session of its own (stdin and stdout /dev/null, stderr to ``log``,
-    0600) and return its pid. A bare pid, not a ``Popen``: the supervisor is meant to outlive
+    0600), SIGINT blocked, and return its pid. A bare pid, not a ``Popen``: the supervisor is meant to outlive
     this process, which must not warn at exit that it is still running."""
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -74,7 +74,16 @@ def _spawn_detached(argv: list[str], log: Path) -> int:
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
             (os.POSIX_SPAWN_DUP2, fd, 2),
         ]
-        return os.posix_spawn(argv[0], argv, os.environ, file_actions=actions, setsid=True)
+        # SIGINT blocked until the supervisor drops what is pending: a kernel interrupt sent to
+        # this process's group while the child is still in it (before setsid) must not kill it
+        return os.posix_spawn(
+            argv[0],
+            argv,
+            os.environ,
+            file_actions=actions,
+            setsid=True,
+            setsigmask={signal.SIGINT},
+        )
     finally:
         os.close(fd)
 

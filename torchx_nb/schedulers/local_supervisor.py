@@ -381,6 +381,10 @@ class Supervisor:
         os.umask(0o077)
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         signal.signal(signal.SIGTERM, self.on_signal)
+        # started with SIGINT blocked: one pending now was aimed at the process that started us
+        # (a kernel interrupt reaching its group while we were spawned); ignoring it drops it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         signal.signal(signal.SIGINT, self.on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         if self.cancel_marked():
