@@ -210,7 +210,7 @@ def _download(ref: DirectRef, origin: str, index: IndexSettings, dest: Path) -> 
 
     plain, creds = _split_credentials(ref.url)
     filename = urllib.parse.unquote(urllib.parse.urlsplit(plain).path.rsplit("/", 1)[-1])
-    if _parse_filename(filename) is None:
+    if "/" in filename or "\\" in filename or _parse_filename(filename) is None:
         raise TorchxNbError(
             f"--packages {origin}: {ref.shown} names no wheel or source distribution"
             " (a file name like pkg-1.0-py3-none-any.whl or pkg-1.0.tar.gz)"
@@ -267,10 +267,16 @@ def git_env(url: str) -> tuple[str, dict[str, str]]:
     env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", GCM_INTERACTIVE="never")
     if creds and plain.startswith(("http://", "https://")):
         token = base64.b64encode(creds.encode()).decode()
+        parts = urllib.parse.urlsplit(plain)
+        # the header scoped to this scheme, host and port (git's http.<url>.* config: a
+        # submodule elsewhere never gets it), and no redirect followed: git keeps the config
+        # of the URL it was given for the one it is sent to, header included
         env.update(
-            GIT_CONFIG_COUNT="1",
-            GIT_CONFIG_KEY_0="http.extraHeader",
+            GIT_CONFIG_COUNT="2",
+            GIT_CONFIG_KEY_0=f"http.{parts.scheme}://{parts.netloc}/.extraHeader",
             GIT_CONFIG_VALUE_0=f"Authorization: Basic {token}",
+            GIT_CONFIG_KEY_1="http.followRedirects",
+            GIT_CONFIG_VALUE_1="false",
         )
     return plain, env
 
@@ -309,6 +315,11 @@ def _checkout(ref: DirectRef, origin: str, dest: Path) -> Fetched:
         )
     commit = git("rev-parse", "HEAD", cwd=folder).stdout.strip()
     project = folder / ref.subdirectory if ref.subdirectory else folder
+    if not project.resolve().is_relative_to(folder.resolve()):
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.shown}: subdirectory={ref.subdirectory!r} is outside"
+            " the checkout: name a folder inside the repository"
+        )
     if not project.is_dir():
         raise TorchxNbError(
             f"--packages {origin}: {ref.shown} has no folder {ref.subdirectory!r} at {commit[:12]}"
