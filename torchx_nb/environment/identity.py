@@ -14,9 +14,8 @@ from pathlib import Path
 
 from torchx_nb.environment.index_pages import ServedFile
 from torchx_nb.environment.kernel import KernelDist
-from torchx_nb.workspace.image_contents import normalize, record_identity
+from torchx_nb.workspace.image_contents import NOT_CONTENTS, normalize, record_identity, record_rows
 
-_SKIP_FILES = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json"}
 _SKIP_DIRS = {".git", ".hg", "__pycache__", ".venv", ".tox", ".mypy_cache"}
 # a build's artefacts in the source folder itself; below it, folders of these names are
 # source (a package's ``build`` or ``dist`` subpackage is built into its wheel)
@@ -84,7 +83,7 @@ def installed_identity(dist: KernelDist) -> str:
     root = Path(str(found.locate_file("")))
     for f in sorted(found.files or (), key=str):
         rel = str(f)
-        if "__pycache__" in f.parts or rel.endswith(".pyc") or f.name in _SKIP_FILES:
+        if "__pycache__" in f.parts or rel.endswith(".pyc") or f.name in NOT_CONTENTS:
             continue
         if f.hash is not None:
             h.update(f"{rel}\0{f.hash.mode}={f.hash.value}\n".encode())
@@ -149,24 +148,6 @@ def differs_from_kernel(dist: KernelDist, folder: Path) -> bool:
     return False
 
 
-def _record_rows(text: str) -> dict[str, str]:
-    """A RECORD's files inside the site directory with their digests (byte code and the
-    installer's own files left out)."""
-    import csv
-
-    rows = {}
-    for row in csv.reader(text.splitlines()):
-        if len(row) < 2 or not row[1] or row[0].startswith(("../", "/")):
-            continue
-        path = row[0]
-        if "__pycache__/" in path or path.endswith(".pyc"):
-            continue
-        if path.rsplit("/", 1)[-1] in _SKIP_FILES:
-            continue
-        rows[path] = row[1]
-    return rows
-
-
 def records_differ(kernel: str, served: str) -> bool:
     """Whether an index's copy (``served``: uv's RECORD of an install into a folder) holds
     other files than the kernel's (``kernel``: pip's RECORD in a site directory), where they
@@ -174,7 +155,7 @@ def records_differ(kernel: str, served: str) -> bool:
     modules and dist-info). Scripts and data files are left out: pip put them outside the
     site directory (``../../../bin/x``, no digest compared), uv beside it (``bin/x``, with a
     first line naming the interpreter)."""
-    ours = _record_rows(kernel)
+    ours = dict(record_rows(kernel))
     tops = {path.split("/", 1)[0] for path in ours}
-    theirs = {p: d for p, d in _record_rows(served).items() if p.split("/", 1)[0] in tops}
+    theirs = {p: d for p, d in dict(record_rows(served)).items() if p.split("/", 1)[0] in tops}
     return bool(ours and theirs) and ours != theirs

@@ -245,27 +245,35 @@ class _Scan:
 
 
 # files an installer writes (uv adds uv_cache.json for a local wheel), not the wheel's
-_NOT_CONTENTS = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json"}
+NOT_CONTENTS = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json"}
 
 
-def record_identity(text: str) -> str:
-    """A distribution's installed files by their digests, as its ``RECORD`` lists them (the
-    same files give the same value in an image and in a kernel): scripts outside the site
-    directory (their first line names the interpreter), byte code and install records left
-    out. Empty when RECORD gives no digest."""
+def record_rows(text: str) -> list[tuple[str, str]]:
+    """A ``RECORD``'s files inside the site directory with their digests, in its order:
+    scripts outside it (their first line names the interpreter), rows without a digest, byte
+    code and the installer's own files left out."""
     import csv
-    import hashlib
 
-    lines = []
+    rows = []
     for row in csv.reader(text.splitlines()):
         if len(row) < 2 or not row[1] or row[0].startswith(("../", "/")):
             continue
         path = row[0]
         if "__pycache__/" in path or path.endswith(".pyc"):
             continue
-        if path.rsplit("/", 1)[-1] in _NOT_CONTENTS:
+        if path.rsplit("/", 1)[-1] in NOT_CONTENTS:
             continue
-        lines.append(f"{path}\0{row[1]}\n")
+        rows.append((path, row[1]))
+    return rows
+
+
+def record_identity(text: str) -> str:
+    """A distribution's installed files by their digests, as its ``RECORD`` lists them
+    (``record_rows``: the same files give the same value in an image and in a kernel). Empty
+    when RECORD gives no digest."""
+    import hashlib
+
+    lines = [f"{path}\0{digest}\n" for path, digest in record_rows(text)]
     if not lines:
         return ""
     return hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
