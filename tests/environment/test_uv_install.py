@@ -192,3 +192,81 @@ def test_an_interrupted_take_leaves_no_uv_running_and_no_install_folder(tmp_path
     assert "children: []" in proc.stdout, proc.stdout
     assert "left: []" in proc.stdout, proc.stdout
     assert time.monotonic() - started < 25  # dropped at once, not when uv gave up
+
+
+_INTERRUPTED_WHILE_DROPPING = """
+import os, signal, sys, threading, time
+import torchx_nb.environment.uv_install as uv_install
+from torchx_nb.environment.index import IndexSettings
+from torchx_nb.environment.pack import EnvPack
+
+uv_install.uv_install_cmd = lambda *args: ["false"]  # the install fails at once
+calls = []
+real_abort = EnvPack.abort
+def slow_abort(self):  # the head start's own thread is still dropping its layer...
+    calls.append(threading.current_thread().name)
+    time.sleep(1.5)
+    real_abort(self)
+    calls.append("done")
+EnvPack.abort = slow_abort
+index = IndexSettings(no_index=True)
+head = uv_install.HeadStart(["tnbx==1.0"], "3.11", "x86_64-manylinux_2_17", index)
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:  # ...when Ctrl-C interrupts the build's wait for it
+    head.take(["tnbx==1.0"], "3.11", "x86_64-manylinux_2_17", index)
+except KeyboardInterrupt:
+    pass
+print("calls:", calls)
+"""
+
+
+def test_ctrl_c_while_the_head_start_drops_its_layer_waits_for_it_and_drops_it_once(
+    tmp_path: Path,
+) -> None:
+    """CPython 3.11 marks a thread as stopped when Ctrl-C interrupts a join() of it, so a
+    second join returned at once and the cancel aborted the layer while the head start's own
+    thread was still aborting it (CI: "I/O operation on closed file", the build failed). The
+    cancel waits for the thread's real end: one abort, finished before take() returns."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.infra.kernel_venv import with_this_tree
+
+    env = with_this_tree({**os.environ, "TORCHX_NB_DATA_DIR": str(tmp_path / "data")})
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_WHILE_DROPPING],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "calls: ['torchx-nb-env-head', 'done']" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_layer_given_up_twice_at_once_is_given_up_once(tmp_path: Path) -> None:
+    """Two threads giving up the same layer (a cancel and the writer's own way out): neither
+    raises and the file is gone."""
+    import threading
+
+    from torchx_nb.workspace.layers import LayerWriter
+
+    writer = LayerWriter(tmp_path / "layer.tar.gz")
+    writer.add([(f"f{i}", bytes(200_000), 0o644, None) for i in range(20)])
+    errors: list[BaseException] = []
+
+    def give_up() -> None:
+        try:
+            writer.abort()
+        except BaseException as e:  # reported by the assert below
+            errors.append(e)
+
+    threads = [threading.Thread(target=give_up) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert not (tmp_path / "layer.tar.gz").exists()

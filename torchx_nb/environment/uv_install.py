@@ -111,11 +111,21 @@ class HeadStart:
             shutil.rmtree(self._tmp, ignore_errors=True)
             raise
         self._installed = threading.Event()
+        # Set when _run has returned. Waited on instead of Thread.join(): on CPython 3.11 a
+        # join interrupted by Ctrl-C marks the still-running thread as stopped, so a second
+        # join returns at once and the cancel raced the thread's own abort of the layer.
+        self._finished = threading.Event()
         self._thread = threading.Thread(target=self._run, name="torchx-nb-env-head", daemon=True)
         self._thread.start()
         _RUNNING.add(self)
 
     def _run(self) -> None:
+        try:
+            self._install_and_pack()
+        finally:
+            self._finished.set()
+
+    def _install_and_pack(self) -> None:
         proc = self._proc
         try:
             ok = proc is not None and proc.wait() == 0
@@ -164,7 +174,7 @@ class HeadStart:
                     begun.report = report
                     if stream is not None:
                         self._stream(begun, stream)
-                self._thread.join()
+                self._finished.wait()
                 pack, self._pack = self._pack, None
             else:
                 self._installed.wait()
@@ -190,7 +200,7 @@ class HeadStart:
             proc.kill()
             proc.wait()
         if self._thread is not threading.current_thread():
-            self._thread.join()
+            self._finished.wait()
         for pack in (self._pack, self._packing):
             if pack is not None:
                 pack.abort()

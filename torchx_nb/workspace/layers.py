@@ -6,6 +6,7 @@ files (path, size, mtime, mode), so an unchanged workspace is neither re-read no
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -216,6 +217,7 @@ class LayerWriter:
         self.dest = dest
         self._cond = threading.Condition()
         self._state = "open"
+        self._aborting = False
         self._raw = _Notifying(dest, self._cond)
         self._compressed = _HashingWriter(self._raw)  # type: ignore[arg-type]
         self._gz = _BlockGzip(self._compressed, level, fast)  # type: ignore[arg-type]
@@ -265,8 +267,14 @@ class LayerWriter:
         )
 
     def abort(self) -> None:
-        """Give it up: the file is removed."""
-        self._gz.close()
+        """Give it up: the file is removed. Once only: a second call (a cancel racing the
+        writer's own way out) does nothing."""
+        with self._cond:
+            if self._state != "open" or self._aborting:
+                return
+            self._aborting = True
+        with contextlib.suppress(OSError, ValueError):  # the last bytes are not wanted
+            self._gz.close()
         self._raw.close()
         self._end("aborted")
         self.dest.unlink(missing_ok=True)
