@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.infra.git_server import commit_to, make_repo, start_git_server
 from torchx_nb.environment.direct import _checkout, fetch, parse_direct
 from torchx_nb.environment.index import IndexSettings
 from torchx_nb.specs import TorchxNbError
@@ -96,3 +97,92 @@ def test_a_file_name_or_subdirectory_that_leaves_its_folder_is_one_line(tmp_path
     (tmp_path / "ok").mkdir()
     got = _checkout(ok, "req.txt", tmp_path / "ok")
     assert (got.path / "x.py").read_text() == "x = 1\n"
+
+
+def test_a_local_git_requirement_is_checked_out_with_its_submodules(tmp_path: Path) -> None:
+    """``git+file:///repo@rev`` (refused as "not a wheel" before) is checked out with its
+    submodules, recursively, as pip does (before: empty folders, so the layer held other
+    code than the kernel's); ``file:`` submodules are allowed because the repository is
+    itself a local one. A submodule's new commit is a new identity."""
+    root = tmp_path / "repos"
+    deep = make_repo(root, "deep")
+    commit_to(deep, {"y.py": "Y = 'deep-1'\n"})
+    inner = make_repo(root, "inner")
+    commit_to(inner, {"x.py": "X = 'inner-1'\n"})
+    nested = {"deep": (root / "deep.git", (root / "deep.git").as_uri())}
+    commit_to(inner, {}, nested)
+    outer = make_repo(root, "outer")
+    mod = {"pkg/inner": (root / "inner.git", (root / "inner.git").as_uri())}
+    first = commit_to(outer, {"pyproject.toml": "", "pkg/__init__.py": ""}, mod)
+    ref = parse_direct(f"git+{(root / 'outer.git').as_uri()}@main#egg=tnbsub")
+    got = fetch(ref, "req.txt", IndexSettings())
+    assert (got.path / "pkg" / "inner" / "x.py").read_text() == "X = 'inner-1'\n"
+    assert (got.path / "pkg" / "inner" / "deep" / "y.py").read_text() == "Y = 'deep-1'\n"
+    assert got.identity.startswith(f"git:{first}+submodules:"), got.identity
+
+    commit_to(inner, {"x.py": "X = 'inner-2'\n"})
+    second = commit_to(outer, {}, mod)  # only the submodule's commit moves
+    again = fetch(ref, "req.txt", IndexSettings())
+    assert (again.path / "pkg" / "inner" / "x.py").read_text() == "X = 'inner-2'\n"
+    assert again.identity.startswith(f"git:{second}+submodules:")
+    assert again.identity.split("+")[1] != got.identity.split("+")[1]
+    # the first commit again: the same identity as before (a cached build is reused)
+    at_first = fetch(
+        parse_direct(f"git+{(root / 'outer.git').as_uri()}@{first}#egg=tnbsub"),
+        "req.txt",
+        IndexSettings(),
+    )
+    assert at_first.identity == got.identity
+    plain = make_repo(root, "plain")
+    only = commit_to(plain, {"z.py": ""})
+    ref = parse_direct(f"git+{(root / 'plain.git').as_uri()}#egg=tnbplain")
+    assert fetch(ref, "req.txt", IndexSettings()).identity == f"git:{only}"
+
+
+def test_submodules_over_http_get_the_credentials_on_their_own_host_only(tmp_path: Path) -> None:
+    """A private repository (real ``git http-backend``, basic auth) whose submodules are one
+    on the same host (``../inner.git``: it needs the credentials, and gets them from git's
+    first request) and one on another host (127.0.0.2: it must never see them); a ``file:``
+    submodule of a repository that is not local is one line (git's own rule)."""
+    root = tmp_path / "repos"
+    inner = make_repo(root, "inner")
+    commit_to(inner, {"x.py": "X = 'same-host'\n"})
+    other_root = tmp_path / "other"
+    other = make_repo(other_root, "other")
+    commit_to(other, {"o.py": "O = 'other-host'\n"})
+    private = start_git_server(root, "alice", "s3cret")
+    elsewhere = start_git_server(other_root, "", "", host="127.0.0.2")
+    try:
+        outer = make_repo(root, "outer")
+        commit_to(
+            outer,
+            {"top.py": ""},
+            {
+                "inner": (root / "inner.git", "../inner.git"),
+                "other": (other_root / "other.git", elsewhere.url("other.git")),
+            },
+        )
+        ref = parse_direct(f"git+{private.url('outer.git')}@main#egg=tnbouter")
+        got = fetch(ref, "req.txt", IndexSettings())
+        assert (got.path / "inner" / "x.py").read_text() == "X = 'same-host'\n"
+        assert (got.path / "other" / "o.py").read_text() == "O = 'other-host'\n"
+        assert private.refused == [] and any("inner.git" in p for p in private.asked)
+        assert elsewhere.asked and elsewhere.authorization == []
+
+        local = make_repo(root, "local")
+        commit_to(
+            local, {"l.py": ""}, {"evil": (root / "inner.git", (root / "inner.git").as_uri())}
+        )
+        ref = parse_direct(f"git+{private.url('local.git')}@main#egg=tnblocal")
+        with pytest.raises(TorchxNbError) as e:
+            fetch(ref, "req.txt", IndexSettings())
+        port = private.port
+        assert str(e.value).startswith(
+            f"--packages req.txt: tnblocal from git+http://****@127.0.0.1:{port}/local.git@main:"
+            " git cannot check out its submodules at "
+        ), e.value
+        assert "transport 'file' not allowed" in str(e.value)
+        assert "s3cret" not in str(e.value)
+    finally:
+        private.stop()
+        elsewhere.stop()

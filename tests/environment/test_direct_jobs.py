@@ -20,7 +20,14 @@ import pytest
 from tests.environment.cells import docker_cli, job_log, last_line, plan_rows, run_cell
 from tests.infra.cmdlines import CommandLines
 from tests.infra.dockerd import DockerDaemon, Registry
-from tests.infra.git_server import BUILD, GitServer, make_project_repo, start_git_server
+from tests.infra.git_server import (
+    BUILD,
+    GitServer,
+    commit_to,
+    make_project_repo,
+    make_repo,
+    start_git_server,
+)
 from tests.infra.kernel_venv import KernelVenv
 from tests.infra.pypi_index import PypiIndex, make_wheel, start_index
 
@@ -213,3 +220,68 @@ def test_a_pyproject_that_is_the_project_ships_it_as_a_wheel(
     assert not list(ws.rglob("*.egg-info")) and not (ws / "build").exists()
     log = _log(kernel_venv, _run(kernel_venv, *args, "--wait", cell))
     assert "app app-src served 1.0" in log, log
+
+
+def test_git_requirements_run_with_their_submodules(
+    kernel_venv: KernelVenv,
+    docker_env: DockerDaemon,
+    python_in_registry: str,
+    registry: Registry,
+    tmp_path: Path,
+) -> None:
+    """A private repository over git's smart HTTP whose package holds a submodule on the
+    same host (``../tnbinner.git``, reached with the line's credentials), and a local one
+    (``git+file:///…@main``, refused as "not a wheel" before) with a ``file:`` submodule:
+    the job imports the submodules' code (before: empty folders, so other code than the
+    kernel's). Moving only the submodule's commit runs the new code."""
+    repos = tmp_path / "repos"
+    inner = make_repo(repos, "tnbinner")
+    commit_to(inner, {"__init__.py": "V = 'inner-1'\n"})
+    deep = make_repo(repos, "tnbdeep")
+    commit_to(deep, {"__init__.py": "V = 'deep-1'\n"})
+
+    def project(name: str) -> dict[str, str]:
+        return {
+            "pyproject.toml": BUILD + f'[project]\nname = "{name}"\nversion = "1.0"\n'
+            f'[tool.setuptools]\npackages = ["{name}", "{name}.vendored"]\n',
+            f"{name}/__init__.py": "",
+        }
+
+    top = make_repo(repos, "tnbsub")
+    mod = {"tnbsub/vendored": (repos / "tnbinner.git", "../tnbinner.git")}
+    commit_to(top, project("tnbsub"), mod)
+    local = make_repo(repos, "tnblocal")
+    deep_uri = (repos / "tnbdeep.git").as_uri()
+    commit_to(local, project("tnblocal"), {"tnblocal/vendored": (repos / "tnbdeep.git", deep_uri)})
+    git = start_git_server(repos, USER, PASSWORD)
+    try:
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        reqs = ws / "requirements.txt"
+        reqs.write_text(
+            f"tnbsub @ git+{git.url('tnbsub.git')}@main\n"
+            f"git+{(repos / 'tnblocal.git').as_uri()}@main#egg=tnblocal\n"
+        )
+        cfg = f"network=host,builder=registry,image_repo={registry.host}/submodules"
+        cell = (
+            "import tnbsub.vendored, tnblocal.vendored\n"
+            "print('sub', tnbsub.vendored.V, 'local', tnblocal.vendored.V)\n"
+        )
+        dry = _run(kernel_venv, ws, reqs, cfg, python_in_registry, "--dryrun --json", cell)
+        assert dry.returncode == 0, dry.stderr
+        rows = plan_rows(dry.stdout)
+        assert rows["tnblocal"] == (
+            f"tnblocal (at submit) 0 KB missing; from git+{(repos / 'tnblocal.git').as_uri()}"
+            "@main, fetched at submit"
+        ), rows
+        assert git.asked == []
+        proc = _run(kernel_venv, ws, reqs, cfg, python_in_registry, "--wait", cell)
+        assert "sub inner-1 local deep-1" in _log(kernel_venv, proc)
+        assert git.refused == [] and any("tnbinner.git" in p for p in git.asked)
+
+        commit_to(inner, {"__init__.py": "V = 'inner-2'\n"})
+        commit_to(top, {}, mod)  # only the submodule's commit moves
+        proc = _run(kernel_venv, ws, reqs, cfg, python_in_registry, "--wait", cell)
+        assert "sub inner-2 local deep-1" in _log(kernel_venv, proc)
+    finally:
+        git.stop()

@@ -25,13 +25,15 @@ class GitServer:
     server: WSGIServer
     refused: list[str] = field(default_factory=list)  # paths asked without the credentials
     asked: list[str] = field(default_factory=list)  # every path asked for
+    authorization: list[str] = field(default_factory=list)  # every Authorization header sent
+    host: str = "127.0.0.1"
 
     def url(self, repo: str, with_credentials: bool = True) -> str:
         from urllib.parse import quote
 
         creds = f"{quote(self.user, safe='')}:{quote(self.password, safe='')}@"
         with_credentials = with_credentials and bool(self.user)
-        return f"http://{creds if with_credentials else ''}127.0.0.1:{self.port}/{repo}"
+        return f"http://{creds if with_credentials else ''}{self.host}:{self.port}/{repo}"
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -43,14 +45,16 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-def start_git_server(root: Path, user: str, password: str) -> GitServer:
-    """Every repository under ``root`` over smart HTTP on 127.0.0.1, for ``user`` and
+def start_git_server(root: Path, user: str, password: str, host: str = "127.0.0.1") -> GitServer:
+    """Every repository under ``root`` over smart HTTP on ``host``, for ``user`` and
     ``password`` only (401 otherwise; open to all when ``user`` is empty)."""
     expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
     box: list[GitServer] = []
 
     def app(environ: dict[str, Any], start: Any) -> list[bytes]:
         box[0].asked.append(environ.get("PATH_INFO", ""))
+        if environ.get("HTTP_AUTHORIZATION"):
+            box[0].authorization.append(environ["HTTP_AUTHORIZATION"])
         if user and environ.get("HTTP_AUTHORIZATION") != expected:
             box[0].refused.append(environ.get("PATH_INFO", ""))
             start("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="git"')])
@@ -85,8 +89,8 @@ def start_git_server(root: Path, user: str, password: str) -> GitServer:
         start(status, headers)
         return [rest]
 
-    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
-    git = GitServer(root, server.server_port, user, password, server)
+    server = make_server(host, 0, app, handler_class=_Quiet)
+    git = GitServer(root, server.server_port, user, password, server, host=host)
     box.append(git)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return git
@@ -127,3 +131,37 @@ def make_project_repo(root: Path, name: str, values: list[str], requires: str = 
         commits.append(_git(work, "rev-parse", "HEAD"))
     _git(root, "clone", "-q", "--bare", str(work), f"{name}.git")
     return commits
+
+
+def make_repo(root: Path, name: str) -> Path:
+    """An empty repository ``root/name.git`` (bare, as served) and its work folder, returned:
+    commit to it with :func:`commit_to`."""
+    work = root / f"{name}-work"
+    work.mkdir(parents=True)
+    _git(work, "init", "-q", "-b", "main")
+    _git(root, "init", "-q", "--bare", "-b", "main", f"{name}.git")
+    _git(work, "remote", "add", "origin", str(root / f"{name}.git"))
+    return work
+
+
+def commit_to(
+    work: Path, files: dict[str, str], submodules: dict[str, tuple[Path, str]] | None = None
+) -> str:
+    """Write ``files`` into ``work``, and for each submodule path its repository (a bare
+    one made by :func:`make_repo`) at that repository's newest commit, with the URL
+    ``.gitmodules`` gives (relative, another host's, ``file:``); commit and push. The commit."""
+    for rel, text in files.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
+    for path, (bare, url) in (submodules or {}).items():
+        if not (work / path / ".git").exists():
+            _git(
+                work, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(bare), path
+            )
+        _git(work / path, "-c", "protocol.file.allow=always", "fetch", "-q", str(bare), "main")
+        _git(work / path, "checkout", "-q", "FETCH_HEAD")
+        _git(work, "config", "-f", ".gitmodules", f"submodule.{path}.url", url)
+    _git(work, "add", "-A")
+    _git(work, "commit", "-q", "-m", "next")
+    _git(work, "push", "-q", "origin", "main")
+    return _git(work, "rev-parse", "HEAD")

@@ -1,11 +1,11 @@
 """Direct references in a ``--packages FILE``: a URL (``pkg @ https://…/pkg-1.0-…whl``, a bare
-wheel or sdist URL) or a git checkout (``git+https://…@rev#egg=pkg``; a uv.lock's ``git`` and
-``url`` sources), fetched at submit as pip fetches them — never in a dry run — and then built
+wheel or sdist URL) or a git checkout (``git+https://…@rev#egg=pkg``, ``git+file:///repo@rev``; a uv.lock's
+``git`` and ``url`` sources) with its submodules, fetched at submit as pip fetches them — never in a dry run — and then built
 or installed like a local folder or wheel file. Credentials in the URL stay in this process:
 the download sends them as a header, git gets them through its environment
 (``GIT_CONFIG_*``: an ``http.extraHeader``), neither argv nor any file holds them (the
 checkout's remote is the URL without them), and every message masks them. Identity: the
-commit git checked out, or the sha256 of the file downloaded."""
+commit git checked out (and its submodules' commits), or the sha256 of the file downloaded."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def fetch(ref: DirectRef, origin: str, index: IndexSettings) -> Fetched:
             f"--packages {origin}: {ref.guess_name()} from {ref.shown}: only git checkouts"
             f" are fetched, not {ref.vcs}: publish it to your index, or use a git URL"
         )
-    local = file_url_path(ref.url)
+    local = file_url_path(ref.url) if ref.vcs is None else None
     if local is not None:  # a wheel or sdist file on this machine: taken as it is
         from torchx_nb.environment.identity import file_digest
 
@@ -261,23 +261,28 @@ def _check_hash(ref: DirectRef, got: str, origin: str) -> None:
 def git_env(url: str) -> tuple[str, dict[str, str]]:
     """The URL git is given (no credentials) and the environment that hands it them: an
     ``Authorization`` header through ``GIT_CONFIG_*`` (never argv, never .git/config); no
-    prompt for what is missing."""
+    prompt for what is missing. A ``file:`` repository may have ``file:`` submodules (git
+    refuses them by default: ``protocol.file.allow=user``); any other may not."""
     plain, creds = _split_credentials(url)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG_")}
     env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", GCM_INTERACTIVE="never")
+    config: list[tuple[str, str]] = []
     if creds and plain.startswith(("http://", "https://")):
         token = base64.b64encode(creds.encode()).decode()
         parts = urllib.parse.urlsplit(plain)
         # the header scoped to this scheme, host and port (git's http.<url>.* config: a
         # submodule elsewhere never gets it), and no redirect followed: git keeps the config
         # of the URL it was given for the one it is sent to, header included
-        env.update(
-            GIT_CONFIG_COUNT="2",
-            GIT_CONFIG_KEY_0=f"http.{parts.scheme}://{parts.netloc}/.extraHeader",
-            GIT_CONFIG_VALUE_0=f"Authorization: Basic {token}",
-            GIT_CONFIG_KEY_1="http.followRedirects",
-            GIT_CONFIG_VALUE_1="false",
-        )
+        config += [
+            (f"http.{parts.scheme}://{parts.netloc}/.extraHeader", f"Authorization: Basic {token}"),
+            ("http.followRedirects", "false"),
+        ]
+    if plain.startswith("file:"):
+        config.append(("protocol.file.allow", "always"))
+    for i, (key, value) in enumerate(config):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    if config:
+        env["GIT_CONFIG_COUNT"] = str(len(config))
     return plain, env
 
 
@@ -308,12 +313,21 @@ def _checkout(ref: DirectRef, origin: str, dest: Path) -> Fetched:
         if proc.returncode == 0:
             proc = git("checkout", "--quiet", "--detach", proc.stdout.strip(), cwd=folder)
     if proc.returncode != 0:
-        said = mask_url(" ".join((proc.stderr.strip().splitlines() or ["failed"])[-1:]))
         raise TorchxNbError(
             f"--packages {origin}: {ref.guess_name()} from {ref.shown}: git cannot check it"
-            f" out ({said}): fix the URL, the revision or its access"
+            f" out ({_last_line(proc)}): fix the URL, the revision or its access"
         )
     commit = git("rev-parse", "HEAD", cwd=folder).stdout.strip()
+    # its submodules, as pip checks them out: what the commit names, recursively
+    proc = git("submodule", "update", "--init", "--recursive", "--quiet", cwd=folder)
+    if proc.returncode != 0:
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.guess_name()} from {ref.shown}: git cannot check out"
+            f" its submodules at {commit[:12]} ({_last_line(proc, 'fatal:')}): fix the"
+            " submodules' URLs or their access"
+        )
+    status = git("submodule", "status", "--recursive", cwd=folder).stdout.split("\n")
+    submodules = sorted(" ".join(line[1:].split()[:2]) for line in status if line.strip())
     project = folder / ref.subdirectory if ref.subdirectory else folder
     if not project.resolve().is_relative_to(folder.resolve()):
         raise TorchxNbError(
@@ -325,4 +339,15 @@ def _checkout(ref: DirectRef, origin: str, dest: Path) -> Fetched:
             f"--packages {origin}: {ref.shown} has no folder {ref.subdirectory!r} at {commit[:12]}"
         )
     sub = f"/{ref.subdirectory}" if ref.subdirectory else ""
-    return Fetched(project, f"git:{commit}{sub}")
+    # the submodules' commits are in the identity (a checkout without them had the same
+    # commit: its cached build must not stand for this one)
+    mods = hashlib.sha256("\n".join(submodules).encode()).hexdigest()[:32] if submodules else ""
+    return Fetched(project, f"git:{commit}{sub}" + (f"+submodules:{mods}" if mods else ""))
+
+
+def _last_line(proc: subprocess.CompletedProcess[str], first: str = "") -> str:
+    """git's last line of error (its first starting with ``first``, when one does: git
+    retries a submodule and ends with a line saying only that), credentials masked."""
+    lines = proc.stderr.strip().splitlines() or ["failed"]
+    said = next((line for line in lines if first and line.startswith(first)), lines[-1])
+    return mask_url(said)

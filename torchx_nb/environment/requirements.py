@@ -45,7 +45,10 @@ _INDEX_OPTIONS = frozenset(
         "--trusted-host",
     }
 )
-_URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*\+)?(?:https?|ftp|ssh|git|svn|hg|bzr)://")
+# a URL line: a remote URL, or a VCS checkout of a local repository (git+file:///repo@rev)
+_URL = re.compile(
+    r"^(?:(?:[A-Za-z][A-Za-z0-9+.-]*\+)?(?:https?|ftp|ssh|git|svn|hg|bzr)://|(?:git|hg|svn|bzr)\+file:)"
+)
 
 
 def split_option(value: str) -> tuple[Path, tuple[str, ...]]:
