@@ -128,6 +128,7 @@ RANKS = {
     "environment": 2,
     "components": 2,
     "apps": 2,
+    "job_checkpoint": 2,
     "schedulers": 3,
     "jobstore": 4,
     "config": 4,

@@ -27,7 +27,12 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """``torchx_nb.run_notebook``, imported on first use (it loads pandas and the runner)."""
+    """``torchx_nb.run_notebook`` (it loads pandas and the runner) and
+    ``torchx_nb.checkpoint``, imported on first use."""
+    if name == "checkpoint":  # the module is job_checkpoint: a submodule would shadow it
+        from torchx_nb.job_checkpoint import checkpoint
+
+        return checkpoint
     if name == "run_notebook":
         from torchx_nb.notebook.notebook_jobs import run_notebook
 
@@ -43,6 +48,7 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 __all__ = [
     "IMAGE",
     "__version__",
+    "checkpoint",
     "load_ipython_extension",
     "run_notebook",
     "unload_ipython_extension",

@@ -1,6 +1,6 @@
 """Where a job's outputs go and what a backend remembers of a cancel: the output folder's
-environment, an object-store upload target, an array task's folder, and the private cancel
-marks."""
+environment, an object-store upload target, an array task's folder, the checkpoint store's
+environment, and the private cancel marks."""
 
 from __future__ import annotations
 
@@ -33,6 +33,34 @@ def output_env(folder: str, url: str | None) -> dict[str, str]:
 
 
 REMOTE_OUTPUT_DIR = "/tmp/torchx-outputs"
+REMOTE_CHECKPOINT_DIR = "/tmp/torchx-checkpoint"  # the local folder in a remote container
+
+
+def checkpoint_env(
+    url: str,
+    folder: str = REMOTE_CHECKPOINT_DIR,
+    attempt_var: str | None = None,
+    max_retries: int | None = None,
+    max_preemptions: int | None = None,
+    grace: float | None = None,
+) -> dict[str, str]:
+    """The job's env for its checkpoint (``apps/checkpoint.py`` reads it): the store's
+    ``url`` (``file://``, ``s3://``, ``gs://``, or ``sagemaker:``), the local ``folder``
+    the rank folders are made in (SageMaker: its ``CheckpointConfig`` LocalPath), the name
+    of the backend's own attempt variable, the job's retry and preemption limits, and the
+    seconds between its SIGTERM and its kill."""
+    from torchx_nb.apps import checkpoint as ck
+
+    env = {ck.URL_ENV: url, ck.DIR_ENV: folder}
+    if attempt_var:
+        env[ck.ATTEMPT_ENV_ENV] = attempt_var
+    if max_retries is not None:
+        env[ck.MAX_RETRIES_ENV] = str(max_retries)
+    if max_preemptions is not None:
+        env[ck.MAX_PREEMPTIONS_ENV] = str(max_preemptions)
+    if grace is not None:
+        env[ck.GRACE_ENV] = f"{grace:g}"
+    return env
 
 
 def cancel_mark(backend: str, app_id: str) -> Path:
