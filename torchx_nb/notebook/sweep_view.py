@@ -1,7 +1,13 @@
 """One widget for a sweep: a summary, Cancel all, a table with a row per trial (parameters,
 state, elapsed, the last value of each metric, the result) kept current by the kernel's
 poller, one chart per metric with a line per trial, and the log of the trial picked in the
-list. When every trial has ended it becomes a static snapshot (summary, table, charts)."""
+list. When every trial has ended it becomes a static snapshot (summary, table, charts).
+
+The view's callbacks run on the process's one refresher thread, which every watcher shares:
+they only record what they were told and render. What may be slow runs elsewhere (a trial's
+result, read from its output store, on the process's small pool of ``widget_base``; the final
+snapshot on a thread of its own), and the end is noticed once, under the view's lock,
+whichever thread sees it first."""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from torchx_nb.notebook.widget_base import (
     MIN_REFRESH_S,
     close_tree,
     display_with_text,
+    in_background,
 )
 from torchx_nb.specs.api import AppState, AppStatus, is_terminal
 from torchx_nb.specs.log_line import LogLine
@@ -50,6 +57,7 @@ class SweepView:
         self.snapshotted = threading.Event()
         self._display: Any = None
         self.logs: LogWidget | None = None
+        self._fetches: list[Any] = []  # results being read, off the refresher's thread
 
         self._summary = w.HTML()
         self._cancel = w.Button(
@@ -119,7 +127,7 @@ class SweepView:
                 self._start_metrics(i)
             if (status is None or is_terminal(status.state)) and self._ended_at[i] is None:
                 self._ended_at[i] = status.ended if status and status.ended else time.time()
-                self._fetch_result(i)
+                self._fetches.append(in_background(self._fetch_result, i))
         self._request_render()
         self._check_end()
 
@@ -146,21 +154,26 @@ class SweepView:
         if not handle:
             return
         with contextlib.suppress(Exception):
-            self.results[i] = self.runner.result_repr(handle)
+            result = self.runner.result_repr(handle)
+            self.results[i] = result
+            if result is not None:
+                self._request_render()
 
     def _check_end(self) -> None:
-        if self.ended.is_set() or self.sweep.submitting:
-            return
-        states = self._states()
-        if all(s not in ("SUBMITTED", "PENDING", "RUNNING") for s in states) and all(
-            h is None or self.statuses[i] is not None for i, h in enumerate(self.sweep.handles)
-        ):
+        """Notice the end once (the refresher's callbacks, its clock and ``settle`` may see it
+        at the same moment): the snapshot is made on a thread of its own."""
+        with self._lock:
+            if self.ended.is_set() or self.sweep.submitting:
+                return
+            states = self._states()
+            if any(s in ("SUBMITTED", "PENDING", "RUNNING") for s in states) or any(
+                h is not None and self.statuses[i] is None for i, h in enumerate(self.sweep.handles)
+            ):
+                return
             self.ended.set()
-            if self._display is not None:
-                # at once the final states, then the snapshot with every result and metric
-                with contextlib.suppress(Exception):
-                    self._write_snapshot()
-                threading.Thread(target=self._snapshot, daemon=True).start()
+            shown = self._display is not None
+        if shown:
+            threading.Thread(target=self._snapshot, daemon=True, name="torchx-nb-snapshot").start()
 
     # ---- rendering ------------------------------------------------------------------
 
@@ -299,8 +312,10 @@ class SweepView:
 
     def show(self) -> None:
         """Display the view (the snapshot replaces it by its display id, as ``JobView``'s)."""
-        self._display = display_with_text(self.widget, self.text())
-        if self.ended.is_set():
+        with self._lock:  # an end noticed before this has no snapshot yet: this makes it
+            self._display = display_with_text(self.widget, self.text())
+            ended = self.ended.is_set()
+        if ended:
             self._snapshot()
 
     def settle(self, statuses: list[AppStatus | None]) -> None:
@@ -312,15 +327,21 @@ class SweepView:
             self.snapshotted.wait(15)
 
     def _snapshot(self) -> None:
+        """At once the final states, then, once every log and result is read, the snapshot
+        with every result and metric."""
         try:
+            with contextlib.suppress(Exception):
+                self._write_snapshot()
             for reader in self._readers.values():
                 reader.thread.join(5)
                 reader.stop()
+            for fetch in list(self._fetches):
+                with contextlib.suppress(Exception):
+                    fetch.result(timeout=60)
             for i in range(len(self.results)):
                 if self.results[i] is None:
                     self._fetch_result(i)
-            if self._display is not None:
-                self._write_snapshot()
+            self._write_snapshot()
             self.close()
             close_tree(self.widget)
         finally:
@@ -335,5 +356,7 @@ class SweepView:
             self.poller.unwatch(watch)
         for reader in self._readers.values():
             reader.stop()
+        for fetch in self._fetches:
+            fetch.cancel()
         if self.logs is not None:
             self.logs.close()

@@ -1,15 +1,31 @@
 """What every widget here shares: whether widgets can show at all, a widget displayed with a
 text fallback (headless runs and frontends without widgets still show the information), closing
-a widget tree, and how often a view may redraw."""
+a widget tree, how often a view may redraw, and the process's pool for a view's slow reads."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 WIDGETS_ENV = "TORCHX_NB_WIDGETS"
 MIN_REFRESH_S = 0.1
+WORK_THREADS = "torchx-nb-work"
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def in_background(fn: Any, *args: Any) -> Future[Any]:
+    """``fn(*args)`` on the process's small pool for what a view reads slowly (a result from
+    an output store), never on the refresher's thread that every watcher shares: one pool
+    for every view, not a thread per view."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=WORK_THREADS)
+        return _pool.submit(fn, *args)
 
 
 def widgets_enabled() -> bool:
