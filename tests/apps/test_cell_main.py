@@ -95,7 +95,8 @@ def test_an_exception_comes_back_with_the_cells_traceback(tmp_path: Path) -> Non
     cause = info.value.__cause__
     assert isinstance(cause, RemoteTraceback)
     assert 'File "<cell>", line 2, in f' in cause.text and "return d['missing']" in cause.text
-    assert "cell_main" not in cause.text  # the runner's own frames are left out
+    # the runner's own frames are left out
+    assert "cell_main" not in cause.text and "torchx_nb_cell_runner" not in cause.text
     assert repr_of(store) == "raised KeyError: 'missing'"
 
 
@@ -567,7 +568,7 @@ def test_notebook_uploads_are_spaced_and_a_held_back_one_goes_up_later(
 
     import nbformat
 
-    from torchx_nb.apps.notebook_main import NOTEBOOK_UPLOAD_EVERY, upload_every
+    from torchx_nb.apps.cell_runner.notebook import NOTEBOOK_UPLOAD_EVERY, upload_every
 
     assert NOTEBOOK_UPLOAD_EVERY == 30.0
     s3 = aws_env.client("s3")
@@ -740,6 +741,7 @@ def test_an_exception_whose_message_cannot_be_written_plainly_is_still_recorded(
     proc, store = run_cell(tmp_path, source)
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr and "cell_main" not in proc.stderr, proc.stderr
+    assert "torchx_nb_cell_runner" not in proc.stderr, proc.stderr
     with pytest.raises(Exception) as info:  # the cell's own exception, rebuilt here
         load_result(store, ended(AppState.FAILED), "h")
     assert type(info.value).__name__ == line.split()[1].rstrip(":")

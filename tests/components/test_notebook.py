@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from torchx_nb.apps.notebook_main import inject_parameters
+from torchx_nb.apps.cell_runner.notebook import inject_parameters
 from torchx_nb.components.notebook import notebook_app, notebook_program, parameters_file
 from torchx_nb.components.notebook_parameters import (
     ParametersCell,
@@ -35,7 +35,7 @@ DEEP_200, DEEP_20000 = nested(200), nested(20_000)
 def test_the_deepest_value_accepted_reads_back_in_the_job(tmp_path: Path) -> None:
     """The deepest list the check lets through is read back from the job's file of values as
     the job reads it."""
-    from torchx_nb.apps.notebook_main import read_literal
+    from torchx_nb.apps.cell_runner.notebook import read_literal
 
     write(tmp_path / "ok.ipynb", new_code_cell("x = 1"))
     program = notebook_program(str(tmp_path / "ok.ipynb"), str(tmp_path), {"x": nested(199)})

@@ -16,7 +16,7 @@ PACKAGE = Path(ex.__file__).parents[1]
 # imports only the standard library)
 INTERNAL = {
     ("workspace/layers.py", "LayerAborted"),
-    ("apps/notebook_main.py", "_OverLimit"),
+    ("apps/cell_runner/notebook.py", "_OverLimit"),
     ("notebook/magic_line.py", "HelpShown"),
 }
 

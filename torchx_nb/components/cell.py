@@ -10,9 +10,10 @@ from torchx_nb.specs.program import CellApp, CellProgram
 
 MAX_SOURCE_BYTES = 96 * 1024
 # the files beside a cell that runs with results (see cell_files)
-RUNNER = ".torchx-nb/cell_main.py"
-ENV_RECORD = ".torchx-nb/env_record.py"  # what the job ran (imported by the runner by path)
-NOTEBOOK_RUNNER = ".torchx-nb/notebook_main.py"  # cell_main.py --notebook runs it, by path
+RUNNER = ".torchx-nb/cell_main.py"  # the entry point: it loads the runner beside it
+#: the job-side runner, the package ``torchx_nb.apps.cell_runner``, shipped as a folder under a
+#: name no workspace module has
+RUNNER_PACKAGE = ".torchx-nb/torchx_nb_cell_runner"
 VENDOR = ".torchx-nb/vendor"
 PUSH = ".torchx-nb/push.pkl"
 
@@ -205,16 +206,19 @@ def cell_files(program: CellProgram, push: bytes | None = None) -> dict[str, byt
 
 
 def runner_files() -> dict[str, bytes]:
-    """torchx_nb's cell runner and the kernel's cloudpickle (so the job pickles as the kernel
-    unpickles, even in an image without it)."""
+    """torchx_nb's cell runner (its entry point and its package, every module of it) and the
+    kernel's cloudpickle (so the job pickles as the kernel unpickles, even in an image
+    without it)."""
     import importlib.util
     from pathlib import Path
 
-    runner = importlib.util.find_spec("torchx_nb.apps.cell_main")
-    assert runner is not None and runner.origin is not None
-    files = {RUNNER: Path(runner.origin).read_bytes()}
-    files[ENV_RECORD] = (Path(runner.origin).parent / "env_record.py").read_bytes()
-    files[NOTEBOOK_RUNNER] = (Path(runner.origin).parent / "notebook_main.py").read_bytes()
+    entry = importlib.util.find_spec("torchx_nb.apps.cell_main")
+    package = importlib.util.find_spec("torchx_nb.apps.cell_runner")
+    assert entry is not None and entry.origin is not None
+    assert package is not None and package.submodule_search_locations
+    files = {RUNNER: Path(entry.origin).read_bytes()}
+    for path in sorted(Path(next(iter(package.submodule_search_locations))).glob("*.py")):
+        files[f"{RUNNER_PACKAGE}/{path.name}"] = path.read_bytes()
     pickler = importlib.util.find_spec("cloudpickle")
     if pickler is not None and pickler.submodule_search_locations:
         for path in sorted(Path(next(iter(pickler.submodule_search_locations))).glob("*.py")):

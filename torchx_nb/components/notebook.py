@@ -11,7 +11,7 @@ from typing import Any
 
 import torchx_nb
 from torchx_nb import specs
-from torchx_nb.apps.notebook_main import PARAMETERS_FILE
+from torchx_nb.apps.cell_runner.notebook import PARAMETERS_FILE
 from torchx_nb.components.cell import RUNNER
 from torchx_nb.specs.exceptions import BadParameter
 from torchx_nb.specs.program import CellApp, NotebookProgram
@@ -196,7 +196,7 @@ def _is_literal(value: Any) -> bool:
     """Whether ``value`` is written back exactly by its repr (what the injected cell holds):
     a literal ``ast.literal_eval`` reads, or a non-finite float in one (papermill injects
     those as ``float('nan')``, and so does the job)."""
-    from torchx_nb.apps.notebook_main import read_literal
+    from torchx_nb.apps.cell_runner.notebook import read_literal
 
     try:
         text = repr(value)

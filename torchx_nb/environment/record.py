@@ -1,7 +1,7 @@
 """What a job ran, beside what this kernel has: the plan's distributions shipped to the job
 (``.torchx-nb/plan.json``, beside the runner), and the job's own record of the distributions
 its Python imported (``environment.json`` in its outputs, written by the cell and notebook
-runners: torchx_nb/apps/env_record.py), read back and compared with this kernel's."""
+runners: torchx_nb/apps/cell_runner/env_record.py), read back and compared with this kernel's."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchx_nb.apps.cell_main import CANCEL_MARK, CANCELLED_EXIT
-from torchx_nb.apps.cell_main import OWN as CELL_OWN
+from torchx_nb.apps.cell_runner.cancel import CANCEL_MARK, CANCELLED_EXIT
+from torchx_nb.apps.cell_runner.common import OWN as CELL_OWN
 from torchx_nb.schedulers.abilities import (
     SubmitsArrays,
 )

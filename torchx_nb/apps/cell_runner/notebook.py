@@ -1,13 +1,14 @@
 """Runs a whole notebook as a job's program, under nbclient (torchx_nb's notebook runner).
 
-``python cell_main.py --notebook NB.ipynb [--cell-timeout S]`` hands over to ``main`` here,
-with the cell runner's module (its output folder, failure records and uploads are shared).
+``python .torchx-nb/cell_main.py --notebook NB.ipynb [--cell-timeout S]`` hands over to
+``main`` here (the run's start, failure records and uploads are the cell runner's).
 The parameters are injected as papermill does; the executed notebook is saved into the
 output folder as it runs. A cell over ``--cell-timeout`` is interrupted and, when it is still
 running ``TIMEOUT_GRACE`` seconds later (it ignores or catches SIGINT), its kernel is
 stopped: either way the job fails naming the cell and the limit.
 
-Standalone on purpose, as the cell runner: it ships beside it into images without torchx_nb.
+Part of the job-side runner: it ships with it into images without torchx_nb (standard
+library only; nbclient, nbformat and ipykernel are the job's, imported when it runs).
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ import sys
 import time
 from typing import Any
 
-PARAMETERS_FILE = "notebook-parameters.txt"  # beside this file: the values, a Python literal
+from .cancel import CANCELLED_EXIT
+from .common import OWN, shipped, write
+from .records import record_failure
+from .start import start
+from .upload import upload_one
+
+PARAMETERS_FILE = "notebook-parameters.txt"  # shipped beside the runner: the values, a literal
 NOTEBOOK_SAVE_EVERY = 3.0  # seconds between saves of the executed notebook, at most
 NOTEBOOK_UPLOAD_EVERY = 30.0  # and between its uploads, on an object-store backend
 UPLOAD_EVERY_ENV = "TORCHX_NB_NOTEBOOK_UPLOAD_EVERY"  # seconds, to change the 30 s (tests)
@@ -150,17 +157,6 @@ def upload_every() -> float:
     return every if math.isfinite(every) and every >= 1 else NOTEBOOK_UPLOAD_EVERY
 
 
-def _upload_one(base: Any, path: str, url: str) -> None:
-    scheme, bucket, prefix = base._split(url)
-    key = f"{prefix.strip('/')}/{os.path.basename(path)}".lstrip("/")
-    if scheme == "s3":
-        import boto3
-
-        boto3.client("s3").upload_file(path, bucket, key)
-    elif scheme == "gs":
-        base._gcs().bucket(bucket).blob(key).upload_from_filename(path)
-
-
 class _OverLimit(Exception):
     """A cell went on past its time limit and then ended (its interrupt caught or ignored)."""
 
@@ -203,8 +199,8 @@ async def _maybe_await(value: Any) -> Any:
 
 
 def _parameters() -> dict[str, Any]:
-    """The run's own values, from the file shipped beside this runner (none without it)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), PARAMETERS_FILE)
+    """The run's own values, from the file shipped beside the runner (none without it)."""
+    path = shipped(PARAMETERS_FILE)
     if not os.path.isfile(path):
         return {}
     with open(path, encoding="utf-8") as f:
@@ -218,17 +214,17 @@ def _exited_cleanly(e: Any) -> bool:
     return e.ename == "SystemExit" and (e.evalue or "").strip() in ("", "0", "None")
 
 
-def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
+def run_notebook(path: str, cell_timeout: float | None) -> int:
     """Execute the notebook at ``path`` with its parameters injected, saving it into the
     output folder as it runs (after a cell, at most every few seconds; on an object-store
     backend uploaded at most every 30 s) and at the end, however it ends. A failing cell, a
     cell over its time limit or a kernel that dies ends the job with status 1, the cell named
     (index and first line) in the error the failure card shows."""
-    folder, point, cancelled_first = base._start()
+    folder, point, cancelled_first = start()
     if cancelled_first:
-        return int(base.CANCELLED_EXIT)
-    out = os.path.join(folder, base.OWN)
-    base._write(out, "notebook.txt", os.path.basename(path).encode())  # result(): no value
+        return CANCELLED_EXIT
+    out = os.path.join(folder, OWN)
+    write(out, "notebook.txt", os.path.basename(path).encode())  # result(): no value
     try:
         import ipykernel  # noqa: F401
         import nbformat
@@ -240,7 +236,7 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
             " notebook job needs nbclient and ipykernel there (pip install nbclient ipykernel"
             " in the image)"
         )
-        base._write(out, "error-0.txt", text.encode())
+        write(out, "error-0.txt", text.encode())
         sys.stderr.write(f"torchx_nb: {text}\n")
         return 1
     url = os.environ.get("TORCHX_NB_OUTPUT_URL", "")
@@ -298,7 +294,7 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
             return
         settle("upload")
         with contextlib.suppress(Exception):  # the end uploads everything anyway
-            _upload_one(base, target, url)
+            upload_one(target, url)
             # counted from its end (the first also imports and makes the client): PUTs
             # are never closer than the interval
             state["uploaded"] = time.monotonic()
@@ -397,7 +393,7 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
         text = f"{kind} in {where}: {message}"
         if tb:
             sys.stderr.write(re.sub(r"\x1b\[[0-9;]*m", "", tb).rstrip() + "\n")
-        return int(base._record_failure(out, kind, f"in {where}: {message}", text, tb))
+        return record_failure(out, kind, f"in {where}: {message}", text, tb)
 
     timeout = f"over --cell-timeout ({cell_timeout:g} s)" if cell_timeout else ""
     try:
@@ -443,7 +439,7 @@ def run_notebook(base: Any, path: str, cell_timeout: float | None) -> int:
     return 0
 
 
-def main(argv: list[str], base: Any) -> int:
-    """``NB.ipynb [--cell-timeout S]``, run with the cell runner's module ``base``."""
+def main(argv: list[str]) -> int:
+    """``NB.ipynb [--cell-timeout S]``: run the notebook; the exit status."""
     limit = argv[argv.index("--cell-timeout") + 1] if "--cell-timeout" in argv else None
-    return run_notebook(base, argv[0], float(limit) if limit else None)
+    return run_notebook(argv[0], float(limit) if limit else None)

@@ -1,5 +1,4 @@
-"""What the job's Python really ran (torchx_nb; ships beside the cell runner, standard library
-only): the distributions it imported and those the environment plan named, each with its
+"""What the job's Python really ran (part of the job-side runner, standard library only): the distributions it imported and those the environment plan named, each with its
 version and where it came from (the environment layer, the workspace, the image), written
 into the job's outputs as ``environment.json``; a planned distribution the job has at
 another version, or not at all, is one warning line in the log, before the program runs."""
@@ -12,7 +11,9 @@ import re
 import sys
 from typing import Any
 
-PLAN = "plan.json"  # beside this file: the plan's distributions, written at build time
+from .common import shipped
+
+PLAN = "plan.json"  # shipped beside the runner: the plan's distributions, written at build time
 LAYER_DIR = "/opt/torchx-nb/env"
 RECORD = "environment.json"
 
@@ -23,7 +24,7 @@ def _norm(name: str) -> str:
 
 def planned() -> dict[str, dict[str, str]]:
     """The plan's distributions (normalized name -> name, version, from), if it shipped."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), PLAN)
+    path = shipped(PLAN)
     try:
         with open(path, encoding="utf-8") as f:
             dists = json.load(f)["distributions"]

@@ -1,0 +1,46 @@
+"""What every part of the job-side runner shares: its own folder in the job's outputs, the
+folder the runner shipped in, the process's rank, atomic writes, and cloudpickle."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+OWN = ".torchx-nb"  # the runner's own folder, in the job's outputs and beside the workspace
+#: the folder the runner ships in (``.torchx-nb/`` beside the workspace): the files written
+#: at build time (``plan.json``, the notebook's parameters, ``vendor/``) are there
+SHIPPED = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def shipped(name: str) -> str:
+    """The path of ``name``, a file shipped beside the runner."""
+    return os.path.join(SHIPPED, name)
+
+
+def cloudpickle() -> Any:
+    """cloudpickle: the image's, else the copy shipped beside the runner."""
+    try:
+        import cloudpickle
+    except ImportError:
+        sys.path.insert(0, shipped("vendor"))
+        import cloudpickle
+    return cloudpickle
+
+
+def rank() -> int:
+    """This process's rank (torchrun's ``$RANK``, else the replica id); 0 when alone."""
+    for name in ("RANK", "TORCHX_REPLICA_ID"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def write(folder: str, name: str, data: bytes) -> None:
+    """``data`` into ``folder/name``, whole or not at all (a reader never sees half a file)."""
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, os.path.join(folder, name))
