@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.environment.cells import last_line, plan_rows
 from tests.environment.test_environment_jobs import _dryrun, _job_output, _submit, _workspace
 from tests.infra.dockerd import DockerDaemon, Registry
 from tests.infra.kernel_venv import KernelVenv
@@ -81,4 +82,45 @@ def test_the_job_imports_the_kernels_packages_with_the_image_s_own_python(
     python = PYTHONS[layout].split()[0]
     assert f"ran {python} /opt/torchx-nb/env/tnbprobe.py served 1.0" in _job_output(
         kernel_venv, handle
+    )
+
+
+def test_a_lock_forked_on_a_patch_release_takes_the_image_s_own(
+    kernel_venv: KernelVenv,
+    layouts: dict[str, str],
+    base_images: dict[str, str],
+    docker_env: DockerDaemon,
+    tmp_path: Path,
+) -> None:
+    """A uv.lock forked at the image's own patch release (``python_full_version < '3.11.7'``
+    for an image whose config says ``PYTHON_VERSION=3.11.7``) plans the image's side of the
+    fork (3.11.0 was assumed: the other side); on Debian's python3, whose image does not say
+    its patch release, the dry run is one line naming the marker."""
+    import platform
+
+    full = platform.python_version()
+    lock_ws = tmp_path / "ws"
+    lock_ws.mkdir()
+    fork = '{{ name = "tnbserved", version = "{v}", source = {{ registry = "https://127.0.0.1/simple" }}, marker = "python_full_version {op} \'{full}\'" }}'
+    (lock_ws / "uv.lock").write_text(
+        'version = 1\nrequires-python = ">=3.8"\n\n[[package]]\nname = "tnbapp"\n'
+        'version = "0.1"\nsource = { virtual = "." }\ndependencies = [\n'
+        f"    {fork.format(v='0.9', op='<', full=full)},\n"
+        f"    {fork.format(v='1.0', op='>=', full=full)},\n]\n\n"
+        '[[package]]\nname = "tnbserved"\nversion = "0.9"\n'
+        'source = { registry = "https://127.0.0.1/simple" }\n\n'
+        '[[package]]\nname = "tnbserved"\nversion = "1.0"\n'
+        'source = { registry = "https://127.0.0.1/simple" }\n'
+    )
+    packages = ("--json", "--packages", str(lock_ws / "uv.lock"))
+    proc = _dryrun(kernel_venv, lock_ws, layouts["usrlocal"], CELL, *packages)
+    assert proc.returncode == 0, proc.stderr
+    assert plan_rows(proc.stdout)["tnbserved"] == "tnbserved 1.0 0 KB missing", proc.stdout
+    proc = _dryrun(kernel_venv, lock_ws, base_images["python"], CELL, *packages)
+    assert proc.returncode != 0
+    assert last_line(proc) == (
+        f'torchx-nb: error: --packages {lock_ws / "uv.lock"}: the marker "python_full_version <'
+        f" '{full}'\" depends on the image's Python patch version, which the image does not"
+        " say (Python 3.11; its config has no PYTHON_VERSION): set ENV PYTHON_VERSION=3.11.N"
+        " in the image, or write the marker with python_version"
     )

@@ -116,6 +116,53 @@ def test_a_uv_lock_is_evaluated_for_the_image_s_python_and_platform(tmp_path: Pa
     )
 
 
+def test_python_full_version_is_the_image_s_own_or_this_kernel_s_never_x_y_0(
+    tmp_path: Path,
+) -> None:
+    """A fork on a patch release (``python_full_version < '3.11.4'``) was evaluated for
+    3.11.0 whatever the image ran. It takes the image's declared version, this kernel's
+    when no image was read, and is one line when the image does not say it; a marker that
+    holds at every patch release needs no full version (the lock above)."""
+    import platform
+
+    lock = tmp_path / "uv.lock"
+    lock.write_text(
+        'version = 1\nrequires-python = ">=3.8"\n\n[[package]]\nname = "app"\nversion = "0.1"\n'
+        'source = { virtual = "." }\ndependencies = [\n'
+        '    { name = "tnbfork", version = "1.0", source = { registry = "https://i/simple" },'
+        " marker = \"python_full_version < '3.11.4'\" },\n"
+        '    { name = "tnbfork", version = "2.0", source = { registry = "https://i/simple" },'
+        " marker = \"python_full_version >= '3.11.4'\" },\n]\n\n"
+        '[[package]]\nname = "tnbfork"\nversion = "1.0"\nsource = { registry = "https://i/simple" }\n\n'
+        '[[package]]\nname = "tnbfork"\nversion = "2.0"\nsource = { registry = "https://i/simple" }\n'
+    )
+
+    def picked(contents: ImageContents | None) -> list[tuple[str, str]]:
+        return _names(pins_from_file(str(lock), contents, IndexSettings()))
+
+    declared = ImageContents("3.11", "/usr/local", (), python_full="3.11.7")
+    assert picked(declared) == [("tnbfork", "2.0")]
+    assert picked(ImageContents("3.11", "/usr/local", (), python_full="3.11.2")) == [
+        ("tnbfork", "1.0")
+    ]
+    kernel = "2.0" if tuple(map(int, platform.python_version_tuple())) >= (3, 11, 4) else "1.0"
+    assert picked(None) == [("tnbfork", kernel)]
+    with pytest.raises(TorchxNbError) as e:
+        picked(_image("3.11"))
+    assert str(e.value) == (
+        f"--packages {lock}: the marker \"python_full_version < '3.11.4'\" depends on the"
+        " image's Python patch version, which the image does not say (Python 3.11; its config"
+        " has no PYTHON_VERSION): set ENV PYTHON_VERSION=3.11.N in the image, or write the"
+        " marker with python_version"
+    )
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("tnbfork==2.0; python_full_version >= '3.11.4'\n")
+    dry = pins_from_file(str(reqs), declared, IndexSettings(), resolve=False)
+    assert _names(dry) == [("tnbfork", "2.0")]
+    older = ImageContents("3.11", "/usr/local", (), python_full="3.11.2")
+    assert pins_from_file(str(reqs), older, IndexSettings(), resolve=False) == []
+
+
 def test_a_requirements_file_keeps_every_line_or_names_the_one_it_cannot_honour(
     tmp_path: Path,
 ) -> None:

@@ -116,3 +116,16 @@ def test_an_image_whose_python_cannot_be_told_says_what_was_tried() -> None:
         " but no standard library (/usr/local/lib/python3.N/os.py) is beside it"
     )
     assert _scan({"bin/sh": b""}).describe_python() == "no Python 3 in the image"
+
+
+def test_the_full_version_is_the_one_the_image_s_config_declares_for_its_python() -> None:
+    """``PYTHON_VERSION`` (the official images set it) gives markers the image's patch
+    release; one naming another Python than the one found is not taken."""
+    local = {
+        "usr/local/bin/python3.12": b"ELF",
+        "usr/local/bin/python": Link("python3.12"),
+        "usr/local/lib/python3.12/os.py": b"",
+    }
+    assert _scan(local, env=[PATH, "PYTHON_VERSION=3.12.4"]).python_full == "3.12.4"
+    assert _scan(local, env=[PATH, "PYTHON_VERSION=3.11.9"]).python_full is None
+    assert _scan(local, env=[PATH]).python_full is None

@@ -38,16 +38,21 @@ class FilePin:
 
 
 def marker_environment(contents: ImageContents | None) -> dict[str, str]:
-    """What PEP 508 markers see on the image (its Python and CPU; Linux, CPython)."""
-    python = contents.python if contents is not None and contents.python else None
-    if python is None:
+    """What PEP 508 markers see on the image (its Python and CPU; Linux, CPython).
+    ``python_full_version`` is the image's when it says it (its ``PYTHON_VERSION``), this
+    kernel's when no image was read; otherwise absent: ``marker_holds`` then answers only
+    what holds at every patch version of the image's Python."""
+    import platform
+
+    if contents is not None and contents.python:
+        python, full = contents.python, contents.python_full
+    else:
         from torchx_nb.environment.kernel import kernel_python
 
-        python = kernel_python()
+        python, full = kernel_python(), platform.python_version()
     arch = contents.arch if contents is not None else "x86_64"
-    return {
+    env = {
         "python_version": python,
-        "python_full_version": f"{python}.0",
         "sys_platform": "linux",
         "platform_system": "Linux",
         "os_name": "posix",
@@ -56,22 +61,42 @@ def marker_environment(contents: ImageContents | None) -> dict[str, str]:
         "platform_python_implementation": "CPython",
         "platform_release": "",
         "platform_version": "",
-        "implementation_version": f"{python}.0",
         "extra": "",
     }
+    if full:
+        env.update(python_full_version=full, implementation_version=full)
+    return env
 
 
-def _holds(marker: Any, env: dict[str, str], where: Path) -> bool:
+def marker_holds(marker: object, env: dict[str, str], where: object) -> bool:
+    """Whether ``marker`` holds on the image (True when there is none). Without the image's
+    full version, a marker is evaluated at its Python's first and a late patch release: one
+    whose answer depends on the patch (``python_full_version < '3.11.4'``) is one line."""
     from packaging.markers import InvalidMarker, Marker
 
     if not marker:
         return True
     try:
-        return Marker(str(marker)).evaluate(env)
+        parsed = Marker(str(marker))
+        if "python_full_version" in env:  # packaging fills a missing name from this kernel
+            return parsed.evaluate(env)
+        python = env["python_version"]
+        answers = {
+            parsed.evaluate({**env, "python_full_version": full, "implementation_version": full})
+            for full in (f"{python}.0", f"{python}.999")
+        }
     except (InvalidMarker, ValueError) as e:
         raise TorchxNbError(
             f"--packages {where}: cannot read the marker {marker!r} ({e})"
         ) from None
+    if len(answers) > 1:
+        raise TorchxNbError(
+            f"--packages {where}: the marker {str(marker)!r} depends on the image's Python patch"
+            f" version, which the image does not say (Python {python}; its config has no"
+            f" PYTHON_VERSION): set ENV PYTHON_VERSION={python}.N in the image, or write the"
+            " marker with python_version"
+        )
+    return answers.pop()
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -125,7 +150,7 @@ def pins_from_lock(
     followed: set[tuple[str, str, str]] = set()
     while queue:
         dep = queue.pop(0)
-        if not isinstance(dep, dict) or not _holds(dep.get("marker"), env, path):
+        if not isinstance(dep, dict) or not marker_holds(dep.get("marker"), env, path):
             continue
         key = normalize(str(dep.get("name", "")))
         candidates = by_name.get(key, [])

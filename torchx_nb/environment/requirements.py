@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING
 
 from torchx_nb.environment.direct import DirectRef, fetch, parse_direct
 from torchx_nb.environment.index import IndexSettings, file_url_path, mask_url, uv_message
-from torchx_nb.environment.lockfile import FilePin, marker_environment, pins_from_lock
+from torchx_nb.environment.lockfile import (
+    FilePin,
+    marker_environment,
+    marker_holds,
+    pins_from_lock,
+)
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.image_contents import normalize
 
@@ -340,7 +345,9 @@ def _compile(
         cmd = [uv_bin(), "pip", "compile", "--no-config", "--no-header", "--no-annotate"]
         cmd += ["--quiet", "-c", str(cons)]
         if contents is not None and contents.python:
-            cmd += ["--python-version", contents.python, "--python-platform", contents.platform]
+            # its full version when the image says it (uv takes 3.11 as 3.11.0)
+            version = contents.python_full or contents.python
+            cmd += ["--python-version", version, "--python-platform", contents.platform]
         cmd += [*index.uv_args(), str(reqs)]
         proc = subprocess.run(
             cmd, capture_output=True, text=True, check=False, timeout=600, env=index.uv_env()
@@ -392,11 +399,11 @@ def pins_from_file(
         _read_requirements(path, specs, constraints, folders, hashes=hashes, direct=direct)
     local += [_folder_pin(f) for f in folders]
     env = marker_environment(contents)
-    direct = [(ref, m) for ref, m in direct if not m or _marker_holds(m, env, path)]
+    direct = [(ref, m) for ref, m in direct if not m or marker_holds(m, env, path)]
     if hashes:  # a --hash on any line (a URL's #sha256= alone does not turn the mode on)
         _check_hash_mode(path, [ref for ref, _ in direct])
     if not resolve:
-        pins = [p for s in specs if (p := _unresolved(s, env)) is not None]
+        pins = [p for s in specs if (p := _unresolved(s, env, path)) is not None]
         pins += [
             FilePin(
                 ref.guess_name(),
@@ -460,15 +467,6 @@ def _check_hash_mode(path: Path, direct: list[DirectRef]) -> None:
             )
 
 
-def _marker_holds(marker: str, env: dict[str, str], path: Path) -> bool:
-    from packaging.markers import InvalidMarker, Marker
-
-    try:
-        return Marker(marker).evaluate(env)
-    except InvalidMarker as e:
-        raise TorchxNbError(f"--packages {path}: cannot read the marker {marker!r} ({e})") from None
-
-
 def _fetched_pin(
     ref: DirectRef, origin: str, index: IndexSettings, pin: FilePin | None = None
 ) -> FilePin:
@@ -499,13 +497,13 @@ def _fetched_pin(
     )
 
 
-def _unresolved(spec: str, env: dict[str, str]) -> FilePin | None:
+def _unresolved(spec: str, env: dict[str, str], where: Path) -> FilePin | None:
     """A requirement as the file says it, for a dry run: its version when it pins one (None
     when its marker does not hold on the image)."""
     from packaging.requirements import Requirement
 
     req = Requirement(spec)
-    if req.marker is not None and not req.marker.evaluate(env):
+    if not marker_holds(req.marker, env, where):
         return None
     exact = [s.version for s in req.specifier if s.operator in ("==", "===")]
     version = exact[0] if len(exact) == 1 and "*" not in exact[0] else UNRESOLVED

@@ -29,7 +29,7 @@ _SITE = re.compile(r"^(?P<dir>(?:[^/]+/)*?lib/python3(?:\.\d+)?/(?:site|dist)-pa
 _OLD_GLIBC = re.compile(r"(?:^|/)libc-(2\.\d+)\.so$")
 _META_LIMIT = 64 * 1024
 _READERS = 4  # layers read at once through a registry
-SCAN_VERSION = 5  # bump when what a scan records changes (invalidates the cache)
+SCAN_VERSION = 6  # bump when what a scan records changes (invalidates the cache)
 
 
 def normalize(name: str) -> str:
@@ -51,6 +51,7 @@ class ImageContents:
     python_path: str | None = None  # the command a job's ``python`` runs (/opt/venv/bin/python)
     python_why: str = ""  # how it was found; when ``python`` is None, what was tried
     records: dict[str, str] = field(default_factory=dict)  # name -> record_identity
+    python_full: str | None = None  # X.Y.Z, when the image says it (its PYTHON_VERSION)
 
     @property
     def platform(self) -> str:
@@ -241,7 +242,18 @@ class _Scan:
             found.command,
             found.why,
             records,
+            _declared_full(env, found.version),
         )
+
+
+def _declared_full(env: list[str] | None, python: str) -> str | None:
+    """The full version of ``python`` (``3.11``) its config declares (``PYTHON_VERSION``, as
+    the official python images set it), when it is that Python's; else None."""
+    for item in env or []:
+        key, _, value = item.partition("=")
+        if key == "PYTHON_VERSION" and re.fullmatch(re.escape(python) + r"\.\d+", value.strip()):
+            return value.strip()
+    return None
 
 
 # files an installer writes (uv adds uv_cache.json for a local wheel), not the wheel's
