@@ -101,3 +101,40 @@ def test_torchx_nb_env_shows_what_the_job_ran_and_how_it_differs_from_the_kernel
     )
     shown = kernel_venv.run("-c", script, handle)
     assert shown.stdout.splitlines() == [*proc.stdout.splitlines(), "['tnbserved']"], shown
+
+
+def test_a_cell_that_changes_directory_still_records_the_workspace_s_distributions(
+    tmp_path: Path,
+) -> None:
+    """Where a distribution came from was judged against the directory the job was in at
+    its end: a cell that ran ``os.chdir`` recorded the workspace's distributions as the
+    image's."""
+    from torchx_nb.environment.record import read_record
+
+    job = tmp_path / "job"
+    for name, data in runner_files().items():
+        (job / name).parent.mkdir(parents=True, exist_ok=True)
+        (job / name).write_bytes(data)
+    (job / "tnbws.py").write_text("V = 1\n")
+    (job / "tnbws-1.0.dist-info").mkdir()
+    (job / "tnbws-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tnbws\nVersion: 1.0\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (job / "cell.py").write_text(f"import os, tnbws\nos.chdir({str(elsewhere)!r})\n")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, ".torchx-nb/cell_main.py", "cell.py"],
+        cwd=job,
+        capture_output=True,
+        text=True,
+        env={"TORCHX_OUTPUT_DIR": str(out), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with open(out / ".torchx-nb" / "environment.json", "rb") as f:
+        env = read_record(f, "local_cwd://t/x")
+    (row,) = [d for d in env.distributions if d.name == "tnbws"]
+    assert (row.version, row.origin) == ("1.0", "workspace")

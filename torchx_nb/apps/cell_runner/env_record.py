@@ -33,11 +33,16 @@ def planned() -> dict[str, dict[str, str]]:
         return {}
 
 
+# the job's folder, as the runner starts in it (imported before the program runs: a cell
+# that changes directory must not turn the workspace's distributions into the image's)
+WORKSPACE = os.getcwd()
+
+
 def _origin(location: str) -> str:
-    where = os.path.abspath(location)
+    where = os.path.abspath(os.path.join(WORKSPACE, location))
     if where == LAYER_DIR or where.startswith(LAYER_DIR + os.sep):
         return "layer"
-    here = os.getcwd()
+    here = WORKSPACE
     if where == here or where.startswith(here + os.sep):
         return "workspace"
     return "image"
