@@ -135,11 +135,11 @@ def docker_env(dockerd: DockerDaemon, monkeypatch: pytest.MonkeyPatch) -> Any:
     return dockerd
 
 
-def _start_slurm(root: Any, accounting: bool) -> SlurmCluster:
+def _start_slurm(root: Any, accounting: bool, preempt: bool = False) -> SlurmCluster:
     reason = slurm_available()
     if reason:
         missing(reason)
-    return SlurmCluster(root, accounting=accounting).start()
+    return SlurmCluster(root, accounting=accounting, preempt=preempt).start()
 
 
 @pytest.fixture(scope="session")
@@ -156,6 +156,23 @@ def slurm_cluster_noacct(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     cluster = _start_slurm(tmp_path_factory.mktemp("slurm-noacct"), accounting=False)
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_preempt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A preempting cluster of its own (partitions spot, spotc and urgent: PREEMPT_CONF in
+    tests/infra/slurm.py), so a preemptor takes the nodes of this cluster's jobs only, never
+    those of the tests that share ``slurm_cluster``."""
+    cluster = _start_slurm(tmp_path_factory.mktemp("slurm-preempt"), accounting=True, preempt=True)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def slurm_preempt_env(slurm_preempt: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
+    """SLURM_CONF naming the preempting cluster, for this process and its children."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_preempt.conf))
+    return slurm_preempt
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ import pytest
 SERVICE_GROUPS = {
     "slurm_cluster": "slurm",
     "slurm_cluster_noacct": "slurm",
+    "slurm_preempt": "slurm-preempt",
     "kube_fake": "kubernetes",
     "gcp_fake": "gcp",
     "kernel_venv": "kernel-venv",

@@ -23,6 +23,22 @@ from tests.infra.dockerd import _stop, _wait, free_port
 NODES = ("127.0.0.1", "127.0.0.2")
 PACKAGES = ("slurmctld", "slurmd", "sbatch", "slurmdbd", "mariadbd", "mariadb-install-db")
 
+# A preempting cluster, as sites run spot-like partitions: a job of ``urgent`` (higher
+# PriorityTier) takes the nodes of a running ``spot`` job (requeued after GraceTime: SIGTERM,
+# then the job is killed and put back in the queue) or ``spotc`` job (cancelled: it ends
+# PREEMPTED). ``spot`` is the default partition. PreemptExemptTime=0: any running job may be
+# preempted at once.
+PREEMPT_CONF = [
+    "PreemptType=preempt/partition_prio",
+    "PreemptMode=REQUEUE",
+    "PreemptExemptTime=00:00:00",
+    "PartitionName=spot Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1"
+    " PreemptMode=REQUEUE GraceTime=5",
+    "PartitionName=spotc Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1"
+    " PreemptMode=CANCEL GraceTime=5",
+    "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF",
+]
+
 
 def slurm_available() -> str | None:
     """None when the daemons are installed and we may run them, else why not."""
@@ -44,8 +60,16 @@ class SlurmCluster:
     accounting: bool = True
     # CPUs per node; more than the machine has (benchmarks: many running jobs) is allowed
     cpus: int = 2
+    # a preempting cluster (PREEMPT_PARTITIONS): its own instance, so a preemptor never meets
+    # another test's jobs
+    preempt: bool = False
     conf: Path = field(init=False)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The ClusterName (sacct's rows are kept per cluster)."""
+        return f"c{os.getpid() % 100000}{'p' if self.preempt else ''}"
 
     @property
     def env(self) -> dict[str, str]:
@@ -72,7 +96,7 @@ class SlurmCluster:
         self.conf = r / "slurm.conf"
         ctld, dbd, db = free_port(), free_port(), free_port()
         lines = [
-            f"ClusterName=c{os.getpid() % 100000}",
+            f"ClusterName={self.name}",
             "SlurmctldHost=localhost(127.0.0.1)",
             f"SlurmctldPort={ctld}",
             "AuthType=auth/none",
@@ -112,7 +136,10 @@ class SlurmCluster:
                 f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1"
                 f" Port={free_port()} CPUs={self.cpus} RealMemory=2000"
             )
-        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        if self.preempt:
+            lines += PREEMPT_CONF
+        else:
+            lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
         if self.accounting:
             self._start_accounting(dbd, db)
@@ -132,8 +159,9 @@ class SlurmCluster:
 
     def _nodes_idle(self) -> bool:
         out = self.run("sinfo", "-h", "-N", "-o", "%N %t", check=False).stdout.split("\n")
-        states = [line.split()[1] for line in out if line.strip()]
-        return len(states) == len(NODES) and all(s.startswith("idle") for s in states)
+        # a node in several partitions has one line per partition
+        states = dict(line.split()[:2] for line in out if line.strip())
+        return len(states) == len(NODES) and all(s.startswith("idle") for s in states.values())
 
     def _start_accounting(self, dbd: int, db: int) -> None:
         r = self.root
@@ -195,7 +223,7 @@ class SlurmCluster:
             "slurmdbd",
             r / "log" / "slurmdbd.log",
         )
-        cluster = f"c{os.getpid() % 100000}"
+        cluster = self.name
         self.run("sacctmgr", "-i", "add", "cluster", cluster)
         self.run("sacctmgr", "-i", "add", "account", "research", f"cluster={cluster}")
         self.run("sacctmgr", "-i", "add", "user", "root", "account=research", f"cluster={cluster}")
@@ -246,3 +274,33 @@ def wait_state(cluster: SlurmCluster, job_id: str, states: set[str], timeout: fl
             return state
         time.sleep(0.3)
     raise AssertionError(f"job {job_id} stayed {state}")
+
+
+def preempt_nodes(cluster: SlurmCluster, seconds: int = 2) -> str:
+    """Submit a job of the ``urgent`` partition that needs both nodes whole (a preempting
+    cluster): Slurm preempts whatever of ``spot`` and ``spotc`` runs. Its job id."""
+    out = cluster.run(
+        "sbatch", "--parsable", "-p", "urgent", "--exclusive", "-N2", f"--wrap=sleep {seconds}"
+    )
+    return out.stdout.strip().split(";", 1)[0]
+
+
+def job_fields(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
+    """``scontrol show job``'s KEY=VALUE words (the leader's, for a heterogeneous job)."""
+    out = cluster.run("scontrol", "show", "job", job_id, check=False).stdout
+    fields: dict[str, str] = {}
+    for word in out.split():
+        key, sep, value = word.partition("=")
+        if sep:
+            fields.setdefault(key, value)
+    return fields
+
+
+def requeue_hold(cluster: SlurmCluster, job_id: str) -> float:
+    """Seconds a requeued job is held (Reason=BeginTime): from its requeue (Slurm's SubmitTime
+    is reset to it) to its EligibleTime."""
+    from datetime import datetime
+
+    fields = job_fields(cluster, job_id)
+    submit, eligible = (datetime.fromisoformat(fields[k]) for k in ("SubmitTime", "EligibleTime"))
+    return (eligible - submit).total_seconds()

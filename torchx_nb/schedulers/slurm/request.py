@@ -18,6 +18,32 @@ JOB_ID_VAR = '"$SLURM_JOB_ID"'
 # an array task's own id, as users and our trial handles name it: ARRAYID_INDEX
 TASK_ID_VAR = '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"'
 
+# What the script does when its srun failed. Slurm's record decides why (a preemption and a
+# cancel also reach the program as SIGTERM): with a PreemptTime the job is being preempted, so
+# the script waits for Slurm to requeue it (PreemptMode=REQUEUE) or end it PREEMPTED (CANCEL)
+# when its GraceTime is over: exiting now would end it FAILED. A job Slurm is already ending
+# (COMPLETING: a cancel, a requeue, a time limit) failed no program either. Only a program's
+# own failure counts against TORCHX_MAX_RETRIES, in a file kept per job id across requeues
+# (SLURM_RESTART_COUNT counts every requeue, preemptions included). Bash, in the script's
+# f-string: ``{failures}`` is the quoted outputs folder.
+_REQUEUE_ON_FAILURE = """\
+    slurm_says=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null || true)
+    case "$slurm_says" in
+    *PreemptTime=[0-9]*)
+        echo "job preempted: Slurm requeues or ends it once its grace time is over"
+        while :; do sleep 60; done ;;
+    *JobState=COMPLETING*) ;;
+    *)
+        failures_file={failures}/".failures-$SLURM_JOB_ID"
+        failures=$(( $(cat "$failures_file" 2>/dev/null || echo 0) + 1 ))
+        # no folder to count in: every requeue counts, as in TorchX
+        echo "$failures" > "$failures_file" || failures=$(( ${{SLURM_RESTART_COUNT:-0}} + 1 ))
+        echo "program failures: $failures of $TORCHX_MAX_RETRIES retries"
+        if [ "$TORCHX_MAX_RETRIES" -ge "$failures" ]; then
+            scontrol requeue "$SLURM_JOB_ID"
+        fi ;;
+    esac"""
+
 
 def _quote(arg: str, job_id: str = JOB_ID_VAR) -> str:
     """``arg`` shell-quoted, with the job-id placeholder becoming ``job_id`` (a shell
@@ -114,9 +140,7 @@ set -e
 
 echo "job exited with code $exitcode"
 if [ $exitcode -ne 0 ]; then
-    if [ "$TORCHX_MAX_RETRIES" -gt "${{SLURM_RESTART_COUNT:-0}}" ]; then
-        scontrol requeue "$SLURM_JOB_ID"
-    fi
+{_REQUEUE_ON_FAILURE.format(failures=shlex.quote(self.outputs_root))}
     exit $exitcode
 fi
 """
