@@ -391,3 +391,61 @@ def test_a_failed_jobs_detail_carries_its_failure_cards(
         ok = runner.run(sh("fine", "true"), "local_cwd", {})
         runner.wait(ok, wait_interval=0.1, timeout=60)
     assert get(lab, f"{API}/jobs/{enc(ok)}")["failures"] == []
+
+
+def test_a_submission_whose_backend_or_registry_does_not_answer_is_503_not_400(
+    tmp_path: Path,
+) -> None:
+    """POST /jobs against a server whose AWS endpoint and registry nobody listens on (real
+    boto3 and the real registry client, connection refused): the dry run's role lookup and
+    the build's push are outages, 503 with the error's own line, not a 400 telling the user
+    their request is wrong (every dry-run failure was a 400); a request that is wrong stays
+    a 400 naming the fix. Nothing is submitted either way."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from tests.infra.dockerd import free_port
+    from tests.server.test_rest_notebook_jobs import post
+
+    nobody = free_port()  # nothing listens there
+    root = tmp_path / "root"
+    root.mkdir()
+    nbformat.write(new_notebook(cells=[new_code_cell("print(1)")]), root / "a.ipynb")
+    env = {
+        "TORCHX_NB_DATA_DIR": str(tmp_path / "data"),
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{nobody}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-west-2",
+    }
+    with jupyter_lab(root, env=env) as server:
+        base = {"notebook": "a.ipynb", "image": f"127.0.0.1:{nobody}/base:1"}
+        status, answer = post(
+            server,
+            f"{API}/jobs",
+            {
+                **base,
+                "scheduler": "aws_sagemaker",
+                "cfg": {"instance_type": "ml.m5.large", "role": "R"},
+            },
+        )
+        assert status == 503, answer
+        assert answer["reason"] == (
+            "cannot look up the IAM role 'R': cannot reach the AWS endpoint (Could not connect"
+            f' to the endpoint URL: "http://127.0.0.1:{nobody}/"); check AWS_ENDPOINT_URL and'
+            " the network"
+        )
+        conforms(answer, "/torchx-nb/api/jobs", "post", "503")
+        status, answer = post(
+            server, f"{API}/jobs", {**base, "scheduler": "aws_batch", "cfg": {"queue": "q"}}
+        )
+        assert status == 503, answer
+        assert answer["reason"] == (
+            f"registry 127.0.0.1:{nobody} is unreachable (http); check the host and port of"
+            " image_repo"
+        )
+        status, answer = post(server, f"{API}/jobs", {**base, "scheduler": "aws_batch"})
+        assert status == 400, answer
+        assert answer["reason"].startswith("missing required option 'queue'"), answer
+        assert get(server, f"{API}/jobs")["total"] == 0
+        assert "Traceback" not in server.log_text()

@@ -10,6 +10,7 @@ from typing import Any
 from torchx_nb.lazy import LazyClient
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.specs.exceptions import AwsError as AwsError
+from torchx_nb.specs.exceptions import AwsUnavailable
 from torchx_nb.specs.log_line import LogLine
 from torchx_nb.version import __version__
 
@@ -35,7 +36,7 @@ def aws_error(e: BaseException, what: str) -> TorchxNbError:
             f"{what}: no AWS region; set AWS_DEFAULT_REGION (or region in ~/.aws/config)"
         )
     if name == "EndpointConnectionError":
-        return AwsError(
+        return AwsUnavailable(
             f"{what}: cannot reach the AWS endpoint ({e}); check AWS_ENDPOINT_URL and the network"
         )
     response = getattr(e, "response", None)
@@ -43,7 +44,7 @@ def aws_error(e: BaseException, what: str) -> TorchxNbError:
         code = error_code(e) or name
         msg = response.get("Error", {}).get("Message", str(e))
         if code in ("ThrottlingException", "TooManyRequestsException"):
-            return AwsError(
+            return AwsUnavailable(
                 f"{what}: AWS is throttling requests even after retries; try again later"
             )
         return AwsError(f"{what}: {code}: {msg}")

@@ -177,7 +177,8 @@ class JobsHandler(Base):
     async def post(self) -> None:
         """Run a notebook as a job (the body: notebook, parameters, scheduler, cfg, image,
         resource, name, cell_timeout): 201 with its row; 400 with the one-line reason, before
-        anything is built or submitted, for anything that cannot run."""
+        anything is built or submitted, for anything that cannot run; a backend, registry or
+        daemon that does not answer is 503 (or 502) with its line, as the table says."""
         service = self.jobs()
         sub = parse_submission(self.request.body, service.root_dir)
         self.write_json(

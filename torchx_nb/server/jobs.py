@@ -46,7 +46,7 @@ from torchx_nb.server.pages import (
 from torchx_nb.server.submit import BadSubmission, NotebookSubmission
 from torchx_nb.specs.api import AppState, message_text
 from torchx_nb.specs.exceptions import BadEventId as BadEventId
-from torchx_nb.specs.exceptions import BadParameter, JobStoreError
+from torchx_nb.specs.exceptions import BadParameter, refuses
 from torchx_nb.specs.exceptions import JobEnded as JobEnded
 
 JOBS_PAGE_MAX = 500
@@ -336,8 +336,9 @@ class JobService:
 
     def submit_notebook(self, sub: NotebookSubmission) -> dict[str, Any]:
         """Run a notebook as a job through the one submit path: first checked as a dry run
-        (any refusal is ``BadSubmission``, nothing built), then built, submitted and recorded;
-        the job's row."""
+        (a refusal is ``BadSubmission``, nothing built; a backend, registry or daemon the
+        check needed that does not answer is the table's 5xx, with its line), then built,
+        submitted and recorded; the job's row."""
         from torchx_nb.runner import RunRequest
 
         runner = self.runner
@@ -357,13 +358,13 @@ class JobService:
         )
         try:
             runner.prepare(request)
-        except JobStoreError:
-            raise
         except BadParameter as e:  # the body's field, not the CLI's flag
             field = "typed_parameters" if e.name in sub.typed else "parameters"
             raise BadSubmission(f"{field}.{e.name}: {e.why}") from None
         except Exception as e:
-            raise BadSubmission(one_line(e)) from None
+            if refuses(e):
+                raise BadSubmission(one_line(e)) from None
+            raise
         handle = runner.submit(runner.prepare(request, build=True))
         rec = runner.jobstore.get(handle)
         return redact(self.row(rec)) if rec is not None else {"handle": handle}

@@ -224,15 +224,23 @@ class WorkspaceError(TorchxNbError):
 
 
 class DockerUnavailableError(TorchxNbError):
-    """No Docker daemon answers."""
+    """No Docker daemon answers (HTTP 503)."""
 
 
 class RegistryError(TorchxNbError):
     """A registry refused or could not be reached."""
 
 
+class RegistryUnreachable(RegistryError):
+    """No registry answers at the image's host and port (HTTP 503)."""
+
+
 class AwsError(TorchxNbError):
     """An AWS call failed in a way the user can fix."""
+
+
+class AwsUnavailable(AwsError):
+    """The AWS endpoint cannot be reached, or throttles even after retries (HTTP 503)."""
 
 
 class GcpError(TorchxNbError):
@@ -244,8 +252,16 @@ class GcpError(TorchxNbError):
         self.reason = reason
 
 
+class GcpUnreachable(GcpError):
+    """Google's API cannot be reached (HTTP 503)."""
+
+
 class KubernetesError(TorchxNbError):
     """A Kubernetes call failed in a way the user can fix."""
+
+
+class KubernetesUnreachable(KubernetesError):
+    """The Kubernetes API server cannot be reached (HTTP 503)."""
 
 
 class SlurmError(TorchxNbError):
@@ -274,23 +290,21 @@ class BadParameter(ValueError):
 
 
 # -- the one table: what an error means at the edges ------------------------------------------
-# (HTTP status of the REST API, exit code of the CLI); the nearest class of an error's MRO that
-# is listed decides. An error listed nowhere: the CLI exits 1, and the server answers for the
-# failure of what it asked (``UpstreamError``, 502, unless the endpoint says 503).
+# (HTTP status of the REST API, exit code of the CLI) and the errors that mean it; the nearest
+# class of an error's MRO that is listed decides. An error listed nowhere: the CLI exits 1, and
+# the server answers for the failure of what it asked (``UpstreamError``, 502, unless the
+# endpoint says 503).
+_MEANINGS: tuple[tuple[int, int, tuple[type[BaseException], ...]], ...] = (
+    (400, 2, (BadRequest, BadRegex, CliError, ComponentArgError)),
+    (404, 1, (UnknownAppException, NoSuchJob, NoSuchReplica, NoResult)),
+    (409, 1, (JobEnded,)),
+    (500, 1, (JobStoreError, ServerFailed)),
+    (502, 1, (UpstreamError,)),
+    (503, 1, (UpstreamUnavailable, DockerUnavailableError, RegistryUnreachable)),
+    (503, 1, (AwsUnavailable, GcpUnreachable, KubernetesUnreachable)),
+)
 ANSWERS: dict[type[BaseException], tuple[int, int]] = {
-    BadRequest: (400, 2),
-    BadRegex: (400, 2),
-    CliError: (400, 2),
-    ComponentArgError: (400, 2),
-    UnknownAppException: (404, 1),
-    NoSuchJob: (404, 1),
-    NoSuchReplica: (404, 1),
-    NoResult: (404, 1),
-    JobEnded: (409, 1),
-    JobStoreError: (500, 1),
-    ServerFailed: (500, 1),
-    UpstreamError: (502, 1),
-    UpstreamUnavailable: (503, 1),
+    klass: (status, code) for status, code, classes in _MEANINGS for klass in classes
 }
 
 
@@ -311,3 +325,13 @@ def exit_status(e: BaseException) -> int:
     """The CLI's exit code for ``e``: 2 for a usage error, else 1."""
     found = _answer(e)
     return found[1] if found else 1
+
+
+def refuses(e: BaseException) -> bool:
+    """Whether ``e``, raised while a request is checked (a dry run, before anything is built),
+    says that the request cannot run: one of our errors, or a ``ValueError``, that the table
+    does not call the failure of something the check needed (a backend, registry or daemon
+    that does not answer: a 5xx). A refusal is the caller's to fix (a 400); anything else
+    is an outage, answered by the table."""
+    status = http_status(e)
+    return (status is None or status < 500) and isinstance(e, (TorchxNbError, ValueError))

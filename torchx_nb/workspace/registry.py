@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from torchx_nb.specs.exceptions import RegistryError as RegistryError
+from torchx_nb.specs.exceptions import RegistryUnreachable
 from torchx_nb.workspace.registry_auth import (
     Credentials,
     docker_credentials,
@@ -149,7 +150,7 @@ class RegistryClient:
                         method, self._url(path), headers=headers, timeout=60, **kwargs
                     )
         except requests.ConnectionError:
-            raise RegistryError(
+            raise RegistryUnreachable(
                 f"registry {self.host} is unreachable ({self.scheme}); check the host and port"
                 " of image_repo"
             ) from None

@@ -16,6 +16,7 @@ from torchx_nb.specs.api import (
     TorchxNbError,
 )
 from torchx_nb.specs.exceptions import GcpError as GcpError
+from torchx_nb.specs.exceptions import GcpUnreachable
 
 
 def storage_client(credentials: Any = None) -> Any:
@@ -90,7 +91,7 @@ def gcp_error(e: BaseException, what: str, endpoint: str = "") -> TorchxNbError:
         )
     if name in ("TransportError", "ConnectionError", "ConnectTimeout", "ReadTimeout"):
         where = endpoint or "Google's API"
-        return GcpError(
+        return GcpUnreachable(
             f"{what}: cannot reach {where} ({_api_message(e)[:200]}); check the network"
             f" (and {BATCH_ENDPOINT_ENV} / {LOGGING_ENDPOINT_ENV} if set)"
         )

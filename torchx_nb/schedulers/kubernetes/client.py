@@ -10,6 +10,7 @@ from torchx_nb.specs.api import (
     TorchxNbError,
 )
 from torchx_nb.specs.exceptions import KubernetesError as KubernetesError
+from torchx_nb.specs.exceptions import KubernetesUnreachable
 
 
 def _kube_error(e: BaseException, what: str) -> TorchxNbError:
@@ -35,7 +36,7 @@ def _kube_error(e: BaseException, what: str) -> TorchxNbError:
         return KubernetesError(f"{what}: {message} (HTTP {status})")
     text = " ".join(str(e).split())
     if "MaxRetryError" in type(e).__name__ or "Connection" in text or "connect" in text:
-        return KubernetesError(
+        return KubernetesUnreachable(
             f"{what}: cannot reach the Kubernetes API server ({text[:200]}); check the cluster"
             " and your kubeconfig's server"
         )
