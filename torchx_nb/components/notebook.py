@@ -11,7 +11,6 @@ from typing import Any
 
 import torchx_nb
 from torchx_nb import specs
-from torchx_nb.apps.cell_runner.notebook import PARAMETERS_FILE
 from torchx_nb.components.cell import RUNNER
 from torchx_nb.specs.exceptions import BadParameter
 from torchx_nb.specs.program import CellApp, NotebookProgram
@@ -242,6 +241,8 @@ def parameters_file(program: NotebookProgram) -> dict[str, bytes]:
     (``repr``, read back with ``ast.literal_eval``), so tuples, sets, bytes and non-text dict
     keys arrive as they were, and no value is bounded by the environment's size."""
     values = {k: v for k, v in program.parameters}
+    from torchx_nb.apps.cell_runner.notebook import PARAMETERS_FILE  # the job's (asyncio)
+
     return {f".torchx-nb/{PARAMETERS_FILE}": repr(values).encode()}
 
 

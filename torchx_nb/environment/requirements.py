@@ -26,6 +26,8 @@ from torchx_nb.environment.lockfile import (
     marker_holds,
     pins_from_lock,
 )
+from torchx_nb.environment.packages_option import check_packages_option as check_packages_option
+from torchx_nb.environment.packages_option import split_option
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.workspace.image_contents import normalize
 
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
     from torchx_nb.workspace.image_contents import ImageContents
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;#]+)")
-_ASKED = re.compile(r"^(?P<file>.+?)\[(?P<names>[A-Za-z0-9._,\s-]*)\]$")
 UNRESOLVED = "(at submit)"
 _MAX_DEPTH = 10
 _COMMENT = re.compile(r"(^|\s+)#.*$")  # pip's: a '#' at the start or after a space
@@ -54,39 +55,6 @@ _INDEX_OPTIONS = frozenset(
 _URL = re.compile(
     r"^(?:(?:[A-Za-z][A-Za-z0-9+.-]*\+)?(?:https?|ftp|ssh|git|svn|hg|bzr)://|(?:git|hg|svn|bzr)\+file:)"
 )
-
-
-def split_option(value: str) -> tuple[Path, tuple[str, ...]]:
-    """``FILE[extra,group]`` -> the file and the names asked for."""
-    m = _ASKED.match(value.strip())
-    if m is None:
-        return Path(value.strip()).expanduser(), ()
-    names = tuple(n.strip() for n in m["names"].split(",") if n.strip())
-    return Path(m["file"]).expanduser(), names
-
-
-def check_packages_option(value: str) -> str:
-    """``auto``, ``none`` or an existing requirements.txt / pyproject.toml / uv.lock; else one
-    line naming the fix (before anything is built)."""
-    v = value.strip()
-    if v.lower() in ("auto", "none"):
-        return v.lower()
-    path, asked = split_option(v)
-    if not path.is_file():
-        raise TorchxNbError(
-            f"--packages {value!r}: no such file; use auto, none, or a requirements.txt,"
-            " pyproject.toml or uv.lock"
-        )
-    if path.name != "uv.lock" and path.suffix not in (".txt", ".toml", ".in"):
-        raise TorchxNbError(
-            f"--packages {value!r}: give a requirements.txt, a pyproject.toml or a uv.lock"
-        )
-    if asked and path.suffix not in (".toml", ".lock"):
-        raise TorchxNbError(
-            f"--packages {value!r}: [names] (extras, dependency groups) go with a"
-            " pyproject.toml or a uv.lock"
-        )
-    return f"{path}[{','.join(asked)}]" if asked else str(path)
 
 
 def _is_path(spec: str, base: Path) -> Path | None:

@@ -212,7 +212,7 @@ class Submitting(RunnerCore):
         """What the job's environment layer holds: as asked, else ``[cli:run] packages``,
         else auto (checked: auto, none, or an existing requirements file)."""
         from torchx_nb import config
-        from torchx_nb.environment.requirements import check_packages_option
+        from torchx_nb.environment.packages_option import check_packages_option
 
         value = request.packages or config.cli_defaults("run").get("packages") or "auto"
         return check_packages_option(str(value))
@@ -473,7 +473,7 @@ class Submitting(RunnerCore):
     ) -> AppHandle:
         """Submit ``app``; ``record`` (cell_hash, notebook) goes into the job store too;
         ``packages``: the environment (auto, none, or a requirements file)."""
-        from torchx_nb.environment.requirements import check_packages_option
+        from torchx_nb.environment.packages_option import check_packages_option
 
         info = self.dryrun(
             app,

@@ -10,8 +10,7 @@ import difflib
 import json
 import re
 import typing
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torchx_nb.specs.exceptions import InvalidRunConfigException
@@ -53,14 +52,58 @@ def _split(value: str) -> list[str]:
     return [p for p in re.split(r"[,;]", value) if p]
 
 
-@dataclass
 class runopt:
-    """One scheduler option: default, type, whether required, help."""
+    """One scheduler option: default, type, whether required, help. ``help`` may be given
+    as a function, called the first time it is read: typed options take their help from
+    their source's docstrings, which only ``--help``, previews and errors need (reading them
+    cost a run ~90 ms)."""
 
-    default: CfgVal
-    opt_type: Any
-    is_required: bool
-    help: str
+    __slots__ = ("_help", "_help_of", "default", "is_required", "opt_type")
+    _help: str
+    _help_of: Callable[[], str] | None
+
+    def __init__(
+        self,
+        default: CfgVal,
+        opt_type: Any,
+        is_required: bool,
+        help: str | Callable[[], str] = "",
+    ) -> None:
+        self.default = default
+        self.opt_type = opt_type
+        self.is_required = is_required
+        self.help = help  # the setter takes a function too
+
+    @property
+    def help(self) -> str:
+        if self._help_of is not None:
+            self._help, self._help_of = self._help_of(), None
+        return self._help
+
+    @help.setter
+    def help(self, value: str | Callable[[], str]) -> None:
+        if callable(value):
+            self._help_of, self._help = value, ""
+        else:
+            self._help_of, self._help = None, value
+
+    def __repr__(self) -> str:
+        return (
+            f"runopt(default={self.default!r}, opt_type={self.opt_type!r},"
+            f" is_required={self.is_required!r}, help={self.help!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, runopt):
+            return NotImplemented
+        return (self.default, self.opt_type, self.is_required, self.help) == (
+            other.default,
+            other.opt_type,
+            other.is_required,
+            other.help,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # as a dataclass's: mutable, unhashable
 
     @property
     def is_type_list_of_str(self) -> bool:
@@ -192,7 +235,7 @@ class runopts:
         self,
         cfg_key: str,
         type_: Any,
-        help: str,
+        help: str | Callable[[], str],
         default: CfgVal = None,
         required: bool = False,
     ) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from torchx_nb.specs.api import CfgVal, InvalidRunConfigException, as_cfg, runopts
@@ -73,7 +73,16 @@ class StructuredOpts:
     @classmethod
     def _build_runopts(cls) -> runopts:
         opts = runopts()
-        docs = _field_docs(cls)
+        docs: list[dict[str, str]] = []  # read on the first help asked for, once per class
+
+        def doc_of(name: str) -> Callable[[], str]:
+            def read() -> str:
+                if not docs:
+                    docs.append(_field_docs(cls))
+                return docs[0].get(name, "")
+
+            return read
+
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if f.name.startswith("_"):
@@ -84,7 +93,7 @@ class StructuredOpts:
             opts.add(
                 cls._cfg_key(f),
                 type_=tp,
-                help=docs.get(f.name, ""),
+                help=doc_of(f.name),
                 default=default,
                 required=required,
             )
@@ -121,7 +130,7 @@ class StructuredOpts:
         if partial:
             relaxed = runopts()
             for key, opt in opts:
-                relaxed.add(key, opt.opt_type, opt.help)
+                relaxed.add(key, opt.opt_type, lambda o=opt: o.help)  # type: ignore[misc]
             opts = relaxed
         resolved = opts.resolve(
             {cls._cfg_key(f): values[f.name] for f in dataclasses.fields(cls) if f.name in values}
