@@ -272,6 +272,8 @@ export interface INotebookSubmission {
   typed_parameters?: Record<string, string>;
   scheduler?: string | null;
   cfg?: Record<string, string | number | boolean | string[]>;
+  /** The options as the user typed them, read on the server as the CLI's `-cfg` reads them. */
+  typed_cfg?: string | null;
   image?: string | null;
   resource?: string | null;
   cell_timeout?: number | null;

@@ -6,7 +6,8 @@
  * A parameter is sent only when the user changed it, as the text typed (`typed_parameters`):
  * the server reads it as `run-notebook -p` does (a Python literal, else the text itself). A
  * value left alone is never sent, so the notebook keeps its own `n = 1_000`, its multi-line
- * dict and its `'http://x/#frag'` exactly as written.
+ * dict and its `'http://x/#frag'` exactly as written. The options (`-cfg`) are sent as typed
+ * too (`typed_cfg`), for the CLI's own parser to read: a value holding `,` or `=` stays whole.
  */
 import { Widget } from '@lumino/widgets';
 
@@ -51,7 +52,7 @@ export class RunNotebookForm extends Widget {
     this._resource = el('input', 'tnb-run-resource jp-mod-styled');
     this._resource.placeholder = 'e.g. cpu.small, gpu.small';
     this._cfg = el('input', 'tnb-run-cfg jp-mod-styled');
-    this._cfg.placeholder = 'k=v,k2=v2';
+    this._cfg.placeholder = 'k=v,k2=v2 (as -cfg takes them)';
     this._timeout = el('input', 'tnb-run-timeout jp-mod-styled');
     this._timeout.type = 'number';
     this._timeout.min = '1';
@@ -104,13 +105,6 @@ export class RunNotebookForm extends Widget {
   }
 
   getValue(): INotebookSubmission {
-    const cfg: Record<string, string> = {};
-    for (const pair of this._cfg.value.split(',')) {
-      const [k, ...v] = pair.split('=');
-      if (k.trim()) {
-        cfg[k.trim()] = v.join('=').trim();
-      }
-    }
     const typed: Record<string, string> = {};
     for (const [input, initial] of this._params) {
       if (input.value !== initial) {
@@ -122,7 +116,8 @@ export class RunNotebookForm extends Widget {
       notebook: this.path,
       scheduler: this._scheduler.value || null,
       typed_parameters: typed,
-      cfg,
+      // as typed: the server reads it with the CLI's -cfg parser (quotes, commas in values)
+      typed_cfg: this._cfg.value.trim() || null,
       image: this._image.value.trim() || null,
       resource: this._resource.value.trim() || null,
       cell_timeout: this._timeout.value && timeout > 0 ? timeout : null

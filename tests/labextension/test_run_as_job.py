@@ -144,7 +144,9 @@ def test_the_dialog_keeps_every_value_as_written_and_sends_only_what_changed(
     '1_000', "{'depth'…}", '(2, 3)', '.5', '{' and "'http://x/" as strings. Now every value
     shows as written (the multi-line dict in a text area, with its lines), only the values
     the user changed are sent, exactly as typed, and the job gets them read as -p reads them;
-    the others stay the notebook's own."""
+    the others stay the notebook's own. The Options field is sent as typed too and read by
+    the CLI's -cfg parser: a value holding ',' and '=' (here a log folder) reaches the job
+    whole (the dialog split it itself: 'log_dir="…/logs' and an unknown option 'run')."""
     root = tmp_path / "lab"
     root.mkdir()
     cells = [
@@ -186,6 +188,9 @@ def test_the_dialog_keeps_every_value_as_written_and_sends_only_what_changed(
         grid.fill("{'lr': [1e-3],\n 'seed': 8}")
         form.locator(".tnb-run-param[name='n']").fill("2")
         form.locator(".tnb-run-param[name='n']").fill("1_000")
+        logs = tmp_path / "logs,run=2"
+        options = f'log_dir="{logs}"'
+        form.locator(".tnb-run-cfg").fill(options)
         changed = form.locator(".tnb-run-param.tnb-run-changed")
         assert sorted(changed.nth(i).get_attribute("name") or "" for i in range(4)) == [
             "grid",
@@ -208,10 +213,14 @@ def test_the_dialog_keeps_every_value_as_written_and_sends_only_what_changed(
             "grid": "{'lr': [1e-3],\n 'seed': 8}",
         }, body
         assert "parameters" not in body  # no value the user left alone travels
+        assert body["typed_cfg"] == options and "cfg" not in body, body
 
         view = page.locator(".tnb-detail", has=page.locator(".tnb-detail-name", has_text="sweep"))
         view.locator(".tnb-open-executed").wait_for(timeout=90_000)
         assert view.locator(".tnb-badge").first.inner_text() == "SUCCEEDED"
+        folder = view.locator(".tnb-fact-log").inner_text()
+        assert folder.startswith(f"{logs}/"), folder  # the option as typed, comma and '=' kept
+        assert [p for p in logs.rglob("*") if p.is_file()], "the job's logs are in that folder"
         view.locator(".tnb-open-executed").click()
         page.wait_for_selector(".lm-TabBar-tab:has-text('sweep.executed.ipynb')", timeout=30_000)
         page.wait_for_function(

@@ -128,6 +128,11 @@ def test_a_notebook_runs_from_the_api_and_comes_back_beside_it(
         ({"notebook": "reports/daily.ipynb", "cell_timeout": True}, "cell_timeout must be a"),
         ({"notebook": "reports/daily.ipynb", "image": "a b"}, "image must be text without"),
         ({"notebook": "reports/daily.ipynb", "cfg": {"nosuch": 1}}, "nosuch"),
+        (  # the options as typed, read by the CLI's -cfg parser: its words, the field named
+            {"notebook": "reports/daily.ipynb", "typed_cfg": 'log_dir="/tmp/a,b=c'},
+            "typed_cfg: cannot parse scheduler options 'log_dir=\"/tmp/a,b=c': unterminated",
+        ),
+        ({"notebook": "reports/daily.ipynb", "typed_cfg": "a=1\nb=2"}, "typed_cfg must be"),
         (  # sbatch refused it after the build: a 502 where a 400 belongs
             {"notebook": "reports/daily.ipynb", "scheduler": "slurm", "cfg": {"time": "abc"}},
             "slurm option time='abc' is not a Slurm time limit: give minutes (90),",

@@ -346,12 +346,18 @@ class JobService:
         known = runner.scheduler_backends()
         if scheduler not in known:
             raise BadSubmission(f"scheduler {scheduler!r} is not one of {', '.join(known)}")
+        if sub.typed_cfg:  # the field's name in its refusal (the run reads it once more)
+            try:
+                runner.cfg_from_str(scheduler, sub.typed_cfg)
+            except ValueError as e:
+                raise BadSubmission(f"typed_cfg: {one_line(e)}") from None
         request = RunRequest(
             run_notebook=sub.notebook,
             parameters=sub.parameters,
             cell_timeout=sub.cell_timeout,
             scheduler=scheduler,
             scheduler_defaults={scheduler: sub.cfg},
+            cfg=(sub.typed_cfg,) if sub.typed_cfg else (),
             image=sub.image,
             resource=sub.resource,
             name=sub.name,

@@ -27,6 +27,7 @@ class NotebookSubmission:
     parameters: dict[str, Any] = field(default_factory=dict)
     scheduler: str | None = None
     cfg: dict[str, Any] = field(default_factory=dict)
+    typed_cfg: str | None = None  # the options as typed, read by -cfg's parser
     image: str | None = None
     resource: str | None = None
     name: str | None = None
@@ -162,6 +163,7 @@ def parse_submission(raw: bytes, root_dir: str | None) -> NotebookSubmission:
         parameters=_parameters(body),
         scheduler=body.get("scheduler") or None,
         cfg=dict(body.get("cfg") or {}),
+        typed_cfg=(body.get("typed_cfg") or "").strip() or None,
         image=body.get("image") or None,
         resource=body.get("resource") or None,
         name=body.get("name") or None,
