@@ -30,26 +30,22 @@ from torchx_nb.schedulers.abilities import (
     TakesTypedOptions,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
-from torchx_nb.schedulers.cancellers import cancel_ending, canceller
+from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.local_cwd_request import (
     PopenRequest,
     ReplicaParam,
     check_app_id,
     format_request,
-    role_from_json,
     role_to_json,
 )
+from torchx_nb.schedulers.local_cwd_status import read_pidfile, response_from_files
 from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans, start_ticks
 from torchx_nb.schedulers.logs import LineSplitter, LineTimes, tail_wait
 from torchx_nb.schedulers.outputs import OUTPUT_DIR_ENV
 from torchx_nb.specs.api import (
-    NONE,
     AppDef,
     AppDryRunInfo,
-    AppState,
-    ReplicaStatus,
-    RoleStatus,
     is_terminal,
     macros,
     make_app_handle,
@@ -95,15 +91,6 @@ def _reaped(pid: int) -> bool:
     except ChildProcessError:
         return True
     return done == pid
-
-
-def _read_pidfile(path: Path) -> tuple[int | None, int | None]:
-    """(pid, start ticks) from ``supervisor.pid`` (``PID TICKS``; older files hold a pid only)."""
-    try:
-        parts = path.read_text().split()
-        return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
-    except (FileNotFoundError, ValueError, IndexError):
-        return None, None
 
 
 @dataclass(kw_only=True)
@@ -366,135 +353,7 @@ class LocalCwdScheduler(
         found = self._read(app_id)
         if found is None:
             return None
-        request, state = found
-        state_dir = self._app_dir(app_id)
-        resp = DescribeAppResponse(
-            app_id=app_id,
-            num_restarts=0,
-            ui_url=f"file://{request['log_dir']}",
-            roles=[role_from_json(r) for r in request["roles"]],
-        )
-        sup_pid, sup_ticks = _read_pidfile(state_dir / "supervisor.pid")
-        sup_alive = is_same_process(sup_pid, sup_ticks)
-        if state is None:
-            if (state_dir / "cancel").exists() and not sup_alive:
-                resp.state = AppState.CANCELLED
-                with contextlib.suppress(OSError, ValueError, AttributeError):
-                    by = json.loads((state_dir / "cancel").read_text()).get("by")
-                    resp.msg = f"it {cancel_ending({'cancelled_by': by}, None)} before it started"
-            elif sup_pid is not None and not sup_alive:
-                resp.state = AppState.FAILED
-                resp.msg = f"the job's supervisor exited before starting it: see {state_dir}/supervisor.log"
-            else:
-                resp.state = AppState.PENDING
-            resp.roles_statuses = [
-                RoleStatus(
-                    role,
-                    [ReplicaStatus(i, resp.state, role, "localhost") for i in range(len(params))],
-                )
-                for role, params in request["role_params"].items()
-            ]
-            return resp, (sup_pid, sup_ticks)
-        replica_states: list[AppState] = []
-        for role, reps in state["roles"].items():
-            statuses = []
-            for i, rep in enumerate(reps):
-                code = rep["exitcode"]
-                if code is None:
-                    rs = (
-                        AppState.CANCELLED
-                        if state["final_state"] == "CANCELLED"
-                        else AppState.RUNNING
-                    )
-                elif code == 0:
-                    rs = AppState.SUCCEEDED
-                elif state["cancelled"]:
-                    rs = AppState.CANCELLED
-                else:
-                    rs = AppState.FAILED
-                replica_states.append(rs)
-                statuses.append(
-                    ReplicaStatus(
-                        i,
-                        rs,
-                        role,
-                        "localhost",
-                        structured_error_msg=self._error_msg(rep),
-                        exit_code=code,
-                        # Popen's return code: -N is signal N; a positive code is the
-                        # process's own (os._exit(139) is not a SIGSEGV)
-                        signal=None if code is None else max(0, -code),
-                        ended=rep.get("ended"),
-                    )
-                )
-            resp.roles_statuses.append(RoleStatus(role, statuses))
-        resp.started = state.get("started")
-        supervisor = (state.get("supervisor_pid"), state.get("supervisor_start_ticks", sup_ticks))
-        final = state.get("final_state")
-        if final:
-            resp.state = AppState[final]
-            ends = [rep.get("ended") for reps in state["roles"].values() for rep in reps]
-            resp.ended = max((e for e in ends if e), default=None) or state.get("ended")
-        elif not is_same_process(*supervisor):
-            stopped = kill_orphans(state)
-            if (state_dir / "cancel").exists():
-                resp.state = AppState.CANCELLED
-            else:
-                resp.state = AppState.FAILED
-                resp.msg = "the job's supervisor was killed" + (
-                    f"; {stopped} leftover processes were stopped" if stopped else ""
-                )
-        elif state["cancelled"]:
-            resp.state = AppState.RUNNING
-            resp.msg = "cancelling"
-        else:
-            resp.state = AppState.RUNNING
-        ending = cancel_ending(state, supervisor[0])
-        if resp.state == AppState.CANCELLED and ending:
-            resp.msg = f"it {ending}"
-            for role_status in resp.roles_statuses:
-                for rep in role_status.replicas:
-                    if rep.state == AppState.CANCELLED:
-                        rep.ending = ending
-        failed = [
-            f"{role}/{i} exited with code {rep['exitcode']}"
-            for role, reps in state["roles"].items()
-            for i, rep in enumerate(reps)
-            if rep["exitcode"] not in (None, 0) and not state["cancelled"]
-        ]
-        if failed and resp.msg == NONE:
-            resp.msg = "; ".join(failed)
-        log_errors = sorted(
-            {
-                f"{role}/{i} {rep['log_error']}"
-                for role, reps in state["roles"].items()
-                for i, rep in enumerate(reps)
-                if rep.get("log_error")
-            }
-        )
-        if log_errors:
-            resp.msg = "; ".join(([] if resp.msg == NONE else [resp.msg]) + log_errors)
-        errors = [
-            r.structured_error_msg
-            for rs in resp.roles_statuses
-            for r in rs.replicas
-            if r.structured_error_msg != NONE
-        ]
-        if errors:
-            resp.structured_error_msg = errors[0]
-        return resp, supervisor
-
-    @staticmethod
-    def _error_msg(rep: dict[str, Any]) -> str:
-        if rep.get("error"):
-            return str(rep["error"])
-        err_file = Path(rep["combined"]).with_name("error.json")
-        if err_file.exists():
-            try:
-                return err_file.read_text()
-            except OSError:
-                return NONE
-        return NONE
+        return response_from_files(app_id, self._app_dir(app_id), *found)
 
     def list(self, cfg: LocalCwdOpts | None = None) -> list[ListAppResponse]:
         root = self._session_dir()
@@ -520,12 +379,28 @@ class LocalCwdScheduler(
         if found is None or found[1] is None:
             return
         state = found[1]
-        pid, ticks = _read_pidfile(state_dir / "supervisor.pid")
+        pid, ticks = read_pidfile(state_dir / "supervisor.pid")
         if is_same_process(pid, state.get("supervisor_start_ticks", ticks)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)  # type: ignore[arg-type]
         elif not state.get("final_state"):
             kill_orphans(state)
+
+    def preempt(self, app_id: str, grace: float | None = None) -> None:
+        """Preempt the running app as a reclaimed spot machine would: its supervisor sends
+        the replicas SIGTERM, SIGKILL after ``grace`` seconds (the scheduler's grace by
+        default), records the attempt and runs them again (``preempt`` marker, beside the
+        cancel marker)."""
+        found = self._read(app_id)
+        state = found[1] if found else None
+        if found is None:
+            raise ValueError(f"local_cwd has no app {app_id!r} to preempt")
+        pid, _ = read_pidfile(self._app_dir(app_id) / "supervisor.pid")
+        alive = state is not None and is_same_process(pid, state.get("supervisor_start_ticks"))
+        if state is None or state.get("final_state") or state["cancelled"] or not alive:
+            raise ValueError(f"{app_id} is not running: only a running app can be preempted")
+        said = {"by": canceller(), "grace": self.grace_seconds if grace is None else grace}
+        write_private(self._app_dir(app_id) / "preempt", json.dumps(said))
 
     def log_file(
         self, app_id: str, role_name: str, k: int = 0, streams: Stream | None = None

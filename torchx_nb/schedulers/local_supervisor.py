@@ -11,6 +11,9 @@ No process outlives its job:
   killed (a background ``cmd &`` of a finished job does not live on);
 - SIGTERM cancels: every process of the job gets SIGTERM, then SIGKILL after the grace period,
   and the final state is written only once none is left;
+- a ``preempt`` marker (``torchx-nb preempt``) stops the replicas the same way (SIGTERM, SIGKILL
+  after the marker's grace), records the attempt in ``state.json`` and runs them again: the
+  next attempt, appending to the same logs;
 - each replica's first process dies with the supervisor (``PR_SET_PDEATHSIG``); the rest of its
   session is killed by ``kill_orphans``, which ``describe`` and ``cancel`` run when they find
   the supervisor gone.
@@ -251,6 +254,16 @@ class Replica:
             self.exitcode = 127
             self.ended = time.time()
 
+    def reset(self) -> None:
+        """Ready to start again (a preempted attempt): the log files are closed (reopened for
+        appending); the line counts of the ``.times`` files carry on."""
+        for f in [*self.files.values(), *self.times.values()]:
+            f.close()
+        self.files, self.times = {}, {}
+        self.proc = self.start_ticks = self.exitcode = None
+        self.started = self.ended = None
+        self.error = None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "pid": self.proc.pid if self.proc else None,
@@ -286,6 +299,13 @@ class Supervisor:
         self.start_ticks = start_ticks(os.getpid())
         self.grace_seconds = float(self.request.get("grace_seconds", GRACE_SECONDS))
         self._reaped_at = 0.0
+        # a preemption in progress: when it was asked for, its grace, who asked
+        self.preempt_requested: float | None = None
+        self.preempt_grace = self.grace_seconds
+        self.preempted_by = ""
+        self.attempt = 1
+        self.attempt_started = self.started
+        self.attempts: list[dict[str, Any]] = []  # the attempts that were preempted
 
     def write_state(self, final_state: str | None = None) -> None:
         """Record the state; on a full disk keep running and try again at the next change (the
@@ -315,6 +335,10 @@ class Supervisor:
                 "stop_signal": self.stop_signal,
                 "final_state": final_state,
                 "roles": roles,
+                "attempt": self.attempt,
+                "attempt_started": self.attempt_started,
+                "attempts": self.attempts,
+                "preempting": self.preempt_requested,
             },
         )
 
@@ -331,6 +355,67 @@ class Supervisor:
         except (OSError, ValueError, AttributeError):
             return ""
         return str(said)[:200] if said else ""
+
+    def take_preempt_marker(self) -> dict[str, Any] | None:
+        """The ``preempt`` marker's content, removing it (one marker is one preemption);
+        None when there is none."""
+        path = os.path.join(self.state_dir, "preempt")
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            return None
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        try:
+            said = json.loads(text)
+        except ValueError:
+            said = {}
+        return said if isinstance(said, dict) else {}
+
+    def start_preempt(self, said: dict[str, Any]) -> None:
+        """Stop the replicas as a preemption does: SIGTERM now, SIGKILL after the grace."""
+        self.preempt_requested = time.time()
+        grace = said.get("grace")
+        if isinstance(grace, (int, float)) and not isinstance(grace, bool) and grace >= 0:
+            self.preempt_grace = min(float(grace), 3600.0)
+        else:
+            self.preempt_grace = self.grace_seconds
+        self.preempted_by = str(said.get("by") or "torchx_nb")[:200]
+        self.write_state()
+        signal_all(self.processes(), signal.SIGTERM)
+
+    def stop_deadline(self) -> float | None:
+        """When what is left of the job gets SIGKILL: a cancel's or a preemption's grace."""
+        if self.cancel_requested is not None:
+            return self.cancel_requested + self.grace_seconds
+        if self.preempt_requested is not None:
+            return self.preempt_requested + self.preempt_grace
+        return None
+
+    def end_attempt(self) -> None:
+        """The preempted attempt is recorded; the replicas are made ready to run again."""
+        self.attempts.append(
+            {
+                "n": self.attempt,
+                "started": self.attempt_started,
+                "ended": time.time(),
+                "why": "preempted",
+                "preempted_at": self.preempt_requested,
+                "grace": self.preempt_grace,
+                "by": self.preempted_by,
+                "exitcodes": {
+                    role: [r.exitcode for r in self.replicas if r.role == role]
+                    for role in self.request["role_params"]
+                },
+            }
+        )
+        for r in self.replicas:
+            r.reset()
+        self.preempt_requested = None
+        self.killed = False
+        self.attempt += 1
+        self.attempt_started = time.time()
 
     def on_signal(self, signum: int, frame: object) -> None:
         if self.cancel_requested is None:
@@ -392,6 +477,28 @@ class Supervisor:
             self.cancelled_by = self.marker_says() or "torchx_nb"
             self.write_state("CANCELLED")
             return
+        while True:
+            self.run_attempt()
+            self.end_leftovers()
+            if self.preempt_requested is None or self.cancel_requested is not None:
+                break
+            self.end_attempt()
+        for r in self.replicas:
+            for f in [*r.files.values(), *r.times.values()]:
+                f.close()
+        if self.cancel_requested is not None:
+            final = "CANCELLED"
+        elif all(r.exitcode == 0 for r in self.replicas):
+            final = "SUCCEEDED"
+        else:
+            final = "FAILED"
+        self.preempt_requested = None
+        self.write_state(final)
+        self.run_end_hook()
+
+    def run_attempt(self) -> None:
+        """Start the replicas and copy their output until they have all exited (and, unless
+        the job is being stopped, their pipes are closed)."""
         sel = selectors.DefaultSelector()
         for r in self.replicas:
             r.start()
@@ -400,6 +507,8 @@ class Supervisor:
                 sel.register(r.proc.stdout, selectors.EVENT_READ, (r, "stdout"))
                 sel.register(r.proc.stderr, selectors.EVENT_READ, (r, "stderr"))
         self.write_state()
+        if self.cancel_requested is not None:  # a cancel that came between two attempts
+            signal_all(self.processes(), signal.SIGTERM)
         open_pipes = len(sel.get_map())
         done_since: float | None = None
         while True:
@@ -417,6 +526,11 @@ class Supervisor:
                 self.wait_any(0.05)
             if self.cancel_requested is None and self.cancel_marked():
                 self.on_signal(signal.SIGTERM, None)
+            running = any(r.exitcode is None for r in self.replicas)
+            if running and self.cancel_requested is None and self.preempt_requested is None:
+                said = self.take_preempt_marker()
+                if said is not None:
+                    self.start_preempt(said)
             changed = False
             for r in self.replicas:
                 if r.proc is not None and r.exitcode is None:
@@ -424,11 +538,8 @@ class Supervisor:
                     if code is not None:
                         r.exitcode, r.ended, changed = code, time.time(), True
             self.reap_orphans()
-            if (
-                self.cancel_requested is not None
-                and not self.killed
-                and time.time() - self.cancel_requested > self.grace_seconds
-            ):
+            deadline = self.stop_deadline()
+            if deadline is not None and not self.killed and time.time() > deadline:
                 signal_all(self.processes(), signal.SIGKILL)
                 self.killed = True
             if all(r.exitcode is not None for r in self.replicas):
@@ -439,18 +550,7 @@ class Supervisor:
                     break  # a leftover background process holds the pipes open
             if changed:
                 self.write_state()
-        self.end_leftovers()
-        for r in self.replicas:
-            for f in [*r.files.values(), *r.times.values()]:
-                f.close()
-        if self.cancel_requested is not None:
-            final = "CANCELLED"
-        elif all(r.exitcode == 0 for r in self.replicas):
-            final = "SUCCEEDED"
-        else:
-            final = "FAILED"
-        self.write_state(final)
-        self.run_end_hook()
+        sel.close()
 
     def run_end_hook(self) -> None:
         """The command the scheduler left beside the request (``on_end.json``): the job-end
@@ -476,11 +576,10 @@ class Supervisor:
         leftovers = self.processes()
         if not leftovers:
             return
-        if self.cancel_requested is None:
+        deadline = self.stop_deadline()
+        if deadline is None:
             signal_all(leftovers, signal.SIGTERM)
             deadline = time.time() + LEFTOVER_GRACE_SECONDS
-        else:
-            deadline = self.cancel_requested + self.grace_seconds
         while leftovers:
             if time.time() >= deadline and not self.killed:
                 signal_all(leftovers, signal.SIGKILL)

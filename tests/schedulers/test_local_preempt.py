@@ -1,0 +1,132 @@
+"""``preempt`` on the local backends, with real processes (local_cwd's supervisor): the replicas
+get SIGTERM, SIGKILL after the grace, the attempt is recorded and the app runs again."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+from torchx_nb import specs
+from torchx_nb.schedulers.local_cwd import LocalCwdScheduler, create_scheduler
+from torchx_nb.specs import AppState
+from torchx_nb.specs.log_line import Stream
+
+# each replica counts its runs in a file of its own; the first run waits for the preemption
+# (saying when SIGTERM came), a later one ends at once
+COUNTING = (
+    'n=$(( $(cat "runs-$R" 2>/dev/null || echo 0) + 1 )); echo $n > "runs-$R"; '
+    'echo "run $n"; '
+    "if [ $n -ge 2 ]; then echo resumed; exit 0; fi; "
+    "trap 'echo got SIGTERM; exit 143' TERM; "
+    "while :; do sleep 0.1; done"
+)
+
+
+def _app(script: str, n: int = 1) -> specs.AppDef:
+    return specs.AppDef(
+        "p",
+        roles=[
+            specs.Role(
+                name="r",
+                image="unused",
+                entrypoint="sh",
+                args=["-c", script],
+                num_replicas=n,
+                env={"R": "${replica_id}"},
+            )
+        ],
+    )
+
+
+@pytest.fixture
+def sched() -> LocalCwdScheduler:
+    return create_scheduler("torchx", grace_seconds=5.0)
+
+
+def _run(sched: LocalCwdScheduler, a: specs.AppDef) -> str:
+    return sched.schedule(sched.submit_dryrun(a, {}))
+
+
+def _state(sched: LocalCwdScheduler, app_id: str) -> dict[str, object]:
+    return json.loads((sched._app_dir(app_id) / "state.json").read_text())
+
+
+def _log(sched: LocalCwdScheduler, app_id: str, k: int) -> list[str]:
+    return list(sched.log_iter(app_id, "r", k, streams=Stream.STDOUT))
+
+
+def _wait_end(sched: LocalCwdScheduler, app_id: str) -> specs.AppStatus:
+    def done() -> object:
+        d = sched.describe(app_id)
+        return d if d is not None and specs.is_terminal(d.state) else None
+
+    return wait_for(done, timeout=60)  # type: ignore[return-value]
+
+
+def test_local_cwd_preempt_stops_every_replica_and_runs_them_again(
+    sched: LocalCwdScheduler,
+) -> None:
+    app_id = _run(sched, _app(COUNTING, n=2))
+    wait_for(lambda: all(_log(sched, app_id, k) == ["run 1\n"] for k in (0, 1)), timeout=30)
+    asked = time.time()
+    sched.preempt(app_id, grace=5)
+    end = _wait_end(sched, app_id)
+    assert end.state == AppState.SUCCEEDED, end
+    assert end.num_restarts == 1
+    for k in (0, 1):  # one log per replica, both attempts in it
+        assert _log(sched, app_id, k) == ["run 1\n", "got SIGTERM\n", "run 2\n", "resumed\n"]
+    (attempt,) = _state(sched, app_id)["attempts"]  # type: ignore[misc]
+    assert attempt["n"] == 1 and attempt["why"] == "preempted" and attempt["grace"] == 5
+    assert attempt["exitcodes"] == {"r": [143, 143]}
+    assert asked <= attempt["preempted_at"] <= attempt["ended"] < asked + 5
+    assert _state(sched, app_id)["attempt"] == 2
+
+
+def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace(
+    sched: LocalCwdScheduler,
+) -> None:
+    script = COUNTING.replace("trap 'echo got SIGTERM; exit 143' TERM", "trap '' TERM")
+    app_id = _run(sched, _app(script))
+    wait_for(lambda: _log(sched, app_id, 0) == ["run 1\n"], timeout=30)
+    sched.preempt(app_id, grace=1.5)
+
+    def stopping() -> object:
+        d = sched.describe(app_id)
+        return d if d is not None and d.msg.startswith("preempted at") else None
+
+    during = wait_for(stopping, timeout=10)
+    assert during.state == AppState.RUNNING  # type: ignore[attr-defined]
+    assert during.msg.endswith("its replicas are stopping, then it runs again (attempt 2)")  # type: ignore[attr-defined]
+    end = _wait_end(sched, app_id)
+    assert end.state == AppState.SUCCEEDED and end.num_restarts == 1
+    (attempt,) = _state(sched, app_id)["attempts"]  # type: ignore[misc]
+    assert attempt["exitcodes"] == {"r": [-9]}
+    assert 1.5 <= attempt["ended"] - attempt["preempted_at"] < 4
+
+
+def test_only_a_running_app_can_be_preempted(sched: LocalCwdScheduler) -> None:
+    app_id = _run(sched, _app("echo done"))
+    assert _wait_end(sched, app_id).state == AppState.SUCCEEDED
+    with pytest.raises(
+        ValueError, match=r"^.* is not running: only a running app can be preempted$"
+    ):
+        sched.preempt(app_id)
+    with pytest.raises(ValueError, match="local_cwd has no app 'nope-1' to preempt"):
+        sched.preempt("nope-1")
+    assert not (sched._app_dir(app_id) / "preempt").exists()
+
+
+def test_a_cancel_during_a_preemption_wins(sched: LocalCwdScheduler, isolated: Path) -> None:
+    script = COUNTING.replace("trap 'echo got SIGTERM; exit 143' TERM", "trap '' TERM")
+    app_id = _run(sched, _app(script))
+    wait_for(lambda: _log(sched, app_id, 0) == ["run 1\n"], timeout=30)
+    sched.preempt(app_id, grace=3)
+    wait_for(lambda: _state(sched, app_id).get("preempting"), timeout=10)
+    sched.cancel(app_id)
+    end = _wait_end(sched, app_id)
+    assert end.state == AppState.CANCELLED
+    assert _log(sched, app_id, 0) == ["run 1\n"]  # never ran again

@@ -1,0 +1,167 @@
+"""local_cwd's status from its files: the request and ``state.json`` that the supervisor
+writes (``local_supervisor.py``), read into a ``DescribeAppResponse`` by any process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from torchx_nb.schedulers.api import DescribeAppResponse
+from torchx_nb.schedulers.cancellers import cancel_ending
+from torchx_nb.schedulers.local_cwd_request import role_from_json
+from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans
+from torchx_nb.specs.api import NONE, AppState, ReplicaStatus, RoleStatus
+
+
+def read_pidfile(path: Path) -> tuple[int | None, int | None]:
+    """(pid, start ticks) from ``supervisor.pid`` (``PID TICKS``; older files hold a pid only)."""
+    try:
+        parts = path.read_text().split()
+        return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
+    except (FileNotFoundError, ValueError, IndexError):
+        return None, None
+
+
+def response_from_files(
+    app_id: str, state_dir: Path, request: dict[str, Any], state: dict[str, Any] | None
+) -> tuple[DescribeAppResponse, tuple[int | None, int | None]]:
+    """The response, and the supervisor's pid and start time it was judged by."""
+    resp = DescribeAppResponse(
+        app_id=app_id,
+        num_restarts=0,
+        ui_url=f"file://{request['log_dir']}",
+        roles=[role_from_json(r) for r in request["roles"]],
+    )
+    sup_pid, sup_ticks = read_pidfile(state_dir / "supervisor.pid")
+    sup_alive = is_same_process(sup_pid, sup_ticks)
+    if state is None:
+        if (state_dir / "cancel").exists() and not sup_alive:
+            resp.state = AppState.CANCELLED
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                by = json.loads((state_dir / "cancel").read_text()).get("by")
+                resp.msg = f"it {cancel_ending({'cancelled_by': by}, None)} before it started"
+        elif sup_pid is not None and not sup_alive:
+            resp.state = AppState.FAILED
+            resp.msg = (
+                f"the job's supervisor exited before starting it: see {state_dir}/supervisor.log"
+            )
+        else:
+            resp.state = AppState.PENDING
+        resp.roles_statuses = [
+            RoleStatus(
+                role,
+                [ReplicaStatus(i, resp.state, role, "localhost") for i in range(len(params))],
+            )
+            for role, params in request["role_params"].items()
+        ]
+        return resp, (sup_pid, sup_ticks)
+    replica_states: list[AppState] = []
+    preempting = state.get("preempting")
+    for role, reps in state["roles"].items():
+        statuses = []
+        for i, rep in enumerate(reps):
+            code = rep["exitcode"]
+            if preempting and not state.get("final_state"):
+                rs = AppState.RUNNING  # stopped to run again
+            elif code is None:
+                rs = AppState.CANCELLED if state["final_state"] == "CANCELLED" else AppState.RUNNING
+            elif code == 0:
+                rs = AppState.SUCCEEDED
+            elif state["cancelled"]:
+                rs = AppState.CANCELLED
+            else:
+                rs = AppState.FAILED
+            replica_states.append(rs)
+            statuses.append(
+                ReplicaStatus(
+                    i,
+                    rs,
+                    role,
+                    "localhost",
+                    structured_error_msg=error_msg(rep),
+                    exit_code=code,
+                    # Popen's return code: -N is signal N; a positive code is the
+                    # process's own (os._exit(139) is not a SIGSEGV)
+                    signal=None if code is None else max(0, -code),
+                    ended=rep.get("ended"),
+                )
+            )
+        resp.roles_statuses.append(RoleStatus(role, statuses))
+    resp.started = state.get("started")
+    resp.num_restarts = len(state.get("attempts") or [])
+    supervisor = (state.get("supervisor_pid"), state.get("supervisor_start_ticks", sup_ticks))
+    final = state.get("final_state")
+    if final:
+        resp.state = AppState[final]
+        ends = [rep.get("ended") for reps in state["roles"].values() for rep in reps]
+        resp.ended = max((e for e in ends if e), default=None) or state.get("ended")
+    elif not is_same_process(*supervisor):
+        stopped = kill_orphans(state)
+        if (state_dir / "cancel").exists():
+            resp.state = AppState.CANCELLED
+        else:
+            resp.state = AppState.FAILED
+            resp.msg = "the job's supervisor was killed" + (
+                f"; {stopped} leftover processes were stopped" if stopped else ""
+            )
+    elif state["cancelled"]:
+        resp.state = AppState.RUNNING
+        resp.msg = "cancelling"
+    elif isinstance(preempting, (int, float)):
+        resp.state = AppState.RUNNING
+        at = time.strftime("%H:%M:%S", time.localtime(preempting))
+        resp.msg = (
+            f"preempted at {at}: its replicas are stopping, then it runs again"
+            f" (attempt {int(state.get('attempt') or 1) + 1})"
+        )
+    else:
+        resp.state = AppState.RUNNING
+    ending = cancel_ending(state, supervisor[0])
+    if resp.state == AppState.CANCELLED and ending:
+        resp.msg = f"it {ending}"
+        for role_status in resp.roles_statuses:
+            for rep in role_status.replicas:
+                if rep.state == AppState.CANCELLED:
+                    rep.ending = ending
+    failed = [
+        f"{role}/{i} exited with code {rep['exitcode']}"
+        for role, reps in state["roles"].items()
+        for i, rep in enumerate(reps)
+        if rep["exitcode"] not in (None, 0) and not state["cancelled"] and not preempting
+    ]
+    if failed and resp.msg == NONE:
+        resp.msg = "; ".join(failed)
+    log_errors = sorted(
+        {
+            f"{role}/{i} {rep['log_error']}"
+            for role, reps in state["roles"].items()
+            for i, rep in enumerate(reps)
+            if rep.get("log_error")
+        }
+    )
+    if log_errors:
+        resp.msg = "; ".join(([] if resp.msg == NONE else [resp.msg]) + log_errors)
+    errors = [
+        r.structured_error_msg
+        for rs in resp.roles_statuses
+        for r in rs.replicas
+        if r.structured_error_msg != NONE
+    ]
+    if errors:
+        resp.structured_error_msg = errors[0]
+    return resp, supervisor
+
+
+def error_msg(rep: dict[str, Any]) -> str:
+    if rep.get("error"):
+        return str(rep["error"])
+    err_file = Path(rep["combined"]).with_name("error.json")
+    if err_file.exists():
+        try:
+            return err_file.read_text()
+        except OSError:
+            return NONE
+    return NONE
