@@ -70,9 +70,32 @@ def _source(dist: md.Distribution) -> tuple[str, str | None]:
             return "local", path
         if "archive_info" in info:
             return "archive", path
+    develop = _develop_folder(dist)
+    if develop is not None:
+        return "editable", develop
     if (dist.read_text("INSTALLER") or "").strip() == "conda":
         return "conda", None
     return "index", None
+
+
+_PROJECT_FILES = ("setup.py", "pyproject.toml", "setup.cfg")
+
+
+def _develop_folder(dist: md.Distribution) -> str | None:
+    """The source folder of a ``setup.py develop`` install (older setuptools', conda's, a
+    legacy ``pip install -e``): no ``direct_url.json``, its metadata an ``.egg-info`` folder
+    inside the project's folder (an ``.egg-link`` puts that folder on ``sys.path``), beside
+    its ``setup.py`` or ``pyproject.toml``. The kernel imports that folder as it is now, so
+    it is an editable install, whatever an index serves at its version. An ``.egg-info`` in
+    a site directory (a legacy non-editable install) has no project file beside it."""
+    folder = Path(str(dist.locate_file(""))).resolve()
+    if not any((folder / f).is_file() for f in _PROJECT_FILES):
+        return None
+    want = normalize(str(dist.metadata["Name"] or ""))
+    for info in folder.glob("*.egg-info"):
+        if info.is_dir() and normalize(info.name[: -len(".egg-info")].split("-", 1)[0]) == want:
+            return str(folder)
+    return None
 
 
 def _pure(dist: md.Distribution) -> bool:
