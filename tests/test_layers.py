@@ -130,6 +130,7 @@ RANKS = {
     "apps": 2,
     "job_checkpoint": 2,
     "schedulers": 3,
+    "attempt_store": 4,
     "jobstore": 4,
     "config": 4,
     "results": 4,

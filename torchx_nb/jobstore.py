@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib import parse as urllib_parse
 
+from torchx_nb import attempt_store
+from torchx_nb.attempt_store import AttemptRecords
 from torchx_nb.paths import JOBSTORE_ENV, check_private, jobstore_path, private_dir
 from torchx_nb.search import fold_query, search_text
 from torchx_nb.specs.exceptions import JobStoreError
@@ -51,7 +53,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     notified REAL,
     started REAL,
     build_seconds REAL,
-    endings TEXT
+    endings TEXT,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    preemptions INTEGER NOT NULL DEFAULT 0,
+    failures INTEGER NOT NULL DEFAULT 0,
+    max_preemptions INTEGER
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS notices (
@@ -97,6 +103,7 @@ _ADDED_COLUMNS = {
     "started": "REAL",
     "build_seconds": "REAL",
     "endings": "TEXT",
+    **attempt_store.JOB_COLUMNS,
 }
 _ACTIVE = "state NOT IN ('SUCCEEDED','FAILED','CANCELLED')"
 # jobs worth watching: not ended, and still known to their scheduler (a positive list, so the
@@ -137,6 +144,10 @@ class JobRecord:
     # how each replica ended, as JSON (``runner.endings``), kept from the last status
     # its scheduler gave: the truth once the scheduler keeps nothing of the job
     endings: str | None = None
+    attempt: int = 1  # the current attempt (``attempts``: each one, how it ended)
+    preemptions: int = 0  # how often it was preempted
+    failures: int = 0  # how often its program failed
+    max_preemptions: int | None = None  # its preemption limit (None: the default)
 
     @property
     def is_terminal(self) -> bool:
@@ -164,7 +175,7 @@ class Changes:
     records: list[JobRecord]
 
 
-class JobStore:
+class JobStore(AttemptRecords):
     """Thin wrapper over one SQLite file; each call opens a short-lived connection.
 
     The file and its folder are private to the user (0600 in a 0700 folder): the store names
@@ -194,7 +205,7 @@ class JobStore:
                         os.unlink(f"{self.path}{suffix}")
         check_private(self.path)
         with self._connect(make=False) as db:
-            db.executescript(_SCHEMA)
+            db.executescript(_SCHEMA + attempt_store.SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
             for column, kind in _ADDED_COLUMNS.items():
                 if column not in columns:  # a store made by an earlier version
@@ -271,6 +282,8 @@ class JobStore:
         marks = ", ".join(f":{k}" for k in row)
         with self._connect() as db:
             db.execute(f"INSERT OR REPLACE INTO jobs ({cols}) VALUES ({marks})", row)
+            db.execute("DELETE FROM attempts WHERE handle = ?", (record.handle,))
+            db.execute(attempt_store.FIRST, (record.handle,))
 
     def update_state(
         self,
@@ -293,7 +306,7 @@ class JobStore:
                     "UPDATE jobs SET endings = ? WHERE handle = ? AND endings IS NULL",
                     (endings, handle),
                 )
-            db.execute(
+            cur = db.execute(
                 "UPDATE jobs SET state = ?, updated = ?, msg = COALESCE(?, msg),"
                 " started = COALESCE(started, ?),"
                 " ended = CASE WHEN ended IS NULL AND ? IN ('SUCCEEDED','FAILED','CANCELLED')"
@@ -301,6 +314,8 @@ class JobStore:
                 f" WHERE handle = ? AND {_ACTIVE} AND (state != ? OR msg != COALESCE(?, msg))",
                 (state, now, msg, started, state, ended or now, handle, state, msg),
             )
+            if cur.rowcount:  # the attempt's start or end, as the job's
+                attempt_store.note_state(db, handle, state, started, ended)
 
     def get(self, handle: str) -> JobRecord | None:
         with self._connect() as db:
@@ -489,6 +504,7 @@ class JobStore:
     def delete(self, handle: str) -> None:
         with self._connect() as db:
             db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))
+            db.execute("DELETE FROM attempts WHERE handle = ?", (handle,))
 
 
 def _has_tables(db: sqlite3.Connection) -> bool:

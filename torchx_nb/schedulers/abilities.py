@@ -216,6 +216,35 @@ class DirWorkspaceMixin(abc.ABC, WorkspaceMixin[None]):
         """The request for ``app`` run from ``workspace`` (None: the current folder)."""
 
 
+class Preemptible(abc.ABC):
+    """Ability: the backend can preempt a running job on request the way its capacity would
+    (``torchx-nb preempt``, ``job.preempt()``): SIGTERM, ``grace`` seconds, the kill, then its
+    own retry of a preempted job (local_cwd and local_docker run it again, Slurm's
+    ``scontrol requeue``, a Kubernetes eviction). Its ``describe`` then lists the preemption
+    in ``DescribeAppResponse.preemptions``, as for one its capacity made."""
+
+    #: the seconds between the SIGTERM and the kill when none is asked for (Slurm's GraceTime,
+    #: SageMaker's 120 s, a pod's terminationGracePeriodSeconds)
+    preempt_grace: ClassVar[float] = 30.0
+
+    @abc.abstractmethod
+    def preempt(self, app_id: str, grace: float) -> None:
+        """Preempt the running job ``app_id``, its program getting ``grace`` seconds after the
+        SIGTERM; returns once the preemption is under way. ``NotPreemptible`` (one line) when
+        it cannot be (it is not running)."""
+
+
+class SubmitsAgain(abc.ABC):
+    """Ability: the backend can send a job it ran before again, as a new native job, from what
+    it keeps of it (Slurm the batch script in the job's folder): how a preempted job that its
+    backend will not run again (``DescribeAppResponse.ended_preempted``) is resubmitted by a
+    process other than the one that submitted it."""
+
+    @abc.abstractmethod
+    def submit_again(self, app_id: str) -> str:
+        """Submit the job ``app_id`` again; the new native id."""
+
+
 class KeepsLogFiles(abc.ABC):
     """Ability: a replica's log is one file on this machine, so its tail can be read from the
     end instead of from the start (the REST API's ``tail=N``)."""
@@ -232,8 +261,10 @@ __all__ = [
     "DirWorkspaceMixin",
     "KeepsLogFiles",
     "LocalWorkspace",
+    "Preemptible",
     "RunsEndHook",
     "StoresOutputs",
+    "SubmitsAgain",
     "SubmitsArrays",
     "TakesTypedOptions",
     "WorkspaceMixin",

@@ -187,6 +187,11 @@ class JobEnded(TorchxNbError):
         self.state = state
 
 
+class NotPreemptible(TorchxNbError):
+    """``preempt`` of a job whose backend cannot preempt on request, or that is not running:
+    nothing was done; the one line says what to do instead."""
+
+
 class ServerFailed(TorchxNbError):
     """The server itself could not do what was asked (HTTP 500)."""
 
@@ -297,7 +302,7 @@ class BadParameter(ValueError):
 _MEANINGS: tuple[tuple[int, int, tuple[type[BaseException], ...]], ...] = (
     (400, 2, (BadRequest, BadRegex, CliError, ComponentArgError)),
     (404, 1, (UnknownAppException, NoSuchJob, NoSuchReplica, NoResult)),
-    (409, 1, (JobEnded,)),
+    (409, 1, (JobEnded, NotPreemptible)),
     (500, 1, (JobStoreError, ServerFailed)),
     (502, 1, (UpstreamError,)),
     (503, 1, (UpstreamUnavailable, DockerUnavailableError, RegistryUnreachable)),

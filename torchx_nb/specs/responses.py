@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from torchx_nb.specs.api import NONE, AppState, Role, RoleStatus
+from torchx_nb.specs.preemption import Preemption
 
 
 @dataclass
@@ -24,6 +25,14 @@ class DescribeAppResponse:
     roles: list[Role] = field(default_factory=list)
     started: float | None = None
     ended: float | None = None
+    #: each preemption of this native job, oldest first, from the backend's own record (a
+    #: requeue, PREEMPTED, exit 50001, DisruptionTarget), never from a SIGTERM alone: a cancel
+    #: is a SIGTERM too. The runner keeps each one as an attempt of the job's handle.
+    preemptions: list[Preemption] = field(default_factory=list)
+    #: the job ended because it was preempted and its backend will not run it again (Slurm's
+    #: PreemptMode=CANCEL, a retry counter spent): the runner submits it again as the next
+    #: attempt of the same handle (up to ``max_preemptions``), and does not record ``state``
+    ended_preempted: bool = False
 
 
 @dataclass

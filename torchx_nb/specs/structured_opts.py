@@ -180,4 +180,23 @@ class StructuredOpts:
         return {**out, **self.extra}
 
 
-__all__ = ["StructuredOpts", "as_cfg", "camel_to_snake", "snake_to_camel"]
+@dataclasses.dataclass(kw_only=True)
+class SpotOpts(StructuredOpts):
+    """The options every backend that runs on preemptible capacity shares (one spelling): a
+    backend's ``*Opts`` derives it. Its fields are keyword-only, so a backend's required
+    options may follow them."""
+
+    spot: bool = False
+    """run on spot (preemptible) capacity; a preemption never spends max_retries"""
+    max_preemptions: int = 20
+    """how many preemptions the job survives before it fails (each resumes from its checkpoint)"""
+
+    def __post_init__(self) -> None:
+        if self.max_preemptions is not None and int(self.max_preemptions) < 0:
+            raise InvalidRunConfigException(
+                f"max_preemptions must be 0 or more, not {self.max_preemptions}",
+                "max_preemptions",
+            )
+
+
+__all__ = ["SpotOpts", "StructuredOpts", "as_cfg", "camel_to_snake", "snake_to_camel"]

@@ -1,0 +1,147 @@
+"""A job's preemptions and attempts, as data (pure: no I/O).
+
+A preemption is told from the backend's own record (Slurm's PREEMPTED / a requeue, a Spot VM's
+exit 50001, a pod's DisruptionTarget, an EC2 host's termination), never from a SIGTERM alone: a
+cancel arrives as a SIGTERM too. Each backend's ``describe`` lists the preemptions of one native
+job in ``DescribeAppResponse.preemptions``; the job store keeps every attempt of a handle (a
+requeue keeps the native id, a resubmission gets a new one), and status, phases and the failure
+card read the story from there (``AttemptLog``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+DEFAULT_MAX_PREEMPTIONS = 20
+#: how an attempt ended; ``running`` until it did
+ENDED_WHY = ("running", "preempted", "failed", "cancelled", "succeeded")
+
+
+def in_words(seconds: float) -> str:
+    """``40 s``, ``1 min``, ``2 h 5 min``: a span as a sentence says it."""
+    total = round(max(0.0, seconds))
+    if total < 60:
+        return f"{total} s"
+    h, m = divmod(total // 60, 60)
+    return f"{h} h {m} min" if h and m else f"{h} h" if h else f"{m} min"
+
+
+def clock(ts: float) -> str:
+    """``10:02``: a time of day in this machine's zone, as a status line says it."""
+    return time.strftime("%H:%M", time.localtime(ts))
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """One preemption of a job, from its backend's record."""
+
+    at: float
+    """When the attempt was preempted (the backend's time)."""
+    why: str = "preempted"
+    """The backend's reason in words: "spot capacity reclaimed", "preempted by a job of
+    higher priority", "torchx-nb preempt"."""
+    resumed_at: float | None = None
+    """When the next attempt started running (None: not yet, or never)."""
+    ckpt_at: float | None = None
+    """When the checkpoint the next attempt restored was saved (None: none was)."""
+    lost_s: float | None = None
+    """The work lost: seconds since the last checkpoint (or since the attempt began)."""
+
+    def text(self) -> str:
+        """``preempted at 10:02 (spot capacity reclaimed), resumed at 10:05 from the checkpoint
+        of 10:01 — 1 min of work lost``."""
+        out = f"preempted at {clock(self.at)}"
+        if self.why and self.why != "preempted":
+            out += f" ({self.why})"
+        if self.resumed_at is not None:
+            out += f", resumed at {clock(self.resumed_at)}"
+            out += (
+                f" from the checkpoint of {clock(self.ckpt_at)}"
+                if self.ckpt_at is not None
+                else " from the start (no checkpoint)"
+            )
+        if self.lost_s is not None and self.lost_s >= 1:
+            out += f" — {in_words(self.lost_s)} of work lost"
+        return out
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a job: a run of its program, on the native job ``app_id`` (a requeue keeps
+    the id, a resubmission gets a new one)."""
+
+    n: int  # from 1
+    app_id: str
+    started: float | None = None  # when it started running
+    ended: float | None = None
+    ended_why: str = "running"  # one of ENDED_WHY
+    native: str = ""  # the backend's own words on how it ended
+    ckpt_at: float | None = None  # the last checkpoint it saved
+
+
+@dataclass(frozen=True)
+class AttemptLog:
+    """Every attempt of one job and the story they tell: how many, the preemptions (each with
+    when the next attempt resumed), and the program's own failures."""
+
+    attempts: tuple[Attempt, ...] = ()
+    preemptions: int = 0
+    failures: int = 0
+    events: tuple[Preemption, ...] = ()
+
+    @classmethod
+    def of(cls, attempts: Iterable[Attempt]) -> AttemptLog:
+        """The log of ``attempts`` (any order)."""
+        rows = tuple(sorted(attempts, key=lambda a: a.n))
+        events = []
+        for i, a in enumerate(rows):
+            if a.ended_why != "preempted" or a.ended is None:
+                continue
+            nxt = rows[i + 1] if i + 1 < len(rows) else None
+            since = a.ckpt_at if a.ckpt_at is not None else a.started
+            events.append(
+                Preemption(
+                    at=a.ended,
+                    why=a.native or "preempted",
+                    resumed_at=nxt.started if nxt else None,
+                    ckpt_at=a.ckpt_at if nxt and nxt.started is not None else None,
+                    lost_s=max(0.0, a.ended - since) if since is not None else None,
+                )
+            )
+        return cls(
+            rows,
+            sum(a.ended_why == "preempted" for a in rows),
+            sum(a.ended_why == "failed" for a in rows[:-1]),
+            tuple(events),
+        )
+
+    @property
+    def attempt(self) -> int:
+        """The current (or last) attempt's number; 1 for a job never preempted."""
+        return self.attempts[-1].n if self.attempts else 1
+
+    def story(self) -> list[str]:
+        """One line per preemption, oldest first."""
+        return [e.text() for e in self.events]
+
+
+def limit_line(preemptions: int, limit: int, last: Preemption | None) -> str:
+    """The one line a job preempted past its limit fails with."""
+    why = last.text() if last is not None else "preempted"
+    return (
+        f"preempted {preemptions} times (limit {limit}): {why}; raise the limit with"
+        f" -cfg max_preemptions=N, or run on capacity that is not preempted"
+    )
+
+
+__all__ = [
+    "DEFAULT_MAX_PREEMPTIONS",
+    "ENDED_WHY",
+    "Attempt",
+    "AttemptLog",
+    "Preemption",
+    "clock",
+    "in_words",
+    "limit_line",
+]
