@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for
+from tests.infra.dockerd import DockerDaemon
 from torchx_nb import specs
 from torchx_nb.schedulers.local_cwd import LocalCwdScheduler, create_scheduler
+from torchx_nb.schedulers.local_docker import LocalDockerScheduler, container_name
 from torchx_nb.specs import AppState
 from torchx_nb.specs.log_line import Stream
 
@@ -130,3 +132,44 @@ def test_a_cancel_during_a_preemption_wins(sched: LocalCwdScheduler, isolated: P
     end = _wait_end(sched, app_id)
     assert end.state == AppState.CANCELLED
     assert _log(sched, app_id, 0) == ["run 1\n"]  # never ran again
+
+
+def test_local_docker_preempt_stops_the_containers_and_runs_new_ones(
+    docker_env: DockerDaemon, base_images: dict[str, str]
+) -> None:
+    sched = LocalDockerScheduler("torchx", docker_client=docker_env.client())
+    # the runs are counted in the output folder, the one place both containers share
+    script = COUNTING.replace('"runs-$R"', '"$TORCHX_OUTPUT_DIR/runs-$R"')
+    a = _app(script, n=2)
+    a.roles[0].image = base_images["busybox"]
+    app_id = sched.schedule(sched.submit_dryrun(a, {"network": "host"}))
+
+    def log(k: int) -> list[str]:
+        return list(sched.log_iter(app_id, "r", k, streams=Stream.STDOUT))
+
+    wait_for(lambda: all(log(k) == ["run 1\n"] for k in (0, 1)), timeout=60)
+    sched.preempt(app_id, grace=5)
+    end = wait_for(
+        lambda: (d := sched.describe(app_id)) and specs.is_terminal(d.state) and d, timeout=60
+    )
+    assert end.state == AppState.SUCCEEDED, end  # type: ignore[attr-defined]
+    assert end.num_restarts == 1  # type: ignore[attr-defined]
+    for k in (0, 1):  # the attempts' logs in order
+        assert log(k) == ["run 1\n", "got SIGTERM\n", "run 2\n", "resumed\n"]
+    names = sorted((c.name, c.labels["torchx-nb/attempt"]) for c in sched._containers(app_id))
+    assert names == sorted(
+        [(container_name(app_id, "r", k), "2") for k in (0, 1)]
+        + [(f"{container_name(app_id, 'r', k)}-attempt1", "1") for k in (0, 1)]
+    )
+    # the new container is the old one again: same labels, environment and host settings
+    new, old = (
+        docker_env.client().containers.get(n)
+        for n in (container_name(app_id, "r", 0), f"{container_name(app_id, 'r', 0)}-attempt1")
+    )
+    assert new.attrs["Config"]["Env"] == old.attrs["Config"]["Env"]
+    assert new.attrs["HostConfig"]["Mounts"] == old.attrs["HostConfig"]["Mounts"]
+    assert new.attrs["HostConfig"]["NetworkMode"] == "host"
+    assert old.attrs["State"]["ExitCode"] == 143
+    assert [x.app_id for x in sched.list() if x.app_id == app_id] == [app_id]
+    with pytest.raises(ValueError, match="is not running: only a running app can be preempted"):
+        sched.preempt(app_id)

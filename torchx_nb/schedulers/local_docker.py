@@ -6,10 +6,11 @@ from any process. The daemon is the one ``DOCKER_HOST`` (or the default socket) 
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,14 @@ from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQu
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.local_docker_attempts import (
+    LABEL_ATTEMPT,
+    attempt_of,
+    attempts_of,
+    newest,
+    rerun,
+    stop_running,
+)
 from torchx_nb.schedulers.logs import on_tail_stop, split_lines_iterator
 from torchx_nb.schedulers.outputs import cancel_mark, mark_cancelled, marked_by, output_env
 from torchx_nb.specs.api import (
@@ -241,6 +250,7 @@ class LocalDockerScheduler(
                         LABEL_ROLE_NAME: role.name,
                         LABEL_REPLICA_ID: str(i),
                         LABEL_SPEC: _role_label(role),
+                        LABEL_ATTEMPT: "1",
                     },
                     "privileged": cfg.privileged,
                     "network": network,
@@ -427,9 +437,10 @@ class LocalDockerScheduler(
         return killed
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
-        containers = self._containers(app_id)
-        if not containers:
+        every = self._containers(app_id)
+        if not every:
             return None
+        containers = newest(every)  # each replica's newest attempt
         roles: dict[str, Role] = {}
         statuses: dict[str, list[ReplicaStatus]] = {}
         states: list[AppState] = []
@@ -468,7 +479,7 @@ class LocalDockerScheduler(
         resp = DescribeAppResponse(
             app_id=app_id,
             state=app_state,
-            num_restarts=0,
+            num_restarts=max(attempt_of(c) for c in containers) - 1,
             roles=list(roles.values()),
             roles_statuses=[RoleStatus(r, reps) for r, reps in statuses.items()],
             started=min((t for t in started if t), default=None),
@@ -488,7 +499,7 @@ class LocalDockerScheduler(
 
     def list(self, cfg: LocalDockerOpts | None = None) -> list[ListAppResponse]:
         seen: dict[str, list[AppState]] = {}
-        for c in self._containers():
+        for c in newest_per_app(self._containers()):
             seen.setdefault(c.labels[LABEL_APP_ID], []).append(self._container_state(c))
         out = []
         for app_id, states in seen.items():
@@ -515,27 +526,47 @@ class LocalDockerScheduler(
 
     def _read_log(self, q: LogQuery) -> Iterable[str]:
         """Lines of one container's log, optionally between ``since`` and ``until``."""
-        matches = [
-            c
-            for c in self._containers(q.app_id)
-            if c.labels.get(LABEL_ROLE_NAME) == q.role
-            and c.labels.get(LABEL_REPLICA_ID) == str(q.k)
-        ]
+        matches = attempts_of(self._containers(q.app_id), q.role, q.k)
         if not matches:
             raise ValueError(f"app {q.app_id!r} has no replica {q.role}/{q.k}")
-        container = matches[0]
-        logs = container.logs(
-            stdout=q.streams != Stream.STDERR,
-            stderr=q.streams != Stream.STDOUT,
-            since=q.since,
-            until=q.until,
-            stream=q.tail,
-            follow=q.tail,
-        )
+        *earlier, container = matches  # a preempted replica: its attempts' logs in order
+        opts = {
+            "stdout": q.streams != Stream.STDERR,
+            "stderr": q.streams != Stream.STDOUT,
+            "since": q.since,
+            "until": q.until,
+        }
+        chunks: list[Iterable[bytes]] = [[c.logs(**opts)] for c in earlier]
+        logs = container.logs(**opts, stream=q.tail, follow=q.tail)
         if q.tail:
             on_tail_stop(logs.close)
-        chunks: Iterator[bytes] = iter(logs) if q.tail else iter([logs])
-        return split_lines_iterator(chunks)
+        chunks.append(logs if q.tail else [logs])
+        return split_lines_iterator(itertools.chain.from_iterable(chunks))
+
+    def preempt(self, app_id: str, grace: float | None = None) -> None:
+        """Preempt the running app as a reclaimed spot machine would: every running replica's
+        container is stopped (SIGTERM, SIGKILL after ``grace`` seconds, 10 by default) and a
+        new one runs the next attempt (``local_docker_attempts``); returns once they run."""
+        containers = self._containers(app_id)
+        if not containers:
+            raise ValueError(f"local_docker has no app {app_id!r} to preempt")
+        if cancel_mark("local_docker", app_id).exists() or not any(
+            c.status in ("running", "restarting") for c in newest(containers)
+        ):
+            raise ValueError(f"{app_id} is not running: only a running app can be preempted")
+        stopped = stop_running(containers, 10.0 if grace is None else grace)
+        if cancel_mark("local_docker", app_id).exists():
+            return  # cancelled meanwhile: nothing runs again
+        for c in stopped:
+            rerun(self.client, c)
+
+
+def newest_per_app(containers: list[Any]) -> list[Any]:
+    """Each app's replicas' newest attempts."""
+    by_app: dict[str, list[Any]] = {}
+    for c in containers:
+        by_app.setdefault(c.labels.get(LABEL_APP_ID, ""), []).append(c)
+    return [c for group in by_app.values() for c in newest(group)]
 
 
 def create_scheduler(session_name: str, docker_client: Any = None) -> LocalDockerScheduler:

@@ -1,0 +1,82 @@
+"""local_docker's attempts: a preempted replica's container is stopped (SIGTERM, SIGKILL after
+the grace), renamed ``<name>-attempt<n>`` and kept as the record of that attempt, and a new
+container with the same name, labels and configuration (read back from the daemon, so no
+copy of the job's environment is written anywhere) runs the next attempt, labelled with its
+number. ``describe``, ``list`` and the logs take each replica's newest attempt for its state;
+its logs are the attempts' logs in order."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+LABEL_ATTEMPT = "torchx-nb/attempt"
+LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
+LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
+
+
+def attempt_of(container: Any) -> int:
+    """The attempt a container runs (1 for a container made before attempts were kept)."""
+    text = str(container.labels.get(LABEL_ATTEMPT, "1"))
+    return int(text) if text.isdigit() else 1
+
+
+def replica_key(container: Any) -> tuple[str, int]:
+    text = str(container.labels.get(LABEL_REPLICA_ID, "0"))
+    return container.labels.get(LABEL_ROLE_NAME, ""), int(text) if text.isdigit() else 0
+
+
+def newest(containers: Iterable[Any]) -> list[Any]:
+    """Each replica's container of its newest attempt."""
+    best: dict[tuple[str, int], Any] = {}
+    for c in containers:
+        key = replica_key(c)
+        if key not in best or attempt_of(c) > attempt_of(best[key]):
+            best[key] = c
+    return list(best.values())
+
+
+def attempts_of(containers: Iterable[Any], role: str, k: int) -> list[Any]:
+    """One replica's containers, oldest attempt first."""
+    return sorted((c for c in containers if replica_key(c) == (role, k)), key=attempt_of)
+
+
+def stop_running(containers: list[Any], grace: float) -> list[Any]:
+    """Stop each replica's running newest container in parallel (``docker stop``: SIGTERM,
+    SIGKILL after ``grace`` seconds); the containers stopped."""
+    running = [c for c in newest(containers) if c.status in ("running", "restarting")]
+    threads = [
+        threading.Thread(target=c.stop, kwargs={"timeout": max(round(grace), 0)}) for c in running
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return running
+
+
+def rerun(client: Any, old: Any) -> str:
+    """A new container like ``old`` (its image, command, environment, labels and host
+    configuration as the daemon records them) under ``old``'s name, labelled with the next
+    attempt; ``old`` keeps its logs under ``<name>-attempt<n>``. The new container's id."""
+    old.reload()
+    n = attempt_of(old)
+    name = old.name
+    cfg, host = old.attrs["Config"], old.attrs["HostConfig"]
+    old.rename(f"{name}-attempt{n}")
+    mode = str(host.get("NetworkMode") or "")
+    created = client.api.create_container(
+        image=cfg["Image"],
+        command=cfg.get("Cmd"),
+        entrypoint=cfg.get("Entrypoint"),
+        environment=cfg.get("Env"),
+        labels={**(cfg.get("Labels") or {}), LABEL_ATTEMPT: str(n + 1)},
+        name=name,
+        hostname=None if mode in ("host", "none") else cfg.get("Hostname"),
+        working_dir=cfg.get("WorkingDir") or None,
+        user=cfg.get("User") or None,
+        host_config=host,
+    )
+    client.api.start(created["Id"])
+    return str(created["Id"])
