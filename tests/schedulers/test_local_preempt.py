@@ -15,6 +15,7 @@ from torchx_nb import specs
 from torchx_nb.schedulers.local_cwd import LocalCwdScheduler, create_scheduler
 from torchx_nb.schedulers.local_docker import LocalDockerScheduler, container_name
 from torchx_nb.specs import AppState
+from torchx_nb.specs.exceptions import NotPreemptible
 from torchx_nb.specs.log_line import Stream
 
 # each replica counts its runs in a file of its own; the first run waits for the preemption
@@ -86,6 +87,10 @@ def test_local_cwd_preempt_stops_every_replica_and_runs_them_again(
     assert attempt["exitcodes"] == {"r": [143, 143]}
     assert asked <= attempt["preempted_at"] <= attempt["ended"] < asked + 5
     assert _state(sched, app_id)["attempt"] == 2
+    # describe lists it from the supervisor's record
+    (event,) = end.preemptions
+    assert event.why == "torchx-nb preempt" and event.at == attempt["preempted_at"]
+    assert event.resumed_at is not None and attempt["ended"] <= event.resumed_at < asked + 6
 
 
 def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace(
@@ -114,10 +119,10 @@ def test_only_a_running_app_can_be_preempted(sched: LocalCwdScheduler) -> None:
     app_id = _run(sched, _app("echo done"))
     assert _wait_end(sched, app_id).state == AppState.SUCCEEDED
     with pytest.raises(
-        ValueError, match=r"^.* is not running: only a running app can be preempted$"
+        NotPreemptible, match=r"^.* is not running: only a running app can be preempted$"
     ):
         sched.preempt(app_id)
-    with pytest.raises(ValueError, match="local_cwd has no app 'nope-1' to preempt"):
+    with pytest.raises(NotPreemptible, match="local_cwd has no app 'nope-1' to preempt"):
         sched.preempt("nope-1")
     assert not (sched._app_dir(app_id) / "preempt").exists()
 
@@ -170,6 +175,9 @@ def test_local_docker_preempt_stops_the_containers_and_runs_new_ones(
     assert new.attrs["HostConfig"]["Mounts"] == old.attrs["HostConfig"]["Mounts"]
     assert new.attrs["HostConfig"]["NetworkMode"] == "host"
     assert old.attrs["State"]["ExitCode"] == 143
+    (event,) = end.preemptions  # type: ignore[attr-defined]
+    assert event.why == "torchx-nb preempt"
+    assert event.at <= event.resumed_at < event.at + 5  # stopped, then the next ran
     assert [x.app_id for x in sched.list() if x.app_id == app_id] == [app_id]
-    with pytest.raises(ValueError, match="is not running: only a running app can be preempted"):
+    with pytest.raises(NotPreemptible, match="is not running: only a running app can be preempted"):
         sched.preempt(app_id)

@@ -25,6 +25,7 @@ from torchx_nb.schedulers.abilities import (
     DirWorkspaceMixin,
     KeepsLogFiles,
     LocalWorkspace,
+    Preemptible,
     RunsEndHook,
     StoresOutputs,
     TakesTypedOptions,
@@ -50,6 +51,7 @@ from torchx_nb.specs.api import (
     macros,
     make_app_handle,
 )
+from torchx_nb.specs.exceptions import NotPreemptible
 from torchx_nb.specs.log_line import LogLine, Stream
 from torchx_nb.specs.structured_opts import StructuredOpts
 
@@ -113,12 +115,14 @@ class LocalCwdScheduler(
     KeepsLogFiles,
     StoresOutputs,
     RunsEndHook,
+    Preemptible,
     Scheduler[LocalCwdOpts],
 ):
     """Runs each replica as a subprocess of a per-app supervisor, in the workspace folder (or
     the current one)."""
 
     is_local = True
+    preempt_grace = 10.0  # the supervisor's grace (GRACE_SECONDS), as for a cancel
 
     def __init__(
         self,
@@ -394,11 +398,11 @@ class LocalCwdScheduler(
         found = self._read(app_id)
         state = found[1] if found else None
         if found is None:
-            raise ValueError(f"local_cwd has no app {app_id!r} to preempt")
+            raise NotPreemptible(f"local_cwd has no app {app_id!r} to preempt")
         pid, _ = read_pidfile(self._app_dir(app_id) / "supervisor.pid")
         alive = state is not None and is_same_process(pid, state.get("supervisor_start_ticks"))
         if state is None or state.get("final_state") or state["cancelled"] or not alive:
-            raise ValueError(f"{app_id} is not running: only a running app can be preempted")
+            raise NotPreemptible(f"{app_id} is not running: only a running app can be preempted")
         said = {"by": canceller(), "grace": self.grace_seconds if grace is None else grace}
         write_private(self._app_dir(app_id) / "preempt", json.dumps(said))
 

@@ -14,6 +14,9 @@ from torchx_nb.schedulers.cancellers import cancel_ending
 from torchx_nb.schedulers.local_cwd_request import role_from_json
 from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans
 from torchx_nb.specs.api import NONE, AppState, ReplicaStatus, RoleStatus
+from torchx_nb.specs.preemption import Preemption
+
+PREEMPT_WHY = "torchx-nb preempt"  # the only preemption local_cwd knows
 
 
 def read_pidfile(path: Path) -> tuple[int | None, int | None]:
@@ -92,6 +95,7 @@ def response_from_files(
         resp.roles_statuses.append(RoleStatus(role, statuses))
     resp.started = state.get("started")
     resp.num_restarts = len(state.get("attempts") or [])
+    resp.preemptions = preemptions(state)
     supervisor = (state.get("supervisor_pid"), state.get("supervisor_start_ticks", sup_ticks))
     final = state.get("final_state")
     if final:
@@ -165,3 +169,16 @@ def error_msg(rep: dict[str, Any]) -> str:
         except OSError:
             return NONE
     return NONE
+
+
+def preemptions(state: dict[str, Any]) -> list[Preemption]:
+    """The preempted attempts the supervisor recorded, each with when the next one started."""
+    done = [a for a in state.get("attempts") or [] if isinstance(a, dict)]
+    starts = [a.get("started") for a in done[1:]] + [state.get("attempt_started")]
+    out = []
+    for attempt, resumed in zip(done, starts, strict=False):  # no attempts: none
+        at = attempt.get("preempted_at") or attempt.get("ended")
+        if isinstance(at, (int, float)):
+            resumed_at = float(resumed) if isinstance(resumed, (int, float)) else None
+            out.append(Preemption(at=float(at), why=PREEMPT_WHY, resumed_at=resumed_at))
+    return out

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from torchx_nb.lazy import LazyClient
-from torchx_nb.schedulers.abilities import StoresOutputs, TakesTypedOptions
+from torchx_nb.schedulers.abilities import Preemptible, StoresOutputs, TakesTypedOptions
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.devices import get_device_mounts
@@ -26,6 +26,7 @@ from torchx_nb.schedulers.local_docker_attempts import (
     attempt_of,
     attempts_of,
     newest,
+    preemptions,
     rerun,
     stop_running,
 )
@@ -46,6 +47,7 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
 )
+from torchx_nb.specs.exceptions import NotPreemptible
 from torchx_nb.specs.log_line import Stream
 from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.version import __version__
@@ -193,13 +195,14 @@ class LocalDockerOpts(WorkspaceOpts, _LocalDockerFields):
 
 
 class LocalDockerScheduler(
-    TakesTypedOptions, WorkspaceMixin, StoresOutputs, Scheduler[LocalDockerOpts]
+    TakesTypedOptions, WorkspaceMixin, StoresOutputs, Preemptible, Scheduler[LocalDockerOpts]
 ):
     """Runs each replica as a container on the local Docker daemon; a workspace is patched onto
     the image locally (no push needed)."""
 
     is_local = True
     pushes_image = False
+    preempt_grace = 10.0  # docker stop's default, as for a cancel
 
     def __init__(self, session_name: str, docker_client: Any = None) -> None:
         super().__init__("local_docker", session_name)
@@ -480,6 +483,9 @@ class LocalDockerScheduler(
             app_id=app_id,
             state=app_state,
             num_restarts=max(attempt_of(c) for c in containers) - 1,
+            preemptions=preemptions(
+                every, lambda c, key: docker_time(c.attrs.get("State", {}).get(key))
+            ),
             roles=list(roles.values()),
             roles_statuses=[RoleStatus(r, reps) for r, reps in statuses.items()],
             started=min((t for t in started if t), default=None),
@@ -549,11 +555,11 @@ class LocalDockerScheduler(
         new one runs the next attempt (``local_docker_attempts``); returns once they run."""
         containers = self._containers(app_id)
         if not containers:
-            raise ValueError(f"local_docker has no app {app_id!r} to preempt")
+            raise NotPreemptible(f"local_docker has no app {app_id!r} to preempt")
         if cancel_mark("local_docker", app_id).exists() or not any(
             c.status in ("running", "restarting") for c in newest(containers)
         ):
-            raise ValueError(f"{app_id} is not running: only a running app can be preempted")
+            raise NotPreemptible(f"{app_id} is not running: only a running app can be preempted")
         stopped = stop_running(containers, 10.0 if grace is None else grace)
         if cancel_mark("local_docker", app_id).exists():
             return  # cancelled meanwhile: nothing runs again

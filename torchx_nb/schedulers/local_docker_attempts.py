@@ -11,6 +11,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from torchx_nb.specs.preemption import Preemption
+
 LABEL_ATTEMPT = "torchx-nb/attempt"
 LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
 LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
@@ -80,3 +82,21 @@ def rerun(client: Any, old: Any) -> str:
     )
     client.api.start(created["Id"])
     return str(created["Id"])
+
+
+def preemptions(containers: list[Any], when: Any) -> list[Preemption]:
+    """One preemption per attempt that a newer one followed: when its containers had all
+    stopped and when the next attempt's started (``when(container, "StartedAt")``, a time or
+    None)."""
+    by_attempt: dict[int, list[Any]] = {}
+    for c in containers:
+        by_attempt.setdefault(attempt_of(c), []).append(c)
+    out = []
+    for n in sorted(by_attempt)[:-1]:
+        ended = [when(c, "FinishedAt") for c in by_attempt[n]]
+        started = [when(c, "StartedAt") for c in by_attempt.get(n + 1, [])]
+        at = max((t for t in ended if t), default=None)
+        if at is not None:
+            resumed = min((t for t in started if t), default=None)
+            out.append(Preemption(at=at, why="torchx-nb preempt", resumed_at=resumed))
+    return out
