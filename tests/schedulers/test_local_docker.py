@@ -507,3 +507,49 @@ def test_a_program_that_ends_137_itself_failed_and_nobody_stopped_it(
     code, out, err = cli("status", handles[0])
     assert code == 0, err
     assert "State: FAILED" in out and "outside torchx_nb" not in out, out
+
+
+def test_metrics_read_back_have_the_times_the_daemon_received_their_lines(
+    docker_env: DockerDaemon, base_images: dict[str, str], isolated: Path
+) -> None:
+    """``job.metrics()`` parsed after the fact from a container's log: each point has the
+    time Docker received its line (not NaT, not the time of reading), in the order written.
+    Every line is a ``LogLine`` with its time and its own text: a line over Docker's 16 KB
+    message size, which the daemon keeps in parts each with its own stamp, comes back whole
+    with the time of its first part."""
+    import time
+    from itertools import pairwise
+
+    from torchx_nb.metrics import parse_metric
+    from torchx_nb.notebook.handle import JobHandle
+    from torchx_nb.specs.log_line import LogLine
+
+    script = (
+        "for i in 1 2 3; do echo loss: 0.$i; echo step $i >&2; sleep 0.6; done;"
+        " printf lo; sleep 0.6; echo 'ss: 0.9';"
+        " head -c 40000 /dev/zero | tr '\\0' x; sleep 0.6; echo; echo last"
+    )
+    with get_runner() as runner:
+        before = time.time()
+        handle = runner.run(app(base_images["busybox"], "-c", script), "local_docker", {})
+        status = runner.wait(handle, wait_interval=0.2, timeout=60)
+        after = time.time()
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        job = JobHandle(handle, runner, [parse_metric("loss=loss: ([0-9.]+)")])
+        frame = job.metrics()
+        out = list(runner.log_lines(handle, "r", 0, streams=Stream.STDOUT))
+        both = list(runner.log_lines(handle, "r", 0))
+    assert frame["value"].tolist() == [0.1, 0.2, 0.3, 0.9]
+    assert frame["time"].isna().sum() == 0
+    stamps = [t.timestamp() for t in frame["time"]]
+    assert all(before <= t <= after for t in stamps), (before, stamps, after)
+    assert [round(b - a, 1) >= 0.5 for a, b in pairwise(stamps)] == [True] * 3
+    short = ["loss: 0.1\n", "loss: 0.2\n", "loss: 0.3\n", "loss: 0.9\n", "last\n"]
+    assert [line for line in out if len(line) < 100] == short
+    assert [len(line) for line in out if len(line) >= 100] == [40001]
+    assert set(out[4]) == {"x", "\n"}
+    assert all(isinstance(line, LogLine) and line.time for line in [*out, *both])
+    times = [line.time for line in out]  # type: ignore[attr-defined]
+    assert times == sorted(times) and times[5] - times[4] >= 0.5  # the long line: its start
+    assert sorted(both, key=lambda line: line.time) == both  # type: ignore[attr-defined]
+    assert sorted(both) == sorted([*out, "step 1\n", "step 2\n", "step 3\n"])

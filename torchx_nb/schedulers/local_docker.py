@@ -6,13 +6,11 @@ from any process. The daemon is the one ``DOCKER_HOST`` (or the default socket) 
 from __future__ import annotations
 
 import fnmatch
-import itertools
 import os
 import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from torchx_nb.lazy import LazyClient
@@ -30,7 +28,8 @@ from torchx_nb.schedulers.local_docker_attempts import (
     rerun,
     stop_running,
 )
-from torchx_nb.schedulers.logs import on_tail_stop, split_lines_iterator
+from torchx_nb.schedulers.local_docker_logs import docker_time, timed_lines
+from torchx_nb.schedulers.logs import on_tail_stop
 from torchx_nb.schedulers.outputs import cancel_mark, mark_cancelled, marked_by, output_env
 from torchx_nb.specs.api import (
     AppDef,
@@ -531,7 +530,8 @@ class LocalDockerScheduler(
             t.join()
 
     def _read_log(self, q: LogQuery) -> Iterable[str]:
-        """Lines of one container's log, optionally between ``since`` and ``until``."""
+        """Lines of one container's log, optionally between ``since`` and ``until``, each a
+        ``LogLine`` with the time the daemon received it (asked with ``timestamps``)."""
         matches = attempts_of(self._containers(q.app_id), q.role, q.k)
         if not matches:
             raise ValueError(f"app {q.app_id!r} has no replica {q.role}/{q.k}")
@@ -541,13 +541,14 @@ class LocalDockerScheduler(
             "stderr": q.streams != Stream.STDOUT,
             "since": q.since,
             "until": q.until,
+            "stream": True,  # one chunk per message, so each message's time is found
+            "timestamps": True,
         }
-        chunks: list[Iterable[bytes]] = [[c.logs(**opts)] for c in earlier]
-        logs = container.logs(**opts, stream=q.tail, follow=q.tail)
+        logs = [c.logs(**opts, follow=False) for c in earlier]
+        logs.append(container.logs(**opts, follow=q.tail))
         if q.tail:
-            on_tail_stop(logs.close)
-        chunks.append(logs if q.tail else [logs])
-        return split_lines_iterator(itertools.chain.from_iterable(chunks))
+            on_tail_stop(logs[-1].close)
+        return timed_lines(logs)
 
     def preempt(self, app_id: str, grace: float | None = None) -> None:
         """Preempt the running app as a reclaimed spot machine would: every running replica's
@@ -577,18 +578,6 @@ def newest_per_app(containers: list[Any]) -> list[Any]:
 
 def create_scheduler(session_name: str, docker_client: Any = None) -> LocalDockerScheduler:
     return LocalDockerScheduler(session_name, docker_client=docker_client)
-
-
-def docker_time(text: str | None) -> float | None:
-    """Epoch seconds of a Docker timestamp (``2026-11-23T10:00:00.123456789Z``); None for
-    Docker's zero time or nothing."""
-    if not text or text.startswith("0001-"):
-        return None
-
-    head, _, frac = text.rstrip("Z").partition(".")
-    stamp = datetime.fromisoformat(head + "+00:00").timestamp()
-    digits = "".join(ch for ch in frac if ch.isdigit())[:6]
-    return stamp + (int(digits) / 10 ** len(digits) if digits else 0.0)
 
 
 def docker_cancel_ending(app_id: str, codes: list[int | None]) -> str:
