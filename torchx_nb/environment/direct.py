@@ -21,6 +21,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchx_nb import http_retry
 from torchx_nb.environment.index import IndexSettings, file_url_path, mask_url
 from torchx_nb.specs.api import TorchxNbError
 
@@ -28,6 +29,7 @@ _VCS = re.compile(r"^(?P<vcs>git|hg|svn|bzr)\+(?P<url>.+)$")
 _EGG = re.compile(r"[#&]egg=([A-Za-z0-9][A-Za-z0-9._-]*)")
 _SUB = re.compile(r"[#&]subdirectory=([^&]+)")
 _FETCHED_DAYS = 1  # fetched checkouts and files older than this are swept
+READ_TIMEOUT_S = 60.0  # a download that sends nothing for this long is given up
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,7 @@ def fetch(ref: DirectRef, origin: str, index: IndexSettings) -> Fetched:
             )
         digest = file_digest(found)
         _check_hash(ref, digest, origin)
+        _check_archive(ref, found, origin)
         return Fetched(found, f"sha256:{digest}", found.suffix == ".whl")
     root = fetched_dir()
     dest = Path(tempfile.mkdtemp(prefix="fetch-", dir=root))
@@ -220,32 +223,97 @@ def _download(ref: DirectRef, origin: str, index: IndexSettings, dest: Path) -> 
     auth = tuple(creds.split(":", 1)) if creds else None
     target = dest / filename
     digest = hashlib.sha256()
+    size, length, answered = 0, None, False
     try:
         with _session().get(
             plain,
             auth=auth,
             stream=True,
-            timeout=60,
+            timeout=READ_TIMEOUT_S,
             verify=False if trusted else (index.cert or True),
             cert=index.client_cert,
         ) as resp:
-            if resp.status_code in (401, 403):
-                said = f"refused the credentials (HTTP {resp.status_code})"
-            elif resp.status_code >= 400:
-                said = f"answered HTTP {resp.status_code}"
+            answered = True
+            code = resp.status_code
+            if code in (401, 403):
+                said = f"refused the credentials (HTTP {code}): fix the URL or its access"
+            elif code >= 500:
+                said = (
+                    f"answered HTTP {code}, a server error, {http_retry.TRIES} times: try"
+                    " again later, or fix the server"
+                )
+            elif code >= 400:
+                said = f"answered HTTP {code}: fix the URL or its access"
             else:
                 said = ""
+                given = resp.headers.get("Content-Length", "")
+                coded = resp.headers.get("Content-Encoding", "identity") != "identity"
+                length = int(given) if given.isdigit() and not coded else None
                 with open(target, "wb") as f:
                     for chunk in resp.iter_content(1 << 20):
                         digest.update(chunk)
                         f.write(chunk)
+                        size += len(chunk)
+    except requests.exceptions.ChunkedEncodingError:  # the connection closed before its end
+        said = _ended(size, length)
     except requests.RequestException as e:
-        said = f"is unreachable ({type(e).__name__})"
+        wait = int(READ_TIMEOUT_S)
+        if _timed_out(e) and answered:
+            said = f"stopped sending for {wait} s: try again, or fix the server"
+        elif _timed_out(e):
+            said = f"sent no answer for {wait} s: try again, or fix the server"
+        else:
+            said = f"is unreachable ({type(e).__name__}): fix the URL or its access"
+    if not said and length is not None and size != length:
+        said = _ended(size, length)
     if said:
-        raise TorchxNbError(f"--packages {origin}: {ref.shown} {said}: fix the URL or its access")
+        raise TorchxNbError(f"--packages {origin}: {ref.shown} {said}")
     got = digest.hexdigest()
     _check_hash(ref, got, origin)
+    _check_archive(ref, target, origin)
     return Fetched(target, f"sha256:{got}", filename.endswith(".whl"))
+
+
+def _ended(size: int, length: int | None) -> str:
+    of = f" of {length}" if length is not None else ""
+    return f"ended early ({size}{of} bytes came): try again, or fix the server"
+
+
+def _timed_out(e: Exception) -> bool:
+    """Whether ``e`` is a read that waited ``READ_TIMEOUT_S`` for nothing (requests names it
+    ReadTimeout before the answer, and a ConnectionError around urllib3's during the body
+    or once the retries are spent)."""
+    import requests
+    from urllib3.exceptions import MaxRetryError, ReadTimeoutError
+
+    inner = e.args[0] if e.args else None
+    if isinstance(inner, MaxRetryError):
+        inner = inner.reason
+    return isinstance(e, requests.exceptions.ReadTimeout) or isinstance(inner, ReadTimeoutError)
+
+
+def _check_archive(ref: DirectRef, path: Path, origin: str) -> None:
+    """Refuse, in one line, a file that is not a whole wheel or sdist (a download cut short
+    with no length to tell), or whose own metadata names another distribution than its file
+    name does (pip refuses it: 'inconsistent name')."""
+    from packaging.utils import canonicalize_name
+
+    from torchx_nb.environment.archives import metadata_name
+
+    kind = "wheel" if path.suffix == ".whl" else "source distribution"
+    try:
+        name = metadata_name(path)
+    except ValueError as e:
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.shown} is not a whole {kind} ({e}): fetch it again,"
+            " or fix the file"
+        ) from None
+    parsed = _parse_filename(path.name)
+    if parsed is not None and canonicalize_name(name) != canonicalize_name(parsed[0]):
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.shown} is a {kind} of {name} (its metadata says so),"
+            f" not of {parsed[0]} as its file name says: fix the file or the URL"
+        )
 
 
 def _check_hash(ref: DirectRef, got: str, origin: str) -> None:

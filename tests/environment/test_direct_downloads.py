@@ -1,0 +1,169 @@
+"""A URL requirement's download against a real HTTP server on 127.0.0.1 that misbehaves: a
+body cut short (with and without a Content-Length), a server error on every try, a server
+that stops sending, a wheel whose own metadata names another distribution, and two kernels
+fetching the same URL at once. Each is one line naming what happened, or works."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.infra.pypi_index import make_wheel
+from torchx_nb.environment import direct
+from torchx_nb.environment.direct import fetch, parse_direct
+from torchx_nb.environment.index import IndexSettings
+from torchx_nb.specs import TorchxNbError
+
+WHEEL = "tnbt-1.0-py3-none-any.whl"
+
+
+def _sdist(name: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for rel, text in {
+            f"{name}-1.0/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+            f"{name}-1.0/{name}.py": "V = 1\n" + "# padding\n" * 4000,
+        }.items():
+            info = tarfile.TarInfo(rel)
+            info.size = len(text.encode())
+            tf.addfile(info, io.BytesIO(text.encode()))
+    return buf.getvalue()
+
+
+@contextlib.contextmanager
+def _server(tmp_path: Path) -> Iterator[tuple[str, dict[str, int]]]:
+    wheel = make_wheel(tmp_path / "w", "tnbt", "1.0", body="x" * 20000).read_bytes()
+    other = make_wheel(tmp_path / "o", "tnby", "1.0").read_bytes()
+    sdist = _sdist("tnbt")
+    asked: dict[str, int] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            kind = self.path.split("/")[1]
+            asked[kind] = asked.get(kind, 0) + 1
+            body = {"misnamed": other, "cutsdist": sdist}.get(kind, wheel)
+            if kind == "fail":
+                self.send_response(500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if kind == "late":
+                time.sleep(3)
+            self.send_response(200)
+            if kind not in ("cutnolen", "cutsdist"):
+                self.send_header("Content-Length", str(len(body)))
+            else:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            if kind.startswith("cut"):
+                self.wfile.write(body[: len(body) // 2])
+                self.close_connection = True
+                return
+            if kind == "stall":
+                self.wfile.write(body[:100])
+                self.wfile.flush()
+                time.sleep(3)
+            if kind == "slow":  # two kernels' downloads overlap
+                for i in range(0, len(body), 2000):
+                    self.wfile.write(body[i : i + 2000])
+                    self.wfile.flush()
+                    time.sleep(0.1)
+                return
+            with contextlib.suppress(OSError):
+                self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _refusal(url: str) -> str:
+    with pytest.raises(TorchxNbError) as e:
+        fetch(parse_direct(url), "req.txt", IndexSettings())
+    return str(e.value)
+
+
+def test_a_download_that_goes_wrong_is_one_line_naming_what_happened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(direct, "READ_TIMEOUT_S", 1.0)
+    with _server(tmp_path) as (base, asked):
+        assert fetch(parse_direct(f"{base}/whole/{WHEEL}"), "req.txt", IndexSettings()).is_wheel
+        url = f"{base}/cut/{WHEEL}"
+        assert _refusal(url).startswith(f"--packages req.txt: {url} ended early (")
+        assert _refusal(url).endswith(" bytes came): try again, or fix the server")
+        url = f"{base}/cutnolen/{WHEEL}"  # no length to tell: the wheel itself says it
+        assert _refusal(url).startswith(
+            f"--packages req.txt: {url} is not a whole wheel (BadZipFile: "
+        )
+        url = f"{base}/cutsdist/tnbt-1.0.tar.gz"
+        assert _refusal(url).startswith(
+            f"--packages req.txt: {url} is not a whole source distribution ("
+        )
+        url = f"{base}/fail/{WHEEL}"
+        assert _refusal(url) == (
+            f"--packages req.txt: {url} answered HTTP 500, a server error, 4 times: try again"
+            " later, or fix the server"
+        )
+        assert asked["fail"] == 4
+        url = f"{base}/stall/{WHEEL}"
+        assert _refusal(url) == (
+            f"--packages req.txt: {url} stopped sending for 1 s: try again, or fix the server"
+        )
+        url = f"{base}/late/{WHEEL}"
+        assert _refusal(url) == (
+            f"--packages req.txt: {url} sent no answer for 1 s: try again, or fix the server"
+        )
+        url = f"{base}/misnamed/tnbx-1.0-py3-none-any.whl"
+        assert _refusal(url) == (
+            f"--packages req.txt: {url} is a wheel of tnby (its metadata says so), not of"
+            " tnbx as its file name says: fix the file or the URL"
+        )
+    assert not [p for p in (tmp_path / "torchx-nb-data").rglob("*") if p.name.startswith("fetch-")]
+
+
+def test_two_kernels_fetching_one_url_at_once_both_get_it(tmp_path: Path) -> None:
+    script = (
+        "import json, sys\n"
+        "from torchx_nb.environment.direct import fetch, parse_direct\n"
+        "from torchx_nb.environment.index import IndexSettings\n"
+        "got = fetch(parse_direct(sys.argv[1]), 'req.txt', IndexSettings())\n"
+        "print(json.dumps([str(got.path), got.identity, got.path.stat().st_size]))\n"
+    )
+    with _server(tmp_path) as (base, asked):
+        url = f"{base}/slow/{WHEEL}"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, url],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    (one, two) = [json.loads(out) for out, _ in outs]
+    assert one == two and asked["slow"] == 2
+    assert Path(one[0]).is_file()
