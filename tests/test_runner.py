@@ -21,7 +21,7 @@ def test_dryrun_injects_job_id_and_does_not_mutate_the_app() -> None:
     assert params.env["TORCHX_JOB_ID"] == f"local_cwd://torchx/{app_id}"
     assert params.env["TORCHX_PARENT_RUN_ID"] == "parent-1"
     assert params.env["TORCHX_INTERNAL_SESSION_ID"]
-    assert info._scheduler == "local_cwd" and info.app is not None
+    assert info.app is not None and info.app.roles[0].env["TORCHX_JOB_ID"].startswith("local_cwd")
 
 
 def test_run_records_in_job_store_and_tracks_state() -> None:
@@ -175,3 +175,62 @@ def test_outputs_of_an_ended_job_whose_folder_was_deleted_say_so(tmp_path: Path)
         shutil.rmtree(runner.output_store(handle).root)
         with pytest.raises(NoResult, match="no longer exists: it was deleted or moved"):
             runner.outputs(handle)
+
+
+def test_a_prepared_run_is_one_frozen_value_and_the_dry_run_info_holds_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """The workspace's use, the environment plan and the build are fields of the prepared run,
+    made by the scheduler's workspace ability; TorchX's AppDryRunInfo keeps only what the
+    scheduler put there (before, the runner stuck the preview, the plan, the build time and
+    the scheduler's name onto it and read them back)."""
+    import dataclasses
+
+    from torchx_nb.runner import PreparedRun, RunRequest
+    from torchx_nb.schedulers.abilities import FolderWorkspace
+    from torchx_nb.specs.program import CellProgram
+
+    with get_runner() as runner:
+        prepared = runner.prepare(
+            RunRequest(cell="1 + 1", scheduler="local_cwd", workspace=str(tmp_path))
+        )
+    assert isinstance(prepared, PreparedRun)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prepared.environment = object()  # type: ignore[misc]
+    assert isinstance(prepared.program, CellProgram) and prepared.program.source == "1 + 1"
+    assert isinstance(prepared.workspace_use, FolderWorkspace)
+    assert prepared.workspace_use.runs_program and prepared.workspace == str(tmp_path)
+    assert prepared.environment is None and prepared.build is None
+    assert prepared.request is prepared.info.request
+    assert set(vars(prepared.info)) == {"request", "_fmt", "_app", "_cfg", "_scheduler"}
+    assert prepared.info._scheduler is None
+
+
+def test_schedule_takes_only_what_dryrun_made() -> None:
+    from torchx_nb.specs.api import AppDryRunInfo, TorchxNbError
+
+    with get_runner() as runner:
+        made = runner.dryrun(echo(msg="x"), "local_cwd")
+        assert made.cfg and made.app is not None and "echo" in repr(made)
+        foreign = runner.get_scheduler("local_cwd").submit_dryrun(echo(msg="x"), made.cfg)
+        assert isinstance(foreign, AppDryRunInfo)
+        with pytest.raises(TorchxNbError, match="not made by Runner.dryrun"):
+            runner.schedule(foreign)
+
+
+def test_the_dry_run_summary_reads_the_program_not_its_args(tmp_path: Path) -> None:
+    """A cell that mentions the runner's file, sent with ``python -c`` (no workspace), was
+    said to run under the cell runner: the summary searched the args for that name."""
+    from torchx_nb.dryrun_summary import summarize
+    from torchx_nb.runner import RunRequest
+
+    source = "print('.torchx-nb/cell_main.py')"
+    with get_runner() as runner:
+        bare = runner.prepare(RunRequest(cell=source, scheduler="local_cwd", workspace="none"))
+        shipped = runner.prepare(
+            RunRequest(cell=source, scheduler="local_cwd", workspace=str(tmp_path))
+        )
+        assert summarize(runner, bare).lines[1] == "program:   a cell of 1 line, run by python -c"
+        assert summarize(runner, shipped).lines[1] == (
+            "program:   a cell of 1 line, run by the cell runner"
+        )

@@ -11,11 +11,10 @@ import re
 import string
 from dataclasses import dataclass
 
-from torchx_nb.components.cell import RUNNER
 from torchx_nb.redact import redact, redact_text
 from torchx_nb.runner import PreparedRun, Runner
 from torchx_nb.specs.api import Role
-from torchx_nb.specs.program import CellProgram, NotebookProgram, Program
+from torchx_nb.specs.program import CellProgram, NotebookProgram
 
 _LEFT_OUT = re.compile(r"^left out \((\d+)\):$", re.M)
 _SECRETS_HEAD = "secrets that ship because "
@@ -49,10 +48,10 @@ def summarize(runner: Runner, prepared: PreparedRun, whole: str = "--json") -> D
     app = prepared.app
     images = runner.uses_images(prepared.scheduler)
     request = str(prepared.info)
-    ships = prepared.info.workspace_preview
+    ships = prepared.preview
     lines = [
         f"dry run on {prepared.scheduler}: nothing built, pushed or submitted",
-        f"program:   {_program(prepared.program, app.roles, runner.get_scheduler(prepared.scheduler).rank0_env)}",
+        f"program:   {_program(prepared, runner.get_scheduler(prepared.scheduler).rank0_env)}",
         f"runs:      {'; '.join(_role(r, images) for r in app.roles)}",
         f"ships:     {_ships(ships, prepared.workspace)}",
     ]
@@ -68,7 +67,10 @@ def summarize(runner: Runner, prepared: PreparedRun, whole: str = "--json") -> D
     return DryRunSummary([redact_text(line) for line in lines], request, ships, table)
 
 
-def _program(program: Program, roles: list[Role], rank0_env: str) -> str:
+def _program(prepared: PreparedRun, rank0_env: str) -> str:
+    """What runs, read from the prepared run's program (and whether its workspace runs it
+    under the cell runner)."""
+    program = prepared.program
     if isinstance(program, NotebookProgram):
         names = [name for name, _ in program.parameters]
         given = f"{len(names)} parameter{'s' if len(names) != 1 else ''}" + (
@@ -78,10 +80,11 @@ def _program(program: Program, roles: list[Role], rank0_env: str) -> str:
         return f"the notebook {program.path}, {given}, run by nbclient{limit}"
     if isinstance(program, CellProgram):
         n = program.lines
-        how = "the cell runner" if any(RUNNER in a for a in roles[0].args) else "python -c"
+        use = prepared.workspace_use
+        how = "the cell runner" if use is not None and use.runs_program else "python -c"
         torchrun = " under torchrun" if program.j else ""
         return f"a cell of {n} line{'s' if n != 1 else ''}, run by {how}{torchrun}"
-    first = roles[0]
+    first = prepared.app.roles[0]
     # TorchX's macros as the request has them: ``$${${rank0_env}:=localhost}`` is
     # ``${TORCHX_RANK0_HOST:=localhost}``; what is known only at submit (``${app_id}``,
     # ``${replica_id}``, ``${img_root}``) stays a macro

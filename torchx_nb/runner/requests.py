@@ -14,11 +14,13 @@ from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
     CfgVal,
+    as_cfg,
 )
 from torchx_nb.specs.exceptions import AppValidationError as AppValidationError
 from torchx_nb.specs.exceptions import NoSuchReplica as NoSuchReplica
 from torchx_nb.specs.program import Program
 from torchx_nb.specs.structured_opts import StructuredOpts
+from torchx_nb.workspace.use import WorkspaceUse
 
 #: a scheduler's resolved options: its typed structure (``TakesTypedOptions``: the type is its
 #: ``Scheduler[Opts]`` parameter), or a mapping for a scheduler written TorchX's way
@@ -99,30 +101,80 @@ class RunRequest:
     packages: str | None = None  # the environment: auto (the default), none, or a file
 
 
-@dataclass
+@dataclass(frozen=True)
+class Build:
+    """The image build a run made before it was submitted: its time (the job's first
+    phase)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
 class PreparedRun:
-    """A request made ready: what will run (``program``: a component's AppDef or a cell),
-    where, with which options and workspace, the scheduler's exact request (``info``) and
-    what to record."""
+    """A request made ready, one value made by ``Runner.prepare`` and consumed by
+    ``Runner.submit``: what runs (``program``: a component's AppDef, a ``CellProgram`` or a
+    ``NotebookProgram``; ``app``: the AppDef as it is sent), where (``scheduler``), with which
+    options (``opts``: the scheduler's typed options, resolved once), how the workspace is
+    used (``workspace_use``: the ability's own value, None without a workspace), the
+    environment plan of the image (``environment``, an
+    ``torchx_nb.environment.plan.EnvPlan``, or None), the image ``build`` (None for a dry
+    run, or when no image was built), the scheduler's exact request (``info``, TorchX's
+    ``AppDryRunInfo``; ``request`` is its native request) and what the job store records."""
 
     program: Program
+    app: AppDef
     info: AppDryRunInfo[Any]
     scheduler: str
     opts: Options
-    workspace: str | None
-    record: dict[str, str | None]
+    workspace_use: WorkspaceUse | None
+    environment: Any
+    build: Build | None
+    record: Mapping[str, str | None]
     #: the metrics the scheduler's options define as ``{NAME: REGEX}`` (a ``DefinesMetrics``
     #: backend's, e.g. SageMaker's ``metric_definitions``): the notebook charts them beside
     #: those the magic names
-    metric_definitions: dict[str, str] = field(default_factory=dict)
+    metric_definitions: Mapping[str, str] = field(default_factory=dict)
 
     @property
-    def environment(self) -> Any:
-        """The environment plan (``torchx_nb.environment.plan.EnvPlan``) of the image the
-        program runs in; None when nothing is planned (no image, nothing imported)."""
-        return self.info.environment
+    def request(self) -> Any:
+        """The scheduler's native request (the dict, proto or script it sends)."""
+        return self.info.request
+
+    @property
+    def workspace(self) -> str | None:
+        """The workspace's folder (None: no workspace, the program travels in the request)."""
+        return self.workspace_use.path if self.workspace_use is not None else None
+
+    @property
+    def preview(self) -> str | None:
+        """What a dry run shows would ship (None for a build, or when nothing is copied)."""
+        return self.workspace_use.preview if self.workspace_use is not None else None
+
+
+class PreparedDryRun(AppDryRunInfo[Any]):
+    """TorchX's ``AppDryRunInfo`` as ``Runner.dryrun`` returns it: a façade over the prepared
+    run (its request, printed as the scheduler prints it; the AppDef and options as TorchX's
+    code reads them), which ``Runner.schedule`` submits."""
+
+    def __init__(self, prepared: PreparedRun) -> None:
+        self.prepared = prepared
+
+    @property
+    def request(self) -> Any:
+        return self.prepared.info.request
 
     @property
     def app(self) -> AppDef:
-        assert self.info.app is not None
-        return self.info.app
+        return self.prepared.app
+
+    @property
+    def cfg(self) -> Mapping[str, CfgVal]:
+        return as_cfg(self.prepared.opts)
+
+    @property
+    def workspace_preview(self) -> str | None:
+        """What would ship (a dry run's file table), as the prepared run has it."""
+        return self.prepared.preview
+
+    def __repr__(self) -> str:
+        return repr(self.prepared.info)

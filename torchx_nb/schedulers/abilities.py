@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from torchx_nb.specs.api import AppDef, AppDryRunInfo, Role, runopts
 from torchx_nb.specs.log_line import Stream
 from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
+from torchx_nb.workspace.use import ProgramJob, WorkspaceUse
 
 if TYPE_CHECKING:
     from torchx_nb.specs.responses import DescribeAppResponse
@@ -174,6 +175,43 @@ class LocalWorkspace:
     files: Mapping[str, bytes] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class FolderWorkspace(WorkspaceUse):
+    """The workspace as the folder the job runs from (``DirWorkspaceMixin``): ``folder`` is
+    what the request is built from."""
+
+    folder: LocalWorkspace
+
+
+def files_beside(root: Path, files: Mapping[str, bytes], write: bool) -> Path:
+    """A private folder under ``root`` holding ``files``, named by their content (so
+    reused), for a program that runs in place; written only when ``write`` (a run, not a dry
+    run)."""
+    import hashlib
+    import os
+    import shutil
+
+    from torchx_nb.paths import private_dir
+
+    digest = hashlib.sha256()
+    for name, data in sorted(files.items()):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    folder = root / digest.hexdigest()[:24]
+    if write and not folder.is_dir():
+        private_dir(root)
+        tmp = private_dir(folder.with_name(f"{folder.name}.{os.getpid()}.tmp"))
+        for name, data in files.items():
+            target = tmp / name
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            target.write_bytes(data)
+            os.chmod(target, 0o600)
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process made it first, with the same content
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
 class DirWorkspaceMixin(abc.ABC, WorkspaceMixin[None]):
     """Ability: the job runs from a folder, no image (local_cwd in the workspace itself; Slurm
     in it, or in a copy under ``job_dir`` on the shared filesystem): TorchX's name for Slurm's
@@ -205,6 +243,26 @@ class DirWorkspaceMixin(abc.ABC, WorkspaceMixin[None]):
         from torchx_nb.paths import data_dir
 
         return data_dir() / "cells"
+
+    def use_workspace(
+        self, app: AppDef, workspace: str, cfg: Any, job: ProgramJob, build: bool
+    ) -> FolderWorkspace:
+        """Use ``workspace`` as the folder the job runs from: the program's files go into
+        the copy (``copies_workspace``) or, for a job that runs in place, into a private
+        folder of their own (``files_folder``, written for a run only), and its role is
+        pointed at them."""
+        copied: dict[str, bytes] = {}
+        if job.role is not None:
+            files = job.files()
+            if self.copies_workspace(cfg):
+                copied.update(files)
+                job.point(job.role, "")
+            else:
+                here = files_beside(self.files_folder(workspace, cfg), files, build)
+                job.point(job.role, str(here))
+        folder = LocalWorkspace(str(Path(workspace).expanduser().resolve()), copied)
+        preview = None if build else self.preview_workspace(workspace, cfg)
+        return FolderWorkspace(workspace, preview, job.role is not None, folder)
 
     def _submit_dryrun(self, app: AppDef, cfg: Any) -> AppDryRunInfo[Any]:
         return self._submit_dryrun_in(app, cfg, None)
@@ -259,6 +317,7 @@ class KeepsLogFiles(abc.ABC):
 __all__ = [
     "DescribesMany",
     "DirWorkspaceMixin",
+    "FolderWorkspace",
     "KeepsLogFiles",
     "LocalWorkspace",
     "Preemptible",

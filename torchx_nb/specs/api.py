@@ -458,7 +458,8 @@ T = TypeVar("T")
 
 
 class AppDryRunInfo(Generic[T]):
-    """The scheduler's native request for an app, and how to print it."""
+    """The scheduler's native request for an app, and how to print it (TorchX's type; the
+    runner's prepared run holds it, and nothing else is kept on it)."""
 
     def __init__(self, request: T, fmt: Callable[[T], str]) -> None:
         self.request = request
@@ -466,9 +467,6 @@ class AppDryRunInfo(Generic[T]):
         self._app: AppDef | None = None
         self._cfg: Mapping[str, CfgVal] = {}
         self._scheduler: str | None = None
-        self.workspace_preview: str | None = None
-        self.environment: Any = None  # the environment plan (EnvPlan), when one was made
-        self.build_seconds: float | None = None  # the image's build and push, when one ran
 
     @property
     def app(self) -> AppDef | None:

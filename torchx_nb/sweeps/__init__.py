@@ -63,8 +63,8 @@ def dryrun(runner: Runner, request: SweepRequest) -> str:
         lines.append(f"  … {n - 20} more")
     label = "the array's request" if plan.array is not None else "trial 0's request"
     text = "\n".join(lines) + f"\n{label}:\n{shown}"
-    if prepared.info.workspace_preview:
-        text += "\n" + prepared.info.workspace_preview
+    if prepared.preview:
+        text += "\n" + prepared.preview
     return text
 
 

@@ -10,8 +10,10 @@ from torchx_nb.specs.api import Role, TorchxNbError, as_cfg, runopts
 from torchx_nb.specs.structured_opts import StructuredOpts
 
 if TYPE_CHECKING:
+    from torchx_nb.specs.api import AppDef
     from torchx_nb.workspace.builders import EnvironmentLayer
     from torchx_nb.workspace.image_contents import ImageContents
+    from torchx_nb.workspace.use import ProgramJob, WorkspaceUse
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -174,3 +176,33 @@ class WorkspaceMixin(Generic[T]):
     ) -> None:
         """TorchX's name: patch ``role.image`` with the workspace."""
         self.patch_image(role, workspace, cfg, {})
+
+    def use_workspace(
+        self, app: AppDef, workspace: str, cfg: Any, job: ProgramJob, build: bool
+    ) -> WorkspaceUse:
+        """Use ``workspace`` for ``app`` as this ability does: patched onto each role's image
+        (planned only, for a dry run), with the environment layer the program needs, and
+        the program's files for the role that runs it (then pointed at them)."""
+        from torchx_nb.workspace.use import ImageWorkspace
+
+        for role in app.roles:
+            extra = job.files() if role is job.role else None
+            if extra is not None:  # the runner names it when the cell needs a module it lacks
+                role.env["TORCHX_NB_BASE_IMAGE"] = role.image
+            plan = job.environment(role.image)
+            try:
+                if extra is not None and plan is not None:
+                    extra.update(job.environment_files(plan))
+                if build:
+                    layer = job.environment_layer(plan) if plan is not None else None
+                    pickles = job.pickles and extra is not None
+                    self.patch_image(role, workspace, cfg, extra or {}, pickles, layer)
+                else:
+                    self.plan_image(role, workspace, cfg)
+            finally:
+                if plan is not None:
+                    job.release(plan)  # a head start the build did not take, or a refusal
+            if extra is not None:
+                job.point(role, "")
+        preview = None if build else self.preview_workspace(workspace)
+        return ImageWorkspace(workspace, preview, job.role is not None)
