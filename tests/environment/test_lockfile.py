@@ -508,3 +508,32 @@ def test_a_requirements_file_with_a_byte_order_mark_is_read_as_pip_reads_it(
     reqs.write_bytes("tnbdep==1.0\r\n-r base.txt\r\n".encode(encoding))
     dry = pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
     assert [(p.name, p.version) for p in dry] == [("tnbdep", "1.0"), ("tnbserved", "0.9")]
+
+
+def test_git_file_lines_in_both_forms_are_checkouts(tmp_path: Path) -> None:
+    """``git+file:///repo@rev#egg=`` (taken for a path: 'is not a requirement') and ``name @
+    git+file:///repo@rev`` (taken for a file URL: 'not a wheel') are git checkouts of a local
+    repository: listed for submit by a dry run, checked out at submit."""
+    from tests.infra.git_server import BUILD, commit_to, make_repo
+
+    commits = {}
+    for name in ("tnbgf", "tnbgn"):
+        work = make_repo(tmp_path / "repos", name)
+        commits[name] = commit_to(
+            work,
+            {
+                "pyproject.toml": BUILD + f'[project]\nname = "{name}"\nversion = "1.0"\n',
+                f"{name}.py": "",
+            },
+        )
+    gf, gn = ((tmp_path / "repos" / f"{n}.git").as_uri() for n in ("tnbgf", "tnbgn"))
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text(f"git+{gf}@main#egg=tnbgf\ntnbgn @ git+{gn}@main\n")
+    dry = pins_from_file(str(reqs), _image("3.11"), IndexSettings(), resolve=False)
+    assert [(p.name, p.note) for p in dry] == [
+        ("tnbgf", f"from git+{gf}@main, fetched at submit"),
+        ("tnbgn", f"from git+{gn}@main, fetched at submit"),
+    ]
+    pins = pins_from_file(str(reqs), _image("3.11"), IndexSettings())
+    got = {p.name: (p.version, p.identity) for p in pins}
+    assert got == {n: ("1.0", f"git:{c}") for n, c in commits.items()}
