@@ -167,3 +167,29 @@ def test_two_kernels_fetching_one_url_at_once_both_get_it(tmp_path: Path) -> Non
     (one, two) = [json.loads(out) for out, _ in outs]
     assert one == two and asked["slow"] == 2
     assert Path(one[0]).is_file()
+
+
+def test_a_wheel_s_metadata_is_read_by_its_headers_not_whole(tmp_path: Path) -> None:
+    """A hostile wheel whose METADATA inflates to 64 MB (a few KB compressed): its name is
+    read from the first MB, never the whole of it into memory."""
+    import tracemalloc
+    import zipfile
+
+    from torchx_nb.environment.archives import metadata_name
+
+    path = tmp_path / WHEEL
+    with (
+        zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf,
+        zf.open("tnbt-1.0.dist-info/METADATA", "w") as f,
+    ):
+        f.write(b"Metadata-Version: 2.1\nName: tnbt\nVersion: 1.0\n\n")
+        for _ in range(64):
+            f.write(b"\0" * (1 << 20))
+    assert path.stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        assert metadata_name(path) == "tnbt"
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak

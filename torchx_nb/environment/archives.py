@@ -40,7 +40,8 @@ def _zip_name(path: Path) -> str:
         ]
         if not found:
             raise ValueError(f"it holds no {want}")
-        return _header_name(zf.read(sorted(found)[0]).decode("utf-8", "replace"))
+        with zf.open(sorted(found)[0]) as f:  # its first MB: the headers are at its top
+            return _header_name(f.read(1 << 20).decode("utf-8", "replace"))
 
 
 def _tar_name(path: Path) -> str:
