@@ -5,12 +5,15 @@ environment plan (from ``environment``), which the workspace abilities cannot im
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_nb.specs.api import AppDef, Role
 from torchx_nb.specs.program import CellProgram, NotebookProgram, Program
 from torchx_nb.workspace import WorkspaceMixin
 from torchx_nb.workspace.builders import EnvironmentLayer
+
+if TYPE_CHECKING:  # a data type, imported lazily (environment/ is heavy to import)
+    from torchx_nb.environment.plan import EnvPlan
 
 
 class RunnerProgramJob:
@@ -38,7 +41,7 @@ class RunnerProgramJob:
         self._push = push
         self._packages = packages
         self._build = build
-        self._plans: dict[str, Any] = {}
+        self._plans: dict[str, EnvPlan | None] = {}
 
     @property
     def role(self) -> Role | None:
@@ -60,31 +63,31 @@ class RunnerProgramJob:
         assert self._runs is not None
         point_at_runner(role, self._runs, folder, self._push is not None)
 
-    def environment(self, image: str) -> Any:
+    def environment(self, image: str) -> EnvPlan | None:
         if image not in self._plans:
             self._plans[image] = self._plan(image)
         return self._plans[image]
 
-    def environment_files(self, plan: Any) -> dict[str, bytes]:
+    def environment_files(self, plan: EnvPlan) -> dict[str, bytes]:
         if plan.contents is None:
             return {}
         from torchx_nb.environment.record import PLAN_FILE, plan_file
 
         return {PLAN_FILE: plan_file(plan)}
 
-    def environment_layer(self, plan: Any) -> EnvironmentLayer | None:
+    def environment_layer(self, plan: EnvPlan) -> EnvironmentLayer | None:
         from torchx_nb.environment.layer import EnvironmentBuild
 
         return EnvironmentBuild(plan) if plan.add else None
 
-    def release(self, plan: Any) -> None:
+    def release(self, plan: EnvPlan) -> None:
         plan.drop_head_start()
 
-    def shown_plan(self) -> Any:
+    def shown_plan(self) -> EnvPlan | None:
         """The environment plan a dry run shows: the first image's that has one."""
         return next((p for p in self._plans.values() if p is not None), None)
 
-    def _plan(self, image: str) -> Any:
+    def _plan(self, image: str) -> EnvPlan | None:
         """The environment plan of the program on ``image``; its warnings (a module neither
         the kernel nor the image has) are shown once, before submit."""
         from torchx_nb.environment.plan import plan_environment

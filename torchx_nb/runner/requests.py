@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchx_nb.schedulers.api import DescribeAppResponse
 from torchx_nb.specs.api import (
@@ -21,6 +21,9 @@ from torchx_nb.specs.exceptions import NoSuchReplica as NoSuchReplica
 from torchx_nb.specs.program import Program
 from torchx_nb.specs.structured_opts import StructuredOpts
 from torchx_nb.workspace.use import WorkspaceUse
+
+if TYPE_CHECKING:  # a data type, imported lazily (environment/ is heavy to import)
+    from torchx_nb.environment.plan import EnvPlan
 
 #: a scheduler's resolved options: its typed structure (``TakesTypedOptions``: the type is its
 #: ``Scheduler[Opts]`` parameter), or a mapping for a scheduler written TorchX's way
@@ -127,7 +130,7 @@ class PreparedRun:
     scheduler: str
     opts: Options
     workspace_use: WorkspaceUse | None
-    environment: Any
+    environment: EnvPlan | None
     build: Build | None
     record: Mapping[str, str | None]
     #: the metrics the scheduler's options define as ``{NAME: REGEX}`` (a ``DefinesMetrics``
