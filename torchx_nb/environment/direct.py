@@ -389,9 +389,13 @@ def _checkout(ref: DirectRef, origin: str, dest: Path) -> Fetched:
     # its submodules, as pip checks them out: what the commit names, recursively
     proc = git("submodule", "update", "--init", "--recursive", "--quiet", cwd=folder)
     if proc.returncode != 0:
+        # which one: git names its path (absolute, under our folder: said from the checkout)
+        named = re.search(r"submodule path '([^']+)'", proc.stderr)
+        which = os.path.relpath(named[1], folder) if named and os.path.isabs(named[1]) else ""
+        which = f" {which}" if which and not which.startswith("..") else ""
         raise TorchxNbError(
             f"--packages {origin}: {ref.guess_name()} from {ref.shown}: git cannot check out"
-            f" its submodules at {commit[:12]} ({_last_line(proc, 'fatal:')}): fix the"
+            f" its submodule{which} at {commit[:12]} ({_last_line(proc, 'fatal:')}): fix the"
             " submodules' URLs or their access"
         )
     status = git("submodule", "status", "--recursive", cwd=folder).stdout.split("\n")
