@@ -537,3 +537,39 @@ def test_git_file_lines_in_both_forms_are_checkouts(tmp_path: Path) -> None:
     pins = pins_from_file(str(reqs), _image("3.11"), IndexSettings())
     got = {p.name: (p.version, p.identity) for p in pins}
     assert got == {n: ("1.0", f"git:{c}") for n, c in commits.items()}
+
+
+def test_uv_resolves_a_requirements_file_for_the_image_s_full_python_version(
+    tmp_path: Path,
+) -> None:
+    """A dependency's own marker on a patch release (tnbtop requires ``tnbpatch;
+    python_full_version >= '3.11.4'``) is uv's to evaluate: it was given the minor version
+    alone, which it takes as 3.11.0, so an image declaring 3.11.7 lost tnbpatch."""
+    import zipfile
+
+    from tests.infra.pypi_index import make_wheel
+
+    links = tmp_path / "links"
+    make_wheel(links, "tnbpatch", "1.0")
+    info = "tnbtop-1.0.dist-info"
+    with zipfile.ZipFile(links / "tnbtop-1.0-py3-none-any.whl", "w") as zf:
+        zf.writestr("tnbtop.py", "")
+        zf.writestr(
+            f"{info}/METADATA",
+            "Metadata-Version: 2.1\nName: tnbtop\nVersion: 1.0\n"
+            "Requires-Dist: tnbpatch; python_full_version >= '3.11.4'\n",
+        )
+        zf.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        zf.writestr(f"{info}/RECORD", "")
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("tnbtop==1.0\n")
+    index = IndexSettings(no_index=True, find_links=(str(links),))
+
+    def resolved(full: str | None) -> list[tuple[str, str]]:
+        image = ImageContents("3.11", "/usr/local", (), python_full=full)
+        return _names(pins_from_file(str(reqs), image, index))
+
+    assert resolved("3.11.7") == [("tnbpatch", "1.0"), ("tnbtop", "1.0")]
+    assert resolved("3.11.2") == [("tnbtop", "1.0")]
