@@ -462,3 +462,37 @@ def test_a_down_webhooks_error_kept_in_the_store_names_no_traceback(
     assert "Connection refused" in record["error"] and "TORCHX_NB_DEBUG" not in record["error"]
     (line,) = lines
     assert "TORCHX_NB_DEBUG" not in line and "T0-SECRET" not in line, line
+
+
+def test_one_notice_at_the_real_end_across_a_resubmission(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job preempted once (its native job ended with the preemption, as under Slurm's
+    PreemptMode=CANCEL) and submitted again: no notice when the first native job ends, one
+    when the job really ends, saying SUCCEEDED."""
+    import sys
+
+    from tests.conftest import wait_for
+    from tests.runner.spot_backend import create_scheduler
+    from torchx_nb import specs
+    from torchx_nb.runner import Runner
+
+    ck = isolated / "ck"
+    program = f"import os,sys,time\nif os.path.exists({str(ck)!r}): sys.exit(0)\n"
+    program += f"open({str(ck)!r}, 'w').close(); time.sleep(120)\n"
+    role = specs.Role("train", "", entrypoint=sys.executable, args=["-c", program])
+    with webhook_receiver() as hook:
+        monkeypatch.setenv(notices.NOTIFY_ENV, hook.url)
+        with Runner("torchx", {"spotty": create_scheduler}) as runner:
+            handle = runner.run(specs.AppDef("train", [role]), "spotty")
+            wait_for(lambda: ck.exists(), timeout=60)
+            wait_for(lambda: runner.status(handle).state.name == "RUNNING", timeout=60)  # type: ignore[union-attr]
+            runner.preempt(handle)
+            status = runner.wait(handle, wait_interval=0.1, timeout=60)
+            assert status is not None and status.state.name == "SUCCEEDED"
+            notices.drain()
+            time.sleep(0.5)
+            rec = runner.jobstore.get(handle)
+        assert rec is not None and (rec.attempt, rec.preemptions) == (2, 1)
+        (body,) = hook.bodies()
+        assert (body["handle"], body["state"]) == (handle, "SUCCEEDED")

@@ -75,8 +75,9 @@ def note_state(
     db: sqlite3.Connection, handle: str, state: str, started: float | None, ended: float | None
 ) -> None:
     """What a state written by ``update_state`` says of the current attempt: running since
-    ``started`` (a later attempt's start is never before its previous one ended: else, now), or
-    ended (``ended``) as the job did."""
+    ``started`` (a later attempt's start is never before its previous one ended: else, now; an
+    end seen without its RUNNING keeps the start its scheduler gave), or ended (``ended``) as
+    the job did."""
     row = db.execute("SELECT attempt FROM jobs WHERE handle = ?", (handle,)).fetchone()
     if row is None:
         return
@@ -84,7 +85,8 @@ def note_state(
     if n == 1:
         db.execute(FIRST, (handle,))
     now = time.time()
-    if state == "RUNNING":
+    why = _ENDED_WHY.get(state)
+    if state == "RUNNING" or (why is not None and started is not None):
         prev = db.execute(
             "SELECT ended FROM attempts WHERE handle = ? AND n = ?", (handle, n - 1)
         ).fetchone()
@@ -96,14 +98,13 @@ def note_state(
             " AND started IS NULL",
             (since, handle, n),
         )
-    why = _ENDED_WHY.get(state)
     if why is not None:
-        db.execute(
+        cur = db.execute(
             f"UPDATE attempts SET ended = ?, ended_why = ?, rev = {_REV} WHERE handle = ?"
             " AND n = ? AND ended_why = 'running'",
             (ended or now, why, handle, n),
         )
-        if why == "failed":
+        if why == "failed" and cur.rowcount:
             db.execute("UPDATE jobs SET failures = failures + 1 WHERE handle = ?", (handle,))
 
 
@@ -203,6 +204,21 @@ class AttemptRecords:
     ) -> None:
         kept = sum(r.ended_why == "preempted" and r.app_id == current.app_id for r in rows)
         new = preemptions[kept:]
+        before = rows[-2] if len(rows) > 1 else None
+        if (
+            ended
+            and not new
+            and current.started is None
+            and before is not None
+            and before.app_id == current.app_id
+            and before.ended_why == "preempted"
+        ):
+            # the next attempt seen coming (the preemption was told while the job ran) never
+            # ran on this native job: it ended with the preemption instead
+            bump(db, handle)
+            db.execute("DELETE FROM attempts WHERE handle = ? AND n = ?", (handle, current.n))
+            db.execute("UPDATE jobs SET attempt = ? WHERE handle = ?", (before.n, handle))
+            return
         resumed = preemptions[kept - 1].resumed_at if 0 < kept <= len(preemptions) else None
         resumes = resumed is not None and current.started is None and current.n > 1
         if not new and not resumes:

@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from torchx_nb.runner.attempts import Attempts
 from torchx_nb.runner.logs import Logs
 from torchx_nb.runner.requests import (
     DEFAULT_SCHEDULER,
@@ -36,10 +37,10 @@ from torchx_nb.runner.submitting import Submitting
 from torchx_nb.runner.watching import Watching
 
 
-class Runner(Submitting, Watching, Results, Logs):
+class Runner(Submitting, Watching, Results, Logs, Attempts):
     """Submits apps to schedulers and answers for them by handle (``sched://session/app_id``):
     one class made of its use cases, each in its own module (``submitting``, ``watching``,
-    ``results``, ``logs``) over the shared ``core``."""
+    ``results``, ``logs``, ``attempts``) over the shared ``core``."""
 
     def __enter__(self) -> Runner:
         return self

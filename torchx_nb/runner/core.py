@@ -61,6 +61,8 @@ class RunnerCore:
         self._scheduler_params = {**_params_from_env(), **dict(scheduler_params or {})}
         self._schedulers: dict[str, Scheduler[Any]] = {}
         self._apps: dict[AppHandle, AppDef] = {}
+        # what this process submitted, sent again when a preempted job is (``attempts``)
+        self._requests: dict[AppHandle, Any] = {}
         self._jobstore = jobstore
         self._last_state: dict[AppHandle, str] = {}
         self._local: dict[str, bool] = {}
@@ -206,8 +208,11 @@ class RunnerCore:
         return materialize_appdef(fn, args, dict(given), prog=f"torchx-nb run {component}")
 
     def _scheduler_and_id(self, app_handle: AppHandle) -> tuple[Scheduler[Any], str, str]:
+        """The handle's scheduler, its name, and the native id of its current attempt (a job
+        submitted again after a preemption answers for its latest native job)."""
         parsed = parse_app_handle(app_handle)
-        return self.get_scheduler(parsed.scheduler_backend), parsed.scheduler_backend, parsed.app_id
+        app_id = self._current_id(app_handle, parsed.app_id)
+        return self.get_scheduler(parsed.scheduler_backend), parsed.scheduler_backend, app_id
 
     def uses_images(self, scheduler: str) -> bool:
         """Whether the scheduler runs images; one that runs from a folder (local_cwd, Slurm:
@@ -259,6 +264,20 @@ class RunnerCore:
         def _end_hook(self) -> list[str] | None: ...
 
         def _send_owed(self, skip: frozenset[str] = frozenset()) -> list[str]: ...
+
+        def _current_id(self, app_handle: AppHandle, parsed_id: str) -> str: ...
+
+        def _current_ids(self, app_handles: list[AppHandle], parsed: list[str]) -> list[str]: ...
+
+        def _keep_request(self, handle: AppHandle, prepared: Any) -> None: ...
+
+        def _attempts_seen(
+            self,
+            app_handle: AppHandle,
+            app_id: str,
+            desc: DescribeAppResponse,
+            status: AppStatus,
+        ) -> AppStatus: ...
 
 
 def _status_of(desc: DescribeAppResponse) -> AppStatus:

@@ -122,6 +122,7 @@ class Submitting(RunnerCore):
             params=fields.get("params"),
             build_seconds=prepared.build.seconds if prepared.build else None,
         )
+        self._keep_request(handle, prepared)
         return handle
 
     def submit_array(

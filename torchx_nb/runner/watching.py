@@ -45,7 +45,7 @@ class Watching(RunnerCore):
         if desc is None:
             self._apps.pop(app_handle, None)
             return self._stored_status(app_handle)
-        status = _status_of(desc)
+        status = self._attempts_seen(app_handle, app_id, desc, _status_of(desc))
         self._record_state(app_handle, status)
         return status
 
@@ -79,7 +79,8 @@ class Watching(RunnerCore):
         sched, _, _ = self._scheduler_and_id(unique[0])
         if not isinstance(sched, DescribesMany):
             return {h: self.status(h) for h in unique}
-        ids = {parse_app_handle(h).app_id: h for h in unique}
+        parsed = [parse_app_handle(h).app_id for h in unique]
+        ids = dict(zip(self._current_ids(unique, parsed), unique, strict=True))
         found = sched.describe_many(list(ids))
         out: dict[AppHandle, AppStatus | None] = {}
         for app_id, handle in ids.items():
@@ -87,7 +88,7 @@ class Watching(RunnerCore):
             if desc is None:
                 out[handle] = self._stored_status(handle)
                 continue
-            status = _status_of(desc)
+            status = self._attempts_seen(handle, app_id, desc, _status_of(desc))
             self._record_state(handle, status)
             out[handle] = status
         return out
@@ -254,7 +255,10 @@ class Watching(RunnerCore):
         if desc is None:
             raise UnknownAppException(app_handle)
         status = _status_of(desc)
-        if not is_terminal(status.state):
+        if desc.ended_preempted:  # preempted, its next attempt not sent yet: it ends here
+            status.state, status.msg = AppState.CANCELLED, "cancelled while preempted"
+            self._record_state(app_handle, status)
+        elif not is_terminal(status.state):
             sched._cancel_existing(app_id)
         return status
 

@@ -1,0 +1,129 @@
+"""A job's handle across preemptions, with real local_cwd jobs on a backend that reclaims
+capacity as Slurm's PreemptMode=CANCEL does: the preempted job is submitted again as attempt 2
+of the same handle and ends SUCCEEDED there; past its limit it fails with one line; a cancel is
+never a preemption; a backend that cannot preempt says so in one line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.runner.spot_backend import WHY, create_scheduler
+from torchx_nb import specs
+from torchx_nb.jobstore import JobStore
+from torchx_nb.runner import Runner
+from torchx_nb.specs.api import AppState
+from torchx_nb.specs.exceptions import NotPreemptible
+
+# the program: its first attempt waits to be preempted; a later one (its checkpoint, a file,
+# is there) ends at once
+PROGRAM = (
+    "import os, sys, time\n"
+    "ck = sys.argv[1]\n"
+    "if os.path.exists(ck):\n"
+    "    print('resumed'); sys.exit(0)\n"
+    "open(ck, 'w').write('1')\n"
+    "time.sleep(120)\n"
+)
+
+
+def app(ck: Path) -> specs.AppDef:
+    role = specs.Role("train", "", entrypoint=sys.executable, args=["-c", PROGRAM, str(ck)])
+    return specs.AppDef("train", [role])
+
+
+def runner(tmp_path: Path) -> Runner:
+    return Runner(
+        "torchx",
+        {"spotty": create_scheduler},
+        jobstore=JobStore(tmp_path / "jobs.db"),
+    )
+
+
+def running(r: Runner, handle: str, ck: Path | None = None) -> bool:
+    """Running, and past its checkpoint (``ck`` written) when one is named."""
+    status = r.status(handle)
+    return status is not None and status.state == AppState.RUNNING and (ck is None or ck.exists())
+
+
+def test_a_preempted_job_is_submitted_again_under_its_handle(tmp_path: Path) -> None:
+    with runner(tmp_path) as r:
+        handle = r.run(app(tmp_path / "ck"), "spotty")
+        first = r.jobstore.get(handle)
+        assert first is not None
+        wait_for(lambda: running(r, handle, tmp_path / "ck"), timeout=60)
+        r.preempt(handle)
+        ended = r.wait(handle, wait_interval=0.2, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+        rec = r.jobstore.get(handle)
+        assert rec is not None and rec.state == "SUCCEEDED"
+        assert (rec.attempt, rec.preemptions, rec.failures) == (2, 1, 0)
+        assert rec.app_id != first.app_id  # the handle answers for its current native job
+        log = r.attempt_log(handle)
+        assert [(a.n, a.ended_why) for a in log.attempts] == [
+            (1, "preempted"),
+            (2, "succeeded"),
+        ]
+        assert [a.app_id for a in log.attempts] == [first.app_id, rec.app_id]
+        (story,) = log.story()
+        assert story.startswith("preempted at ") and f"({WHY}), resumed at " in story
+        assert [line.strip() for line in r.log_lines(handle, "train")] == ["resumed"]
+
+
+def test_a_job_preempted_past_its_limit_fails_with_one_line(tmp_path: Path) -> None:
+    with runner(tmp_path) as r:
+        handle = r.run(app(tmp_path / "ck"), "spotty")
+        r.jobstore.set_max_preemptions(handle, 0)
+        wait_for(lambda: running(r, handle), timeout=60)
+        r.preempt(handle)
+        ended = r.wait(handle, wait_interval=0.2, timeout=120)
+        assert ended is not None and ended.state == AppState.FAILED
+        assert ended.msg.startswith("preempted 1 times (limit 0): preempted at ")
+        assert ended.msg.endswith(
+            f"({WHY}); raise the limit with -cfg max_preemptions=N, or run on capacity"
+            " that is not preempted"
+        )
+        rec = r.jobstore.get(handle)
+        assert rec is not None and (rec.state, rec.msg, rec.attempt) == ("FAILED", ended.msg, 1)
+
+
+def test_a_cancel_is_never_a_preemption(tmp_path: Path) -> None:
+    with runner(tmp_path) as r:
+        handle = r.run(app(tmp_path / "ck"), "spotty")
+        wait_for(lambda: running(r, handle), timeout=60)
+        r.cancel(handle)
+        ended = r.wait(handle, wait_interval=0.2, timeout=120)
+        assert ended is not None and ended.state == AppState.CANCELLED
+        rec = r.jobstore.get(handle)
+        assert rec is not None and (rec.attempt, rec.preemptions) == (1, 0)
+        assert [a.ended_why for a in r.attempt_log(handle).attempts] == ["cancelled"]
+
+
+def test_preempt_on_a_backend_that_cannot_or_a_job_not_running(tmp_path: Path) -> None:
+    from torchx_nb.schedulers import builtin_scheduler_factories
+
+    builtin = Runner("torchx", builtin_scheduler_factories(), jobstore=JobStore(tmp_path / "j"))
+    with builtin, pytest.raises(NotPreemptible, match=r"^aws_batch cannot preempt a job on"):
+        builtin.preempt("aws_batch://torchx/queue:job-1")
+    with runner(tmp_path) as r:
+        handle = r.run(specs.AppDef("t", [specs.Role("t", "", entrypoint="true")]), "spotty")
+        r.wait(handle, wait_interval=0.2, timeout=60)
+        with pytest.raises(NotPreemptible, match=r"is SUCCEEDED, not running: only a running"):
+            r.preempt(handle)
+
+
+def test_a_job_cancelled_while_preempted_is_not_submitted_again(tmp_path: Path) -> None:
+    with runner(tmp_path) as r:
+        handle = r.run(app(tmp_path / "ck"), "spotty")
+        wait_for(lambda: running(r, handle, tmp_path / "ck"), timeout=60)
+        sched, _, app_id = r._scheduler_and_id(handle)
+        sched.preempt(app_id, 2.0)  # no watcher sees it before the cancel
+        wait_for(lambda: sched.describe(app_id).ended_preempted, timeout=60)  # type: ignore[union-attr]
+        r.cancel(handle)
+        status = r.status(handle)
+        assert status is not None and status.state == AppState.CANCELLED
+        rec = r.jobstore.get(handle)
+        assert rec is not None and (rec.state, rec.attempt, rec.app_id) == ("CANCELLED", 1, app_id)

@@ -1,0 +1,163 @@
+"""Attempts: a job's handle stays its handle across preemptions. Each preemption its backend
+reports is kept in the job store as the end of an attempt; a job its backend will not run again
+after a preemption (Slurm's PreemptMode=CANCEL, a retry counter spent) is submitted again as the
+next attempt of the same handle; a job preempted more often than its ``max_preemptions`` fails
+with one line; ``preempt`` preempts a running job the way its backend would.
+
+A job's end (and so its notice) is recorded only at the real end: the status that says a native
+job ended with its preemption is never written as the job's state."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import replace
+
+from torchx_nb.runner.core import RunnerCore
+from torchx_nb.runner.requests import PreparedRun
+from torchx_nb.schedulers.abilities import Preemptible, SubmitsAgain
+from torchx_nb.schedulers.api import DescribeAppResponse
+from torchx_nb.specs.api import (
+    AppHandle,
+    AppState,
+    AppStatus,
+    UnknownAppException,
+    is_terminal,
+)
+from torchx_nb.specs.exceptions import NotPreemptible
+from torchx_nb.specs.preemption import DEFAULT_MAX_PREEMPTIONS, AttemptLog, limit_line
+from torchx_nb.specs.structured_opts import SpotOpts
+
+
+class Attempts(RunnerCore):
+    """The attempts of a job under its one handle (mixed into the Runner)."""
+
+    def _current_id(self, app_handle: AppHandle, parsed_id: str) -> str:
+        """The native id of the handle's current attempt (the handle's own id for a job the
+        store does not know, or never submitted again)."""
+        with contextlib.suppress(Exception):
+            return self.jobstore.current_ids([app_handle]).get(app_handle, parsed_id)
+        return parsed_id
+
+    def _current_ids(self, app_handles: list[AppHandle], parsed: list[str]) -> list[str]:
+        """``_current_id`` of many handles, in one read of the store."""
+        try:
+            found = self.jobstore.current_ids(app_handles)
+        except Exception:
+            return parsed
+        return [found.get(h, p) for h, p in zip(app_handles, parsed, strict=True)]
+
+    def _keep_request(self, handle: AppHandle, prepared: PreparedRun) -> None:
+        """What a resubmission of ``handle`` by this process sends again, and the job's
+        preemption limit (its ``max_preemptions`` option) for every watcher."""
+        self._requests[handle] = prepared
+        opts = prepared.opts
+        if isinstance(opts, SpotOpts) and opts.max_preemptions is not None:
+            with contextlib.suppress(Exception):
+                self.jobstore.set_max_preemptions(handle, int(opts.max_preemptions))
+
+    def _attempts_seen(
+        self, app_handle: AppHandle, app_id: str, desc: DescribeAppResponse, status: AppStatus
+    ) -> AppStatus:
+        """``status`` as the job's attempts make it: the preemptions ``desc`` lists kept (once);
+        past the job's limit, FAILED with the limit's line (a native job still running is
+        cancelled); a native job that ended with its preemption submitted again (the status
+        is then the new attempt's, never the native job's end)."""
+        if not desc.preemptions and not desc.ended_preempted:
+            return status
+        try:
+            store = self.jobstore
+            total = store.record_preemptions(
+                app_handle, app_id, desc.preemptions, ended=desc.ended_preempted
+            )
+            rec = store.get(app_handle)
+            log = store.attempt_log(app_handle)
+        except Exception as e:  # the store is a convenience: the backend's status stands
+            warnings.warn(f"could not keep the preemptions of {app_handle}: {e}", stacklevel=3)
+            return status
+        limit = DEFAULT_MAX_PREEMPTIONS
+        if rec is not None and rec.max_preemptions is not None:
+            limit = rec.max_preemptions
+        last = log.events[-1] if log.events else None
+        if total > limit:
+            with contextlib.suppress(Exception):  # no next attempt: it ends here
+                store.record_preemptions(app_handle, app_id, desc.preemptions, ended=True)
+            if not is_terminal(status.state):
+                with contextlib.suppress(Exception):
+                    self._scheduler_and_id(app_handle)[0]._cancel_existing(app_id)
+            return replace(status, state=AppState.FAILED, msg=limit_line(total, limit, last))
+        if desc.ended_preempted:
+            return self._submit_again(app_handle, app_id, log, status)
+        if last is not None and not is_terminal(status.state) and not status.msg:
+            return replace(status, msg=last.text())
+        return status
+
+    def _submit_again(
+        self, app_handle: AppHandle, app_id: str, log: AttemptLog, status: AppStatus
+    ) -> AppStatus:
+        """The next attempt of a job whose native job ended with its preemption: submitted by
+        one watcher only (the store's claim); the others see it pending meanwhile."""
+        last = log.attempts[-1] if log.attempts else None
+        said = log.events[-1].text() if log.events else "preempted"
+        if last is None or last.app_id != app_id or last.ended_why != "preempted":
+            return replace(status, state=AppState.PENDING, msg=f"{said}; submitted again")
+        n = last.n + 1
+        store = self.jobstore
+        rec = store.get(app_handle)
+        if rec is not None and rec.is_terminal:  # cancelled meanwhile: no next attempt
+            return replace(status, state=AppState[rec.state], msg=rec.msg)
+        if not store.claim_attempt(app_handle, n):
+            return replace(
+                status, state=AppState.PENDING, msg=f"{said}; being submitted again as attempt {n}"
+            )
+        sched, backend, _ = self._scheduler_and_id(app_handle)
+        prepared = self._requests.get(app_handle)
+        try:
+            if isinstance(sched, SubmitsAgain):
+                new_id = sched.submit_again(app_id)
+            elif prepared is not None:
+                new_id = sched.schedule(prepared.info)
+            else:  # the process that submitted it does; this one must not end the job
+                store.drop_claim(app_handle, n)
+                return replace(
+                    status,
+                    state=AppState.PENDING,
+                    msg=f"{said}; the kernel or command that submitted it submits it again"
+                    f" ({backend} keeps nothing to submit it from): run it again if that is gone",
+                )
+        except Exception as e:
+            store.drop_claim(app_handle, n)
+            return replace(
+                status, state=AppState.FAILED, msg=f"{said}; submitting it again failed: {e}"
+            )
+        msg = f"{said}; submitted again as attempt {n}"
+        store.start_attempt(app_handle, n, new_id, msg)
+        self._last_state[app_handle] = AppState.SUBMITTED.name
+        return AppStatus(AppState.SUBMITTED, msg=msg, roles=[])
+
+    def attempt_log(self, app_handle: AppHandle) -> AttemptLog:
+        """Every attempt of the job and the story they tell (from the job store)."""
+        return self.jobstore.attempt_log(app_handle)
+
+    def preempt(self, app_handle: AppHandle, grace: float | None = None) -> None:
+        """Preempt the running job the way its backend would (SIGTERM, ``grace`` seconds —
+        the backend's own by default — the kill, then its own retry), so a program's resume
+        logic can be tried before paying for spot. ``NotPreemptible`` (one line) on a backend
+        that cannot, or for a job that is not running."""
+        sched, backend, app_id = self._scheduler_and_id(app_handle)
+        if not isinstance(sched, Preemptible):
+            raise NotPreemptible(
+                f"{backend} cannot preempt a job on request: run it on spot capacity"
+                " (-cfg spot=True) and its preemptions are told as they come"
+            )
+        desc = sched.describe(app_id)
+        if desc is None:
+            raise UnknownAppException(app_handle)
+        if desc.state != AppState.RUNNING:
+            raise NotPreemptible(
+                f"{app_handle} is {desc.state.name}, not running: only a running job can be"
+                " preempted"
+            )
+        if grace is not None and not 0 <= grace <= 3600:
+            raise NotPreemptible(f"grace must be 0 to 3600 seconds, not {grace:g}")
+        sched.preempt(app_id, sched.preempt_grace if grace is None else grace)
