@@ -327,3 +327,41 @@ def test_a_failed_cell_shows_its_failure_card(isolated: Path) -> None:
     code, out, err = cli("watch", "--no-log", handle)
     assert code == 1
     assert "torchx-nb: cell/0 raised ValueError: boom (exit code 1)" in err, err
+
+
+def test_preempt_a_local_job_and_its_status_tells_the_story(tmp_path: Path) -> None:
+    """``torchx-nb preempt`` on a running local_cwd job: one line, the job runs again from
+    its checkpoint (a file here) under the same handle, and ``status`` tells the preemption."""
+    ck = tmp_path / "ck"
+    program = (
+        f"import os, sys, time\nif os.path.exists({str(ck)!r}):\n    print('resumed'); sys.exit(0)\n"
+        f"open({str(ck)!r}, 'w').close()\ntime.sleep(120)\n"
+    )
+    code, out, err = cli("run", "utils.python", "--c", program)
+    assert code == 0, err
+    handle = out.strip()
+    wait_for(lambda: ck.exists() and "State: RUNNING" in cli("status", handle)[1], timeout=60)
+    code, _, err = cli("preempt", handle, "--grace", "2")
+    assert code == 0 and err.splitlines() == [
+        f"torchx-nb: preempted {handle}: it gets SIGTERM, then runs again as its backend runs"
+        " a preempted job"
+    ], err
+    wait_for(lambda: "State: SUCCEEDED" in cli("status", handle)[1], timeout=90)
+    _, out, _ = cli("status", handle)
+    lines = out.splitlines()
+    at = lines.index("Attempts: 2 (1 preemption, 0 failures)")
+    assert lines[at + 1].startswith("  preempted at ") and ", resumed at " in lines[at + 1]
+
+
+def test_preempt_where_the_backend_cannot_is_one_line() -> None:
+    code, out, err = cli("preempt", "aws_batch://torchx/queue:job-1")
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "torchx-nb: error: aws_batch cannot preempt a job on request: run it on spot capacity"
+        " (-cfg spot=True) and its preemptions are told as they come"
+    ]
+    code, _, err = cli("preempt", "local_cwd://torchx/nope-1")
+    assert code == 1 and err.splitlines() == [
+        "torchx-nb: error: unknown app 'local_cwd://torchx/nope-1': the scheduler has no record"
+        " of it (check the handle with `torchx-nb list`)"
+    ], err

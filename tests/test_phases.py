@@ -42,3 +42,26 @@ def test_a_start_in_the_future_or_after_the_end_counts_no_future_or_negative_tim
     late = at(submitted=100.0, started=190.0, ended=160.0)  # a start after the end
     assert queue_and_run(late) == (60.0, 0.0)  # type: ignore[arg-type]
     assert all(p.seconds(150.0) >= 0 for p in phases(late))  # type: ignore[arg-type]
+
+
+def test_a_preempted_job_was_running_then_held_then_resumed() -> None:
+    from torchx_nb.specs.preemption import Attempt
+
+    job = at(submitted=100.0, started=103.0, ended=500.0)
+    tries = [
+        Attempt(1, "41", 103.0, 223.0, "preempted", "spot"),
+        Attempt(2, "41", 344.0, 500.0, "succeeded"),
+    ]
+    assert [(p.name, p.start, p.end) for p in phases(job, attempts=tries)] == [  # type: ignore[arg-type]
+        ("queued", 100.0, 103.0),
+        ("running", 103.0, 223.0),
+        ("held", 223.0, 344.0),
+        ("resumed", 344.0, 500.0),
+    ]
+    assert phases_line(job, attempts=tries) == "queued 0:03 · ran 2:00 · held 2:01 · resumed 2:36"  # type: ignore[arg-type]
+    # preempted and not running again yet (Slurm holds a requeued job about two minutes)
+    held = at(submitted=100.0, started=103.0, ended=None)
+    waiting = [tries[0], Attempt(2, "41")]
+    assert phases_line(held, now=300.0, attempts=waiting) == "queued 0:03 · ran 2:00 · held 1:17"  # type: ignore[arg-type]
+    # one attempt, or a next one still being sent (no native id yet): as before
+    assert phases_line(job, attempts=[tries[0], Attempt(2, "")]) == "queued 0:03 · ran 6:37"  # type: ignore[arg-type]

@@ -110,6 +110,18 @@ def _build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
 
+    pre = sub.add_parser(
+        "preempt",
+        help="preempt a running job as its backend would (to try its resume from a checkpoint)",
+    )
+    pre.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
+    pre.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds between its SIGTERM and its kill (default: the backend's)",
+    )
     watch = sub.add_parser(
         "watch", help="follow a job (or a sweep) submitted earlier to its end, as run --wait"
     )
@@ -344,6 +356,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(strip_escapes(shown))  # a message may quote a program's coloured output
         for card in runner.failure_cards(args.app_handle, status):
             print(redact_text(card.text()))
+        for line in runner.attempt_lines(args.app_handle):
+            print(strip_escapes(line))
         notice = runner.notice_line(args.app_handle)
         if notice:
             print(f"Notice: {notice}")
@@ -369,6 +383,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     with _runner() as runner:
         runner.cancel(args.app_handle)
         print(f"{PROG}: cancel requested for {args.app_handle}", file=sys.stderr)
+    return 0
+
+
+def cmd_preempt(args: argparse.Namespace) -> int:
+    with _runner() as runner:
+        runner.preempt(args.app_handle, args.grace)
+        print(
+            f"{PROG}: preempted {args.app_handle}: it gets SIGTERM, then runs again as its"
+            " backend runs a preempted job",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -535,6 +560,7 @@ COMMANDS = {
     "status": cmd_status,
     "describe": cmd_describe,
     "cancel": cmd_cancel,
+    "preempt": cmd_preempt,
     "result": cmd_result,
     "outputs": cmd_outputs,
     "env": cmd_env,

@@ -58,8 +58,9 @@ def test_a_preempted_job_is_submitted_again_under_its_handle(tmp_path: Path) -> 
         r.preempt(handle)
         ended = r.wait(handle, wait_interval=0.2, timeout=120)
         assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+        assert ended.msg.startswith("preempted at ") and f"({WHY}), resumed at " in ended.msg
         rec = r.jobstore.get(handle)
-        assert rec is not None and rec.state == "SUCCEEDED"
+        assert rec is not None and (rec.state, rec.msg) == ("SUCCEEDED", ended.msg)
         assert (rec.attempt, rec.preemptions, rec.failures) == (2, 1, 0)
         assert rec.app_id != first.app_id  # the handle answers for its current native job
         log = r.attempt_log(handle)

@@ -77,6 +77,13 @@ class JobHandle:
         """Ask the scheduler to stop the job; returns at once."""
         self._runner.cancel(self.handle)
 
+    def preempt(self, grace: float | None = None) -> None:
+        """Preempt the running job as its backend would (SIGTERM, ``grace`` seconds — the
+        backend's own by default — the kill, then its own retry): try the program's resume
+        from its checkpoint before paying for spot. ``NotPreemptible`` (one line) on a backend
+        that cannot, or for a job that is not running."""
+        self._runner.preempt(self.handle, grace)
+
     def watch(self) -> None:
         """Show the live widgets again in this notebook (after a kernel restart, or in another
         notebook): ``%torchx watch`` for this job. Without widgets it follows the job in text
@@ -168,7 +175,8 @@ class JobHandle:
         )
 
     def phases(self) -> pd.DataFrame:
-        """The job's phases (image built and pushed, queued, running) with their start, end
+        """The job's phases (image built and pushed, queued, running; held and resumed around
+        each preemption) with their start, end
         (NaT while still going) and seconds, in local time, from the job store's times (the
         scheduler's own where it reports them)."""
         from datetime import datetime
@@ -181,7 +189,8 @@ class JobHandle:
         rec = self._runner.jobstore.get(self.handle)
         if rec is None:
             raise UnknownAppException(self.handle)
-        rows = [(p.name, p.start, p.end, p.seconds()) for p in phases(rec)]
+        tries = self._runner.jobstore.attempts(self.handle) if rec.attempt > 1 else []
+        rows = [(p.name, p.start, p.end, p.seconds()) for p in phases(rec, attempts=tries)]
         frame = pd.DataFrame(rows, columns=["phase", "start", "end", "seconds"])
         tz = datetime.now().astimezone().tzinfo
         for column in ("start", "end"):

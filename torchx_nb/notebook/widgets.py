@@ -351,8 +351,10 @@ class JobView:
         with contextlib.suppress(Exception):
             from torchx_nb.phases import phases_line
 
-            record = self.runner.jobstore.get(self.handle)
-            self.status.phases = phases_line(record) if record else ""
+            store = self.runner.jobstore
+            record = store.get(self.handle)
+            tries = store.attempts(self.handle) if record and record.attempt > 1 else []
+            self.status.phases = phases_line(record, attempts=tries) if record else ""
         self._write_snapshot()
         if self.logs is not None and self._log_display is not None:
             self.logs.close()

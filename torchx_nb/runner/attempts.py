@@ -23,6 +23,7 @@ from torchx_nb.specs.api import (
     AppStatus,
     UnknownAppException,
     is_terminal,
+    message_text,
 )
 from torchx_nb.specs.exceptions import NotPreemptible
 from torchx_nb.specs.preemption import DEFAULT_MAX_PREEMPTIONS, AttemptLog, limit_line
@@ -64,7 +65,7 @@ class Attempts(RunnerCore):
         cancelled); a native job that ended with its preemption submitted again (the status
         is then the new attempt's, never the native job's end)."""
         if not desc.preemptions and not desc.ended_preempted:
-            return status
+            return self._ended_story(app_handle, status)
         try:
             store = self.jobstore
             total = store.record_preemptions(
@@ -88,9 +89,24 @@ class Attempts(RunnerCore):
             return replace(status, state=AppState.FAILED, msg=limit_line(total, limit, last))
         if desc.ended_preempted:
             return self._submit_again(app_handle, app_id, log, status)
-        if last is not None and not is_terminal(status.state) and not status.msg:
+        if last is not None and not is_terminal(status.state) and not message_text(status.msg):
             return replace(status, msg=last.text())
-        return status
+        return self._ended_story(app_handle, status)
+
+    def _ended_story(self, app_handle: AppHandle, status: AppStatus) -> AppStatus:
+        """An ended job that was preempted says so in its message (the card, the widget, the
+        CLI, the notice read it): each preemption, when it resumed and from which checkpoint."""
+        if not is_terminal(status.state) or message_text(status.msg):
+            return status
+        told = self._told.get(app_handle)
+        if told is None:
+            told = ""
+            with contextlib.suppress(Exception):
+                rec = self.jobstore.get(app_handle)
+                if rec is not None and (rec.attempt > 1 or rec.preemptions):
+                    told = "; ".join(self.attempt_log(app_handle).story())
+            self._told[app_handle] = told
+        return replace(status, msg=told) if told else status
 
     def _submit_again(
         self, app_handle: AppHandle, app_id: str, log: AttemptLog, status: AppStatus
@@ -138,6 +154,19 @@ class Attempts(RunnerCore):
     def attempt_log(self, app_handle: AppHandle) -> AttemptLog:
         """Every attempt of the job and the story they tell (from the job store)."""
         return self.jobstore.attempt_log(app_handle)
+
+    def attempt_lines(self, app_handle: AppHandle) -> list[str]:
+        """``Attempts: 2 (1 preemption, 0 failures)`` and one line per preemption, as status
+        shows them; none for a job that ran once."""
+        try:
+            log = self.attempt_log(app_handle)
+        except Exception:
+            return []
+        if len(log.attempts) < 2 and not log.preemptions:
+            return []
+        counts = f"{log.preemptions} preemption{'s' * (log.preemptions != 1)}"
+        counts += f", {log.failures} failure{'s' * (log.failures != 1)}"
+        return [f"Attempts: {log.attempt} ({counts})", *(f"  {line}" for line in log.story())]
 
     def preempt(self, app_handle: AppHandle, grace: float | None = None) -> None:
         """Preempt the running job the way its backend would (SIGTERM, ``grace`` seconds —

@@ -63,6 +63,7 @@ class RunnerCore:
         self._apps: dict[AppHandle, AppDef] = {}
         # what this process submitted, sent again when a preempted job is (``attempts``)
         self._requests: dict[AppHandle, Any] = {}
+        self._told: dict[AppHandle, str] = {}  # an ended job's preemptions, in words
         self._jobstore = jobstore
         self._last_state: dict[AppHandle, str] = {}
         self._local: dict[str, bool] = {}
