@@ -45,6 +45,23 @@ _REQUEUE_ON_FAILURE = """\
     esac"""
 
 
+# A cancel of ours (cancel.py) signals the batch script alone (scancel --batch --signal=TERM):
+# srun, given a SIGTERM, SIGKILLs its tasks at once, so the program would have no time to end
+# on it (the notebook runner stops its kernel, saves the notebook and says so). Bash runs a
+# trap only between commands, hence srun in the background and ``wait``: on the cancel the
+# script hands SIGTERM to the steps (not srun), waits for srun and ends the job CANCELLED
+# itself. A SIGTERM while Slurm is ending the job (a time limit, a requeue, a plain scancel:
+# JobState=COMPLETING) is not a cancel of ours: the script ends as before. Bash, in the
+# script's f-string.
+_CANCELLED = """\
+    case "$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null || true)" in
+    *JobState=RUNNING*)
+        echo "job cancelled: its program was given SIGTERM and has ended"
+        trap - TERM
+        scancel "$SLURM_JOB_ID" && while :; do sleep 60; done ;;
+    esac"""
+
+
 def _quote(arg: str, job_id: str = JOB_ID_VAR) -> str:
     """``arg`` shell-quoted, with the job-id placeholder becoming ``job_id`` (a shell
     expression: the job's id, or an array task's)."""
@@ -133,12 +150,23 @@ export TORCHX_MAX_RETRIES={self.max_retries}
 export {OUTPUT_DIR_ENV}={shlex.quote(self.outputs_root)}/{outputs_id}
 mkdir -p "${OUTPUT_DIR_ENV}"
 
+trap 'cancelled=1' TERM
 set +e
-srun {srun}
+srun {srun} &
+srun_pid=$!
+wait $srun_pid
 exitcode=$?
+if [ -n "${{cancelled:-}}" ]; then
+    scancel --signal=TERM "$SLURM_JOB_ID"
+    wait $srun_pid
+    exitcode=$?
+fi
 set -e
 
 echo "job exited with code $exitcode"
+if [ -n "${{cancelled:-}}" ]; then
+{_CANCELLED}
+fi
 if [ $exitcode -ne 0 ]; then
 {_REQUEUE_ON_FAILURE.format(failures=shlex.quote(self.outputs_root))}
     exit $exitcode

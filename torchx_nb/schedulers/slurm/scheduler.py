@@ -11,6 +11,7 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from signal import SIGTERM
 from typing import Any
 
 from torchx_nb.schedulers.abilities import (
@@ -23,6 +24,7 @@ from torchx_nb.schedulers.abilities import (
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.slurm.arrays import SlurmArrays
+from torchx_nb.schedulers.slurm.cancel import cancel_job
 from torchx_nb.schedulers.slurm.commands import (
     _APP_ID,
     CMD_OPTS,
@@ -326,6 +328,7 @@ class SlurmScheduler(
                         "needs": needs,
                         "partition": partition,
                         "array": req.array,  # "0-9%2": which tasks it has
+                        "term_cancel": True,  # its script ends a cancel's SIGTERM CANCELLED
                     }
                 ),
             )
@@ -565,7 +568,8 @@ class SlurmScheduler(
         return out
 
     def _cancel_existing(self, app_id: str) -> None:
-        run_slurm(["scancel", check_job_id(app_id)], self._command_env())
+        traps = bool((self._recall(app_id) or {}).get("term_cancel"))
+        cancel_job(check_job_id(app_id), self._command_env(), script_traps=traps)
 
     # ---- logs ----------------------------------------------------------------------------
     def _workdir(self, app_id: str) -> str:
@@ -585,12 +589,15 @@ _JOB_ENDS = ("TIMEOUT", "DEADLINE", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "OUT_
 
 def _replica_state(comp: Component) -> AppState:
     """A replica's state: its srun step's, except where the job's own end explains it (a
-    time limit), or a step killed by a signal in a job that failed (srun says CANCELLED)."""
+    time limit), a step killed by a signal in a job that failed (srun says CANCELLED), or a
+    program that ended on a cancel's SIGTERM (exit 143 or the signal: Slurm says FAILED)."""
     if comp.state_text.split(" ", 1)[0] in _JOB_ENDS:
         return comp.state
     step = comp.step_state or comp.state
     if step == AppState.CANCELLED and comp.state == AppState.FAILED and comp.signal:
         return AppState.FAILED
+    if step == AppState.FAILED and comp.state == AppState.CANCELLED:
+        return AppState.CANCELLED if SIGTERM in (comp.signal, (comp.exit_code or 0) - 128) else step
     return step
 
 
