@@ -98,3 +98,55 @@ def test_workspace_modules_named_as_the_runners_are_the_workspaces(tmp_path: Pat
     assert proc.returncode == 0, proc.stderr
     result = load_result(LocalStore(f"file://{out}"), ended(), "h")
     assert result == ("cell", "common", "records", "upload")
+
+
+def test_a_cancel_while_a_notebook_job_starts_is_one_line(tmp_path: Path) -> None:
+    """SIGTERM while the runner imports nbclient (before the notebook's own handler): the job
+    ends 143 with one line (Python's own end on SIGTERM said nothing, status -15). nbclient's
+    import is held up here by a finder that waits for the test's signal."""
+    import os
+    import signal
+    import time
+
+    from tests.apps.test_cell_main import notebook_job
+
+    folder = notebook_job(tmp_path, "print('never')")
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    importing = tmp_path / "importing"
+    (hold / "sitecustomize.py").write_text(
+        "import sys, time\n"
+        "class Hold:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'nbclient':\n"
+        f"            open({str(importing)!r}, 'w').close()\n"
+        "            time.sleep(60)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Hold())\n"
+    )
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": os.pathsep.join([str(hold), *(p for p in sys.path if p)]),
+        "TORCHX_OUTPUT_DIR": str(tmp_path / "out"),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(folder / RUNNER), "--notebook", "nb.ipynb"],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not importing.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert importing.exists(), proc.stderr.read() if proc.poll() is not None else ""
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err.splitlines() == [
+        "torchx_nb: cancelled before its first cell, while starting: nothing ran"
+    ], err

@@ -214,12 +214,21 @@ def _exited_cleanly(e: Any) -> bool:
     return e.ename == "SystemExit" and (e.evalue or "").strip() in ("", "0", "None")
 
 
+def _cancelled_starting(signum: int, frame: Any) -> None:
+    """A cancel while the runner starts (nbclient importing, the notebook not read yet): no
+    cell ran and there is nothing to save, but the log says so (Python's own end on SIGTERM
+    said nothing)."""
+    sys.stderr.write("torchx_nb: cancelled before its first cell, while starting: nothing ran\n")
+    raise SystemExit(128 + signum)
+
+
 def run_notebook(path: str, cell_timeout: float | None) -> int:
     """Execute the notebook at ``path`` with its parameters injected, saving it into the
     output folder as it runs (after a cell, at most every few seconds; on an object-store
     backend uploaded at most every 30 s) and at the end, however it ends. A failing cell, a
     cell over its time limit or a kernel that dies ends the job with status 1, the cell named
     (index and first line) in the error the failure card shows."""
+    signal.signal(signal.SIGTERM, _cancelled_starting)  # until the notebook's own handler
     folder, point, cancelled_first = start()
     if cancelled_first:
         return CANCELLED_EXIT
