@@ -132,15 +132,16 @@ def test_remote_jobs_are_asked_once_per_interval_and_errors_alone_back_off() -> 
     bad = runner.run(sh("sleep", "30"), "remote")
     Remote.broken = {specs.parse_app_handle(bad).app_id}
     Remote.calls.clear()
-    # one status_many per round (a round may describe each handle twice when one fails)
+    # one refresh (one status_many) per round (a round may describe each handle twice when
+    # one fails)
     rounds: list[float] = []
-    status_many = runner.status_many
+    refresh = runner.refresh
 
-    def counted(handles: list[str]) -> Any:
+    def counted(handles: list[str], record_unknown: bool = False) -> Any:
         rounds.append(time.monotonic())
-        return status_many(handles)
+        return refresh(handles, record_unknown=record_unknown)
 
-    runner.status_many = counted  # type: ignore[method-assign]
+    runner.refresh = counted  # type: ignore[method-assign]
     poller = Refresher(runner, local_interval=0.01, remote_interval=0.3, max_backoff=2)
     assert poller.interval("remote") == 0.3 and poller.interval("local_cwd") == 0.01
     seen: dict[str, list[str]] = {good: [], bad: []}

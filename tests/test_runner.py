@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -234,3 +235,96 @@ def test_the_dry_run_summary_reads_the_program_not_its_args(tmp_path: Path) -> N
         assert summarize(runner, shipped).lines[1] == (
             "program:   a cell of 1 line, run by the cell runner"
         )
+
+
+def test_the_runner_is_composed_of_its_parts_each_method_one_delegation() -> None:
+    """No mixins glued by TYPE_CHECKING stubs of each other's methods (a stub could drift):
+    the Runner holds its parts over one context, and each public method is one call to the
+    part's method of the same name, with the same signature."""
+    import ast
+    import inspect
+
+    from torchx_nb import runner as runner_package
+    from torchx_nb.runner.attempts import Attempts
+    from torchx_nb.runner.core import RunnerContext
+    from torchx_nb.runner.logs import Logs
+    from torchx_nb.runner.noticing import Noticing
+    from torchx_nb.runner.results import Results
+    from torchx_nb.runner.submitting import Submitting
+    from torchx_nb.runner.watching import Watching
+
+    assert Runner.__mro__ == (Runner, object)
+    parts = {
+        "_ctx": RunnerContext,
+        "_submitting": Submitting,
+        "_watching": Watching,
+        "_results": Results,
+        "_logs": Logs,
+        "_noticing": Noticing,
+        "_attempts": Attempts,
+    }
+    for part in parts.values():
+        assert part.__mro__ == (part, object), part
+    folder = Path(inspect.getfile(runner_package)).parent
+    for path in folder.glob("*.py"):  # data types for the checker, never stubs of methods
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                assert not any(isinstance(n, ast.FunctionDef) for n in ast.walk(node)), path
+    tree = ast.parse(Path(inspect.getfile(runner_package)).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Runner")
+    delegated = 0
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef) or fn.name.startswith("_"):
+            continue
+        if fn.name in {"name", "hand_off_notices", "close"}:
+            continue
+        body = [n for n in fn.body if not isinstance(n, ast.Expr)]  # a docstring aside
+        assert len(body) == 1 and isinstance(body[0], ast.Return), fn.name
+        value = body[0].value
+        if isinstance(value, ast.Attribute):  # a property
+            call_target = value
+        else:
+            assert isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute), fn.name
+            call_target = value.func
+        owner = call_target.value
+        if isinstance(owner, ast.Name):  # a static method of the context
+            assert owner.id == "RunnerContext", fn.name
+            part: type = RunnerContext
+        else:
+            assert isinstance(owner, ast.Attribute) and owner.attr in parts, fn.name
+            part = parts[owner.attr]
+        target = call_target.attr
+        assert target == fn.name or (fn.name, target) == ("send_owed_notices", "send_owed")
+        mine = getattr(Runner, fn.name)
+        theirs = getattr(part, target)
+        if not isinstance(mine, property):
+            assert inspect.signature(mine) == inspect.signature(theirs), fn.name
+        delegated += 1
+    assert delegated >= 50
+    assert Runner.stop is Runner.cancel
+
+
+def test_a_job_seen_ending_by_the_runner_owes_its_notice_through_the_composed_parts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Watching tells Noticing of a job's end; a failed job's notice carries the failure
+    cards Results reads (through Watching's status and Logs' tail)."""
+    from torchx_nb import notices
+    from torchx_nb.runner.noticing import Noticing
+
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setenv("TORCHX_NB_NOTIFY_URL", "http://127.0.0.1:9/hook")
+    # no end-of-job watcher process of local_cwd's own: this runner's wait sees the end
+    monkeypatch.setattr(Noticing, "end_hook", lambda self: None)
+
+    class Recorder:
+        def submit(self, url: str, build: Any, owed: Any, hand_off: bool = False) -> None:
+            sent.append(build())
+
+    monkeypatch.setattr(notices, "notifier", lambda: Recorder())
+    with get_runner() as runner:
+        handle = runner.run(sh("sh", "-c", "echo boom >&2; exit 3"), "local_cwd")
+        status = runner.wait(handle, wait_interval=0.1, timeout=60)
+        assert status is not None and status.state == AppState.FAILED
+    assert len(sent) == 1, sent
+    assert "FAILED" in sent[0]["text"] and "boom" in sent[0]["text"], sent[0]["text"]

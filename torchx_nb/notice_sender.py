@@ -21,7 +21,7 @@ def main() -> int:
         tried = set(notices.notifier().owed)
         while True:
             notices.drain(ROUND_S)
-            fresh = runner._send_owed(frozenset(tried))  # owed meanwhile (another job's end)
+            fresh = runner.send_owed_notices(frozenset(tried))  # owed meanwhile (another job's end)
             if not fresh:
                 return 0
             tried.update(fresh)

@@ -120,7 +120,8 @@ def test_a_job_cancelled_while_preempted_is_not_submitted_again(tmp_path: Path) 
     with runner(tmp_path) as r:
         handle = r.run(app(tmp_path / "ck"), "spotty")
         wait_for(lambda: running(r, handle, tmp_path / "ck"), timeout=60)
-        sched, _, app_id = r._scheduler_and_id(handle)
+        sched = r.get_scheduler("spotty")
+        app_id = specs.parse_app_handle(handle).app_id  # its first attempt
         sched.preempt(app_id, 2.0)  # no watcher sees it before the cancel
         wait_for(lambda: sched.describe(app_id).ended_preempted, timeout=60)  # type: ignore[union-attr]
         r.cancel(handle)

@@ -13,7 +13,7 @@ import contextlib
 import warnings
 from dataclasses import replace
 
-from torchx_nb.runner.core import RunnerCore
+from torchx_nb.runner.core import RunnerContext
 from torchx_nb.runner.requests import PreparedRun
 from torchx_nb.schedulers.abilities import Preemptible, SubmitsAgain
 from torchx_nb.schedulers.api import DescribeAppResponse
@@ -30,34 +30,26 @@ from torchx_nb.specs.preemption import DEFAULT_MAX_PREEMPTIONS, AttemptLog, limi
 from torchx_nb.specs.structured_opts import SpotOpts
 
 
-class Attempts(RunnerCore):
-    """The attempts of a job under its one handle (mixed into the Runner)."""
+class Attempts:
+    """The attempts of a job under its one handle, over the runner's shared context (the
+    handle's current native id is the context's ``current_id``)."""
 
-    def _current_id(self, app_handle: AppHandle, parsed_id: str) -> str:
-        """The native id of the handle's current attempt (the handle's own id for a job the
-        store does not know, or never submitted again)."""
-        with contextlib.suppress(Exception):
-            return self.jobstore.current_ids([app_handle]).get(app_handle, parsed_id)
-        return parsed_id
+    def __init__(self, ctx: RunnerContext) -> None:
+        self.ctx = ctx
+        # what this process submitted, sent again when a preempted job is
+        self._requests: dict[AppHandle, PreparedRun] = {}
+        self._told: dict[AppHandle, str] = {}  # an ended job's preemptions, in words
 
-    def _current_ids(self, app_handles: list[AppHandle], parsed: list[str]) -> list[str]:
-        """``_current_id`` of many handles, in one read of the store."""
-        try:
-            found = self.jobstore.current_ids(app_handles)
-        except Exception:
-            return parsed
-        return [found.get(h, p) for h, p in zip(app_handles, parsed, strict=True)]
-
-    def _keep_request(self, handle: AppHandle, prepared: PreparedRun) -> None:
+    def keep_request(self, handle: AppHandle, prepared: PreparedRun) -> None:
         """What a resubmission of ``handle`` by this process sends again, and the job's
         preemption limit (its ``max_preemptions`` option) for every watcher."""
         self._requests[handle] = prepared
         opts = prepared.opts
         if isinstance(opts, SpotOpts) and opts.max_preemptions is not None:
             with contextlib.suppress(Exception):
-                self.jobstore.set_max_preemptions(handle, int(opts.max_preemptions))
+                self.ctx.jobstore.set_max_preemptions(handle, int(opts.max_preemptions))
 
-    def _attempts_seen(
+    def seen(
         self, app_handle: AppHandle, app_id: str, desc: DescribeAppResponse, status: AppStatus
     ) -> AppStatus:
         """``status`` as the job's attempts make it: the preemptions ``desc`` lists kept (once);
@@ -67,7 +59,7 @@ class Attempts(RunnerCore):
         if not desc.preemptions and not desc.ended_preempted:
             return self._ended_story(app_handle, status)
         try:
-            store = self.jobstore
+            store = self.ctx.jobstore
             total = store.record_preemptions(
                 app_handle, app_id, desc.preemptions, ended=desc.ended_preempted
             )
@@ -85,7 +77,7 @@ class Attempts(RunnerCore):
                 store.record_preemptions(app_handle, app_id, desc.preemptions, ended=True)
             if not is_terminal(status.state):
                 with contextlib.suppress(Exception):
-                    self._scheduler_and_id(app_handle)[0]._cancel_existing(app_id)
+                    self.ctx.scheduler_and_id(app_handle)[0]._cancel_existing(app_id)
             return replace(status, state=AppState.FAILED, msg=limit_line(total, limit, last))
         if desc.ended_preempted:
             return self._submit_again(app_handle, app_id, log, status)
@@ -102,7 +94,7 @@ class Attempts(RunnerCore):
         if told is None:
             told = ""
             with contextlib.suppress(Exception):
-                rec = self.jobstore.get(app_handle)
+                rec = self.ctx.jobstore.get(app_handle)
                 if rec is not None and (rec.attempt > 1 or rec.preemptions):
                     told = "; ".join(self.attempt_log(app_handle).story())
             self._told[app_handle] = told
@@ -118,7 +110,7 @@ class Attempts(RunnerCore):
         if last is None or last.app_id != app_id or last.ended_why != "preempted":
             return replace(status, state=AppState.PENDING, msg=f"{said}; submitted again")
         n = last.n + 1
-        store = self.jobstore
+        store = self.ctx.jobstore
         rec = store.get(app_handle)
         if rec is not None and rec.is_terminal:  # cancelled meanwhile: no next attempt
             return replace(status, state=AppState[rec.state], msg=rec.msg)
@@ -126,7 +118,7 @@ class Attempts(RunnerCore):
             return replace(
                 status, state=AppState.PENDING, msg=f"{said}; being submitted again as attempt {n}"
             )
-        sched, backend, _ = self._scheduler_and_id(app_handle)
+        sched, backend, _ = self.ctx.scheduler_and_id(app_handle)
         prepared = self._requests.get(app_handle)
         try:
             if isinstance(sched, SubmitsAgain):
@@ -148,12 +140,12 @@ class Attempts(RunnerCore):
             )
         msg = f"{said}; submitted again as attempt {n}"
         store.start_attempt(app_handle, n, new_id, msg)
-        self._last_state[app_handle] = AppState.SUBMITTED.name
+        self.ctx.last_state[app_handle] = AppState.SUBMITTED.name
         return AppStatus(AppState.SUBMITTED, msg=msg, roles=[])
 
     def attempt_log(self, app_handle: AppHandle) -> AttemptLog:
         """Every attempt of the job and the story they tell (from the job store)."""
-        return self.jobstore.attempt_log(app_handle)
+        return self.ctx.jobstore.attempt_log(app_handle)
 
     def attempt_lines(self, app_handle: AppHandle) -> list[str]:
         """``Attempts: 2 (1 preemption, 0 failures)`` and one line per preemption, as status
@@ -173,7 +165,7 @@ class Attempts(RunnerCore):
         the backend's own by default — the kill, then its own retry), so a program's resume
         logic can be tried before paying for spot. ``NotPreemptible`` (one line) on a backend
         that cannot, or for a job that is not running."""
-        sched, backend, app_id = self._scheduler_and_id(app_handle)
+        sched, backend, app_id = self.ctx.scheduler_and_id(app_handle)
         if not isinstance(sched, Preemptible):
             raise NotPreemptible(
                 f"{backend} cannot preempt a job on request: run it on spot capacity"

@@ -1,13 +1,14 @@
-"""The Runner's shared part: its session, job store, schedulers and their options."""
+"""The Runner's shared context: its session, job store, schedulers and their options, and
+what it knows of the jobs it submitted; every part of the Runner works over one."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchx_nb.jobstore import JobStore
 from torchx_nb.runner.requests import (
@@ -35,14 +36,12 @@ from torchx_nb.specs.api import (
     parse_app_handle,
     runopts,
 )
-from torchx_nb.specs.failure import FailureCard
-from torchx_nb.specs.log_line import Stream
 
 
-class RunnerCore:
-    """What every part of the Runner shares: its session, its job store, its schedulers and
-    their options. The parts (submitting, watching, results, logs) derive from it; the
-    methods one part calls on another are declared here for the type checker."""
+class RunnerContext:
+    """What every part of the Runner shares: its session (``session``), its job store, its
+    schedulers and their options, the AppDefs it submitted (``apps``) and the last state it
+    recorded of each job (``last_state``)."""
 
     def __init__(
         self,
@@ -52,33 +51,25 @@ class RunnerCore:
         scheduler_params: Mapping[str, Any] | None = None,
         jobstore: JobStore | None = None,
     ) -> None:
-        self._name = name
+        self.session = name
         self._explicit_factories = scheduler_factories is not None
         self._all_factories: dict[str, SchedulerFactory] | None = (
             dict(scheduler_factories) if scheduler_factories is not None else None
         )
-        self._component_defaults = dict(component_defaults or {})
+        self.component_defaults = dict(component_defaults or {})
         self._scheduler_params = {**_params_from_env(), **dict(scheduler_params or {})}
         self._schedulers: dict[str, Scheduler[Any]] = {}
-        self._apps: dict[AppHandle, AppDef] = {}
-        # what this process submitted, sent again when a preempted job is (``attempts``)
-        self._requests: dict[AppHandle, Any] = {}
-        self._told: dict[AppHandle, str] = {}  # an ended job's preemptions, in words
+        self.apps: dict[AppHandle, AppDef] = {}
         self._jobstore = jobstore
-        self._last_state: dict[AppHandle, str] = {}
+        self.last_state: dict[AppHandle, str] = {}
         self._local: dict[str, bool] = {}
-        self._session_id = secrets.token_hex(16)
+        self.session_id = secrets.token_hex(16)
         # a short-lived command (the CLI) hands its job-end notices to a sender process of
         # their own, which outlives it until the webhook answered (notices.Notifier)
         self.hand_off_notices = False
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        #: called once, when the job store is first opened here (the Runner sends the
+        #: notices the outbox still owes)
+        self.on_store_opened: Callable[[], object] | None = None
 
     def close(self) -> None:
         """Close every scheduler this runner created."""
@@ -86,14 +77,13 @@ class RunnerCore:
             sched.close()
         self._schedulers.clear()
 
-    def name(self) -> str:
-        return self._name
-
     @property
     def jobstore(self) -> JobStore:
+        """The job store, opened on first use (then what its outbox owes is sent)."""
         if self._jobstore is None:
             self._jobstore = JobStore()
-            self._send_owed()
+            if self.on_store_opened is not None:
+                self.on_store_opened()
         return self._jobstore
 
     def scheduler_factories(self) -> dict[str, SchedulerFactory]:
@@ -121,7 +111,7 @@ class RunnerCore:
             factory = self._factory(scheduler)
             if factory is None:
                 raise UnknownSchedulerException(scheduler, list(self.scheduler_factories()))
-            sched = factory(self._name, **self._params_for(factory))
+            sched = factory(self.session, **self._params_for(factory))
             self._schedulers[scheduler] = sched
         return sched
 
@@ -204,16 +194,31 @@ class RunnerCore:
         from torchx_nb.specs.builders import materialize_appdef
 
         fn = get_component(component)
-        given = defaults if defaults is not None else self._component_defaults.get(component, {})
+        given = defaults if defaults is not None else self.component_defaults.get(component, {})
         args = list(component_args) if not isinstance(component_args, Mapping) else component_args
         return materialize_appdef(fn, args, dict(given), prog=f"torchx-nb run {component}")
 
-    def _scheduler_and_id(self, app_handle: AppHandle) -> tuple[Scheduler[Any], str, str]:
+    def scheduler_and_id(self, app_handle: AppHandle) -> tuple[Scheduler[Any], str, str]:
         """The handle's scheduler, its name, and the native id of its current attempt (a job
         submitted again after a preemption answers for its latest native job)."""
         parsed = parse_app_handle(app_handle)
-        app_id = self._current_id(app_handle, parsed.app_id)
+        app_id = self.current_id(app_handle, parsed.app_id)
         return self.get_scheduler(parsed.scheduler_backend), parsed.scheduler_backend, app_id
+
+    def current_id(self, app_handle: AppHandle, parsed_id: str) -> str:
+        """The native id of the handle's current attempt (the handle's own id for a job the
+        store does not know, or never submitted again)."""
+        with contextlib.suppress(Exception):
+            return self.jobstore.current_ids([app_handle]).get(app_handle, parsed_id)
+        return parsed_id
+
+    def current_ids(self, app_handles: list[AppHandle], parsed: list[str]) -> list[str]:
+        """``current_id`` of many handles, in one read of the store."""
+        try:
+            found = self.jobstore.current_ids(app_handles)
+        except Exception:
+            return parsed
+        return [found.get(h, p) for h, p in zip(app_handles, parsed, strict=True)]
 
     def uses_images(self, scheduler: str) -> bool:
         """Whether the scheduler runs images; one that runs from a folder (local_cwd, Slurm:
@@ -234,51 +239,6 @@ class RunnerCore:
                 local = False
             self._local[name] = local
         return local
-
-    if TYPE_CHECKING:
-
-        def status(self, app_handle: AppHandle) -> AppStatus | None: ...
-
-        def failure_cards(
-            self, app_handle: AppHandle, status: AppStatus | None = None, lines: int = 5
-        ) -> list[FailureCard]: ...
-
-        def log_tail(
-            self,
-            app_handle: AppHandle,
-            role_name: str | None,
-            k: int = 0,
-            n: int = 100,
-            regex: str | None = None,
-            streams: Stream | None = None,
-        ) -> list[str]: ...
-
-        def wait(
-            self,
-            app_handle: AppHandle,
-            wait_interval: float = 10,
-            timeout: float | None = None,
-        ) -> AppStatus | None: ...
-
-        def _record_state(self, app_handle: AppHandle, status: AppStatus) -> None: ...
-
-        def _end_hook(self) -> list[str] | None: ...
-
-        def _send_owed(self, skip: frozenset[str] = frozenset()) -> list[str]: ...
-
-        def _current_id(self, app_handle: AppHandle, parsed_id: str) -> str: ...
-
-        def _current_ids(self, app_handles: list[AppHandle], parsed: list[str]) -> list[str]: ...
-
-        def _keep_request(self, handle: AppHandle, prepared: Any) -> None: ...
-
-        def _attempts_seen(
-            self,
-            app_handle: AppHandle,
-            app_id: str,
-            desc: DescribeAppResponse,
-            status: AppStatus,
-        ) -> AppStatus: ...
 
 
 def _status_of(desc: DescribeAppResponse) -> AppStatus:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from torchx_nb.runner.core import RunnerCore
+from torchx_nb.runner.core import RunnerContext
 from torchx_nb.runner.requests import (
     _check_replica,
 )
@@ -18,8 +18,11 @@ from torchx_nb.specs.api import (
 from torchx_nb.specs.log_line import Stream
 
 
-class Logs(RunnerCore):
-    """A replica's log lines."""
+class Logs:
+    """A replica's log lines, over the runner's shared context."""
+
+    def __init__(self, ctx: RunnerContext) -> None:
+        self.ctx = ctx
 
     def log_lines(
         self,
@@ -99,7 +102,7 @@ class Logs(RunnerCore):
     ) -> tuple[Scheduler[Any], str, str]:
         """The scheduler, app id and role (the first one when None) of a replica the job has,
         from one describe."""
-        sched, _, app_id = self._scheduler_and_id(app_handle)
+        sched, _, app_id = self.ctx.scheduler_and_id(app_handle)
         desc = sched.describe(app_id)
         if desc is None:
             raise UnknownAppException(app_handle)

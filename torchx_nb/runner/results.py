@@ -7,7 +7,9 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from torchx_nb.runner.core import RunnerCore
+from torchx_nb.runner.core import RunnerContext
+from torchx_nb.runner.logs import Logs
+from torchx_nb.runner.watching import Watching
 from torchx_nb.specs.api import (
     AppHandle,
     AppState,
@@ -18,15 +20,21 @@ from torchx_nb.specs.api import (
 from torchx_nb.specs.failure import FailureCard, first_failures, torchelastic_exception
 
 
-class Results(RunnerCore):
-    """Values, outputs, executed notebooks, failure cards."""
+class Results:
+    """Values, outputs, executed notebooks, failure cards, over the runner's shared context
+    (a status from ``watching``, log tails from ``logs``)."""
+
+    def __init__(self, ctx: RunnerContext, watching: Watching, logs: Logs) -> None:
+        self.ctx = ctx
+        self._watching = watching
+        self._logs = logs
 
     def output_store(self, app_handle: AppHandle) -> Any:
         """Where the job keeps its output folder, from its own record in the job store (a job
         not submitted from here has none to read)."""
         from torchx_nb.results import NoResult, store_for
 
-        record = self.jobstore.get(app_handle)
+        record = self.ctx.jobstore.get(app_handle)
         if record is None:
             raise UnknownAppException(app_handle)
         if not record.outputs:
@@ -46,7 +54,7 @@ class Results(RunnerCore):
 
         store = self.output_store(app_handle)
         if status is None:
-            status = self.status(app_handle)
+            status = self._watching.status(app_handle)
         return load_result(store, status, app_handle)
 
     def result_repr(self, app_handle: AppHandle) -> str | None:
@@ -55,7 +63,7 @@ class Results(RunnerCore):
         keeps no outputs or left no result."""
         from torchx_nb.results import result_repr, store_for
 
-        record = self.jobstore.get(app_handle)
+        record = self.ctx.jobstore.get(app_handle)
         if record is None or not record.outputs:
             return None
         return result_repr(store_for(record.outputs))
@@ -71,11 +79,11 @@ class Results(RunnerCore):
         from torchx_nb.results import exception_lines, store_for
 
         if status is None:
-            status = self.status(app_handle)
+            status = self._watching.status(app_handle)
         if status is None or status.state != AppState.FAILED:
             return []
         raised: dict[int, str] = {}
-        record = self.jobstore.get(app_handle)
+        record = self.ctx.jobstore.get(app_handle)
         if record is not None and record.outputs:
             with contextlib.suppress(Exception):
                 raised = exception_lines(store_for(record.outputs))
@@ -101,7 +109,7 @@ class Results(RunnerCore):
             tail: list[str] = []
             if lines > 0:
                 with contextlib.suppress(Exception):
-                    found = self.log_tail(app_handle, role, rep.id, lines)
+                    found = self._logs.log_tail(app_handle, role, rep.id, lines)
                     tail = [line.rstrip("\n") for line in redact_lines(found)]
             cards.append(
                 FailureCard(
@@ -126,7 +134,7 @@ class Results(RunnerCore):
 
         store = self.output_store(app_handle)
         if isinstance(store, LocalStore) and not store.root.is_dir():
-            record = self.jobstore.get(app_handle)
+            record = self.ctx.jobstore.get(app_handle)
             if record is not None and record.is_terminal:
                 raise NoResult(folder_gone(store, app_handle))
         return outputs(store)
@@ -152,7 +160,7 @@ class Results(RunnerCore):
         that overwrites nothing (``NAME.executed.ipynb``); returns its path."""
         from torchx_nb.results import fetch_notebook
 
-        record = self.jobstore.get(app_handle)
+        record = self.ctx.jobstore.get(app_handle)
         name = Path(record.notebook).name if record is not None and record.notebook else None
         return fetch_notebook(self.output_store(app_handle), Path(folder).expanduser(), name)
 

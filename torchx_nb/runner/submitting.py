@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from torchx_nb.jobstore import JobRecord
-from torchx_nb.runner.core import RunnerCore
+from torchx_nb.runner.attempts import Attempts
+from torchx_nb.runner.core import RunnerContext
+from torchx_nb.runner.noticing import Noticing
 from torchx_nb.runner.program_job import RunnerProgramJob
 from torchx_nb.runner.requests import (
     _ROLE_NAME_RE,
@@ -54,8 +56,15 @@ from torchx_nb.workspace import WorkspaceMixin
 from torchx_nb.workspace.use import WorkspaceUse
 
 
-class Submitting(RunnerCore):
-    """Prepare and send runs, and record them."""
+class Submitting:
+    """Prepare and send runs, and record them, over the runner's shared context (a backend
+    that runs its own end-of-job process gets it from ``noticing``; what a preempted job is
+    sent again with is kept by ``attempts``)."""
+
+    def __init__(self, ctx: RunnerContext, noticing: Noticing, attempts: Attempts) -> None:
+        self.ctx = ctx
+        self._noticing = noticing
+        self._attempts = attempts
 
     def prepare(self, request: RunRequest, build: bool = False) -> PreparedRun:
         """Check everything in ``request`` and build the scheduler's exact request: the
@@ -97,16 +106,16 @@ class Submitting(RunnerCore):
     def submit(self, prepared: PreparedRun, **record: str | None) -> AppHandle:
         """Send a prepared (built) run and record it in the job store (with ``record``: a
         sweep trial's ``sweep``, ``trial`` and ``params``)."""
-        sched = self.get_scheduler(prepared.scheduler)
+        sched = self.ctx.get_scheduler(prepared.scheduler)
         if isinstance(sched, RunsEndHook):
-            sched.end_hook = self._end_hook()
+            sched.end_hook = self._noticing.end_hook()
         app_id = sched.schedule(prepared.info)
-        handle = make_app_handle(prepared.scheduler, self._name, app_id)
+        handle = make_app_handle(prepared.scheduler, self.ctx.session, app_id)
         outputs = None
         if isinstance(sched, StoresOutputs):
             with contextlib.suppress(Exception):
                 outputs = sched.output_url(app_id, prepared.request)
-        self._apps[handle] = prepared.app
+        self.ctx.apps[handle] = prepared.app
         fields = {**prepared.record, **record}
         trial = fields.get("trial")
         self._record_submission(
@@ -122,7 +131,7 @@ class Submitting(RunnerCore):
             params=fields.get("params"),
             build_seconds=prepared.build.seconds if prepared.build else None,
         )
-        self._keep_request(handle, prepared)
+        self._attempts.keep_request(handle, prepared)
         return handle
 
     def submit_array(
@@ -135,7 +144,7 @@ class Submitting(RunnerCore):
         """Send a prepared run as one native array of ``len(points)`` tasks (its scheduler
         ``SubmitsArrays``), and record each task as a trial of ``sweep`` (``points``: each
         trial's parameters as JSON). Returns the trials' handles, in index order."""
-        sched = self.get_scheduler(prepared.scheduler)
+        sched = self.ctx.get_scheduler(prepared.scheduler)
         if not isinstance(sched, SubmitsArrays):
             raise TorchxNbError(f"{prepared.scheduler} has no native arrays")
         array = sched.array_request(prepared.info, len(points), max_parallel)
@@ -149,8 +158,8 @@ class Submitting(RunnerCore):
         for i, (task_id, params) in enumerate(
             zip(sched.trial_ids(array_id, len(points)), points, strict=True)
         ):
-            handle = make_app_handle(prepared.scheduler, self._name, task_id)
-            self._apps[handle] = prepared.app
+            handle = make_app_handle(prepared.scheduler, self.ctx.session, task_id)
+            self.ctx.apps[handle] = prepared.app
             handles.append(handle)
             self._record_submission(
                 handle,
@@ -182,11 +191,11 @@ class Submitting(RunnerCore):
         row = JobRecord(
             handle=handle,
             scheduler=scheduler,
-            session=self._name,
+            session=self.ctx.session,
             app_id=app_id,
             name=app.name,
             # a job that runs from a folder (local_cwd, Slurm) uses no image
-            image=app.roles[0].image if app.roles and self.uses_images(scheduler) else "",
+            image=app.roles[0].image if app.roles and self.ctx.uses_images(scheduler) else "",
             submitted=submitted,
             state=AppState.SUBMITTED.name,
             updated=submitted,
@@ -196,19 +205,19 @@ class Submitting(RunnerCore):
             **{"params": record.get("params"), **fields},
         )
         try:
-            self.jobstore.add(row)  # SQLite's busy timeout waits for other writers
+            self.ctx.jobstore.add(row)  # SQLite's busy timeout waits for other writers
         except Exception as e:
             warnings.warn(
                 f"{handle} was submitted but could not be recorded in the job store ({e});"
                 " keep this handle to follow the job",
                 stacklevel=3,
             )
-        self._last_state[handle] = AppState.SUBMITTED.name
+        self.ctx.last_state[handle] = AppState.SUBMITTED.name
 
     def request_scheduler(self, request: RunRequest) -> str:
         """The scheduler ``request`` runs on: as named, else the front end's default, else
         ``[cli:run] scheduler``, else local_cwd."""
-        return request.scheduler or self.default_scheduler(request.default_scheduler)
+        return request.scheduler or self.ctx.default_scheduler(request.default_scheduler)
 
     def request_workspace(self, request: RunRequest) -> str | None:
         """The folder ``request`` ships: as given, else ``[cli:run] workspace``, else the
@@ -227,7 +236,7 @@ class Submitting(RunnerCore):
         if workspace is None:
             defaulted = config.cli_defaults("run").get("workspace")
             workspace = defaulted if defaulted is not None else current_folder()
-            sched = self.get_scheduler(self.request_scheduler(request))
+            sched = self.ctx.get_scheduler(self.request_scheduler(request))
             if not isinstance(sched, WorkspaceMixin):
                 workspace = ""
         return None if workspace.strip().lower() in NO_WORKSPACE else workspace
@@ -247,8 +256,8 @@ class Submitting(RunnerCore):
         dict for a scheduler written TorchX's way)."""
         scheduler = self.request_scheduler(request)
         cfg = dict(request.scheduler_defaults.get(scheduler, {}))
-        cfg.update(self.cfg_from_str(scheduler, *request.cfg))
-        return self.resolve_opts(scheduler, self.cfg_with_config_files(scheduler, cfg))
+        cfg.update(self.ctx.cfg_from_str(scheduler, *request.cfg))
+        return self.ctx.resolve_opts(scheduler, self.ctx.cfg_with_config_files(scheduler, cfg))
 
     def request_app(self, request: RunRequest) -> AppDef:
         """The AppDef ``request`` names (nothing built): what a sweep checks before it
@@ -293,9 +302,9 @@ class Submitting(RunnerCore):
 
             defaults = {
                 **config.component_defaults(request.component),
-                **self._component_defaults.get(request.component, {}),
+                **self.ctx.component_defaults.get(request.component, {}),
             }
-            app = self.component_app(request.component, request.component_args, defaults)
+            app = self.ctx.component_app(request.component, request.component_args, defaults)
         else:
             raise TorchxNbError("nothing to run: give a component, a cell or an AppDef")
         for role in app.roles:
@@ -344,11 +353,11 @@ class Submitting(RunnerCore):
 
         notify_url()  # a notice URL that can never be sent is one line now, not at the job's end
         app = copy.deepcopy(app)
-        sched = self.get_scheduler(scheduler)
-        job_id = make_app_handle(scheduler, self._name, macros.app_id)
+        sched = self.ctx.get_scheduler(scheduler)
+        job_id = make_app_handle(scheduler, self.ctx.session, macros.app_id)
         for role in app.roles:
             role.env[ENV_JOB_ID] = job_id
-            role.env[ENV_SESSION_ID] = self._session_id
+            role.env[ENV_SESSION_ID] = self.ctx.session_id
             parent = os.environ.get(ENV_PARENT_RUN_ID) or parent_run_id
             if parent:
                 role.env[ENV_PARENT_RUN_ID] = parent
@@ -410,7 +419,7 @@ class Submitting(RunnerCore):
             app,
             program_of(app) or app,
             scheduler,
-            self.resolve_opts(scheduler, cfg),
+            self.ctx.resolve_opts(scheduler, cfg),
             workspace,
             parent_run_id,
             build_workspace,
@@ -438,7 +447,7 @@ class Submitting(RunnerCore):
             app,
             program_of(app) or app,
             scheduler,
-            self.resolve_opts(scheduler, cfg),
+            self.ctx.resolve_opts(scheduler, cfg),
             workspace,
             parent_run_id,
             True,
@@ -480,5 +489,5 @@ class Submitting(RunnerCore):
         build_workspace: bool = False,
     ) -> AppDryRunInfo[Any]:
         """Build the named component from CLI-style (or dict) args, then dryrun it."""
-        app = self.component_app(component, component_args)
+        app = self.ctx.component_app(component, component_args)
         return self.dryrun(app, scheduler, cfg, workspace, parent_run_id, build_workspace)

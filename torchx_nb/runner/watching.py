@@ -4,13 +4,13 @@ the job-end notice."""
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
-from torchx_nb.runner.core import RunnerCore, _status_of
+from torchx_nb.runner.attempts import Attempts
+from torchx_nb.runner.core import RunnerContext, _status_of
+from torchx_nb.runner.noticing import Noticing
 from torchx_nb.schedulers.abilities import (
     DescribesMany,
     SubmitsArrays,
@@ -34,18 +34,25 @@ from torchx_nb.specs.api import (
 )
 
 
-class Watching(RunnerCore):
-    """Status, refresh, wait, cancel, list."""
+class Watching:
+    """Status, refresh, wait, cancel, list, over the runner's shared context; what a status
+    says of preemptions goes through ``attempts``, a job seen ending is told to
+    ``noticing``."""
+
+    def __init__(self, ctx: RunnerContext, noticing: Noticing, attempts: Attempts) -> None:
+        self.ctx = ctx
+        self._noticing = noticing
+        self._attempts = attempts
 
     def status(self, app_handle: AppHandle) -> AppStatus | None:
         """Current status, or None when the scheduler no longer knows the app. The job store
         is updated when the state changed."""
-        sched, _, app_id = self._scheduler_and_id(app_handle)
+        sched, _, app_id = self.ctx.scheduler_and_id(app_handle)
         desc = sched.describe(app_id)
         if desc is None:
-            self._apps.pop(app_handle, None)
+            self.ctx.apps.pop(app_handle, None)
             return self._stored_status(app_handle)
-        status = self._attempts_seen(app_handle, app_id, desc, _status_of(desc))
+        status = self._attempts.seen(app_handle, app_id, desc, _status_of(desc))
         self._record_state(app_handle, status)
         return status
 
@@ -55,7 +62,7 @@ class Watching(RunnerCore):
         and times (its outputs give the failure cards). None for a job the store does not
         know ended."""
         try:
-            rec = self.jobstore.get(app_handle)
+            rec = self.ctx.jobstore.get(app_handle)
         except Exception:
             return None
         if rec is None or not rec.is_terminal:
@@ -76,11 +83,11 @@ class Watching(RunnerCore):
         unique = list(dict.fromkeys(app_handles))
         if not unique:
             return {}
-        sched, _, _ = self._scheduler_and_id(unique[0])
+        sched, _, _ = self.ctx.scheduler_and_id(unique[0])
         if not isinstance(sched, DescribesMany):
             return {h: self.status(h) for h in unique}
         parsed = [parse_app_handle(h).app_id for h in unique]
-        ids = dict(zip(self._current_ids(unique, parsed), unique, strict=True))
+        ids = dict(zip(self.ctx.current_ids(unique, parsed), unique, strict=True))
         found = sched.describe_many(list(ids))
         out: dict[AppHandle, AppStatus | None] = {}
         for app_id, handle in ids.items():
@@ -88,7 +95,7 @@ class Watching(RunnerCore):
             if desc is None:
                 out[handle] = self._stored_status(handle)
                 continue
-            status = self._attempts_seen(handle, app_id, desc, _status_of(desc))
+            status = self._attempts.seen(handle, app_id, desc, _status_of(desc))
             self._record_state(handle, status)
             out[handle] = status
         return out
@@ -119,14 +126,14 @@ class Watching(RunnerCore):
 
     def _record_unknown(self, app_handle: AppHandle) -> None:
         with contextlib.suppress(Exception):
-            self.jobstore.update_state(app_handle, AppState.UNKNOWN.name)
+            self.ctx.jobstore.update_state(app_handle, AppState.UNKNOWN.name)
 
     def _record_state(self, app_handle: AppHandle, status: AppStatus) -> None:
         """Write a changed state to the job store. A state is remembered as written only once
         the store took it: a write that fails (the store locked past its timeout) is tried
         again at the next status call, so a job's end is never lost."""
         state = status.state.name
-        if self._last_state.get(app_handle) == state:
+        if self.ctx.last_state.get(app_handle) == state:
             return
         try:
             msg = message_text(status.msg) or None
@@ -139,96 +146,15 @@ class Watching(RunnerCore):
                 from torchx_nb.runner.endings import endings_json
 
                 endings = endings_json(status.roles)
-            self.jobstore.update_state(
+            self.ctx.jobstore.update_state(
                 app_handle, state, msg, ended=ended, started=started, endings=endings
             )
         except Exception as e:  # the store is a convenience; never fail a status call on it
             warnings.warn(f"could not update the job store: {e}", stacklevel=2)
             return
-        self._last_state[app_handle] = state
+        self.ctx.last_state[app_handle] = state
         if status.is_terminal():
-            self._notice(app_handle, status)
-
-    def _end_hook(self) -> list[str] | None:
-        """What a backend's own end-of-job process runs (``RunsEndHook``), when a job-end
-        notice is configured: ``torchx-nb watch`` of the job, which claims and sends it as any
-        watcher does. None without a notice: no extra process at every job's end."""
-        from torchx_nb.notices import notify_url
-
-        try:
-            if notify_url() is None:
-                return None
-        except Exception:
-            return None
-        return [sys.executable, "-m", "torchx_nb.cli", "watch", "--no-log"]
-
-    def _notice(self, app_handle: AppHandle, status: AppStatus | None) -> None:
-        """The job-end notice, when one is configured: recorded as owed in the job store's
-        outbox, then leased, built and sent on the notifier's thread, never this one's; it
-        stays owed until the webhook acknowledges it, and any later process that opens the
-        store sends it (``_send_owed``)."""
-        from torchx_nb.notices import Owed, notice_id, notifier, notify_url, payload
-
-        try:
-            url = notify_url()
-            if url is None or not self.jobstore.owe_notice(app_handle, notice_id(app_handle)):
-                return
-        except Exception as e:
-            warnings.warn(f"no job-end notice for {app_handle}: {e}", stacklevel=3)
-            return
-
-        def build() -> dict[str, Any]:
-            rec = self.jobstore.get(app_handle)
-            state = status.state.name if status is not None else (rec.state if rec else "")
-            cards = self.failure_cards(app_handle, status) if state == AppState.FAILED.name else []
-            name = rec.name if rec else parse_app_handle(app_handle).app_id
-            ended = (rec.ended if rec else None) or (status.ended if status else None)
-            duration = (ended or time.time()) - rec.submitted if rec else None
-            return payload(app_handle, name, state, duration, cards)
-
-        owed = Owed(self.jobstore, app_handle)
-        notifier().submit(url, build, owed, hand_off=self.hand_off_notices)
-
-    def notice_line(self, app_handle: AppHandle) -> str | None:
-        """One line on the job-end notice when it is owed after failed tries (a webhook that
-        stays down); None when it was sent, is not owed, or nothing was tried yet."""
-        try:
-            record = self.jobstore.notice(app_handle)
-        except Exception:
-            return None
-        if record is None or record["sent"] is not None or not record["tries"]:
-            return None
-        why = f": {record['error']}" if record["error"] else ""
-        return (
-            f"the job-end notice is not delivered yet after {record['tries']} tries{why}; it"
-            " stays owed and the next torchx-nb command, kernel or server sends it"
-        )
-
-    def follow_notice(self, app_handle: AppHandle, on_line: Callable[[str], None]) -> None:
-        """Call ``on_line(line)`` from the notifier's thread when the job-end notice of
-        ``app_handle`` is given up on for now (a webhook that stays down): the front end
-        showing the job puts that one line there, instead of a Python warning wherever."""
-        from torchx_nb.notices import notifier, notify_url
-
-        with contextlib.suppress(Exception):
-            if notify_url() is not None:
-                notifier().listen(app_handle, on_line)
-
-    def _send_owed(self, skip: frozenset[str] = frozenset()) -> list[str]:
-        """Send the notices the outbox still owes and are free to take (a process that ended
-        before the webhook answered left them), but those in ``skip``: any process that opens
-        the job store does, once. Returns the handles it took up."""
-        from torchx_nb.notices import notify_url
-
-        try:
-            if notify_url() is None:
-                return []
-            owed = [h for h in self.jobstore.owed_notices() if h not in skip]
-        except Exception:
-            return []
-        for handle in owed:
-            self._notice(handle, None)
-        return owed
+            self._noticing.notice(app_handle, status)
 
     def wait(
         self, app_handle: AppHandle, wait_interval: float = 10, timeout: float | None = None
@@ -250,7 +176,7 @@ class Watching(RunnerCore):
         """Ask the scheduler to stop the app if it is still running; returns at once with the
         status it had (one describe). An app the scheduler does not know is
         ``UnknownAppException``."""
-        sched, _, app_id = self._scheduler_and_id(app_handle)
+        sched, _, app_id = self.ctx.scheduler_and_id(app_handle)
         desc = sched.describe(app_id)
         if desc is None:
             raise UnknownAppException(app_handle)
@@ -269,35 +195,35 @@ class Watching(RunnerCore):
         ended (a sweep's Cancel all): one call per array where the backend has one."""
         by_backend: dict[str, list[str]] = {}
         for handle in app_handles:
-            _, backend, app_id = self._scheduler_and_id(handle)
+            _, backend, app_id = self.ctx.scheduler_and_id(handle)
             by_backend.setdefault(backend, []).append(app_id)
         for backend, app_ids in by_backend.items():
-            sched = self.get_scheduler(backend)
+            sched = self.ctx.get_scheduler(backend)
             if not isinstance(sched, SubmitsArrays):
                 raise TorchxNbError(f"{backend} has no native arrays")
             sched.cancel_arrays(app_ids)
 
     def delete(self, app_handle: AppHandle) -> None:
-        sched, _, app_id = self._scheduler_and_id(app_handle)
+        sched, _, app_id = self.ctx.scheduler_and_id(app_handle)
         sched.delete(app_id)
 
     def describe(self, app_handle: AppHandle) -> AppDef | None:
         """The AppDef: this runner's own copy if it launched the app, else the scheduler's
         reconstruction."""
-        sched, _, app_id = self._scheduler_and_id(app_handle)
+        sched, _, app_id = self.ctx.scheduler_and_id(app_handle)
         desc = sched.describe(app_id)
         if desc is None:
             return None
         self._record_state(app_handle, _status_of(desc))  # what it learned, as status records it
-        if app_handle in self._apps:
-            return self._apps[app_handle]
+        if app_handle in self.ctx.apps:
+            return self.ctx.apps[app_handle]
         return AppDef(name=app_id, roles=desc.roles, metadata=desc.metadata)
 
     def submitted_status(self, app_handle: AppHandle) -> AppStatus | None:
         """A job this runner just submitted, as submitted: its roles and replicas from the
         AppDef, no scheduler call (watchers start from it; the poller asks at once). None for
         a job this runner did not submit."""
-        app = self._apps.get(app_handle)
+        app = self.ctx.apps.get(app_handle)
         if app is None:
             return None
         state = AppState.SUBMITTED
@@ -317,11 +243,11 @@ class Watching(RunnerCore):
     ) -> list[ListAppResponse]:
         """The scheduler's own list of our apps, with handles filled in. A ``TakesTypedOptions``
         scheduler gets its options (required ones may be missing: e.g. every queue)."""
-        sched = self.get_scheduler(scheduler)
+        sched = self.ctx.get_scheduler(scheduler)
         if isinstance(sched, TakesTypedOptions):
             apps = sched.list(sched.given_opts(cfg))
         else:
             apps = sched.list()
         for app in apps:
-            app.app_handle = make_app_handle(scheduler, self._name, app.app_id)
+            app.app_handle = make_app_handle(scheduler, self.ctx.session, app.app_id)
         return apps
