@@ -290,6 +290,25 @@ class AttemptRecords:
                 "DELETE FROM attempts WHERE handle = ? AND n = ? AND app_id = ''", (handle, n)
             )
 
+    def end_current(self, handle: str, why: str, native: str = "") -> None:
+        """End the job's current attempt, if it runs, as ``why`` (one of ``ENDED_WHY``) with
+        the words ``native``: one the runner stopped (past its preemption limit) is no failure
+        of the program."""
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT a.n FROM attempts a JOIN jobs j ON j.handle = a.handle AND j.attempt = a.n"
+                " WHERE a.handle = ? AND a.ended_why = 'running'",
+                (handle,),
+            ).fetchone()
+            if row is None:
+                return
+            bump(db, handle)
+            db.execute(
+                f"UPDATE attempts SET ended = ?, ended_why = ?, native = ?, rev = {_REV}"
+                " WHERE handle = ? AND n = ?",
+                (time.time(), why, native, handle, row[0]),
+            )
+
     def set_max_preemptions(self, handle: str, limit: int) -> None:
         """The job's preemption limit (its ``max_preemptions`` option), kept for every watcher."""
         with self._connect() as db:

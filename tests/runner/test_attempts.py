@@ -24,7 +24,7 @@ PROGRAM = (
     "import os, sys, time\n"
     "ck = sys.argv[1]\n"
     "if os.path.exists(ck):\n"
-    "    print('resumed'); sys.exit(0)\n"
+    "    print('resumed', flush=True); time.sleep(1); sys.exit(0)\n"
     "open(ck, 'w').write('1')\n"
     "time.sleep(120)\n"
 )
@@ -47,6 +47,13 @@ def running(r: Runner, handle: str, ck: Path | None = None) -> bool:
     """Running, and past its checkpoint (``ck`` written) when one is named."""
     status = r.status(handle)
     return status is not None and status.state == AppState.RUNNING and (ck is None or ck.exists())
+
+
+def preempted(r: Runner, handle: str) -> int:
+    """The job's preemptions, once a status call kept what its backend lists."""
+    r.status(handle)
+    rec = r.jobstore.get(handle)
+    return rec.preemptions if rec is not None else 0
 
 
 def test_a_preempted_job_is_submitted_again_under_its_handle(tmp_path: Path) -> None:
@@ -129,3 +136,36 @@ def test_a_job_cancelled_while_preempted_is_not_submitted_again(tmp_path: Path) 
         assert status is not None and status.state == AppState.CANCELLED
         rec = r.jobstore.get(handle)
         assert rec is not None and (rec.state, rec.attempt, rec.app_id) == ("CANCELLED", 1, app_id)
+
+
+def test_a_local_job_preempted_past_its_limit_is_stopped_and_fails(tmp_path: Path) -> None:
+    """local_cwd runs a preempted job again itself: past its limit the runner stops it (the
+    job ends FAILED with the limit's line, never CANCELLED)."""
+    ck = tmp_path / "ck"
+    role = specs.Role(
+        "train",
+        "",
+        entrypoint=sys.executable,
+        args=["-c", f"import time; open({str(ck)!r}, 'a').write('x'); time.sleep(120)"],
+    )
+    with Runner("torchx", jobstore=JobStore(tmp_path / "jobs.db")) as r:
+        handle = r.run(specs.AppDef("train", [role]), "local_cwd")
+        r.jobstore.set_max_preemptions(handle, 1)
+        wait_for(lambda: running(r, handle, ck), timeout=60)
+        r.preempt(handle, grace=1)
+        wait_for(lambda: preempted(r, handle) == 1, timeout=60)
+        # its second attempt runs (each attempt writes one x)
+        wait_for(lambda: running(r, handle) and ck.read_text() == "xx", timeout=60)
+        r.preempt(handle, grace=1)
+        ended = r.wait(handle, wait_interval=0.2, timeout=90)
+        assert ended is not None and ended.state == AppState.FAILED, ended
+        assert ended.msg.startswith("preempted 2 times (limit 1): preempted at ")
+        rec = r.jobstore.get(handle)
+        assert rec is not None and (rec.state, rec.preemptions, rec.failures) == ("FAILED", 2, 0)
+        rev = r.jobstore.changes(0).rev
+        later = r.status(handle)
+        assert later is not None and later.state == AppState.FAILED
+        assert r.jobstore.changes(0).rev == rev  # a status after the end writes nothing
+        # the attempt the limit stopped (when its backend had begun it) is no program failure
+        whys = [a.ended_why for a in r.attempt_log(handle).attempts]
+        assert whys in (["preempted", "preempted"], ["preempted", "preempted", "cancelled"])

@@ -26,7 +26,12 @@ from torchx_nb.specs.api import (
     message_text,
 )
 from torchx_nb.specs.exceptions import NotPreemptible
-from torchx_nb.specs.preemption import DEFAULT_MAX_PREEMPTIONS, AttemptLog, limit_line
+from torchx_nb.specs.preemption import (
+    DEFAULT_MAX_PREEMPTIONS,
+    AttemptLog,
+    Preemption,
+    limit_line,
+)
 from torchx_nb.specs.structured_opts import SpotOpts
 
 
@@ -39,6 +44,9 @@ class Attempts:
         # what this process submitted, sent again when a preempted job is
         self._requests: dict[AppHandle, PreparedRun] = {}
         self._told: dict[AppHandle, str] = {}  # an ended job's preemptions, in words
+        # what a backend last listed of a job's preemptions, and what the store made of it
+        self._seen: dict[AppHandle, tuple[object, tuple[int, int, Preemption | None]]] = {}
+        self._stopped: set[AppHandle] = set()  # jobs stopped past their preemption limit
 
     def keep_request(self, handle: AppHandle, prepared: PreparedRun) -> None:
         """What a resubmission of ``handle`` by this process sends again, and the job's
@@ -58,29 +66,41 @@ class Attempts:
         is then the new attempt's, never the native job's end)."""
         if not desc.preemptions and not desc.ended_preempted:
             return self._ended_story(app_handle, status)
-        try:
-            store = self.ctx.jobstore
-            total = store.record_preemptions(
-                app_handle, app_id, desc.preemptions, ended=desc.ended_preempted
-            )
-            rec = store.get(app_handle)
-            log = store.attempt_log(app_handle)
-        except Exception as e:  # the store is a convenience: the backend's status stands
-            warnings.warn(f"could not keep the preemptions of {app_handle}: {e}", stacklevel=3)
-            return status
-        limit = DEFAULT_MAX_PREEMPTIONS
-        if rec is not None and rec.max_preemptions is not None:
-            limit = rec.max_preemptions
-        last = log.events[-1] if log.events else None
+        # a backend lists a job's preemptions at every describe: the store is written (and
+        # read) only when what it lists changed
+        key = (app_id, tuple((p.at, p.resumed_at) for p in desc.preemptions))
+        seen = self._seen.get(app_handle)
+        if seen is not None and seen[0] == key and not desc.ended_preempted:
+            total, limit, last = seen[1]
+        else:
+            try:
+                store = self.ctx.jobstore
+                total = store.record_preemptions(
+                    app_handle, app_id, desc.preemptions, ended=desc.ended_preempted
+                )
+                rec = store.get(app_handle)
+                log = store.attempt_log(app_handle)
+            except Exception as e:  # the store is a convenience: the backend's status stands
+                warnings.warn(f"could not keep the preemptions of {app_handle}: {e}", stacklevel=3)
+                return status
+            limit = DEFAULT_MAX_PREEMPTIONS
+            if rec is not None and rec.max_preemptions is not None:
+                limit = rec.max_preemptions
+            last = log.events[-1] if log.events else None
+            self._seen[app_handle] = (key, (total, limit, last))
         if total > limit:
-            with contextlib.suppress(Exception):  # no next attempt: it ends here
-                store.record_preemptions(app_handle, app_id, desc.preemptions, ended=True)
-            if not is_terminal(status.state):
+            if app_handle not in self._stopped:  # once: no next attempt, it ends here
+                self._stopped.add(app_handle)
                 with contextlib.suppress(Exception):
-                    self.ctx.scheduler_and_id(app_handle)[0]._cancel_existing(app_id)
+                    store = self.ctx.jobstore
+                    store.record_preemptions(app_handle, app_id, desc.preemptions, ended=True)
+                    store.end_current(app_handle, "cancelled", "stopped at its preemption limit")
+                if not is_terminal(status.state):
+                    with contextlib.suppress(Exception):
+                        self.ctx.scheduler_and_id(app_handle)[0]._cancel_existing(app_id)
             return replace(status, state=AppState.FAILED, msg=limit_line(total, limit, last))
         if desc.ended_preempted:
-            return self._submit_again(app_handle, app_id, log, status)
+            return self._submit_again(app_handle, app_id, self.attempt_log(app_handle), status)
         if last is not None and not is_terminal(status.state) and not message_text(status.msg):
             return replace(status, msg=last.text())
         return self._ended_story(app_handle, status)
