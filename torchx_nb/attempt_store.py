@@ -267,15 +267,18 @@ class AttemptRecords:
                 )
                 return cur.rowcount == 1
 
-    def start_attempt(self, handle: str, n: int, app_id: str, msg: str = "") -> None:
+    def start_attempt(
+        self, handle: str, n: int, app_id: str, msg: str = "", outputs: str | None = None
+    ) -> None:
         """Attempt ``n`` (claimed) was submitted as the native job ``app_id``: it is the
-        current attempt, and the handle now answers for that job (SUBMITTED, with ``msg``)."""
+        current attempt, and the handle now answers for that job (SUBMITTED, with ``msg``;
+        ``outputs``: the new job's output folder, where its result is)."""
         with self._transaction() as db:
             # the state write moves the counter (the jobs trigger); the attempt carries it
             db.execute(
                 "UPDATE jobs SET app_id = ?, attempt = ?, state = 'SUBMITTED', msg = ?,"
-                " updated = ? WHERE handle = ?",
-                (app_id, n, msg, time.time(), handle),
+                " updated = ?, outputs = COALESCE(?, outputs) WHERE handle = ?",
+                (app_id, n, msg, time.time(), outputs, handle),
             )
             db.execute(
                 f"UPDATE attempts SET app_id = ?, claimed = NULL, rev = {_REV}"

@@ -70,6 +70,8 @@ def test_a_preempted_job_is_submitted_again_under_its_handle(tmp_path: Path) -> 
         assert rec is not None and (rec.state, rec.msg) == ("SUCCEEDED", ended.msg)
         assert (rec.attempt, rec.preemptions, rec.failures) == (2, 1, 0)
         assert rec.app_id != first.app_id  # the handle answers for its current native job
+        # and its outputs (a cell's result) are the new native job's
+        assert first.outputs and rec.outputs == first.outputs.replace(first.app_id, rec.app_id)
         log = r.attempt_log(handle)
         assert [(a.n, a.ended_why) for a in log.attempts] == [
             (1, "preempted"),

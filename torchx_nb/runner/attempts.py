@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from torchx_nb.runner.core import RunnerContext
 from torchx_nb.runner.requests import PreparedRun
-from torchx_nb.schedulers.abilities import Preemptible, SubmitsAgain
+from torchx_nb.schedulers.abilities import Preemptible, StoresOutputs, SubmitsAgain
 from torchx_nb.schedulers.api import DescribeAppResponse
 from torchx_nb.specs.api import (
     AppHandle,
@@ -159,7 +159,14 @@ class Attempts:
                 status, state=AppState.FAILED, msg=f"{said}; submitting it again failed: {e}"
             )
         msg = f"{said}; submitted again as attempt {n}"
-        store.start_attempt(app_handle, n, new_id, msg)
+        outputs = None  # the new native job's outputs: a cell's result is the last attempt's
+        with contextlib.suppress(Exception):
+            if isinstance(sched, SubmitsAgain):  # kept as the first's were (SubmitsAgain)
+                if rec is not None and rec.outputs and app_id in rec.outputs:
+                    outputs = rec.outputs.replace(app_id, new_id)
+            elif isinstance(sched, StoresOutputs) and prepared is not None:
+                outputs = sched.output_url(new_id, prepared.request)
+        store.start_attempt(app_handle, n, new_id, msg, outputs)
         self.ctx.last_state[app_handle] = AppState.SUBMITTED.name
         return AppStatus(AppState.SUBMITTED, msg=msg, roles=[])
 

@@ -300,7 +300,9 @@ class SubmitsAgain(abc.ABC):
 
     @abc.abstractmethod
     def submit_again(self, app_id: str) -> str:
-        """Submit the job ``app_id`` again; the new native id."""
+        """Submit the job ``app_id`` again; the new native id. (A backend that also
+        ``StoresOutputs`` keeps the new job's outputs where the first's were, its native id in
+        place of the first's: that is where the runner looks for its result.)"""
 
 
 class KeepsLogFiles(abc.ABC):
