@@ -119,6 +119,18 @@ def test_one_process_only_submits_the_next_attempt(tmp_path: Path) -> None:
     assert [(a.n, a.app_id) for a in store.attempts(H)] == [(1, "41"), (2, "57")]
 
 
+def test_an_attempt_sent_while_the_job_was_cancelled_is_not_started(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.db")
+    store.add(job())
+    store.record_preemptions(H, "41", [Preemption(time.time() - 30, "spot")], ended=True)
+    assert store.claim_attempt(H, 2)
+    store.update_state(H, "CANCELLED", msg="cancelled while preempted")  # meanwhile
+    assert not store.start_attempt(H, 2, "57")
+    got = store.get(H)
+    assert got is not None and (got.state, got.app_id, got.attempt) == ("CANCELLED", "41", 1)
+    assert [a.n for a in store.attempts(H)] == [1]
+
+
 def test_a_claim_whose_submitter_vanished_is_free_again(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from torchx_nb import attempt_store
 

@@ -269,22 +269,31 @@ class AttemptRecords:
 
     def start_attempt(
         self, handle: str, n: int, app_id: str, msg: str = "", outputs: str | None = None
-    ) -> None:
+    ) -> bool:
         """Attempt ``n`` (claimed) was submitted as the native job ``app_id``: it is the
         current attempt, and the handle now answers for that job (SUBMITTED, with ``msg``;
-        ``outputs``: the new job's output folder, where its result is)."""
+        ``outputs``: the new job's output folder, where its result is). False, and nothing
+        written, when the job ended meanwhile (cancelled while it was being sent): the new
+        native job is then the caller's to stop."""
         with self._transaction() as db:
             # the state write moves the counter (the jobs trigger); the attempt carries it
-            db.execute(
+            cur = db.execute(
                 "UPDATE jobs SET app_id = ?, attempt = ?, state = 'SUBMITTED', msg = ?,"
-                " updated = ?, outputs = COALESCE(?, outputs) WHERE handle = ?",
+                " updated = ?, outputs = COALESCE(?, outputs)"
+                " WHERE handle = ? AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')",
                 (app_id, n, msg, time.time(), outputs, handle),
             )
+            if not cur.rowcount:
+                db.execute(
+                    "DELETE FROM attempts WHERE handle = ? AND n = ? AND app_id = ''", (handle, n)
+                )
+                return False
             db.execute(
                 f"UPDATE attempts SET app_id = ?, claimed = NULL, rev = {_REV}"
                 " WHERE handle = ? AND n = ?",
                 (app_id, handle, n),
             )
+        return True
 
     def drop_claim(self, handle: str, n: int) -> None:
         """Give up the claim of attempt ``n`` (its submission failed)."""

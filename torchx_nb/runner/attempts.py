@@ -166,7 +166,15 @@ class Attempts:
                     outputs = rec.outputs.replace(app_id, new_id)
             elif isinstance(sched, StoresOutputs) and prepared is not None:
                 outputs = sched.output_url(new_id, prepared.request)
-        store.start_attempt(app_handle, n, new_id, msg, outputs)
+        if not store.start_attempt(app_handle, n, new_id, msg, outputs):
+            with contextlib.suppress(Exception):  # cancelled while it was being sent
+                sched._cancel_existing(new_id)
+            ended = store.get(app_handle)
+            return replace(
+                status,
+                state=AppState[ended.state] if ended else AppState.CANCELLED,
+                msg=ended.msg if ended else "",
+            )
         self.ctx.last_state[app_handle] = AppState.SUBMITTED.name
         return AppStatus(AppState.SUBMITTED, msg=msg, roles=[])
 
