@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import itertools
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -185,7 +187,8 @@ def test_failure_cancel_and_list(
     wait_for(lambda: sched.describe(sleeper).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
     sched.cancel(sleeper)
     wait_for(lambda: sched.describe(sleeper).state == AppState.CANCELLED, 60)  # type: ignore[union-attr]
-    assert "cancelled by torchx_nb" in sched.describe(sleeper).msg  # type: ignore[union-attr]
+    said = sched.describe(sleeper).msg  # type: ignore[union-attr]
+    assert re.fullmatch(rf"it was cancelled by {getpass.getuser()} with .+ \(pid \d+\)", said), said
     aws_env.client("batch").register_job_definition(
         jobDefinitionName="foreign",
         type="container",
@@ -546,7 +549,7 @@ def test_who_cancelled_is_said_ours_or_someone_elses_terminate(
     assert cancelled is not None and cancelled.state == AppState.CANCELLED
     user = getpass.getuser()
     assert re.fullmatch(
-        rf"it was cancelled by torchx_nb for {user} with torchx-nb cancel \(pid \d+\)",
+        rf"it was cancelled by {user} with torchx-nb cancel \(pid \d+\)",
         cancelled.msg,
     ), cancelled.msg
     assert stopped is not None and stopped.state == AppState.CANCELLED
@@ -635,7 +638,5 @@ def test_who_a_terminate_reason_names_is_one_clean_line() -> None:
 
     reason = "cancelled by torchx_nb: mallory\x1b[2J\nState: SUCCEEDED" + "y" * 900
     said = cancel_ending({"status": "FAILED", "statusReason": reason}, "cancelled by torchx_nb")
-    assert said is not None and said.startswith(
-        "was cancelled by torchx_nb for mallory State: SUCCEEDEDyyy"
-    )
+    assert said is not None and said.startswith("was cancelled by mallory State: SUCCEEDEDyyy")
     assert "\n" not in said and "\x1b" not in said and len(said) < 260, said

@@ -577,7 +577,7 @@ def test_a_stopped_job_says_who_stopped_it(aws_env: MotoServer) -> None:
         assert resp.roles_statuses[0].replicas[0].ending == resp.msg.removeprefix("it ")
         said[name] = resp.msg
     assert re.fullmatch(
-        rf"it was stopped by torchx_nb for {getpass.getuser()} with \S+ pid \d+", said["ours-1"]
+        rf"it was stopped by {getpass.getuser()} with \S+ pid \d+", said["ours-1"]
     ), said
     assert said["theirs-1"] == (
         "it was stopped outside torchx_nb (StopTrainingJob: the console, the AWS CLI or an API"

@@ -11,6 +11,17 @@ from typing import Any
 
 from torchx_nb.specs.api import AppState, ReplicaStatus
 
+# Batch's job status → the state torchx_nb shows
+STATES = {
+    "SUBMITTED": AppState.PENDING,
+    "PENDING": AppState.PENDING,
+    "RUNNABLE": AppState.PENDING,
+    "STARTING": AppState.PENDING,
+    "RUNNING": AppState.RUNNING,
+    "SUCCEEDED": AppState.SUCCEEDED,
+    "FAILED": AppState.FAILED,
+}
+
 # Batch's own wording ("Job attempt duration exceeded timeout"), and moto's
 _TIMEOUT = re.compile(
     r"attempt duration exceeded timeout|exceeded the configured attemptDurationSeconds", re.I
@@ -57,10 +68,9 @@ def cancel_ending(job: dict[str, Any], ours: str) -> str | None:
         return None
     reason = str(job.get("statusReason") or "").strip()
     if reason.startswith(ours):
-        from torchx_nb.schedulers.cancellers import clean_who
+        from torchx_nb.schedulers.cancellers import cancelled_by, clean_who
 
-        who = clean_who(reason[len(ours) :]).strip(" :")
-        return f"was cancelled by torchx_nb{f' for {who}' if who else ''}"
+        return cancelled_by(clean_who(reason[len(ours) :]).strip(" :"))
     if not reason or _BATCH_OWN.search(reason):
         return None
     # a container that exited with a code of its own (not the SIGTERM/SIGKILL a terminate

@@ -39,6 +39,13 @@ def clean_who(text: str, limit: int = WHO_LIMIT) -> str:
     return clean_line(one, limit)
 
 
+def cancelled_by(by: str, verb: str = "cancelled") -> str:
+    """The one way a status says who cancelled a job: ``was cancelled by WHO`` (``WHO`` as
+    ``canceller`` wrote it, cleaned by ``clean_who``), ``was cancelled by torchx_nb`` when its
+    record names nobody; ``verb`` for a backend that calls it otherwise (SageMaker stops)."""
+    return f"was {verb} by {by or 'torchx_nb'}"
+
+
 def canceller() -> str:
     """Who is cancelling, for the marker: the user, the front end and its process."""
     try:
@@ -56,7 +63,7 @@ def cancel_ending(state: dict[str, Any], supervisor_pid: int | None) -> str:
     when the record says neither (a record written before this was kept)."""
     by = clean_who(state.get("cancelled_by") or "")
     if by:
-        return f"was cancelled by {by}" if by != "torchx_nb" else "was cancelled by torchx_nb"
+        return cancelled_by(by)
     signum = state.get("stop_signal")
     if isinstance(signum, int):
         try:
@@ -68,4 +75,4 @@ def cancel_ending(state: dict[str, Any], supervisor_pid: int | None) -> str:
     return ""
 
 
-__all__ = ["cancel_ending", "canceller", "clean_who"]
+__all__ = ["cancel_ending", "cancelled_by", "canceller", "clean_who"]

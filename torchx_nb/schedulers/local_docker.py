@@ -30,7 +30,7 @@ from torchx_nb.schedulers.local_docker_attempts import (
 )
 from torchx_nb.schedulers.local_docker_logs import docker_time, timed_lines
 from torchx_nb.schedulers.logs import on_tail_stop
-from torchx_nb.schedulers.outputs import cancel_mark, mark_cancelled, marked_by, output_env
+from torchx_nb.schedulers.outputs import cancel_mark, mark_cancelled, marked_ending, output_env
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -583,8 +583,8 @@ def create_scheduler(session_name: str, docker_client: Any = None) -> LocalDocke
 def docker_cancel_ending(app_id: str, codes: list[int | None]) -> str:
     """Who stopped a CANCELLED app (its containers ended by SIGTERM/SIGKILL): torchx_nb's
     cancel (its mark says for whom), else a signal from outside torchx_nb."""
-    if cancel_mark("local_docker", app_id).exists():
-        by = marked_by("local_docker", app_id)
-        return f"was cancelled by {by}" if by else "was cancelled by torchx_nb"
+    said = marked_ending("local_docker", app_id)
+    if said:
+        return said
     name = "SIGKILL" if 137 in codes else "SIGTERM"
     return f"was stopped by {name} from outside torchx_nb (docker stop or kill, or the host)"

@@ -96,6 +96,16 @@ def marked_by(backend: str, app_id: str) -> str:
     return clean_who(str(said)) if said else ""
 
 
+def marked_ending(backend: str, app_id: str) -> str:
+    """``was cancelled by WHO`` for a job torchx_nb's cancel marked (the mark says for whom);
+    '' for one it did not."""
+    if not cancel_mark(backend, app_id).exists():
+        return ""
+    from torchx_nb.schedulers.cancellers import cancelled_by
+
+    return cancelled_by(marked_by(backend, app_id))
+
+
 def trial_output(base: str | None, index: int) -> str | None:
     """Where array task ``index`` keeps its outputs: a folder of the array's (the cell runner
     writes and uploads there)."""

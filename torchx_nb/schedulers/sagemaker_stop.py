@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchx_nb.schedulers.cancellers import canceller, clean_who
+from torchx_nb.schedulers.cancellers import cancelled_by, canceller, clean_who
 
 TAG_STOPPED_BY = "torchx-nb/stopped-by"  # who asked torchx_nb to stop the job
 
@@ -36,7 +36,7 @@ def stop_ending(by: str) -> str:
     """Who stopped a Stopped job: torchx_nb's cancel for ``by``, else a StopTrainingJob made
     outside torchx_nb."""
     if by:
-        return f"was stopped by torchx_nb for {by}"
+        return cancelled_by(by, "stopped")
     return (
         "was stopped outside torchx_nb (StopTrainingJob: the console, the AWS CLI or an API call)"
     )

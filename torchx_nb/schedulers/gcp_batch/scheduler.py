@@ -57,9 +57,8 @@ from torchx_nb.schedulers.gcp_batch.request import (
 from torchx_nb.schedulers.gcp_reasons import waiting_reason
 from torchx_nb.schedulers.outputs import (
     REMOTE_OUTPUT_DIR,
-    cancel_mark,
     mark_cancelled,
-    marked_by,
+    marked_ending,
     output_env,
     upload_target,
 )
@@ -536,10 +535,7 @@ def create_scheduler(session_name: str, **kwargs: Any) -> GcpBatchScheduler:
 def cancel_ending(app_id: str) -> str:
     """Who cancelled a whole job: torchx_nb's cancel leaves a mark saying for whom (on the
     machine that cancelled it); GCP Batch's status events do not say who."""
-    if cancel_mark("gcp_batch", app_id).exists():
-        by = marked_by("gcp_batch", app_id)
-        return f"was cancelled by {by}" if by else "was cancelled by torchx_nb"
-    return (
+    return marked_ending("gcp_batch", app_id) or (
         "was cancelled outside torchx_nb here (gcloud batch jobs cancel, the console, or"
         " torchx_nb on another machine: GCP Batch does not say who)"
     )
