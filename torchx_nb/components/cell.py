@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torchx_nb
 from torchx_nb import specs
-from torchx_nb.components.dist import _distributed_app, torchrun_command
+from torchx_nb.components.dist import Replicas, _distributed_app, torchrun_command
 from torchx_nb.specs.program import CellApp, CellProgram
 
 MAX_SOURCE_BYTES = 96 * 1024
@@ -54,18 +54,8 @@ def cell(
         mounts: mounts as type=bind,src=/a,dst=/b[,readonly],...
     """
     program = cell_program(source, script_args, j, rdzv_port)
-    return cell_app(
-        program,
-        name=name,
-        image=image,
-        h=h,
-        cpu=cpu,
-        gpu=gpu,
-        memMB=memMB,
-        env=env,
-        max_retries=max_retries,
-        mounts=mounts,
-    )
+    replicas = Replicas(image, h, cpu, gpu, memMB, env, max_retries, mounts)
+    return cell_app(program, name=name, replicas=replicas)
 
 
 def cell_program(
@@ -88,59 +78,20 @@ def cell_program(
 
 
 def cell_app(
-    program: CellProgram,
-    *,
-    name: str = "cell",
-    image: str = torchx_nb.IMAGE,
-    h: str | None = None,
-    cpu: int = 1,
-    gpu: int = 0,
-    memMB: int = 1024,
-    env: dict[str, str] | None = None,
-    max_retries: int = 0,
-    mounts: list[str] | None = None,
+    program: CellProgram, *, name: str = "cell", replicas: Replicas | None = None
 ) -> CellApp:
     """The AppDef of ``program`` as it runs with no workspace: ``python -c SOURCE`` (under
     torchrun with ``j``)."""
+    replicas = replicas or Replicas(torchx_nb.IMAGE)
     # Schedulers substitute ${macros} in args; "$$" comes out as a literal "$".
     command = ["python", "-c", program.source.replace("$", "$$"), *program.script_args]
     j, rdzv_port = program.j, program.rdzv_port
     if j:
         cmd, min_n, max_n = torchrun_command(command, j, rdzv_port=rdzv_port, no_python=True)
-        app = _distributed_app(
-            cmd,
-            "cell",
-            name,
-            min_n,
-            max_n,
-            image=image,
-            h=h,
-            cpu=cpu,
-            gpu=gpu,
-            memMB=memMB,
-            env=env,
-            max_retries=max_retries,
-            rdzv_port=rdzv_port,
-            mounts=mounts,
-            debug=False,
-        )
+        app = _distributed_app(cmd, "cell", name, min_n, max_n, replicas, rdzv_port, False)
         return CellApp(app.name, app.roles, app.metadata, program=program)
-    return CellApp(
-        name=name,
-        roles=[
-            specs.Role(
-                name="cell",
-                image=image,
-                entrypoint="python",
-                args=command[1:],
-                env=dict(env or {}),
-                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-                max_retries=max_retries,
-                mounts=specs.parse_mounts(mounts) if mounts else [],
-            )
-        ],
-        program=program,
-    )
+    role = replicas.role("cell", "python", command[1:])
+    return CellApp(name=name, roles=[role], program=program)
 
 
 def refuse_magics(source: str) -> None:

@@ -7,7 +7,9 @@ import os
 import re
 import shlex
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torchx_nb
 from torchx_nb import specs
@@ -153,23 +155,8 @@ def ddp(
     cmd, min_n, max_n = torchrun_command(
         program, j, rdzv_port=rdzv_port, rdzv_backend=rdzv_backend, rdzv_conf=rdzv_conf, tee=tee
     )
-    return _distributed_app(
-        cmd,
-        role_name,
-        name,
-        min_n,
-        max_n,
-        image=image,
-        h=h,
-        cpu=cpu,
-        gpu=gpu,
-        memMB=memMB,
-        env=env,
-        max_retries=max_retries,
-        rdzv_port=rdzv_port,
-        mounts=mounts,
-        debug=debug,
-    )
+    replicas = Replicas(image, h, cpu, gpu, memMB, env, max_retries, mounts)
+    return _distributed_app(cmd, role_name, name, min_n, max_n, replicas, rdzv_port, debug)
 
 
 def spmd(
@@ -242,47 +229,62 @@ def _spmd_j(h: str, j: str) -> str:
     return j
 
 
+@dataclass(frozen=True)
+class Replicas:
+    """What every replica of a component's one role gets, from the component's own
+    arguments: its image, resources (a named one, else cpu/gpu/memMB), env, retries and
+    mounts."""
+
+    image: str
+    h: str | None = None
+    cpu: int = 1
+    gpu: int = 0
+    memMB: int = 1024
+    env: dict[str, str] | None = None
+    max_retries: int = 0
+    mounts: list[str] | None = None
+
+    def role(self, name: str, entrypoint: str, args: list[str], **more: Any) -> specs.Role:
+        """The role ``name`` running ``entrypoint args`` on these replicas (``more``: other
+        ``Role`` fields; ``env`` given there replaces this one's)."""
+        more.setdefault("env", dict(self.env or {}))
+        return specs.Role(
+            name=name,
+            image=self.image,
+            entrypoint=entrypoint,
+            args=args,
+            resource=specs.resource(cpu=self.cpu, gpu=self.gpu, memMB=self.memMB, h=self.h),
+            max_retries=self.max_retries,
+            mounts=specs.parse_mounts(self.mounts) if self.mounts else [],
+            **more,
+        )
+
+
 def _distributed_app(
     cmd: str,
     role_name: str,
     name: str,
     min_n: int,
     max_n: int,
-    *,
-    image: str,
-    h: str | None,
-    cpu: int,
-    gpu: int,
-    memMB: int,
-    env: dict[str, str] | None,
-    max_retries: int,
+    replicas: Replicas,
     rdzv_port: int,
-    mounts: list[str] | None,
     debug: bool,
 ) -> specs.AppDef:
     """One role running ``bash -c CMD`` on min..max nodes, with TorchX's tracking env."""
     experiment, run = parse_name(name, role_name)
-    env = dict(env or {})
+    env = dict(replicas.env or {})
     env.setdefault("LOGLEVEL", os.getenv("LOGLEVEL", "WARNING"))
     env.setdefault("TORCHX_TRACKING_EXPERIMENT_NAME", experiment)
     env.setdefault("TORCHX_TRACKING_RUN_NAME", run)
     if debug:
         env.update(DEBUG_ENV)
-    return specs.AppDef(
-        name=run,
-        roles=[
-            specs.Role(
-                name=role_name,
-                image=image,
-                min_replicas=min_n,
-                entrypoint="bash",
-                args=["-c", cmd],
-                num_replicas=max_n,
-                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-                port_map={"c10d": rdzv_port},
-                env=env,
-                max_retries=max_retries,
-                mounts=specs.parse_mounts(mounts) if mounts else [],
-            )
-        ],
+    role = replicas.role(
+        role_name,
+        "bash",
+        ["-c", cmd],
+        env=env,
+        min_replicas=min_n,
+        num_replicas=max_n,
+        port_map={"c10d": rdzv_port},
     )
+    return specs.AppDef(name=run, roles=[role])

@@ -39,18 +39,20 @@ def file_digest(path: Path) -> str:
     return found
 
 
+def served_digest(f: ServedFile) -> str:
+    """A served file's sha256 as its index says it, else read from a local folder's file;
+    '' when neither says it."""
+    if f.sha256 is None and f.path:
+        try:
+            return file_digest(Path(f.path))
+        except OSError:
+            return ""
+    return f.sha256 or ""
+
+
 def served_identity(files: list[ServedFile]) -> str:
     """The wheels an index serves for a pin, by their sha256 (a local folder's files read)."""
-    parts = set()
-    for f in files:
-        digest = f.sha256
-        if digest is None and f.path:
-            try:
-                digest = file_digest(Path(f.path))
-            except OSError:
-                digest = None
-        parts.add(f"{f.filename}={digest or ''}")
-    return ";".join(sorted(parts))
+    return ";".join(sorted({f"{f.filename}={served_digest(f)}" for f in files}))
 
 
 def _folder_identity(root: Path) -> str:

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
 from torchx_nb.redact import mask_url as mask_url  # the one URL masking, shared
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 # uv's own index settings, dropped from what it inherits: pip's are the ones that count
 _UV_INDEX_VARS = frozenset(
@@ -59,7 +56,10 @@ def file_url_path(url: str) -> str | None:
 def uv_message(text: str, limit: int = 400) -> str:
     """uv's output as one plain line for the user: no ANSI codes, credentials masked, its
     last ``limit`` characters."""
-    plain = _ANSI.sub("", text)
+    from torchx_nb.specs.failure import strip_escapes
+
+    # a carriage return (uv's progress) parts words, as a space would
+    plain = strip_escapes(text.replace("\r", "\n"))
     return mask_url(" ".join(plain.split())[-limit:])
 
 

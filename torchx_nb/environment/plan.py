@@ -379,7 +379,7 @@ def check_hashes(plan: EnvPlan) -> None:
     """Refuse, in one line, a distribution a FILE gives hashes for (pip's ``--hash``, a
     uv.lock's) when no wheel the indexes serve of it for the image has one of them (the
     indexes serve other files than those the FILE was made from: pip would refuse them)."""
-    from torchx_nb.environment.identity import file_digest
+    from torchx_nb.environment.identity import served_digest
 
     c = plan.contents
     if c is None or not c.python:
@@ -389,15 +389,7 @@ def check_hashes(plan: EnvPlan) -> None:
             continue
         files = fitting(plan.listings.get(normalize(item.name), []), item.version, c)
         allowed = {h.removeprefix("sha256:") for h in item.hashes if h.startswith("sha256:")}
-        digests = {}
-        for f in files:
-            digest = f.sha256
-            if digest is None and f.path:
-                try:
-                    digest = file_digest(Path(f.path))
-                except OSError:
-                    digest = None
-            digests[f.filename] = (digest or "").lower()
+        digests = {f.filename: served_digest(f).lower() for f in files}
         if files and not allowed & set(digests.values()):
             shown = ", ".join(f"{n} (sha256:{d[:16]}…)" for n, d in sorted(digests.items())[:3])
             raise TorchxNbError(

@@ -62,6 +62,23 @@ def _thin(points: Series) -> list[tuple[float, float]]:
     return [pts[int(j * stride)] for j in range(MAX_POINTS - 1)] + [pts[-1]]
 
 
+def _tick(
+    line: tuple[float, float, float, float],
+    opacity: float,
+    at: tuple[float, float],
+    anchor: str,
+    value: float,
+) -> str:
+    """One axis tick: its line and, at ``at``, its value."""
+    x1, y1, x2, y2 = line
+    return (
+        f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}"'
+        f' stroke="currentColor" stroke-opacity="{opacity}"/>'
+        f'<text x="{at[0]:.1f}" y="{at[1]:.1f}" text-anchor="{anchor}" fill="currentColor"'
+        f' fill-opacity="0.75">{fmt_tick(value)}</text>'
+    )
+
+
 def line_chart(
     series: Mapping[str, Series],
     y_label: str,
@@ -97,22 +114,13 @@ def line_chart(
         def py(y: float) -> float:
             return top + plot_h - (y - y0) / (y1 - y0) * plot_h
 
-        for t in nice_ticks(y0, y1):
+        bottom = top + plot_h
+        for t in nice_ticks(y0, y1):  # a grid line across the plot, its value on the left
             y = py(t)
-            parts.append(
-                f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}"'
-                ' stroke="currentColor" stroke-opacity="0.12"/>'
-                f'<text x="{left - 4}" y="{y + 3:.1f}" text-anchor="end" fill="currentColor"'
-                f' fill-opacity="0.75">{fmt_tick(t)}</text>'
-            )
-        for t in nice_ticks(x0, x1):
+            parts.append(_tick((left, y, left + plot_w, y), 0.12, (left - 4, y + 3), "end", t))
+        for t in nice_ticks(x0, x1):  # a short mark under the plot, its value below it
             x = px(t)
-            parts.append(
-                f'<line x1="{x:.1f}" y1="{top + plot_h}" x2="{x:.1f}" y2="{top + plot_h + 4}"'
-                ' stroke="currentColor" stroke-opacity="0.6"/>'
-                f'<text x="{x:.1f}" y="{top + plot_h + 14}" text-anchor="middle"'
-                f' fill="currentColor" fill-opacity="0.75">{fmt_tick(t)}</text>'
-            )
+            parts.append(_tick((x, bottom, x, bottom + 4), 0.6, (x, bottom + 14), "middle", t))
         for _i, (name, pts) in enumerate(drawn.items()):
             coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
             parts.append(

@@ -157,22 +157,16 @@ class JobHandle:
     ) -> str:
         """The log text of replica ``k`` of ``role`` (default: the first role), masked as
         every log shown in a notebook is; ``tail=True`` waits for the job to end first."""
-        return "".join(redact_lines(self._raw_lines(role, k, regex, tail, streams)))
+        stream = Stream(streams) if isinstance(streams, str) else streams
+        lines = self._raw_lines(role, k, regex=regex, should_tail=tail, streams=stream)
+        return "".join(redact_lines(lines))
 
-    def _raw_lines(
-        self,
-        role: str | None = None,
-        k: int = 0,
-        regex: str | None = None,
-        tail: bool = False,
-        streams: str | Stream | None = None,
-    ) -> Iterable[str]:
+    def _raw_lines(self, role: str | None, k: int, **query: Any) -> Iterable[str]:
+        """The log lines of replica ``k`` of ``role`` (default: the first role), unmasked;
+        ``query``: what else ``Runner.log_lines`` takes (regex, should_tail, streams)."""
         if role is None:
             role = self.roles()[0][0]
-        stream = Stream(streams) if isinstance(streams, str) else streams
-        return self._runner.log_lines(
-            self.handle, role, k, regex=regex, should_tail=tail, streams=stream
-        )
+        return self._runner.log_lines(self.handle, role, k, **query)
 
     def phases(self) -> pd.DataFrame:
         """The job's phases (image built and pushed, queued, running; held and resumed around

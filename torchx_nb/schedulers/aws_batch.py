@@ -28,6 +28,7 @@ from torchx_nb.schedulers.aws_batch_request import container as role_container
 from torchx_nb.schedulers.aws_batch_request import format_request, job_name
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
 from torchx_nb.schedulers.aws_batch_status import (
+    STATES,
     apply_exits,
     cancel_ending,
     node_exits,
@@ -50,6 +51,7 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
 )
+from torchx_nb.specs.builders import role_of_command
 from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin
 
@@ -61,16 +63,6 @@ NODE_INDEX = "$AWS_BATCH_JOB_NODE_INDEX"
 MAX_ROLES = 5
 CANCEL_REASON = "cancelled by torchx_nb"
 LOG_GROUP = "/aws/batch/job"
-
-STATES = {
-    "SUBMITTED": AppState.PENDING,
-    "PENDING": AppState.PENDING,
-    "RUNNABLE": AppState.PENDING,
-    "STARTING": AppState.PENDING,
-    "RUNNING": AppState.RUNNING,
-    "SUCCEEDED": AppState.SUCCEEDED,
-    "FAILED": AppState.FAILED,
-}
 
 
 class AwsBatchScheduler(
@@ -341,12 +333,10 @@ class AwsBatchScheduler(
             reqs = {r["type"]: int(r["value"]) for r in c.get("resourceRequirements", [])}
             role = roles.get(name)
             if role is None:
-                role = Role(
-                    name=name,
-                    image=c.get("image", ""),
-                    entrypoint=(c.get("command") or [""])[0],
-                    args=list(c.get("command") or [])[1:],
-                    num_replicas=0,
+                role = role_of_command(
+                    name,
+                    c.get("image", ""),
+                    c.get("command"),
                     env=env,
                     resource=Resource(
                         cpu=reqs.get("VCPU", 1), gpu=reqs.get("GPU", 0), memMB=reqs.get("MEMORY", 0)

@@ -588,16 +588,8 @@ class AwsSageMakerScheduler(
                 return
 
 
-def create_scheduler(
-    session_name: str,
-    client: Any = None,
-    log_client: Any = None,
-    sts_client: Any = None,
-    region: str | None = None,
-) -> AwsSageMakerScheduler:
-    return AwsSageMakerScheduler(
-        session_name, client=client, log_client=log_client, sts_client=sts_client, region=region
-    )
+def create_scheduler(session_name: str, **kwargs: Any) -> AwsSageMakerScheduler:
+    return AwsSageMakerScheduler(session_name, **kwargs)
 
 
 def _default_region() -> str | None:

@@ -59,25 +59,31 @@ def time_limit(job: dict[str, Any]) -> tuple[str, str] | None:
     """(what ended it, the next step) for a job SageMaker stopped at a limit of its
     ``StoppingCondition`` (its status is then Stopped, though nobody stopped it); None for
     any other job."""
-    secondary = str(job.get("SecondaryStatus") or "")
-    stopping = job.get("StoppingCondition") or {}
+    found = _LIMITS.get(str(job.get("SecondaryStatus") or ""))
+    if found is None:
+        return None
     from torchx_nb.specs.durations import fmt_duration
 
-    if secondary == "MaxRuntimeExceeded":
-        limit = stopping.get("MaxRuntimeInSeconds")
-        said = f" of {fmt_duration(float(limit))}" if limit else ""
-        return (
-            f"was stopped at its time limit{said} (MaxRuntimeInSeconds)",
-            "raise the limit with -cfg max_run=SECONDS (up to 28 days)",
-        )
-    if secondary == "MaxWaitTimeExceeded":
-        limit = stopping.get("MaxWaitTimeInSeconds")
-        said = f" of {fmt_duration(float(limit))}" if limit else ""
-        return (
-            f"was stopped at its wait limit for spot capacity{said} (MaxWaitTimeInSeconds)",
-            "raise -cfg max_wait=SECONDS, or run without -cfg use_spot_instances",
-        )
-    return None
+    field, what, next_step = found
+    limit = (job.get("StoppingCondition") or {}).get(field)
+    said = f" of {fmt_duration(float(limit))}" if limit else ""
+    return f"was stopped at its {what}{said} ({field})", next_step
+
+
+# SageMaker's secondary status at a limit → (its StoppingCondition field, the limit in words,
+# the next step)
+_LIMITS = {
+    "MaxRuntimeExceeded": (
+        "MaxRuntimeInSeconds",
+        "time limit",
+        "raise the limit with -cfg max_run=SECONDS (up to 28 days)",
+    ),
+    "MaxWaitTimeExceeded": (
+        "MaxWaitTimeInSeconds",
+        "wait limit for spot capacity",
+        "raise -cfg max_wait=SECONDS, or run without -cfg use_spot_instances",
+    ),
+}
 
 
 def out_of_memory(job: dict[str, Any]) -> bool:

@@ -222,12 +222,21 @@ class ExecutedNotebookHandler(Base):
         )
 
 
-class JobHandler(Base):
+class OneJob(Base):
+    """``GET`` of what the job service reads of one job (``read``), as JSON; ``what`` names
+    it in an answer that it is unavailable."""
+
+    what = "job"
+    read: Any = staticmethod(JobService.detail)
+
     @tornado.web.authenticated
     async def get(self, raw: str) -> None:
         handle = self.handle_arg(raw)
-        service = self.jobs()
-        self.write_json(await self.work("job", UpstreamError, service.detail, handle))
+        self.write_json(await self.work(self.what, UpstreamError, self.read, self.jobs(), handle))
+
+
+class JobHandler(OneJob):
+    """The job's row, its replicas and its failure cards."""
 
 
 class LogsHandler(Base):
@@ -254,22 +263,18 @@ class LogsHandler(Base):
         self.write_json(await self.work("logs", UpstreamError, service.logs, *args))
 
 
-class ResultHandler(Base):
+class ResultHandler(OneJob):
     """The short repr of a cell job's value, as the job wrote it (never unpickled here)."""
 
-    @tornado.web.authenticated
-    async def get(self, raw: str) -> None:
-        handle = self.handle_arg(raw)
-        service = self.jobs()
-        self.write_json(await self.work("outputs", UpstreamError, service.result, handle))
+    what = "outputs"
+    read = staticmethod(JobService.result)
 
 
-class OutputsHandler(Base):
-    @tornado.web.authenticated
-    async def get(self, raw: str) -> None:
-        handle = self.handle_arg(raw)
-        service = self.jobs()
-        self.write_json(await self.work("outputs", UpstreamError, service.outputs, handle))
+class OutputsHandler(OneJob):
+    """The files the job wrote to ``$TORCHX_OUTPUT_DIR``."""
+
+    what = "outputs"
+    read = staticmethod(JobService.outputs)
 
 
 class OutputFileHandler(Base):

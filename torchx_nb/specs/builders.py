@@ -1,4 +1,4 @@
-"""Turning text into specs: ``parse_mounts`` and building an AppDef from a component function and
+"""Turning text into specs: ``parse_mounts``, the role of a container's command, and building an AppDef from a component function and
 command-line arguments (``materialize_appdef``), with help taken from the function's docstring."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from torchx_nb.specs.api import (
     BindMount,
     DeviceMount,
     Mount,
+    Role,
     VolumeMount,
     split_key_values,
 )
@@ -33,6 +34,15 @@ _MOUNT_KEYS = {
     "read_only": "readonly",
     "perm": "perm",
 }
+
+
+def role_of_command(name: str, image: str, command: list[str] | None, **fields: Any) -> Role:
+    """The role a backend describes from a container it runs: ``command``'s first word is the
+    entrypoint, the rest its args; no replica counted yet (``fields``: env, resource…)."""
+    words = list(command or [""])
+    return Role(
+        name=name, image=image, entrypoint=words[0], args=words[1:], num_replicas=0, **fields
+    )
 
 
 def parse_mounts(opts: list[str]) -> list[Mount]:

@@ -180,30 +180,29 @@ class _Scan:
         for table in (self.dists, self.records, self.links, self.venvs):
             for key in [k for k in table if under(k)]:
                 del table[key]
-        self.exes = {e for e in self.exes if not under(e)}
-        self.condas = {c for c in self.condas if not under(c.rstrip("/") + "/conda-meta")}
+        self.exes -= {e for e in self.exes if under(e)}  # in place: apply holds the sets
+        self.condas -= {c for c in self.condas if under(c.rstrip("/") + "/conda-meta")}
         for key in [p for p in self.pythons if f"{p}lib/python{self.pythons[p]}".startswith(path)]:
             del self.pythons[key]
-        self.sites = {s for s in self.sites if not (s == path or s.startswith(path + "/"))}
+        self.sites -= {s for s in self.sites if under(s)}
 
     def apply(self, layer: _LayerScan) -> None:
+        # what an event of each kind records: the value of a path, or the path itself
+        tables: dict[str, dict[str, Any]] = {
+            "python": self.pythons,
+            "dist": self.dists,
+            "record": self.records,
+            "link": self.links,
+            "venv": self.venvs,
+        }
+        members = {"site": self.sites, "exe": self.exes}
         for kind, path, value in layer.events:
             if kind == "drop":
                 self._drop(path)
-            elif kind == "python":
-                self.pythons[path] = value
-            elif kind == "site":
-                self.sites.add(path)
-            elif kind == "dist":
-                self.dists[path] = value
-            elif kind == "record":
-                self.records[path] = value
-            elif kind == "link":
-                self.links[path] = value
-            elif kind == "exe":
-                self.exes.add(path)
-            elif kind == "venv":
-                self.venvs[path] = value
+            elif kind in tables:
+                tables[kind][path] = value
+            elif kind in members:
+                members[kind].add(path)
             elif kind == "conda":
                 self.condas.add(path.rstrip("/"))
             elif kind == "musl":

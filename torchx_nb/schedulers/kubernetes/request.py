@@ -282,12 +282,7 @@ def volcano_resource(
     }
     if cfg.priority_class:
         spec["priorityClassName"] = cfg.priority_class
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": _job_labels(app, name)},
-        "spec": spec,
-    }
+    return _manifest("batch.volcano.sh/v1alpha1", "Job", app, name, spec)
 
 
 def local_images(app: AppDef, image_repo: str | None) -> tuple[AppDef, dict[str, tuple[str, str]]]:
@@ -328,6 +323,14 @@ def push_local_images(images: Mapping[str, tuple[str, str]]) -> None:
             raise TorchxNbError(f"cannot push {local[:19]}… to {repo}: {e}") from None
 
 
+def _manifest(
+    api_version: str, kind: str, app: AppDef, name: str, spec: dict[str, Any]
+) -> dict[str, Any]:
+    """A Kubernetes object of the job ``name`` (named and labelled as the job) with ``spec``."""
+    meta = {"name": name, "labels": _job_labels(app, name)}
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": spec}
+
+
 def _job_labels(app: AppDef, name: str) -> dict[str, str]:
     return {
         LABEL_VERSION: __version__,
@@ -359,28 +362,21 @@ def indexed_resources(
         r, normalize(role.name), labels, cfg, env_first=[index], extra_env=extra_env
     )
     template["spec"]["subdomain"] = name
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": _job_labels(app, name)},
-        "spec": {
+    job = _manifest(
+        "batch/v1",
+        "Job",
+        app,
+        name,
+        {
             "completionMode": "Indexed",
             "completions": role.num_replicas,
             "parallelism": role.num_replicas,
             "backoffLimit": max(role.max_retries, 0) * role.num_replicas,
             "template": template,
         },
-    }
+    )
     if cfg.priority_class:
         template["spec"]["priorityClassName"] = cfg.priority_class
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "labels": _job_labels(app, name)},
-        "spec": {
-            "clusterIP": "None",
-            "selector": {LABEL_INSTANCE: name},
-            "publishNotReadyAddresses": True,
-        },
-    }
+    headless = {"clusterIP": "None", "selector": {LABEL_INSTANCE: name}}
+    service = _manifest("v1", "Service", app, name, {**headless, "publishNotReadyAddresses": True})
     return job, service

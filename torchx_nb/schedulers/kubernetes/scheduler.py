@@ -57,9 +57,8 @@ from torchx_nb.schedulers.kubernetes.request import (
 )
 from torchx_nb.schedulers.outputs import (
     REMOTE_OUTPUT_DIR,
-    cancel_mark,
     mark_cancelled,
-    marked_by,
+    marked_ending,
     output_env,
     upload_target,
 )
@@ -74,6 +73,7 @@ from torchx_nb.specs.api import (
     RoleStatus,
     is_terminal,
 )
+from torchx_nb.specs.builders import role_of_command
 from torchx_nb.workspace import WorkspaceMixin
 
 
@@ -201,12 +201,14 @@ class KubernetesScheduler(
     # -- reading
 
     def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return self._list(
-            f"cannot list the pods of {namespace}",
-            self.kube.core.list_namespaced_pod,
-            namespace,
-            selector,
-        )
+        return self._in(namespace, "pods", self.kube.core.list_namespaced_pod, selector)
+
+    def _jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self._in(namespace, "jobs", self.kube.batch.list_namespaced_job, selector)
+
+    def _in(self, namespace: str, kind: str, fn: Any, selector: str) -> list[dict[str, Any]]:
+        """Every ``kind`` of ``namespace`` that ``selector`` picks (``fn`` lists them)."""
+        return self._list(f"cannot list the {kind} of {namespace}", fn, namespace, selector)
 
     def _list(
         self, what: str, fn: Any, *args: Any, selector: str = "label_selector"
@@ -247,14 +249,6 @@ class KubernetesScheduler(
                 self._no_volcano.add(namespace)
                 return []
             raise
-
-    def _jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return self._list(
-            f"cannot list the jobs of {namespace}",
-            self.kube.batch.list_namespaced_job,
-            namespace,
-            selector,
-        )
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         return self.describe_many([app_id]).get(app_id)
@@ -330,12 +324,12 @@ class KubernetesScheduler(
     ) -> DescribeAppResponse | None:
         if job is not None:
             return self._response(app_id, job, pods)
-        if cancel_mark("kubernetes", app_id).exists():
-            by = marked_by("kubernetes", app_id)
+        said = marked_ending("kubernetes", app_id)
+        if said:
             return DescribeAppResponse(
                 app_id=app_id,
                 state=AppState.CANCELLED,
-                msg=f"it was cancelled{f' by {by}' if by else ''}: its Job and pods were deleted",
+                msg=f"it {said}: its Job and pods were deleted",
             )
         return None
 
@@ -465,13 +459,8 @@ class KubernetesScheduler(
             c = template["spec"]["containers"][0]
             if role_name not in roles:
                 env = {e["name"]: e.get("value", "") for e in c.get("env", []) if "value" in e}
-                roles[role_name] = Role(
-                    name=role_name,
-                    image=c.get("image", ""),
-                    entrypoint=(c.get("command") or [""])[0],
-                    args=list(c.get("command") or [])[1:],
-                    num_replicas=0,
-                    env=env,
+                roles[role_name] = role_of_command(
+                    role_name, c.get("image", ""), c.get("command"), env=env
                 )
             roles[role_name].num_replicas += 1
             current = latest.get((role_name, idx))
@@ -581,7 +570,7 @@ def create_scheduler(session_name: str, client: Any = None, **kwargs: Any) -> Ku
 def _deleted_by(app_id: str) -> str:
     """Why a Job being deleted ends: our cancel (its mark says by whom), else a deletion
     made outside torchx_nb."""
-    if not cancel_mark("kubernetes", app_id).exists():
+    said = marked_ending("kubernetes", app_id)
+    if not said:
         return "its Job is being deleted outside torchx_nb (kubectl delete, or its owner)"
-    by = marked_by("kubernetes", app_id)
-    return f"it was cancelled{f' by {by}' if by else ''}: its Job and pods are being deleted"
+    return f"it {said}: its Job and pods are being deleted"

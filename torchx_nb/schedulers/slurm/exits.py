@@ -111,59 +111,43 @@ def ending_of(rows: dict[str, Row], component: str = "") -> Ending | None:
     if not ran:
         code = sig = None
     end = step.end if step is not None and step.end is not None else own.end
+    why, next_step = _why(word, own, rows, component, ran)
+    return Ending(code, sig, ran, end, own.state, why, next_step)
+
+
+# the ends sacct names that need no more than their word to be told
+_ENDS = {
+    "DEADLINE": "missed its deadline (--deadline)",
+    "PREEMPTED": "was preempted by a job of higher priority",
+    "BOOT_FAIL": "could not start: its node failed to boot",
+}
+
+
+def _why(word: str, own: Row, rows: dict[str, Row], component: str, ran: bool) -> tuple[str, str]:
+    """Why a component ended, in words, and the next step ('' for an end that says nothing
+    more than its code)."""
     if word == "TIMEOUT":
         limit = own.timelimit.strip()
         said = f" of {limit}" if limit and limit not in ("UNLIMITED", "Partition_Limit") else ""
-        return Ending(
-            code,
-            sig,
-            ran,
-            end,
-            own.state,
+        return (
             f"was stopped at its time limit{said}",
             "raise the limit with -cfg time=MINUTES (or D-HH:MM:SS), up to the partition's"
             " MaxTime (`sinfo -o '%P %l'`)",
         )
     if word == "CANCELLED":
-        who = _who(own.state)
-        return Ending(
-            code,
-            sig,
-            ran,
-            end,
-            own.state,
-            f"was cancelled {who}".rstrip() + ("" if ran else " before it started"),
-        )
-    if word == "DEADLINE":
-        return Ending(code, sig, ran, end, own.state, "missed its deadline (--deadline)")
-    if word == "NODE_FAIL":
-        return Ending(
-            code,
-            sig,
-            ran,
-            end,
-            own.state,
-            "was ended by a node failure",
-            "run it again; `sinfo -R` shows why nodes are down",
-        )
-    if word == "PREEMPTED":
-        return Ending(code, sig, ran, end, own.state, "was preempted by a job of higher priority")
-    if word == "BOOT_FAIL":
-        return Ending(code, sig, ran, end, own.state, "could not start: its node failed to boot")
-    if word == "FAILED" and step is None and "batch" in rows:
+        said = f"was cancelled {_who(own.state)}".rstrip()
+        return said + ("" if ran else " before it started"), ""
+    if word == "FAILED" and "0" not in rows and "batch" in rows:
         # the batch script stopped before its srun (a job folder it could not make: quota,
         # a full disk): the program never ran, and only the script's own log says why
         log = f"slurm-{component.partition('+')[0]}.out" if component else "slurm-ID.out"
-        return Ending(
-            code,
-            sig,
-            ran,
-            end,
-            own.state,
+        return (
             "failed before its program started: the job's batch script stopped",
             f"read why in {log}, the batch script's log, in the job's folder",
         )
-    return Ending(code, sig, ran, end, own.state)
+    if word == "NODE_FAIL":
+        return "was ended by a node failure", "run it again; `sinfo -R` shows why nodes are down"
+    return _ENDS.get(word, ""), ""
 
 
 def parse_endings(text: str) -> dict[str, Ending]:
