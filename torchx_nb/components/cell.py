@@ -54,8 +54,7 @@ def cell(
         mounts: mounts as type=bind,src=/a,dst=/b[,readonly],...
     """
     program = cell_program(source, script_args, j, rdzv_port)
-    replicas = Replicas(image, h, cpu, gpu, memMB, env, max_retries, mounts)
-    return cell_app(program, name=name, replicas=replicas)
+    return _app(program, name, Replicas(image, h, cpu, gpu, memMB, env, max_retries, mounts))
 
 
 def cell_program(
@@ -78,11 +77,21 @@ def cell_program(
 
 
 def cell_app(
-    program: CellProgram, *, name: str = "cell", replicas: Replicas | None = None
+    program: CellProgram,
+    *,
+    name: str = "cell",
+    image: str = torchx_nb.IMAGE,
+    h: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> CellApp:
+    """The AppDef of ``program`` as a run request gives it (image, named resource, env;
+    the ``cell`` component gives the rest of the replicas' settings too)."""
+    return _app(program, name, Replicas(image, h, env=env))
+
+
+def _app(program: CellProgram, name: str, replicas: Replicas) -> CellApp:
     """The AppDef of ``program`` as it runs with no workspace: ``python -c SOURCE`` (under
     torchrun with ``j``)."""
-    replicas = replicas or Replicas(torchx_nb.IMAGE)
     # Schedulers substitute ${macros} in args; "$$" comes out as a literal "$".
     command = ["python", "-c", program.source.replace("$", "$$"), *program.script_args]
     j, rdzv_port = program.j, program.rdzv_port
