@@ -275,7 +275,39 @@ def test_schemathesis_fuzzes_every_operation_against_the_document(lab: Lab, stor
         for path_parameters in fixed:
             strategy = operation.as_strategy(path_parameters=path_parameters or None)
             fuzz_with(strategy, excluded)()
-    assert len(tried) == 12, tried
+    assert len(tried) == 13, tried
+
+
+def test_preempt_a_running_job_and_the_one_lines_when_it_cannot_be(
+    lab: Lab, store: Path, tmp_path: Path
+) -> None:
+    """POST /jobs/H/preempt preempts a running local_cwd job (it runs again from its
+    checkpoint, a file, under the same handle); a job that ended is 409 with its one line, a
+    job not in the store 404."""
+    ck = tmp_path / "ck"
+    with get_runner() as runner:
+        handle = runner.run(
+            sh("spot", f"if [ -e {ck} ]; then echo resumed; else touch {ck}; sleep 60; fi"),
+            "local_cwd",
+            {},
+        )
+        deadline = time.monotonic() + 30
+        while not (ck.exists() and get(lab, f"{API}/jobs/{enc(handle)}")["state"] == "RUNNING"):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        status, _, body = request(lab, "POST", f"{API}/jobs/{enc(handle)}/preempt")
+        assert status == 202, body
+        conforms(json.loads(body), "/torchx-nb/api/jobs/{handle}/preempt", "post", "202")
+        ended = runner.wait(handle, wait_interval=0.2, timeout=60)
+        assert ended is not None and ended.state.name == "SUCCEEDED"
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and rec.preemptions == 1
+    status, _, body = request(lab, "POST", f"{API}/jobs/{enc(handle)}/preempt")
+    assert status == 409 and json.loads(body)["reason"].endswith(
+        "is SUCCEEDED, not running: only a running job can be preempted"
+    ), body
+    missing = enc("local_cwd://torchx/missing-1")
+    assert request(lab, "POST", f"{API}/jobs/{missing}/preempt")[0] == 404
 
 
 def test_openapi_document_is_served_and_is_openapi_3(lab: Lab) -> None:
@@ -287,6 +319,7 @@ def test_openapi_document_is_served_and_is_openapi_3(lab: Lab) -> None:
         "/torchx-nb/api/jobs/{handle}",
         "/torchx-nb/api/jobs/{handle}/logs",
         "/torchx-nb/api/jobs/{handle}/cancel",
+        "/torchx-nb/api/jobs/{handle}/preempt",
         "/torchx-nb/api/jobs/{handle}/result",
         "/torchx-nb/api/jobs/{handle}/outputs",
         "/torchx-nb/api/jobs/{handle}/outputs/{path}",

@@ -328,6 +328,27 @@ class CancelHandler(Base):
         self.write_json({"handle": handle, "cancel": "requested"}, status=202)
 
 
+class PreemptHandler(Base):
+    """202 once the job is being preempted as its backend would (``torchx-nb preempt``); 404
+    for a job not in the store or no longer known to its scheduler, 409 for one that is not
+    running or whose backend cannot preempt on request (the one line says which), 503 when its
+    scheduler cannot be reached or used here."""
+
+    @tornado.web.authenticated
+    async def post(self, raw: str) -> None:
+        handle = self.handle_arg(raw)
+        runner = self.jobs().runner
+
+        def preempt() -> bool | None:
+            if runner.jobstore.get(handle) is None:
+                return None
+            runner.preempt(handle)
+            return True
+
+        await self.work("scheduler", UpstreamUnavailable, preempt)
+        self.write_json({"handle": handle, "preempt": "requested"}, status=202)
+
+
 class EventsHandler(Base):
     """Server-sent events: a ``job`` event with a job's row whenever its state changes and a
     ``counts`` event with the jobs per state, each batch with an id to resume from
@@ -423,6 +444,7 @@ ROUTES: list[tuple[str, type[Base]]] = [
     (rf"{PREFIX}/jobs", JobsHandler),
     (rf"{PREFIX}{_JOB}/logs", LogsHandler),
     (rf"{PREFIX}{_JOB}/cancel", CancelHandler),
+    (rf"{PREFIX}{_JOB}/preempt", PreemptHandler),
     (rf"{PREFIX}{_JOB}/result", ResultHandler),
     (rf"{PREFIX}{_JOB}/outputs", OutputsHandler),
     # a file in a subfolder as the listing names it (sub/x.txt), its slashes sent or encoded;
