@@ -6,12 +6,17 @@ a program's own failure still does."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import wait_for
 from tests.infra.slurm import SlurmCluster, job_fields, preempt_nodes, requeue_hold
 from torchx_nb import specs
 from torchx_nb.runner import Runner, get_runner
+from torchx_nb.schedulers.slurm import SlurmScheduler
 from torchx_nb.specs.api import AppState, AppStatus
+from torchx_nb.specs.exceptions import NotPreemptible
 from torchx_nb.specs.log_line import Stream
 
 # the first run waits to be preempted and ends at once on SIGTERM (as a program that saves a
@@ -90,6 +95,12 @@ def test_a_preempted_job_with_no_retries_is_requeued_and_succeeds(
     assert logs == ["run 1\n", "resumed\n"]  # a requeued run's log starts afresh
     assert _sacct_runs(cluster, _job(handle)) == ["PREEMPTED", "COMPLETED"]
     assert time.time() - preempted_at < 170
+    # describe tells the preemption from Slurm's record, with when the next run started
+    desc = SlurmScheduler("torchx").describe(_job(handle))
+    assert desc is not None and not desc.ended_preempted
+    (event,) = desc.preemptions
+    assert event.why == "preempted by a job of higher priority"
+    assert preempted_at < event.at < event.resumed_at < time.time()  # type: ignore[operator]
 
 
 def test_program_failures_still_spend_retries_after_a_preemption(
@@ -111,3 +122,90 @@ def test_program_failures_still_spend_retries_after_a_preemption(
     assert "exit code 3" in status.msg
     assert logs == ["run 2\n"]
     assert _sacct_runs(cluster, _job(handle)) == ["PREEMPTED", "REQUEUED", "FAILED"]
+    # the requeue after the program's first failure is no preemption
+    desc = SlurmScheduler("torchx").describe(_job(handle))
+    assert desc is not None
+    assert [e.why for e in desc.preemptions] == ["preempted by a job of higher priority"]
+
+
+def test_under_preempt_mode_cancel_the_job_ends_preempted_and_is_sent_again(
+    slurm_preempt_env: SlurmCluster,
+) -> None:
+    """PreemptMode=CANCEL: Slurm ends the job PREEMPTED; describe says so
+    (``ended_preempted``: before, it was a plain FAILED) and the runner sends the kept script
+    again (``submit_again``) as attempt 2 of the same handle, which succeeds."""
+    cluster = slurm_preempt_env
+    sched = SlurmScheduler("torchx")
+    script = (
+        "trap 'echo got SIGTERM; exit 143' TERM; echo started;"
+        " while [ ! -e again ]; do sleep 0.2; done; echo second"
+    )
+    with get_runner() as runner:
+        handle = runner.run(_app(script), "slurm", {"partition": "spotc"})
+        first = _job(handle)
+        _running(runner, handle)
+        preempt_nodes(cluster)
+
+        def ended() -> object:
+            d = sched.describe(first)
+            return d if d is not None and d.state == AppState.FAILED else None
+
+        desc = wait_for(ended, timeout=90, interval=0.5)
+        assert desc.ended_preempted, desc  # type: ignore[attr-defined]
+        assert desc.msg == (  # type: ignore[attr-defined]
+            "it was preempted by a job of higher priority (PreemptMode=CANCEL: Slurm does not"
+            " requeue it)"
+        )
+        (event,) = desc.preemptions  # type: ignore[attr-defined]
+        assert event.why == "preempted by a job of higher priority" and event.resumed_at is None
+        (Path(desc.metadata["workdir"]) / "again").write_text("")  # type: ignore[attr-defined]
+        status = runner.wait(handle, wait_interval=0.5, timeout=180)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+        log = runner.jobstore.attempt_log(handle)
+    assert [(a.n, a.ended_why) for a in log.attempts] == [(1, "preempted"), (2, "succeeded")]
+    assert log.attempts[0].app_id == first and log.attempts[1].app_id != first
+    assert log.preemptions == 1 and log.failures == 0
+    second = log.attempts[1].app_id
+    assert job_fields(cluster, second)["Partition"] == "spotc"
+
+
+def test_torchx_nb_preempt_requeues_a_running_job(slurm_preempt_env: SlurmCluster) -> None:
+    """``preempt``: scontrol requeue (SIGTERM now, the cluster's KillWait, the hold), told as
+    a preemption by torchx-nb; a job that is not running is one line."""
+    cluster = slurm_preempt_env
+    sched = SlurmScheduler("torchx")
+    with get_runner() as runner:
+        handle = runner.run(_app(_FIRST_RUN_PREEMPTED.format(then="exit 0")), "slurm", {})
+        _running(runner, handle)
+        sched.preempt(_job(handle))
+        _held_then_released(cluster, runner, handle, restarts=1)
+        status = runner.wait(handle, wait_interval=0.5, timeout=180)
+        assert status is not None and status.state == AppState.SUCCEEDED, status
+    desc = sched.describe(_job(handle))
+    assert desc is not None
+    assert [e.why for e in desc.preemptions] == ["torchx-nb preempt"]
+    with pytest.raises(
+        NotPreemptible, match=f"^Slurm job {_job(handle)} cannot be preempted: it is not"
+    ):
+        sched.preempt(_job(handle))
+
+
+def test_a_requeued_job_says_until_when_slurm_holds_it(slurm_preempt_env: SlurmCluster) -> None:
+    cluster = slurm_preempt_env
+    sched = SlurmScheduler("torchx")
+    with get_runner() as runner:
+        handle = runner.run(_app("sleep 300"), "slurm", {})
+        _running(runner, handle)
+        sched.preempt(_job(handle))
+
+        def held() -> object:
+            d = sched.describe(_job(handle))
+            return d if d is not None and d.msg.startswith("requeued: ") else None
+
+        desc = wait_for(held, timeout=60, interval=0.5)
+        until = job_fields(cluster, _job(handle))["StartTime"].split("T")[1]
+        assert desc.msg == (  # type: ignore[attr-defined]
+            f"requeued: Slurm holds it until {until} (BeginTime, about 2 minutes after each"
+            " requeue), then it starts again"
+        )
+        runner.cancel(handle)

@@ -12,12 +12,13 @@ import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from signal import SIGTERM
 
-from torchx_nb.schedulers.slurm.jobs import Job, app_state, task_range
-from torchx_nb.specs.api import is_terminal
+from torchx_nb.schedulers.slurm.jobs import Component, Job, app_state, task_range
+from torchx_nb.specs.api import AppState, is_terminal
 
-# the columns asked for, in order
-COLUMNS = ("JobID", "State", "ExitCode", "DerivedExitCode", "End", "Timelimit")
+# the columns asked for, in order (Start: for each run's start, preemptions.py)
+COLUMNS = ("JobID", "State", "ExitCode", "DerivedExitCode", "End", "Timelimit", "Start")
 
 
 @dataclass(frozen=True)
@@ -61,16 +62,19 @@ def _time(text: str) -> float | None:
 
 def parse_rows(text: str) -> dict[str, dict[str, Row]]:
     """sacct's lines, by component id, then by step (``""`` for the component's own row,
-    ``"batch"``, ``"0"``)."""
+    ``"batch"``, ``"0"``). With ``--duplicates`` (a requeued job's every run, oldest first) a
+    component's own row starts its run afresh: the last run's rows are kept."""
     out: dict[str, dict[str, Row]] = {}
     for line in text.splitlines():
         cols = line.split("|")
-        if len(cols) < len(COLUMNS):
+        if len(cols) < 6:
             continue
-        job_id, state, exit_code, derived, end, limit = cols[: len(COLUMNS)]
+        job_id, state, exit_code, derived, end, limit = cols[:6]
         component, _, step = job_id.partition(".")
         code, sig = exit_pair(exit_code)
         high = exit_pair(derived)[0]
+        if not step:
+            out[component] = {}
         out.setdefault(component, {})[step] = Row(state.strip(), code, sig, _time(end), limit, high)
     return out
 
@@ -208,6 +212,25 @@ def unsettled(ids: list[str], endings: dict[str, Ending]) -> list[str]:
     return [a for a in ids if not settled(a)]
 
 
+# the job's own end that is its replicas' too: a step that Slurm stopped for the job's time
+# limit (or a node failure...) shows CANCELLED, but nobody cancelled it
+_JOB_ENDS = ("TIMEOUT", "DEADLINE", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "OUT_OF_MEMORY")
+
+
+def replica_state(comp: Component) -> AppState:
+    """A replica's state: its srun step's, except where the job's own end explains it (a
+    time limit), a step killed by a signal in a job that failed (srun says CANCELLED), or a
+    program that ended on a cancel's SIGTERM (exit 143 or the signal: Slurm says FAILED)."""
+    if comp.state_text.split(" ", 1)[0] in _JOB_ENDS:
+        return comp.state
+    step = comp.step_state or comp.state
+    if step == AppState.CANCELLED and comp.state == AppState.FAILED and comp.signal:
+        return AppState.FAILED
+    if step == AppState.FAILED and comp.state == AppState.CANCELLED:
+        return AppState.CANCELLED if SIGTERM in (comp.signal, (comp.exit_code or 0) - 128) else step
+    return step
+
+
 __all__ = [
     "COLUMNS",
     "Ending",
@@ -216,5 +239,6 @@ __all__ = [
     "exit_pair",
     "parse_endings",
     "parse_rows",
+    "replica_state",
     "unsettled",
 ]

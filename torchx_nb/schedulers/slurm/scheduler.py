@@ -11,7 +11,6 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from signal import SIGTERM
 from typing import Any
 
 from torchx_nb.schedulers.abilities import (
@@ -23,6 +22,7 @@ from torchx_nb.schedulers.abilities import (
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
 from torchx_nb.schedulers.ids import make_unique
+from torchx_nb.schedulers.slurm.again import SlurmPreempts
 from torchx_nb.schedulers.slurm.arrays import SlurmArrays
 from torchx_nb.schedulers.slurm.cancel import cancel_job
 from torchx_nb.schedulers.slurm.commands import (
@@ -45,10 +45,12 @@ from torchx_nb.schedulers.slurm.exits import (
     unsettled,
 )
 from torchx_nb.schedulers.slurm.exits import add_endings as _add_endings
+from torchx_nb.schedulers.slurm.exits import replica_state as _replica_state
 from torchx_nb.schedulers.slurm.fit import Node, never_fits, parse_sinfo, replica_needs
-from torchx_nb.schedulers.slurm.jobs import Component, Job, combined_state, errors, parse_jobs
+from torchx_nb.schedulers.slurm.jobs import Job, combined_state, errors, parse_jobs
 from torchx_nb.schedulers.slurm.logs import SlurmLogs
 from torchx_nb.schedulers.slurm.options import SlurmOpts, check_time, memory_mb
+from torchx_nb.schedulers.slurm.preemptions import Run, add_preemptions, parse_runs
 from torchx_nb.schedulers.slurm.reasons import pending_reason
 from torchx_nb.schedulers.slurm.request import (
     SlurmBatchRequest,
@@ -77,6 +79,7 @@ from torchx_nb.specs.api import (
 class SlurmScheduler(
     SlurmArrays,
     SlurmLogs,
+    SlurmPreempts,
     TakesTypedOptions,
     DirWorkspaceMixin,
     DescribesMany,
@@ -306,10 +309,12 @@ class SlurmScheduler(
         out = run_slurm([*req.cmd, f"--chdir={workdir}", str(script)], env)
         job_id = out.strip().split(";", 1)[0]
         check_job_id(job_id)
-        self._remember(job_id, req, str(workdir))
+        self._remember(job_id, req, str(workdir), str(script))
         return job_id
 
-    def _remember(self, job_id: str, req: SlurmBatchRequest, workdir: str) -> None:
+    def _remember(
+        self, job_id: str, req: SlurmBatchRequest, workdir: str, script: str = ""
+    ) -> None:
         """Where the job runs and what its replicas are called, so logs and describe work
         from any folder (TorchX found a job_dir job's logs only from the submitting folder)."""
         from torchx_nb.paths import private_dir, write_private
@@ -329,6 +334,8 @@ class SlurmScheduler(
                         "partition": partition,
                         "array": req.array,  # "0-9%2": which tasks it has
                         "term_cancel": True,  # its script ends a cancel's SIGTERM CANCELLED
+                        "script": script,  # what submit_again sends again
+                        "cmd": req.cmd,
                     }
                 ),
             )
@@ -376,15 +383,20 @@ class SlurmScheduler(
                 return None
         return parse_jobs(doc, accounting=True)
 
-    def _endings(self, ids: list[str]) -> dict[str, Ending]:
+    def _endings(
+        self, ids: list[str], runs: dict[str, list[Run]] | None = None
+    ) -> dict[str, Ending]:
         """How each component of these jobs ended, from sacct's text columns (the JSON's
         exit code says SUCCESS/0 for failed steps on 22.05): one call; empty when accounting
-        has no answer."""
-        argv = ["sacct", "--parsable2", "--noheader", "-o", ",".join(COLUMNS), "-j", ",".join(ids)]
+        has no answer. Every run of a requeued job is asked for: ``runs`` gets them."""
+        argv = ["sacct", "--duplicates", "--parsable2", "--noheader", "-o", ",".join(COLUMNS)]
         try:
-            return parse_endings(run_slurm(argv, self._command_env()))
+            text = run_slurm([*argv, "-j", ",".join(ids)], self._command_env())
         except SlurmError:
             return {}
+        if runs is not None:
+            runs.update(parse_runs(text))
+        return parse_endings(text)
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
         return self.describe_many([app_id]).get(app_id)
@@ -406,6 +418,7 @@ class SlurmScheduler(
         finished: dict[str, Job] = {}
         accounting_off = self._accounting is False
         endings: dict[str, Ending] = {}
+        runs: dict[str, list[Run]] = {}  # every run of each job (preemptions.py)
         if ask and not accounting_off:
             try:
                 got = self._sacct(ask)
@@ -418,20 +431,20 @@ class SlurmScheduler(
             accounting_off = got is None
             finished = got or {}
             if not accounting_off and ask:
-                endings = self._endings(ask)
+                endings = self._endings(ask, runs)
                 for _ in range(LAG_TRIES):  # slurmdbd lags behind the controller a moment
                     late = unsettled([a for a in ask if a in queued], endings)
                     if not late:
                         break
                     time.sleep(LAG_S)
                     finished.update(self._sacct(late) or {})
-                    endings.update(self._endings(late))
+                    endings.update(self._endings(late, runs))
                 # an array's tasks that never started are one record (``41_[1-3%1]``) that
                 # sacct finds by the array's id only
                 arrays = list(dict.fromkeys(a.partition("_")[0] for a in ask if "_" in a))
                 if any(a not in finished for a in ask if "_" in a):
                     finished = {**(self._sacct(arrays) or {}), **finished}
-                    endings = {**self._endings(arrays), **endings}
+                    endings = {**self._endings(arrays, runs), **endings}
         nodes: dict[str | None, tuple[str, list[Node]]] = {}  # one sinfo per round
         for a in ids:
             job = queued.get(a)
@@ -457,6 +470,8 @@ class SlurmScheduler(
                 )
             elif "_" in a:
                 out[a] = self.removed_task(a, [*queued, *finished])
+        if not accounting_off:
+            add_preemptions(out, {**finished, **queued}, runs, self._endings)
         return out
 
     def _never_fits(
@@ -580,25 +595,6 @@ class SlurmScheduler(
         if desc is None or not desc.metadata.get("workdir"):
             raise FileNotFoundError(f"Slurm knows no job {app_id} (nor where its logs are)")
         return desc.metadata["workdir"]
-
-
-# the job's own end that is its replicas' too: a step that Slurm stopped for the job's time
-# limit (or a node failure...) shows CANCELLED, but nobody cancelled it
-_JOB_ENDS = ("TIMEOUT", "DEADLINE", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "OUT_OF_MEMORY")
-
-
-def _replica_state(comp: Component) -> AppState:
-    """A replica's state: its srun step's, except where the job's own end explains it (a
-    time limit), a step killed by a signal in a job that failed (srun says CANCELLED), or a
-    program that ended on a cancel's SIGTERM (exit 143 or the signal: Slurm says FAILED)."""
-    if comp.state_text.split(" ", 1)[0] in _JOB_ENDS:
-        return comp.state
-    step = comp.step_state or comp.state
-    if step == AppState.CANCELLED and comp.state == AppState.FAILED and comp.signal:
-        return AppState.FAILED
-    if step == AppState.FAILED and comp.state == AppState.CANCELLED:
-        return AppState.CANCELLED if SIGTERM in (comp.signal, (comp.exit_code or 0) - 128) else step
-    return step
 
 
 def create_scheduler(
