@@ -302,6 +302,9 @@ def test_preempt_a_running_job_and_the_one_lines_when_it_cannot_be(
         assert ended is not None and ended.state.name == "SUCCEEDED"
         rec = runner.jobstore.get(handle)
         assert rec is not None and rec.preemptions == 1
+    row = get(lab, f"{API}/jobs/{enc(handle)}")
+    conforms(row, "/torchx-nb/api/jobs/{handle}")
+    assert (row["state"], row["attempt"], row["preemptions"]) == ("SUCCEEDED", 2, 1)
     status, _, body = request(lab, "POST", f"{API}/jobs/{enc(handle)}/preempt")
     assert status == 409 and json.loads(body)["reason"].endswith(
         "is SUCCEEDED, not running: only a running job can be preempted"

@@ -217,6 +217,8 @@ class JobService:
             "sweep": rec.sweep,
             "trial": rec.trial,
             "params": trial_params(rec.params),
+            "attempt": rec.attempt,
+            "preemptions": rec.preemptions,
         }
 
     def counts(self) -> dict[str, int]:
