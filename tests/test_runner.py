@@ -272,33 +272,35 @@ def test_the_runner_is_composed_of_its_parts_each_method_one_delegation() -> Non
                 assert not any(isinstance(n, ast.FunctionDef) for n in ast.walk(node)), path
     tree = ast.parse(Path(inspect.getfile(runner_package)).read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Runner")
+    own = {"__init__", "__enter__", "__exit__", "close", "name", "hand_off_notices", "jobstore"}
+    assert {f.name for f in cls.body if isinstance(f, ast.FunctionDef)} == own
+    classes = {cls.__name__: cls for cls in parts.values()}
     delegated = 0
-    for fn in cls.body:
-        if not isinstance(fn, ast.FunctionDef) or fn.name.startswith("_"):
+    for node in cls.body:
+        if not isinstance(node, ast.Assign):
             continue
-        if fn.name in {"name", "hand_off_notices", "close"}:
+        (target,) = node.targets
+        assert isinstance(target, ast.Name)
+        value = node.value
+        if isinstance(value, ast.Name):  # an alias, as TorchX's stop
+            assert (target.id, value.id) == ("stop", "cancel")
             continue
-        body = [n for n in fn.body if not isinstance(n, ast.Expr)]  # a docstring aside
-        assert len(body) == 1 and isinstance(body[0], ast.Return), fn.name
-        value = body[0].value
-        if isinstance(value, ast.Attribute):  # a property
-            call_target = value
+        assert isinstance(value, ast.Call) and isinstance(value.func, ast.Name), target.id
+        if value.func.id == "staticmethod":  # a static method of the context
+            (method,) = value.args
         else:
-            assert isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute), fn.name
-            call_target = value.func
-        owner = call_target.value
-        if isinstance(owner, ast.Name):  # a static method of the context
-            assert owner.id == "RunnerContext", fn.name
-            part: type = RunnerContext
-        else:
-            assert isinstance(owner, ast.Attribute) and owner.attr in parts, fn.name
-            part = parts[owner.attr]
-        target = call_target.attr
-        assert target == fn.name or (fn.name, target) == ("send_owed_notices", "send_owed")
-        mine = getattr(Runner, fn.name)
-        theirs = getattr(part, target)
-        if not isinstance(mine, property):
-            assert inspect.signature(mine) == inspect.signature(theirs), fn.name
+            assert value.func.id == "_delegate", target.id
+            where, method = value.args
+            assert isinstance(where, ast.Constant) and where.value in parts, target.id
+        assert isinstance(method, ast.Attribute) and isinstance(method.value, ast.Name)
+        part = classes[method.value.id]
+        if value.func.id == "_delegate":
+            assert part is parts[where.value], target.id
+        expected = "send_owed" if target.id == "send_owed_notices" else target.id
+        assert method.attr == expected, target.id
+        mine, theirs = getattr(Runner, target.id), getattr(part, method.attr)
+        assert inspect.signature(mine) == inspect.signature(theirs), target.id
+        assert mine.__doc__ == theirs.__doc__, target.id
         delegated += 1
     assert delegated >= 50
     assert Runner.stop is Runner.cancel

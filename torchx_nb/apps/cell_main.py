@@ -3,25 +3,14 @@
 package ``torchx_nb.apps.cell_runner``, is shipped beside this file as the folder
 ``torchx_nb_cell_runner/`` (standard library only: images need not have torchx_nb); ``python
 -m torchx_nb.apps.cell_main`` where torchx_nb is installed. The runner's names stay
-importable from here (``CANCELLED_EXIT``, ``grid_point``…)."""
+importable from here (``CANCELLED_EXIT``, ``grid_point``…; the rest from the package)."""
 
 from __future__ import annotations
 
 import sys
 
 if __package__:  # torchx_nb.apps.cell_main, imported or run with -m
-    from torchx_nb.apps.cell_runner import (
-        CANCEL_MARK,
-        CANCELLED_EXIT,
-        OWN,
-        cancel_requested,
-        grid_point,
-        main,
-        missing_import,
-        required_imports,
-        run,
-        upload,
-    )
+    from torchx_nb.apps.cell_runner import CANCEL_MARK, CANCELLED_EXIT, OWN, grid_point, main
 else:  # shipped: the script of a job, its runner the folder beside it, loaded by path (no
     # sys.path entry needed: python -I does not put this file's folder there)
     import importlib.util
@@ -39,18 +28,7 @@ else:  # shipped: the script of a job, its runner the folder beside it, loaded b
     _spec.loader.exec_module(_runner)
     main = _runner.main
 
-__all__ = [
-    "CANCELLED_EXIT",
-    "CANCEL_MARK",
-    "OWN",
-    "cancel_requested",
-    "grid_point",
-    "main",
-    "missing_import",
-    "required_imports",
-    "run",
-    "upload",
-]
+__all__ = ["CANCELLED_EXIT", "CANCEL_MARK", "OWN", "grid_point", "main"]
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

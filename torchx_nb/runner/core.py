@@ -13,7 +13,6 @@ from typing import Any
 from torchx_nb.jobstore import JobStore
 from torchx_nb.runner.requests import (
     DEFAULT_SCHEDULER,
-    DEFAULT_SESSION,
     Options,
     _params_from_env,
 )
@@ -45,19 +44,19 @@ class RunnerContext:
 
     def __init__(
         self,
-        name: str = DEFAULT_SESSION,
-        scheduler_factories: Mapping[str, SchedulerFactory] | None = None,
-        component_defaults: Mapping[str, Mapping[str, str]] | None = None,
-        scheduler_params: Mapping[str, Any] | None = None,
-        jobstore: JobStore | None = None,
+        name: str,
+        factories: Mapping[str, SchedulerFactory] | None,
+        component_defaults: Mapping[str, Mapping[str, str]] | None,
+        params: Mapping[str, Any] | None,
+        jobstore: JobStore | None,
     ) -> None:
         self.session = name
-        self._explicit_factories = scheduler_factories is not None
+        self._explicit_factories = factories is not None
         self._all_factories: dict[str, SchedulerFactory] | None = (
-            dict(scheduler_factories) if scheduler_factories is not None else None
+            dict(factories) if factories is not None else None
         )
         self.component_defaults = dict(component_defaults or {})
-        self._scheduler_params = {**_params_from_env(), **dict(scheduler_params or {})}
+        self._scheduler_params = {**_params_from_env(), **dict(params or {})}
         self._schedulers: dict[str, Scheduler[Any]] = {}
         self.apps: dict[AppHandle, AppDef] = {}
         self._jobstore = jobstore

@@ -415,17 +415,8 @@ class Submitting:
         passes ``build_workspace=True``. ``push``: variables (cloudpickle) sent into a
         cell's namespace; ``packages``: the environment (auto, none, or a requirements
         file)."""
-        prepared = self._prepare(
-            app,
-            program_of(app) or app,
-            scheduler,
-            self.ctx.resolve_opts(scheduler, cfg),
-            workspace,
-            parent_run_id,
-            build_workspace,
-            push,
-            packages,
-            {},
+        prepared = self._prepare_app(
+            app, scheduler, cfg, workspace, parent_run_id, build_workspace, push, packages, {}
         )
         return PreparedDryRun(prepared)
 
@@ -443,19 +434,40 @@ class Submitting:
         ``packages``: the environment (auto, none, or a requirements file)."""
         from torchx_nb.environment.packages_option import check_packages_option
 
-        prepared = self._prepare(
+        packages = check_packages_option(packages)
+        record = {"workspace": workspace, **record}
+        prepared = self._prepare_app(
+            app, scheduler, cfg, workspace, parent_run_id, True, None, packages, record
+        )
+        return self.submit(prepared)
+
+    def _prepare_app(
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Mapping[str, CfgVal] | None,
+        workspace: str | None,
+        parent_run_id: str | None,
+        build: bool,
+        push: bytes | None,
+        packages: str,
+        record: Mapping[str, str | None],
+    ) -> PreparedRun:
+        """TorchX's calls (``dryrun``, ``run``): the program is the one ``app`` holds (a cell
+        component's), else ``app`` itself; ``cfg`` is resolved once, here."""
+        options = self.ctx.resolve_opts(scheduler, cfg)
+        return self._prepare(
             app,
             program_of(app) or app,
             scheduler,
-            self.ctx.resolve_opts(scheduler, cfg),
+            options,
             workspace,
             parent_run_id,
-            True,
-            None,
-            check_packages_option(packages),
-            {"workspace": workspace, **record},
+            build,
+            push,
+            packages,
+            record,
         )
-        return self.submit(prepared)
 
     def schedule(self, dryrun_info: AppDryRunInfo[Any], **record: str | None) -> AppHandle:
         """Send a dryrun's request and record the submission in the job store (TorchX's
