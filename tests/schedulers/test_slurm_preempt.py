@@ -22,7 +22,7 @@ from torchx_nb.specs.log_line import Stream
 # the first run waits to be preempted and ends at once on SIGTERM (as a program that saves a
 # checkpoint does); a later run does what ``then`` says
 _FIRST_RUN_PREEMPTED = (
-    'echo "run ${{SLURM_RESTART_COUNT:-0}}"; '
+    'echo "run ${{SLURM_RESTART_COUNT:-0}}"; echo "$TORCHX_NB_CHECKPOINT_URL" >> stores; '
     'if [ "${{SLURM_RESTART_COUNT:-0}}" -ge 1 ]; then {then}; fi; '
     "trap 'echo got SIGTERM; exit 143' TERM; "
     "while :; do sleep 0.2; done"
@@ -95,6 +95,11 @@ def test_a_preempted_job_with_no_retries_is_requeued_and_succeeds(
     assert logs == ["run 1\n", "resumed\n"]  # a requeued run's log starts afresh
     assert _sacct_runs(cluster, _job(handle)) == ["PREEMPTED", "COMPLETED"]
     assert time.time() - preempted_at < 170
+    # both runs were given the same checkpoint store, in the job's folder
+    workdir = Path.cwd()
+    stores = (workdir / "stores").read_text().splitlines()
+    assert len(stores) == 2 and stores[0] == stores[1], stores
+    assert stores[0].startswith(f"file://{workdir}/.torchx-nb-outputs/checkpoints/spot-")
     # describe tells the preemption from Slurm's record, with when the next run started
     desc = SlurmScheduler("torchx").describe(_job(handle))
     assert desc is not None and not desc.ended_preempted

@@ -115,6 +115,7 @@ class SlurmBatchRequest:
     app_name: str = ""
     roles: dict[str, int] = field(default_factory=dict)
     array: str | None = None  # sbatch --array: 0-N[%M], for a sweep's trials
+    checkpoint: str = ""  # the job's checkpoint store (a folder), kept across its attempts
 
     @property
     def outputs_root(self) -> str:
@@ -147,7 +148,7 @@ set -evx
 export PYTHONUNBUFFERED=1
 export SLURM_UNBUFFEREDIO=1
 export TORCHX_MAX_RETRIES={self.max_retries}
-export {OUTPUT_DIR_ENV}={shlex.quote(self.outputs_root)}/{outputs_id}
+{self._checkpoint_exports()}export {OUTPUT_DIR_ENV}={shlex.quote(self.outputs_root)}/{outputs_id}
 mkdir -p "${OUTPUT_DIR_ENV}"
 
 trap 'cancelled=1' TERM
@@ -172,6 +173,21 @@ if [ $exitcode -ne 0 ]; then
     exit $exitcode
 fi
 """
+
+    def _checkpoint_exports(self) -> str:
+        """``export`` lines of the checkpoint's env (the cell runner reads it), one per line
+        ending in a newline; none without a store."""
+        if not self.checkpoint:
+            return ""
+        from torchx_nb.schedulers.outputs import checkpoint_env
+
+        env = checkpoint_env(
+            f"file://{self.checkpoint}",
+            f"{self.checkpoint}.local",
+            attempt_var="SLURM_RESTART_COUNT",
+            max_retries=self.max_retries,
+        )
+        return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
 
     def __repr__(self) -> str:
         return _fmt_request(self)

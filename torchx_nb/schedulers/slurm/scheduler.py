@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -46,7 +45,8 @@ from torchx_nb.schedulers.slurm.exits import (
 )
 from torchx_nb.schedulers.slurm.exits import add_endings as _add_endings
 from torchx_nb.schedulers.slurm.exits import replica_state as _replica_state
-from torchx_nb.schedulers.slurm.fit import Node, never_fits, parse_sinfo, replica_needs
+from torchx_nb.schedulers.slurm.fit import Node, never_fits, parse_sinfo
+from torchx_nb.schedulers.slurm.index import recall, remember
 from torchx_nb.schedulers.slurm.jobs import Job, combined_state, errors, parse_jobs
 from torchx_nb.schedulers.slurm.logs import SlurmLogs
 from torchx_nb.schedulers.slurm.options import SlurmOpts, check_time, memory_mb
@@ -187,6 +187,15 @@ class SlurmScheduler(
                 cmd.append(f"--{key}={value}")
         memory = _memory_allowed(cfg.partition or None)
         nodes = [n for n in (cfg.nodelist or "").split(",") if n]
+        job_dir = cfg.job_dir or None
+        if job_dir:
+            target = Path(job_dir).expanduser().absolute()
+            workdir = str(target / make_unique(app.name) if target.exists() else target)
+        else:
+            workdir = workspace.path if workspace else os.getcwd()
+        # the job's checkpoint store: in its folder, its own (a folder holds many jobs' runs),
+        # kept across requeues and a resubmission of the same script (spot.md)
+        store = f"{workdir}/{OUTPUTS_FOLDER}/checkpoints/{make_unique(app.name)}"
         replicas: dict[str, SlurmReplicaRequest] = {}
         sbatch_opts = {
             "partition": cfg.partition,
@@ -232,12 +241,6 @@ class SlurmScheduler(
                     sbatch_opts=sbatch,
                     env=dict(r.env),
                 )
-        job_dir = cfg.job_dir or None
-        if job_dir:
-            target = Path(job_dir).expanduser().absolute()
-            workdir = str(target / make_unique(app.name) if target.exists() else target)
-        else:
-            workdir = workspace.path if workspace else os.getcwd()
         req = SlurmBatchRequest(
             cmd=cmd,
             replicas=replicas,
@@ -248,6 +251,7 @@ class SlurmScheduler(
             cell_files=dict(workspace.files) if workspace else {},
             app_name=app.name,
             roles={r.name: r.num_replicas for r in app.roles},
+            checkpoint=store,
         )
         return AppDryRunInfo(req, _fmt_request)
 
@@ -315,38 +319,10 @@ class SlurmScheduler(
     def _remember(
         self, job_id: str, req: SlurmBatchRequest, workdir: str, script: str = ""
     ) -> None:
-        """Where the job runs and what its replicas are called, so logs and describe work
-        from any folder (TorchX found a job_dir job's logs only from the submitting folder)."""
-        from torchx_nb.paths import private_dir, write_private
-
-        with contextlib.suppress(OSError):
-            folder = private_dir(_index_dir(self.session_name))
-            needs = [replica_needs(r.sbatch_opts) for r in req.replicas.values()]
-            partition = next((r.sbatch_opts.get("partition") for r in req.replicas.values()), None)
-            write_private(
-                folder / f"{job_id}.json",
-                json.dumps(
-                    {
-                        "workdir": workdir,
-                        "name": req.app_name,
-                        "roles": req.roles,
-                        "needs": needs,
-                        "partition": partition,
-                        "array": req.array,  # "0-9%2": which tasks it has
-                        "term_cancel": True,  # its script ends a cancel's SIGTERM CANCELLED
-                        "script": script,  # what submit_again sends again
-                        "cmd": req.cmd,
-                    }
-                ),
-            )
+        remember(self.session_name, job_id, req, workdir, script)
 
     def _recall(self, job_id: str) -> dict[str, Any] | None:
-        job_id = job_id.partition("_")[0]  # an array task: what its array was told
-        try:
-            data = json.loads((_index_dir(self.session_name) / f"{job_id}.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return recall(self.session_name, job_id)
 
     # ---- describe ------------------------------------------------------------------------
     def _squeue(self) -> dict[str, Job]:
