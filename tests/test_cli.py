@@ -365,3 +365,20 @@ def test_preempt_where_the_backend_cannot_is_one_line() -> None:
         "torchx-nb: error: unknown app 'local_cwd://torchx/nope-1': the scheduler has no record"
         " of it (check the handle with `torchx-nb list`)"
     ], err
+
+
+def test_max_preemptions_is_an_option_and_past_it_the_job_fails(tmp_path: Path) -> None:
+    """``-cfg max_preemptions=0`` on local_cwd: the first preemption fails the job with the
+    limit's one line, instead of running it again."""
+    ck = tmp_path / "ck"
+    program = f"import time\nopen({str(ck)!r}, 'w').close()\ntime.sleep(120)\n"
+    code, out, err = cli("run", "-cfg", "max_preemptions=0", "utils.python", "--c", program)
+    assert code == 0, err
+    handle = out.strip()
+    wait_for(lambda: ck.exists() and "State: RUNNING" in cli("status", handle)[1], timeout=60)
+    assert cli("preempt", handle, "--grace", "1")[0] == 0
+    wait_for(lambda: "State: FAILED" in cli("status", handle)[1], timeout=90)
+    _, out, _ = cli("status", handle)
+    assert "preempted 1 times (limit 0): preempted at " in out, out
+    code, _, err = cli("run", "--dryrun", "-cfg", "max_preemptions=-1", "utils.echo")
+    assert code != 0 and "max_preemptions must be 0 or more, not -1" in err, err

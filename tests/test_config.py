@@ -155,7 +155,11 @@ def test_torchx_dump_by_scheduler_name() -> None:
     # the round trip: what dump writes, load reads back to the defaults
     cfg: dict[str, object] = {}
     config.load("local_cwd", io.StringIO(text), cfg)
-    assert cfg == {"prepend_cwd": False, "auto_set_cuda_visible_devices": False}
+    assert cfg == {
+        "max_preemptions": 20,
+        "prepend_cwd": False,
+        "auto_set_cuda_visible_devices": False,
+    }
 
 
 def test_placeholder_is_truncated_as_in_torchx() -> None:

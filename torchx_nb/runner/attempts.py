@@ -32,7 +32,7 @@ from torchx_nb.specs.preemption import (
     Preemption,
     limit_line,
 )
-from torchx_nb.specs.structured_opts import SpotOpts
+from torchx_nb.specs.structured_opts import PreemptionOpts
 
 
 class Attempts:
@@ -53,7 +53,7 @@ class Attempts:
         preemption limit (its ``max_preemptions`` option) for every watcher."""
         self._requests[handle] = prepared
         opts = prepared.opts
-        if isinstance(opts, SpotOpts) and opts.max_preemptions is not None:
+        if isinstance(opts, PreemptionOpts) and opts.max_preemptions is not None:
             with contextlib.suppress(Exception):
                 self.ctx.jobstore.set_max_preemptions(handle, int(opts.max_preemptions))
 

@@ -53,7 +53,7 @@ from torchx_nb.specs.api import (
 )
 from torchx_nb.specs.exceptions import NotPreemptible
 from torchx_nb.specs.log_line import LogLine, Stream
-from torchx_nb.specs.structured_opts import StructuredOpts
+from torchx_nb.specs.structured_opts import PreemptionOpts, StructuredOpts
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
 SUPERVISOR = Path(__file__).with_name("local_supervisor.py")
@@ -96,8 +96,8 @@ def _reaped(pid: int) -> bool:
 
 
 @dataclass(kw_only=True)
-class LocalCwdOpts(StructuredOpts):
-    """local_cwd's options."""
+class _LocalCwdFields(StructuredOpts):
+    """local_cwd's own options."""
 
     log_dir: str | None = None
     """folder for the replicas' logs (default: the app's folder under the torchx_nb data dir)"""
@@ -107,6 +107,11 @@ class LocalCwdOpts(StructuredOpts):
 
     auto_set_cuda_visible_devices: bool = False
     """give each replica its own slice of the GPUs via CUDA_VISIBLE_DEVICES"""
+
+
+@dataclass(kw_only=True)
+class LocalCwdOpts(PreemptionOpts, _LocalCwdFields):
+    """local_cwd's options, then the preemption limit (``torchx-nb preempt``)."""
 
 
 class LocalCwdScheduler(

@@ -48,7 +48,7 @@ from torchx_nb.specs.api import (
 )
 from torchx_nb.specs.exceptions import NotPreemptible
 from torchx_nb.specs.log_line import Stream
-from torchx_nb.specs.structured_opts import StructuredOpts
+from torchx_nb.specs.structured_opts import PreemptionOpts, StructuredOpts
 from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
 from torchx_nb.workspace.daemon import docker_client
@@ -189,8 +189,9 @@ class _LocalDockerFields(StructuredOpts):
 
 
 @dataclass(kw_only=True)
-class LocalDockerOpts(WorkspaceOpts, _LocalDockerFields):
-    """local_docker's options, then the workspace's."""
+class LocalDockerOpts(WorkspaceOpts, PreemptionOpts, _LocalDockerFields):
+    """local_docker's options, then the preemption limit (``torchx-nb preempt``), then the
+    workspace's."""
 
 
 class LocalDockerScheduler(

@@ -181,13 +181,11 @@ class StructuredOpts:
 
 
 @dataclasses.dataclass(kw_only=True)
-class SpotOpts(StructuredOpts):
-    """The options every backend that runs on preemptible capacity shares (one spelling): a
-    backend's ``*Opts`` derives it. Its fields are keyword-only, so a backend's required
-    options may follow them."""
+class PreemptionOpts(StructuredOpts):
+    """The preemption limit, one spelling on every backend whose jobs can be preempted (by its
+    capacity, or by ``torchx-nb preempt``): a backend's ``*Opts`` derives it (or ``SpotOpts``).
+    Keyword-only, so a backend's required options may follow it."""
 
-    spot: bool = False
-    """run on spot (preemptible) capacity; a preemption never spends max_retries"""
     max_preemptions: int = 20
     """how many preemptions the job survives before it fails (each resumes from its checkpoint)"""
 
@@ -199,4 +197,20 @@ class SpotOpts(StructuredOpts):
             )
 
 
-__all__ = ["SpotOpts", "StructuredOpts", "as_cfg", "camel_to_snake", "snake_to_camel"]
+@dataclasses.dataclass(kw_only=True)
+class SpotOpts(PreemptionOpts):
+    """The options every backend that runs on preemptible capacity shares (one spelling):
+    ``spot`` and the preemption limit."""
+
+    spot: bool = False
+    """run on spot (preemptible) capacity; a preemption never spends max_retries"""
+
+
+__all__ = [
+    "PreemptionOpts",
+    "SpotOpts",
+    "StructuredOpts",
+    "as_cfg",
+    "camel_to_snake",
+    "snake_to_camel",
+]

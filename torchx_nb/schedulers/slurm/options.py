@@ -7,12 +7,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchx_nb.specs.structured_opts import StructuredOpts
+from torchx_nb.specs.structured_opts import PreemptionOpts, StructuredOpts
 
 
 @dataclass(kw_only=True)
-class SlurmOpts(StructuredOpts):
-    """slurm's options (TorchX's, then ours)."""
+class _SlurmFields(StructuredOpts):
+    """slurm's own options (TorchX's, then ours)."""
 
     partition: str | None = None
     """the partition to run the job in"""
@@ -54,6 +54,11 @@ class SlurmOpts(StructuredOpts):
 
     exclude: str | None = None
     """nodes never to run on (N1,N2,...)"""
+
+
+@dataclass(kw_only=True)
+class SlurmOpts(PreemptionOpts, _SlurmFields):
+    """slurm's options, then the preemption limit (a job Slurm ends PREEMPTED is sent again)."""
 
 
 # sbatch's documented --time forms: minutes, minutes:seconds, hours:minutes:seconds,
