@@ -2,7 +2,8 @@
 source folder, so the job must run that folder's code, not the index's wheel of that
 version. Both editable forms: ``setup.py develop`` (an ``.egg-info`` in the source folder and
 an ``.egg-link``, no ``direct_url.json``: it was taken for an index install before) and
-pip's PEP 660 ``pip install -e``. A real pypiserver index, a kernel virtualenv whose pip uses
+pip's PEP 660 ``pip install -e``; and ``setup.py develop`` of a src layout (its ``.egg-info`` in
+``src/``, the ``.egg-link``'s second line leading back to the project's folder). A real pypiserver index, a kernel virtualenv whose pip uses
 it, a job on local_docker built by the registry builder."""
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ from tests.infra.fixtures import missing
 from tests.infra.kernel_venv import download_wheels, pip_isolated, with_this_tree
 from tests.infra.pypi_index import PypiIndex, make_wheel, pypiserver_available, start_index
 
-CELL = "import tnbdev, tnbpep\nprint('dev', tnbdev.BODY, 'pep', tnbpep.BODY)\n"
+CELL = (
+    "import tnbdev, tnbpep, tnbsrcdev\n"
+    "print('dev', tnbdev.BODY, 'pep', tnbpep.BODY, 'src', tnbsrcdev.BODY)\n"
+)
 
 
 class Kernel:
@@ -51,7 +55,7 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
     if reason:
         missing(reason)
     root = tmp_path_factory.mktemp("editable-served")
-    for name in ("tnbdev", "tnbpep"):
+    for name in ("tnbdev", "tnbpep", "tnbsrcdev"):
         make_wheel(root / "index", name, "1.0", body="index")
     download_wheels(root / "index", "setuptools>=61,<80")
     index = start_index(root / "index")
@@ -70,6 +74,17 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
         )
     proc = k.run("setup.py", "-q", "develop", "--no-deps", cwd=root / "tnbdev")
     assert proc.returncode == 0, proc.stderr
+    # a src layout: the folder on sys.path (and its .egg-info) is src/, the project's above
+    src = root / "tnbsrcdev"
+    (src / "src" / "tnbsrcdev").mkdir(parents=True)
+    (src / "src" / "tnbsrcdev" / "__init__.py").write_text("BODY = 'kernel-edited'\n")
+    (src / "setup.py").write_text(
+        "from setuptools import setup\nsetup(name='tnbsrcdev', version='1.0',"
+        " package_dir={'': 'src'}, packages=['tnbsrcdev'])\n"
+    )
+    proc = k.run("setup.py", "-q", "develop", "--no-deps", cwd=src)
+    assert proc.returncode == 0, proc.stderr
+    assert (src / "src" / "tnbsrcdev.egg-info").is_dir()
     site = next((venv / "lib").glob("python3*/site-packages"))
     assert (site / "tnbdev.egg-link").is_file() and (root / "tnbdev" / "tnbdev.egg-info").is_dir()
     (root / "tnbpep" / "pyproject.toml").write_text(
@@ -104,10 +119,10 @@ def test_an_editable_project_the_index_also_serves_runs_the_kernel_s_folder(
     dry = kernel.run(*args[:3], "--dryrun", "--json", *args[3:])
     assert dry.returncode == 0, dry.stderr
     rows = plan_rows(dry.stdout)
-    for name in ("tnbdev", "tnbpep"):
+    for name in ("tnbdev", "tnbpep", "tnbsrcdev"):
         assert rows[name].endswith("missing; built from the kernel's editable install"), rows
     proc = kernel.run(*args[:3], "--wait", *args[3:])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     handle = next(w for w in proc.stdout.split() if w.startswith("local_docker://"))
     log = kernel.run("-m", "torchx_nb.cli", "log", handle).stdout
-    assert "dev kernel-edited pep kernel-edited" in log, log
+    assert "dev kernel-edited pep kernel-edited src kernel-edited" in log, log

@@ -84,18 +84,44 @@ _PROJECT_FILES = ("setup.py", "pyproject.toml", "setup.cfg")
 def _develop_folder(dist: md.Distribution) -> str | None:
     """The source folder of a ``setup.py develop`` install (older setuptools', conda's, a
     legacy ``pip install -e``): no ``direct_url.json``, its metadata an ``.egg-info`` folder
-    inside the project's folder (an ``.egg-link`` puts that folder on ``sys.path``), beside
-    its ``setup.py`` or ``pyproject.toml``. The kernel imports that folder as it is now, so
-    it is an editable install, whatever an index serves at its version. An ``.egg-info`` in
-    a site directory (a legacy non-editable install) has no project file beside it."""
+    inside the folder an ``.egg-link`` puts on ``sys.path``. That folder is the project's
+    (beside its ``setup.py`` or ``pyproject.toml``), or, for a src layout
+    (``package_dir={'': 'src'}``), the one the ``.egg-link``'s second line leads back from
+    to the project's. The kernel imports that folder as it is now, so it is an editable
+    install, whatever an index serves at its version. An ``.egg-info`` in a site directory
+    (a legacy non-editable install) has no project file beside it and no ``.egg-link``."""
     folder = Path(str(dist.locate_file(""))).resolve()
-    if not any((folder / f).is_file() for f in _PROJECT_FILES):
-        return None
     want = normalize(str(dist.metadata["Name"] or ""))
-    for info in folder.glob("*.egg-info"):
-        if info.is_dir() and normalize(info.name[: -len(".egg-info")].split("-", 1)[0]) == want:
-            return str(folder)
+    if not any(
+        info.is_dir() and normalize(info.name[: -len(".egg-info")].split("-", 1)[0]) == want
+        for info in folder.glob("*.egg-info")
+    ):
+        return None
+    for root in (folder, _egg_link_projects().get(folder)):
+        if root is not None and any((root / f).is_file() for f in _PROJECT_FILES):
+            return str(root)
     return None
+
+
+def _egg_link_projects() -> dict[Path, Path]:
+    """Each ``.egg-link`` on ``sys.path``'s folders: the folder it puts on the path -> its
+    project's folder (the link's second line, relative to the first: ``../`` from ``src``)."""
+    out: dict[Path, Path] = {}
+    for entry in dict.fromkeys(sys.path):
+        try:
+            links = list(Path(entry or ".").glob("*.egg-link"))
+        except OSError:
+            continue
+        for link in links:
+            try:
+                lines = link.read_text().splitlines()
+            except (OSError, UnicodeDecodeError):
+                continue
+            if lines and lines[0].strip():
+                target = Path(lines[0].strip()).resolve()
+                back = lines[1].strip() if len(lines) > 1 else ""
+                out.setdefault(target, (target / back).resolve() if back else target)
+    return out
 
 
 def _pure(dist: md.Distribution) -> bool:
