@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -185,3 +187,75 @@ def test_submodules_over_http_get_the_credentials_on_their_own_host_only(tmp_pat
     finally:
         private.stop()
         elsewhere.stop()
+
+
+def test_a_git_server_that_answers_nothing_or_trickles_is_one_line_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A git server that accepts and never answers hung the submit for git's whole 600 s,
+    then a TimeoutExpired traceback; one that trickles a byte now and then, the same. Now
+    git's HTTP transfer gives up after READ_TIMEOUT_S of nothing, a git command that runs
+    past GIT_TIMEOUT_S is one line, and its transport helper is stopped with it (the
+    server's connection closes)."""
+    from torchx_nb.environment import direct
+
+    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(direct, "READ_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(direct, "GIT_TIMEOUT_S", 6.0)
+    closed = threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if len(held) > 1:  # the second repository trickles its answer forever
+                threading.Thread(target=trickle, args=(conn,), daemon=True).start()
+
+    def trickle(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/x-git-upload-pack-advertisement"
+                b"\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            while True:  # a few bytes a second: never too slow for git, never done
+                conn.sendall(b"4\r\n0000\r\n")
+                time.sleep(0.2)
+        closed.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        for repo, said in (
+            ("silent.git", "Operation too slow. Less than 1 bytes/sec transferred the last 2"),
+            ("trickle.git", None),
+        ):
+            url = f"git+http://tok:s3cret@127.0.0.1:{port}/{repo}#egg=tnbg"
+            started = time.monotonic()
+            with pytest.raises(TorchxNbError) as e:
+                fetch(parse_direct(url), "req.txt", IndexSettings())
+            assert time.monotonic() - started < 30
+            shown = f"git+http://****@127.0.0.1:{port}/{repo}"
+            if said:
+                assert str(e.value).startswith(
+                    f"--packages req.txt: tnbg from {shown}: git cannot check it out (fatal:"
+                )
+                assert said in str(e.value)
+            else:
+                assert str(e.value) == (
+                    f"--packages req.txt: tnbg from {shown}: git clone did not end in 6 s:"
+                    " try again, or fix the server"
+                )
+                assert closed.wait(10), "git's transport helper still holds the connection"
+            assert "s3cret" not in str(e.value)
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()

@@ -10,6 +10,7 @@ commit git checked out (and its submodules' commits), or the sha256 of the file 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import re
@@ -30,6 +31,7 @@ _EGG = re.compile(r"[#&]egg=([A-Za-z0-9][A-Za-z0-9._-]*)")
 _SUB = re.compile(r"[#&]subdirectory=([^&]+)")
 _FETCHED_DAYS = 1  # fetched checkouts and files older than this are swept
 READ_TIMEOUT_S = 60.0  # a download that sends nothing for this long is given up
+GIT_TIMEOUT_S = 600.0  # one git command (a clone, the submodules) that runs longer is stopped
 
 
 @dataclass(frozen=True)
@@ -334,6 +336,10 @@ def git_env(url: str) -> tuple[str, dict[str, str]]:
     plain, creds = _split_credentials(url)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG_")}
     env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", GCM_INTERACTIVE="never")
+    # a server that answers nothing (or stops sending) ends git's HTTP transfer after
+    # READ_TIMEOUT_S, as a download's does; git has no such limit of its own
+    env.setdefault("GIT_HTTP_LOW_SPEED_LIMIT", "1")
+    env.setdefault("GIT_HTTP_LOW_SPEED_TIME", str(max(1, int(READ_TIMEOUT_S))))
     config: list[tuple[str, str]] = []
     if creds and plain.startswith(("http://", "https://")):
         token = base64.b64encode(creds.encode()).decode()
@@ -359,15 +365,7 @@ def _checkout(ref: DirectRef, origin: str, dest: Path) -> Fetched:
     folder = dest / "checkout"
 
     def git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=600,
-        )
+        return _run_git(ref, origin, list(args), cwd, env)
 
     proc = git("clone", "--quiet", "--no-checkout", "--", plain, str(folder))
     if proc.returncode == 0:
@@ -415,6 +413,39 @@ def _checkout(ref: DirectRef, origin: str, dest: Path) -> Fetched:
     # commit: its cached build must not stand for this one)
     mods = hashlib.sha256("\n".join(submodules).encode()).hexdigest()[:32] if submodules else ""
     return Fetched(project, f"git:{commit}{sub}" + (f"+submodules:{mods}" if mods else ""))
+
+
+def _run_git(
+    ref: DirectRef, origin: str, args: list[str], cwd: Path | None, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``git *args``, in its own process group: stopped with its helpers (git-remote-http,
+    ssh) after ``GIT_TIMEOUT_S`` (one line) or when this process is interrupted — a killed
+    ``git`` alone leaves its transport helper waiting on the server."""
+    import signal
+
+    proc = subprocess.Popen(
+        ["git", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=GIT_TIMEOUT_S)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise TorchxNbError(
+                f"--packages {origin}: {ref.guess_name()} from {ref.shown}: git {args[0]} did"
+                f" not end in {int(GIT_TIMEOUT_S)} s: try again, or fix the server"
+            ) from None
+        raise
+    return subprocess.CompletedProcess(["git", *args], proc.returncode, out, err)
 
 
 def _last_line(proc: subprocess.CompletedProcess[str], first: str = "") -> str:
