@@ -640,3 +640,119 @@ def test_who_a_terminate_reason_names_is_one_clean_line() -> None:
     said = cancel_ending({"status": "FAILED", "statusReason": reason}, "cancelled by torchx_nb")
     assert said is not None and said.startswith("was cancelled by mallory State: SUCCEEDEDyyy")
     assert "\n" not in said and "\x1b" not in said and len(said) < 260, said
+
+
+def _rules_against_the_model(client: Any, strategy: dict[str, Any]) -> None:
+    """Each evaluateOnExit rule field by field against botocore's EvaluateOnExit shape."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("batch")
+    shape = model.shape_for("EvaluateOnExit")
+    assert 1 <= strategy["attempts"] <= 10 and len(strategy["evaluateOnExit"]) <= 5
+    for rule in strategy["evaluateOnExit"]:
+        for field, value in rule.items():
+            assert field in shape.members, field
+            member = shape.members[field]
+            if member.enum:
+                assert value in member.enum, (field, value)
+            assert len(value) <= member.metadata.get("max", 512)
+            # Batch's globs: letters, digits, spaces, periods and colons; '*' only at the end
+            assert "*" not in value[:-1], value
+    validate(
+        client,
+        "RegisterJobDefinition",
+        {"jobDefinitionName": "x", "type": "container", "retryStrategy": strategy},
+    )
+
+
+def test_a_reclaimed_host_is_retried_and_the_program_only_per_max_retries() -> None:
+    import boto3
+
+    sched = AwsBatchScheduler("torchx", client=boto3.client("batch", region_name="us-west-2"))
+    # max_retries 2, a ledger in the output path: Batch's attempts cover both, capped at 10
+    info = sched.submit_dryrun(app(), {"queue": "q", "output_path": "s3://b/p"})
+    strategy = info.request.job_def["retryStrategy"]
+    _rules_against_the_model(sched.client, strategy)
+    assert strategy == {
+        "attempts": 10,
+        "evaluateOnExit": [
+            {"onStatusReason": "Host EC2*", "action": "RETRY"},
+            {"onExitCode": "171", "action": "EXIT"},
+            {"onExitCode": "0", "action": "EXIT"},
+        ],
+    }
+    env = {
+        e["name"]: e["value"]
+        for e in info.request.job_def["nodeProperties"]["nodeRangeProperties"][0]["container"][
+            "environment"
+        ]
+    }
+    assert env["TORCHX_NB_ATTEMPT_ENV"] == "AWS_BATCH_JOB_ATTEMPT"
+    assert env["TORCHX_NB_MAX_RETRIES"] == "2" and env["TORCHX_NB_MAX_PREEMPTIONS"] == "20"
+    assert env["TORCHX_NB_CHECKPOINT_URL"] == f"s3://b/p/{info.request.name}/checkpoints"
+    assert '"onStatusReason": "Host EC2*"' in str(info)  # the dry run shows the rules
+    # no retries: only a reclaim is retried, up to max_preemptions
+    one = app()
+    for role in one.roles:
+        role.max_retries = 0
+    strategy = sched.submit_dryrun(one, {"queue": "q", "max_preemptions": 3}).request.job_def[
+        "retryStrategy"
+    ]
+    _rules_against_the_model(sched.client, strategy)
+    assert strategy["attempts"] == 4
+    assert strategy["evaluateOnExit"][0] == {"onStatusReason": "Host EC2*", "action": "RETRY"}
+    assert strategy["evaluateOnExit"][-1] == {"onStatusReason": "*", "action": "EXIT"}
+    # retries but no ledger to count them apart: max_retries + 1 attempts, as before
+    strategy = sched.submit_dryrun(app(), {"queue": "q"}).request.job_def["retryStrategy"]
+    assert strategy["attempts"] == 3 and len(strategy["evaluateOnExit"]) == 3
+
+
+def test_spot_says_in_one_line_when_the_queue_has_no_spot_compute_environment(
+    aws_env: MotoServer,
+) -> None:
+    import uuid
+
+    from torchx_nb.schedulers.aws_batch import create_scheduler
+
+    queue = make_queue(aws_env, f"od-{uuid.uuid4().hex[:8]}")
+    sched = create_scheduler("torchx")
+    said = str(sched.submit_dryrun(app(), {"queue": queue, "spot": True}))
+    assert said.splitlines()[0] == (
+        f"spot: queue {queue!r} has no SPOT compute environment (types: UNMANAGED); on AWS"
+        " Batch spot is the queue's: give -cfg queue=Q of a queue with a SPOT or FARGATE_SPOT one"
+    )
+    assert "has no SPOT" not in str(sched.submit_dryrun(app(), {"queue": queue}))
+    # a queue with a managed SPOT compute environment says nothing
+    batch = aws_env.client("batch")
+    ec2 = aws_env.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
+    sg = ec2.create_security_group(GroupName=f"sg-{queue}", Description="d", VpcId=vpc)["GroupId"]
+    iam = aws_env.client("iam")
+    role = iam.get_role(RoleName="torchx-nb-batch")["Role"]["Arn"]
+    profile = iam.create_instance_profile(InstanceProfileName=f"p-{queue}")["InstanceProfile"]
+    ce = batch.create_compute_environment(
+        computeEnvironmentName=f"{queue}-spot",
+        type="MANAGED",
+        state="ENABLED",
+        computeResources={
+            "type": "SPOT",
+            "minvCpus": 0,
+            "maxvCpus": 4,
+            "instanceTypes": ["optimal"],
+            "subnets": [subnet],
+            "securityGroupIds": [sg],
+            "instanceRole": profile["Arn"],
+            "bidPercentage": 100,
+            "spotIamFleetRole": role,
+        },
+        serviceRole=role,
+    )
+    spot_queue = f"{queue}-s"
+    batch.create_job_queue(
+        jobQueueName=spot_queue,
+        state="ENABLED",
+        priority=1,
+        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce["computeEnvironmentArn"]}],
+    )
+    assert "has no SPOT" not in str(sched.submit_dryrun(app(), {"queue": spot_queue, "spot": True}))

@@ -27,6 +27,7 @@ from torchx_nb.schedulers.aws_batch_request import BatchJob as BatchJob
 from torchx_nb.schedulers.aws_batch_request import container as role_container
 from torchx_nb.schedulers.aws_batch_request import format_request, job_name
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
+from torchx_nb.schedulers.aws_batch_spot import retry_strategy, spot_note
 from torchx_nb.schedulers.aws_batch_status import (
     STATES,
     apply_exits,
@@ -38,7 +39,7 @@ from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwa
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import tail_wait
-from torchx_nb.schedulers.outputs import upload_target
+from torchx_nb.schedulers.outputs import checkpoint_env, upload_target
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -150,6 +151,18 @@ class AwsBatchScheduler(
         priority = cfg.priority or 0
         name = job_name(make_unique(app.name + (f"-{share_id}" if share_id else "")))
         outputs = upload_target(cfg.output_path, name, ("s3",))
+        max_retries = max(r.max_retries for r in app.roles)
+        ledger = (
+            checkpoint_env(
+                f"{outputs.rstrip('/')}/checkpoints",
+                attempt_var="AWS_BATCH_JOB_ATTEMPT",
+                max_retries=max_retries,
+                max_preemptions=cfg.max_preemptions,
+                grace=30,  # ECS's stopTimeout: SIGTERM, then SIGKILL 30 s later
+            )
+            if outputs
+            else {}
+        )
         ranges: list[dict[str, Any]] = []
         start = 0
         for role_idx, role in enumerate(app.roles):
@@ -158,6 +171,7 @@ class AwsBatchScheduler(
             )
             r = values.apply(role)
             container = role_container(r, role_idx, cfg, outputs)
+            container["environment"] += [{"name": k, "value": v} for k, v in ledger.items()]
             n = role.num_replicas
             if role_idx == 0:
                 rank0 = {
@@ -183,10 +197,7 @@ class AwsBatchScheduler(
             "jobDefinitionName": name,
             "type": "multinode",
             "nodeProperties": {"numNodes": start, "mainNode": 0, "nodeRangeProperties": ranges},
-            "retryStrategy": {
-                "attempts": max(max(r.max_retries for r in app.roles) + 1, 1),
-                "evaluateOnExit": [{"onExitCode": "0", "action": "EXIT"}],
-            },
+            "retryStrategy": retry_strategy(max_retries, cfg.max_preemptions, bool(ledger)),
             "tags": tags,
         }
         if share_id:
@@ -201,8 +212,16 @@ class AwsBatchScheduler(
             job_def=job_def,
             tags=tags,
             outputs=outputs,
+            notes=self._spot_notes(cfg),
         )
         return AppDryRunInfo(job, format_request)
+
+    def _spot_notes(self, cfg: AwsBatchOpts) -> tuple[str, ...]:
+        """With ``spot``, what the queue's compute environments say (read, never changed)."""
+        if not cfg.spot:
+            return ()
+        note = spot_note(cfg.queue, self._environments(cfg.queue))
+        return (note,) if note else ()
 
     def schedule(self, dryrun_info: AppDryRunInfo[BatchJob]) -> str:
         job = dryrun_info.request

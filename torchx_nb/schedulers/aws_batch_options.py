@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchx_nb.specs.structured_opts import StructuredOpts
+from torchx_nb.specs.structured_opts import SpotOpts, StructuredOpts
 from torchx_nb.workspace import WorkspaceOpts
 
 
@@ -42,5 +42,5 @@ class _AwsBatchFields(StructuredOpts):
 
 
 @dataclass(kw_only=True)
-class AwsBatchOpts(WorkspaceOpts, _AwsBatchFields):
-    """aws_batch's options, then the workspace's."""
+class AwsBatchOpts(WorkspaceOpts, SpotOpts, _AwsBatchFields):
+    """aws_batch's options, spot and the preemption limit, then the workspace's."""

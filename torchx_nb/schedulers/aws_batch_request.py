@@ -34,6 +34,7 @@ class BatchJob:
     tags: dict[str, str]
     outputs: str | None = None  # where the job uploads $TORCHX_OUTPUT_DIR (output_path)
     array_size: int | None = None  # an array job of this many tasks (a sweep's trials)
+    notes: tuple[str, ...] = ()  # lines the dry run says above the request (spot)
 
     def submit_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {
@@ -57,10 +58,11 @@ def format_request(job: BatchJob) -> str:
 
     from torchx_nb.redact import redact
 
-    return json.dumps(
+    said = json.dumps(
         redact({"register_job_definition": job.job_def, "submit_job": job.submit_args()}),
         indent=2,
     )
+    return "".join(f"{note}\n" for note in job.notes) + said
 
 
 def job_name(name: str) -> str:
