@@ -153,6 +153,16 @@ def test_every_option_maps_onto_create_training_job() -> None:
         ({"dependencies": ["a"]}, "dependencies does not apply"),
         ({"code_location": "s3://x"}, "code_location does not apply"),
         ({"max_wait": 10}, "max_wait only applies with use_spot_instances"),
+        (
+            {"spot": True, "use_spot_instances": False},
+            r"^spot=True and use_spot_instances=False disagree \(one is the other's alias\):"
+            " give only one of them$",
+        ),
+        (
+            {"spot": True, "max_run": 3600, "max_wait": 600},
+            r"^max_wait=600 is less than max_run=3600: max_wait covers the wait for spot capacity"
+            r" and the run, so give max_wait=3600 or more \(or a smaller max_run\)$",
+        ),
         ({"subnets": ["s"]}, "subnets and security_group_ids go together"),
         ({"role": "arn:aws:iam::1:user/me"}, "is not an IAM role ARN"),
         ({"role": "bad role name!"}, "neither an IAM role name nor an ARN"),
@@ -619,3 +629,58 @@ def test_the_exit_code_survives_a_programs_own_long_failure_reason(
     assert resp.state == AppState.FAILED
     (role,) = resp.roles_statuses
     assert [r.exit_code for r in role.replicas] == [3], run.failure_reason[:200]
+
+
+def test_a_spot_job_checkpoints_beside_its_output_and_moto_takes_the_request(
+    aws_env: MotoServer,
+) -> None:
+    """spot (the alias) turns managed spot on, gives a CheckpointConfig at the job's output
+    folder's checkpoints/ and tells the job its store is SageMaker's; each field is checked
+    against botocore's model of CreateTrainingJob, and moto takes the request as it is."""
+    import boto3
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    with get_runner() as runner:
+        cfg = {"role": ROLE, "instance_type": "ml.m5.large", "output_path": "s3://b/out"}
+        info = runner.dryrun(app(), "aws_sagemaker", {**cfg, "spot": True, "max_wait": 90000})
+        req = info.request.request
+        name = req["TrainingJobName"]
+        assert req["EnableManagedSpotTraining"] is True
+        assert req["CheckpointConfig"] == {
+            "S3Uri": f"s3://b/out/{name}/checkpoints",
+            "LocalPath": "/opt/ml/checkpoints",
+        }
+        assert req["StoppingCondition"] == {
+            "MaxRuntimeInSeconds": 86400,
+            "MaxWaitTimeInSeconds": 90000,
+        }
+        env = req["Environment"]
+        assert env["TORCHX_NB_CHECKPOINT_URL"] == "sagemaker:"
+        assert env["TORCHX_NB_CHECKPOINT_DIR"] == "/opt/ml/checkpoints"
+        assert env["TORCHX_NB_MAX_PREEMPTIONS"] == "20" and env["TORCHX_NB_GRACE"] == "120"
+        op = model.operation_model("CreateTrainingJob").input_shape
+        for key in ("CheckpointConfig", "StoppingCondition"):
+            shape = op.members[key]
+            assert set(req[key]) <= set(shape.members), key
+            assert set(shape.required_members) <= set(req[key]), key
+        assert op.members["EnableManagedSpotTraining"].type_name == "boolean"
+        validate(boto3.client("sagemaker", region_name="us-west-2"), "CreateTrainingJob", req)
+        runner.schedule(info)
+        # the user's own checkpoint_s3_uri is kept; use_spot_instances says the same as spot
+        own = runner.dryrun(
+            app(),
+            "aws_sagemaker",
+            {**cfg, "use_spot_instances": True, "checkpoint_s3_uri": "s3://b/mine"},
+        ).request.request
+        assert own["CheckpointConfig"] == {
+            "S3Uri": "s3://b/mine",
+            "LocalPath": "/opt/ml/checkpoints",
+        }
+        # without spot, no CheckpointConfig and no checkpoint store
+        plain = runner.dryrun(app(), "aws_sagemaker", cfg).request.request
+        assert "CheckpointConfig" not in plain and not plain["EnableManagedSpotTraining"]
+        assert "TORCHX_NB_CHECKPOINT_URL" not in plain["Environment"]
+    created = aws_env.client("sagemaker").describe_training_job(TrainingJobName=name)
+    assert created["TrainingJobName"] == name
+    assert created["StoppingCondition"] == req["StoppingCondition"]

@@ -32,6 +32,7 @@ from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import tail_wait
 from torchx_nb.schedulers.outputs import REMOTE_OUTPUT_DIR, output_env, upload_target
 from torchx_nb.schedulers.sagemaker_options import AwsSageMakerOpts
+from torchx_nb.schedulers.sagemaker_spot import check_times, checkpoint, spot_on
 from torchx_nb.schedulers.sagemaker_status import (
     out_of_memory,
     replica_exits,
@@ -229,10 +230,7 @@ class AwsSageMakerScheduler(
                     f" {SCRIPT_MODE_ONLY[key]}; drop it",
                     key,
                 )
-        if cfg.max_wait and not cfg.use_spot_instances:
-            raise InvalidRunConfigException(
-                "max_wait only applies with use_spot_instances=True", "max_wait"
-            )
+        check_times(spot_on(cfg.spot, cfg.use_spot_instances), cfg.max_run, cfg.max_wait)
         if bool(cfg.subnets) != bool(cfg.security_group_ids):
             raise InvalidRunConfigException(
                 "subnets and security_group_ids go together: give both or neither", "subnets"
@@ -281,7 +279,10 @@ class AwsSageMakerScheduler(
         ).apply(app.roles[0])
         output = cfg.output_path or self._default_output()
         outputs = upload_target(output, name, ("s3",))
+        spot = spot_on(cfg.spot, cfg.use_spot_instances)
+        ckpt, ckpt_env = checkpoint(spot, cfg, outputs or output)
         env = {
+            **ckpt_env,
             **output_env(REMOTE_OUTPUT_DIR, outputs),
             **(cfg.environment or {}),
             **role.env,
@@ -350,16 +351,13 @@ class AwsSageMakerScheduler(
             "Tags": [{"Key": k, "Value": str(v)} for k, v in tags.items()],
             "EnableNetworkIsolation": cfg.enable_network_isolation,
             "EnableInterContainerTrafficEncryption": cfg.encrypt_inter_container_traffic,
-            "EnableManagedSpotTraining": cfg.use_spot_instances,
+            "EnableManagedSpotTraining": spot,
         }
         if hyper:
             req["HyperParameters"] = hyper
         if cfg.subnets:
             req["VpcConfig"] = {"Subnets": cfg.subnets, "SecurityGroupIds": cfg.security_group_ids}
-        if cfg.checkpoint_s3_uri:
-            ckpt: dict[str, Any] = {"S3Uri": cfg.checkpoint_s3_uri}
-            if cfg.checkpoint_local_path:
-                ckpt["LocalPath"] = cfg.checkpoint_local_path
+        if ckpt:
             req["CheckpointConfig"] = ckpt
         if cfg.model_uri:
             req["InputDataConfig"] = [

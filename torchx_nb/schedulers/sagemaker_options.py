@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchx_nb.specs.structured_opts import StructuredOpts
+from torchx_nb.specs.structured_opts import PreemptionOpts, StructuredOpts
 from torchx_nb.workspace import WorkspaceOpts
 
 
@@ -69,11 +69,17 @@ class _SageMakerFields(StructuredOpts):
     encrypt_inter_container_traffic: bool = False
     """encrypt traffic between instances"""
 
-    use_spot_instances: bool = False
-    """use managed spot training"""
+    use_spot_instances: bool | None = None
+    """use managed spot training (SageMaker's name of spot)"""
+
+    spot: bool | None = None
+    """run on managed spot capacity (alias of use_spot_instances); a preemption never spends
+    max_retries, and the job's checkpoints go to checkpoint_s3_uri (default: its output
+    folder's checkpoints/)"""
 
     max_wait: int | None = None
-    """seconds to wait for spot capacity (with use_spot_instances)"""
+    """seconds the job may take in all, waits for spot capacity and every attempt's run
+    included (with spot; at least max_run)"""
 
     checkpoint_s3_uri: str | None = None
     """S3 URI checkpoints are synced to"""
@@ -131,5 +137,6 @@ class _SageMakerFields(StructuredOpts):
 
 
 @dataclass(kw_only=True)
-class AwsSageMakerOpts(WorkspaceOpts, _SageMakerFields):
-    """aws_sagemaker's options (TorchX's, then ours), then the workspace's."""
+class AwsSageMakerOpts(WorkspaceOpts, PreemptionOpts, _SageMakerFields):
+    """aws_sagemaker's options (TorchX's, then ours), the preemption limit, then the
+    workspace's; spot is the alias of use_spot_instances."""
