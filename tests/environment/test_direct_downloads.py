@@ -6,6 +6,8 @@ fetching the same URL at once. Each is one line naming what happened, or works."
 from __future__ import annotations
 
 import contextlib
+import gzip
+import hashlib
 import http.server
 import io
 import json
@@ -30,7 +32,7 @@ WHEEL = "tnbt-1.0-py3-none-any.whl"
 
 def _sdist(name: str) -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+    with tarfile.open(fileobj=buf, mode="w") as tf:
         for rel, text in {
             f"{name}-1.0/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
             f"{name}-1.0/{name}.py": "V = 1\n" + "# padding\n" * 4000,
@@ -38,7 +40,7 @@ def _sdist(name: str) -> bytes:
             info = tarfile.TarInfo(rel)
             info.size = len(text.encode())
             tf.addfile(info, io.BytesIO(text.encode()))
-    return buf.getvalue()
+    return gzip.compress(buf.getvalue(), mtime=0)  # the same bytes each time
 
 
 @contextlib.contextmanager
@@ -46,6 +48,8 @@ def _server(tmp_path: Path) -> Iterator[tuple[str, dict[str, int]]]:
     wheel = make_wheel(tmp_path / "w", "tnbt", "1.0", body="x" * 20000).read_bytes()
     other = make_wheel(tmp_path / "o", "tnby", "1.0").read_bytes()
     sdist = _sdist("tnbt")
+    v2 = make_wheel(tmp_path / "v", "tnbt", "2.0").read_bytes()
+    dotted = make_wheel(tmp_path / "d", "Foo.Bar", "1.0.0").read_bytes()
     asked: dict[str, int] = {}
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -54,7 +58,13 @@ def _server(tmp_path: Path) -> Iterator[tuple[str, dict[str, int]]]:
         def do_GET(self) -> None:
             kind = self.path.split("/")[1]
             asked[kind] = asked.get(kind, 0) + 1
-            body = {"misnamed": other, "cutsdist": sdist}.get(kind, wheel)
+            body = {
+                "misnamed": other,
+                "cutsdist": sdist,
+                "gzipped": sdist,
+                "otherversion": v2,
+                "normalized": dotted,
+            }.get(kind, wheel)
             if kind == "fail":
                 self.send_response(500)
                 self.send_header("Content-Length", "0")
@@ -63,6 +73,8 @@ def _server(tmp_path: Path) -> Iterator[tuple[str, dict[str, int]]]:
             if kind == "late":
                 time.sleep(3)
             self.send_response(200)
+            if kind == "gzipped":  # a server that labels the .tar.gz as gzip-encoded
+                self.send_header("Content-Encoding", "gzip")
             if kind not in ("cutnolen", "cutsdist"):
                 self.send_header("Content-Length", str(len(body)))
             else:
@@ -193,3 +205,31 @@ def test_a_wheel_s_metadata_is_read_by_its_headers_not_whole(tmp_path: Path) -> 
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20, peak
+
+
+def test_a_download_is_the_file_as_served_and_its_metadata_agrees_as_pip_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that labels a .tar.gz ``Content-Encoding: gzip`` (a common misconfiguration):
+    the file is its bytes as served, as pip keeps them (requests unpacked it: another
+    sha256, a '#sha256=' of the real file refused, a plain tar named .tar.gz). A wheel whose
+    METADATA gives another version than its file name is refused, as pip refuses it (it was
+    taken: the plan said 1.0, the job got 2.0); one whose name and version differ only by
+    normalization (Foo.Bar 1.0.0 in foo_bar-1.0-….whl) is the same distribution."""
+    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(tmp_path / "data"))
+    want = hashlib.sha256(_sdist("tnbt")).hexdigest()
+    with _server(tmp_path) as (base, _):
+        got = fetch(
+            parse_direct(f"{base}/gzipped/tnbt-1.0.tar.gz#sha256={want}"),
+            "req.txt",
+            IndexSettings(),
+        )
+        assert got.identity == f"sha256:{want}"
+        assert got.path.read_bytes() == _sdist("tnbt")
+        url = f"{base}/otherversion/tnbt-1.0-py3-none-any.whl"
+        assert _refusal(url) == (
+            f"--packages req.txt: {url} is a wheel of tnbt 2.0 (its metadata says so), not"
+            " 1.0 as its file name says: fix the file or the URL"
+        )
+        url = f"{base}/normalized/foo_bar-1.0-py3-none-any.whl"
+        assert fetch(parse_direct(url), "req.txt", IndexSettings()).is_wheel

@@ -13,6 +13,13 @@ from pathlib import Path
 def metadata_name(path: Path) -> str:
     """The ``Name`` of a wheel's ``*.dist-info/METADATA`` or an sdist's ``PKG-INFO``; raises
     ``ValueError`` naming what is wrong when the file is not a whole archive or has none."""
+    return name_and_version(path)[0]
+
+
+def name_and_version(path: Path) -> tuple[str, str | None]:
+    """The ``Name`` and ``Version`` (None when it gives none) of a wheel's
+    ``*.dist-info/METADATA`` or an sdist's ``PKG-INFO``; raises ``ValueError`` as
+    ``metadata_name`` does."""
     try:
         if path.suffix == ".whl" or path.suffix == ".zip":
             return _zip_name(path)
@@ -21,14 +28,15 @@ def metadata_name(path: Path) -> str:
         raise ValueError(f"{type(e).__name__}: {e}") from None
 
 
-def _header_name(text: str) -> str:
-    name = HeaderParser().parsestr(text.split("\n\n", 1)[0]).get("Name")
+def _header_name(text: str) -> tuple[str, str | None]:
+    headers = HeaderParser().parsestr(text.split("\n\n", 1)[0])
+    name, version = headers.get("Name"), headers.get("Version")
     if not name:
         raise ValueError("its metadata has no Name")
-    return str(name).strip()
+    return str(name).strip(), str(version).strip() if version else None
 
 
-def _zip_name(path: Path) -> str:
+def _zip_name(path: Path) -> tuple[str, str | None]:
     with zipfile.ZipFile(path) as zf:  # a cut file has no central directory at its end
         want = "METADATA" if path.suffix == ".whl" else "PKG-INFO"
         found = [
@@ -44,8 +52,8 @@ def _zip_name(path: Path) -> str:
             return _header_name(f.read(1 << 20).decode("utf-8", "replace"))
 
 
-def _tar_name(path: Path) -> str:
-    name = None
+def _tar_name(path: Path) -> tuple[str, str | None]:
+    name: tuple[str, str | None] | None = None
     with tarfile.open(path) as tf:
         # every member is read through, so a cut gzip stream is found (its end is checked)
         for member in tf:

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -230,6 +231,9 @@ def _download(ref: DirectRef, origin: str, index: IndexSettings, dest: Path) -> 
         with _session().get(
             plain,
             auth=auth,
+            # the file's own bytes, as pip takes them: a server that labels a .tar.gz
+            # Content-Encoding: gzip would have it unpacked (another file, another sha256)
+            headers={"Accept-Encoding": "identity"},
             stream=True,
             timeout=READ_TIMEOUT_S,
             verify=False if trusted else (index.cert or True),
@@ -249,10 +253,9 @@ def _download(ref: DirectRef, origin: str, index: IndexSettings, dest: Path) -> 
             else:
                 said = ""
                 given = resp.headers.get("Content-Length", "")
-                coded = resp.headers.get("Content-Encoding", "identity") != "identity"
-                length = int(given) if given.isdigit() and not coded else None
+                length = int(given) if given.isdigit() else None
                 with open(target, "wb") as f:
-                    for chunk in resp.iter_content(1 << 20):
+                    for chunk in _raw_chunks(resp):
                         digest.update(chunk)
                         f.write(chunk)
                         size += len(chunk)
@@ -276,6 +279,20 @@ def _download(ref: DirectRef, origin: str, index: IndexSettings, dest: Path) -> 
     return Fetched(target, f"sha256:{got}", filename.endswith(".whl"))
 
 
+def _raw_chunks(resp: object) -> Iterator[bytes]:
+    """The body as it came, never decoded (``requests``' ``iter_content`` undoes any
+    Content-Encoding), urllib3's errors raised as ``requests`` raises them."""
+    import requests
+    from urllib3.exceptions import ProtocolError, ReadTimeoutError
+
+    try:
+        yield from resp.raw.stream(1 << 20, decode_content=False)  # type: ignore[attr-defined]
+    except ProtocolError as e:
+        raise requests.exceptions.ChunkedEncodingError(e) from e
+    except ReadTimeoutError as e:
+        raise requests.exceptions.ConnectionError(e) from e
+
+
 def _ended(size: int, length: int | None) -> str:
     of = f" of {length}" if length is not None else ""
     return f"ended early ({size}{of} bytes came): try again, or fix the server"
@@ -296,25 +313,41 @@ def _timed_out(e: Exception) -> bool:
 
 def _check_archive(ref: DirectRef, path: Path, origin: str) -> None:
     """Refuse, in one line, a file that is not a whole wheel or sdist (a download cut short
-    with no length to tell), or whose own metadata names another distribution than its file
-    name does (pip refuses it: 'inconsistent name')."""
+    with no length to tell), or whose own metadata names another distribution, or another
+    version, than its file name does (pip refuses both: 'inconsistent name' / 'inconsistent
+    version'); names and versions are compared normalized (``Foo_Bar`` is ``foo-bar``,
+    ``1.0`` is ``1.0.0``)."""
     from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
 
-    from torchx_nb.environment.archives import metadata_name
+    from torchx_nb.environment.archives import name_and_version
 
     kind = "wheel" if path.suffix == ".whl" else "source distribution"
     try:
-        name = metadata_name(path)
+        name, version = name_and_version(path)
     except ValueError as e:
         raise TorchxNbError(
             f"--packages {origin}: {ref.shown} is not a whole {kind} ({e}): fetch it again,"
             " or fix the file"
         ) from None
     parsed = _parse_filename(path.name)
-    if parsed is not None and canonicalize_name(name) != canonicalize_name(parsed[0]):
+    if parsed is None:
+        return
+    if canonicalize_name(name) != canonicalize_name(parsed[0]):
         raise TorchxNbError(
             f"--packages {origin}: {ref.shown} is a {kind} of {name} (its metadata says so),"
             f" not of {parsed[0]} as its file name says: fix the file or the URL"
+        )
+    if version is None:
+        return
+    try:
+        same = Version(version) == Version(parsed[1])
+    except InvalidVersion:
+        same = version == parsed[1]
+    if not same:
+        raise TorchxNbError(
+            f"--packages {origin}: {ref.shown} is a {kind} of {name} {version} (its metadata"
+            f" says so), not {parsed[1]} as its file name says: fix the file or the URL"
         )
 
 
