@@ -97,17 +97,19 @@ def _develop_folder(dist: md.Distribution) -> str | None:
         for info in folder.glob("*.egg-info")
     ):
         return None
-    for root in (folder, _egg_link_projects().get(folder)):
+    for root in (folder, _egg_link_projects(_path_stamp()).get(folder)):
         if root is not None and any((root / f).is_file() for f in _PROJECT_FILES):
             return str(root)
     return None
 
 
-def _egg_link_projects() -> dict[Path, Path]:
+@lru_cache(maxsize=4)
+def _egg_link_projects(stamp: tuple[tuple[str, int], ...]) -> Mapping[Path, Path]:
     """Each ``.egg-link`` on ``sys.path``'s folders: the folder it puts on the path -> its
-    project's folder (the link's second line, relative to the first: ``../`` from ``src``)."""
+    project's folder (the link's second line, relative to the first: ``../`` from ``src``);
+    read once per ``sys.path`` state (a system Python has many ``.egg-info`` installs)."""
     out: dict[Path, Path] = {}
-    for entry in dict.fromkeys(sys.path):
+    for entry, _ in stamp:
         try:
             links = list(Path(entry or ".").glob("*.egg-link"))
         except OSError:
