@@ -335,3 +335,31 @@ def test_an_index_copy_with_scripts_is_the_kernel_s_build() -> None:
     assert not records_differ(kernel, served)
     rebuilt = served.replace("dibFddj8dvUNAL_XrA2tUSOVhgv_-4mG6xDFlEtg_AQ", "x" * 43)
     assert records_differ(kernel, rebuilt)
+
+
+def test_a_same_size_edit_with_its_old_times_is_new_contents_within_one_kernel(
+    tmp_path: Path,
+) -> None:
+    """A kernel lives across submits, and the file digests it computed are kept: a same-size
+    edit whose times were put back (cp -p, rsync -t, tar) kept its old digest, so the second
+    submit's editable folder (and a local wheel file) had the first's identity — the cached
+    layer, the old code. (The test above runs each submit in a new process and cannot see
+    it.) The stamp now holds the file's ctime and inode, which no tool puts back."""
+    import hashlib
+    import time
+
+    from torchx_nb.environment.identity import file_digest, folder_identity
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    module = project / "tnbsame.py"
+    module.write_text("BODY = 'aaaa'\n")
+    first = folder_identity(project)
+    assert folder_identity(project) == first  # unchanged: the same identity
+    st = module.stat()
+    time.sleep(0.05)  # file times move by the kernel's clock tick
+    module.write_text("BODY = 'bbbb'\n")  # the same size
+    os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same times
+    assert (module.stat().st_size, module.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert folder_identity(project) != first
+    assert file_digest(module) == hashlib.sha256(b"BODY = 'bbbb'\n").hexdigest()

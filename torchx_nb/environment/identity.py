@@ -20,15 +20,17 @@ _SKIP_DIRS = {".git", ".hg", "__pycache__", ".venv", ".tox", ".mypy_cache"}
 # a build's artefacts in the source folder itself; below it, folders of these names are
 # source (a package's ``build`` or ``dist`` subpackage is built into its wheel)
 _SKIP_TOP = {"build", "dist"}
-# file digests already computed, by (path, size, mtime): the stamp only says when to compute
-# again; the identity is the content
-_DIGESTS: dict[tuple[str, int, int], str] = {}
+# file digests already computed, by (path, size, mtime, ctime, inode): the stamp only says
+# when to compute again; the identity is the content. ctime and inode are in it because a
+# kernel lives long: a same-size edit whose mtime was put back (cp -p, rsync -t, tar, an
+# editor restoring it) must be read again, and nothing sets a file's ctime back
+_DIGESTS: dict[tuple[str, int, int, int, int], str] = {}
 
 
 def file_digest(path: Path) -> str:
     """The sha256 of a file's contents (computed once per version of the file)."""
     st = path.stat()
-    stamp = (str(path), st.st_size, st.st_mtime_ns)
+    stamp = (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     found = _DIGESTS.get(stamp)
     if found is None:
         h = hashlib.sha256()
