@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from torchx_nb.specs.api import AppDef, Role
 from torchx_nb.specs.program import CellProgram, NotebookProgram, Program
 from torchx_nb.workspace import WorkspaceMixin
-from torchx_nb.workspace.builders import EnvironmentLayer
 
-if TYPE_CHECKING:  # a data type, imported lazily (environment/ is heavy to import)
+if TYPE_CHECKING:  # data types, imported lazily (environment/ and the builders are heavy)
     from torchx_nb.environment.plan import EnvPlan
+    from torchx_nb.workspace.builders import EnvironmentLayer
 
 
 class RunnerProgramJob:
