@@ -23,7 +23,10 @@ google-cloud-logging clients (REST transport) and google-auth.
 - **Faults:** ``fail_next(n, status)`` answers the next ``n`` API calls with an error;
   ``denied_projects`` get PERMISSION_DENIED; ``strict_filters`` refuses every list filter.
 - **Without Docker** (benchmarks): tasks of ``idle_projects`` run until cancelled, those of
-  ``timed_projects`` for the given seconds, then succeed; neither starts a container."""
+  ``timed_projects`` for the given seconds, then succeed; neither starts a container.
+- **Spot:** ``preempt_task(job, index)`` ends a running task with exit 50001 (its Spot VM
+  preempted); it and every failure are retried as the task's ``lifecyclePolicies`` say, within
+  its ``maxRetryCount`` (``retried``)."""
 
 from __future__ import annotations
 
@@ -188,6 +191,7 @@ class FakeTask:
         self.pumps: list[threading.Thread] = []
         self.exit_code: int | None = None
         self.started = 0.0
+        self.preempt = False  # preempt_task: its Spot VM is taken at the next round
 
 
 class FakeJob:
@@ -289,6 +293,32 @@ class GcpFake:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+
+    def preempt_task(self, job_name: str, index: int = 0) -> None:
+        """End task ``index`` of a running job as GCP Batch ends a task whose Spot VM was
+        preempted (exit 50001); it is retried as the task's lifecycle policies say, within its
+        maxRetryCount."""
+        with self.lock:
+            task = self._job(job_name).tasks[index]
+            if task.state != "RUNNING":
+                raise ValueError(f"task {index} of {job_name} is {task.state}, not RUNNING")
+            task.preempt = True
+
+    @staticmethod
+    def retried(spec: Any, code: int, attempt: int) -> bool:
+        """GCP Batch's retry decision: a policy naming ``code`` decides; a code no policy names
+        takes the opposite action of the policies (this emulation gives a job policies of
+        one kind, the only case the docs settle); with none, every failure is retried; and
+        never past maxRetryCount."""
+        if attempt >= int(spec.max_retry_count or 0):
+            return False
+        policies = list(spec.lifecycle_policies)
+        for policy in policies:
+            if code in list(policy.action_condition.exit_codes):
+                return policy.action.name == "RETRY_TASK"
+        if not policies:
+            return True
+        return policies[0].action.name != "RETRY_TASK"
 
     def fail_next(self, n: int, status: int = 503, after: bool = False) -> None:
         """Answer the next ``n`` API calls with ``status``; with ``after`` each call is carried
@@ -760,6 +790,23 @@ class GcpFake:
             return
         timed = self.timed_projects.get(job.project)
         for task in job.tasks:
+            if task.preempt and task.state == "RUNNING":
+                task.preempt = False
+                self._kill(task)
+                spec = job.job.task_groups[0].task_spec
+                with self.lock:
+                    self._task_event(job, task, "FAILED", 50001)
+                    if not self.retried(spec, 50001, task.attempt):
+                        continue
+                    task.attempt += 1
+                    self._task_event(job, task, "ASSIGNED")
+                if timed is not None:
+                    task.started = time.monotonic()
+                    with self.lock:
+                        self._task_event(job, task, "RUNNING")
+                else:
+                    self._start(job, task)
+                continue
             if timed is not None and task.state == "RUNNING":
                 if time.monotonic() - task.started >= timed:
                     with self.lock:
@@ -781,11 +828,10 @@ class GcpFake:
             for pump in task.pumps:
                 pump.join(5)
             self._remove(task)
-            retries = int(job.job.task_groups[0].task_spec.max_retry_count or 0)
             if code == 0:
                 with self.lock:
                     self._task_event(job, task, "SUCCEEDED", 0)
-            elif task.attempt < retries:
+            elif self.retried(job.job.task_groups[0].task_spec, code, task.attempt):
                 with self.lock:
                     self._task_event(job, task, "FAILED", code)
                     task.attempt += 1

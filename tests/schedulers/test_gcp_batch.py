@@ -845,3 +845,76 @@ def test_a_cancelled_job_says_who_cancelled_it(
     ), cancelled.msg
     assert stopped is not None and stopped.state == AppState.CANCELLED
     assert stopped.msg.startswith("it was cancelled outside torchx_nb here ("), stopped.msg
+
+
+def test_spot_retries_a_preemption_and_the_program_only_per_max_retries() -> None:
+    """The request: spot is provisioning_model=spot; one kind of lifecycle policy per job
+    (GCP does the opposite for the codes it does not name); the fake's retry decision, GCP's
+    rule, applied to the request's own task spec."""
+    from google.cloud import batch_v1
+
+    no_retries = dryrun(app(max_retries=0), spot=True, max_preemptions=3).request.job_def
+    spec = no_retries.task_groups[0].task_spec
+    model = no_retries.allocation_policy.instances[0].policy.provisioning_model
+    assert model == batch_v1.AllocationPolicy.ProvisioningModel.SPOT
+    assert spec.max_retry_count == 3
+    assert [
+        (p.action.name, list(p.action_condition.exit_codes)) for p in spec.lifecycle_policies
+    ] == [("RETRY_TASK", [50001])]
+    assert GcpFake.retried(spec, 50001, 2) and not GcpFake.retried(spec, 50001, 3)
+    assert not GcpFake.retried(spec, 1, 0)  # the program's failure is not retried
+    # retries, and a ledger in the output path: every failure but 171 retried, capped at 10
+    ledger = dryrun(app(max_retries=2), spot=True, output_path="gs://b/p").request.job_def
+    spec = ledger.task_groups[0].task_spec
+    assert spec.max_retry_count == 10
+    assert [
+        (p.action.name, list(p.action_condition.exit_codes)) for p in spec.lifecycle_policies
+    ] == [("FAIL_TASK", [171])]
+    env = dict(spec.environment.variables)
+    assert env["TORCHX_NB_ATTEMPT_ENV"] == "BATCH_TASK_RETRY_ATTEMPT"
+    assert env["TORCHX_NB_MAX_RETRIES"] == "2" and env["TORCHX_NB_CHECKPOINT_URL"].endswith(
+        "/checkpoints"
+    )
+    assert GcpFake.retried(spec, 1, 0) and GcpFake.retried(spec, 50001, 9)
+    assert not GcpFake.retried(spec, 171, 0) and not GcpFake.retried(spec, 50001, 10)
+    # retries without a ledger: as before, max_retries and no policy
+    plain = dryrun(app(max_retries=2)).request.job_def.task_groups[0].task_spec
+    assert plain.max_retry_count == 2 and not list(plain.lifecycle_policies)
+    with pytest.raises(
+        specs.InvalidRunConfigException,
+        match=r"^spot=True and provisioning_model=standard disagree \(spot is the alias of"
+        r" provisioning_model=spot\): give only one of them$",
+    ):
+        dryrun(app(), spot=True, provisioning_model="standard")
+
+
+def test_a_task_preempted_once_runs_again_and_the_job_succeeds_with_one_preemption(
+    gcp_env: GcpFake,
+) -> None:
+    """The loopback GCP Batch ends the running task with 50001; its RETRY_TASK policy runs it
+    again, and describe tells one preemption (with when the task ran again) of a SUCCEEDED job."""
+    project = "spot-timed"
+    gcp_env.timed_projects[project] = 4.0
+    sched = GcpBatchScheduler("torchx")
+    app_id = sched.submit(shell_app("true", "unused:1"), {"project": project, "spot": True})
+    name = "projects/{}/locations/{}/jobs/{}".format(*parse_app_id(app_id))
+
+    def running() -> bool:
+        desc = sched.describe(app_id)
+        return desc is not None and desc.roles_statuses[0].replicas[0].state == AppState.RUNNING
+
+    wait_for(running, 60)
+    gcp_env.preempt_task(name, 0)
+
+    def ended() -> Any:
+        desc = sched.describe(app_id)
+        return desc if desc is not None and desc.state.name in ("SUCCEEDED", "FAILED") else None
+
+    desc = wait_for(ended, 90)
+    assert desc.state == AppState.SUCCEEDED
+    assert desc.roles[0].max_retries == 0  # maxRetryCount is the preemptions' here
+    assert len(desc.preemptions) == 1
+    (p,) = desc.preemptions
+    assert p.why == "Spot VM preempted"
+    assert p.resumed_at is not None and p.resumed_at >= p.at
+    assert desc.started is not None and p.at >= desc.started - 1

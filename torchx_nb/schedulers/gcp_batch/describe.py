@@ -14,6 +14,7 @@ from torchx_nb.specs.api import (
     Resource,
     Role,
 )
+from torchx_nb.specs.preemption import Preemption
 
 
 def _role(job: Any) -> Role:
@@ -35,8 +36,20 @@ def _role(job: Any) -> Role:
             gpu=0,
             memMB=int(spec.compute_resource.memory_mib) if spec else 0,
         ),
-        max_retries=int(spec.max_retry_count) if spec else 0,
+        max_retries=_max_retries(spec, env),
     )
+
+
+def _max_retries(spec: Any, env: dict[str, str]) -> int:
+    """The program's retries: maxRetryCount counts preemptions too when spot rules are set
+    (``gcp_batch/spot.py``): RETRY_TASK on 50001 alone means none, a ledger says its own."""
+    if spec is None:
+        return 0
+    if env.get("TORCHX_NB_MAX_RETRIES", "").isdigit():
+        return int(env["TORCHX_NB_MAX_RETRIES"])
+    if any(p.action.name == "RETRY_TASK" for p in spec.lifecycle_policies):
+        return 0
+    return int(spec.max_retry_count)
 
 
 def _console_url(app_id: str) -> str:
@@ -71,6 +84,26 @@ def explain_exit(rep: ReplicaStatus, job: Any) -> None:
     elif rep.exit_code == PREEMPTED_EXIT:
         rep.ending = "was stopped: its Spot VM was preempted"
         rep.next_step = "retry it (-cfg max_retries), or run on standard VMs"
+
+
+def task_preemptions(tasks: Iterable[Any] | None) -> list[Preemption]:
+    """Each Spot preemption of the job's tasks (a task execution that ended with exit 50001),
+    oldest first, with when that task ran again. The events keep a preemption even after the
+    retry succeeded: the job's final state decides how it ended, these tell the story."""
+    out: list[Preemption] = []
+    for task in _by_index(tasks).values():
+        events = list(task.status.status_events)
+        for i, ev in enumerate(events):
+            code = ev.task_execution.exit_code if ev.task_execution else 0
+            at = _ts(ev.event_time)
+            if code != PREEMPTED_EXIT or at is None:
+                continue
+            resumed = next(
+                (_ts(e.event_time) for e in events[i + 1 :] if e.task_state.name == "RUNNING"),
+                None,
+            )
+            out.append(Preemption(at=at, why="Spot VM preempted", resumed_at=resumed))
+    return sorted(out, key=lambda p: p.at)
 
 
 def _task_replica(task: Any, idx: int, role: str) -> ReplicaStatus:

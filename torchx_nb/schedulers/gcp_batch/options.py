@@ -8,7 +8,7 @@ from torchx_nb.schedulers.gcp_batch.constants import _DURATION_RE, DEFAULT_LOCAT
 from torchx_nb.specs.api import (
     InvalidRunConfigException,
 )
-from torchx_nb.specs.structured_opts import StructuredOpts
+from torchx_nb.specs.structured_opts import SpotOpts, StructuredOpts
 from torchx_nb.workspace import WorkspaceOpts
 
 
@@ -36,8 +36,9 @@ class _GcpBatchFields(StructuredOpts):
     """machine type (a2-highgpu-8g, n2-standard-8) or GPU family (a2-highgpu, a2-ultragpu,
     a3-highgpu, g2-standard: the member with the role's GPU count)"""
 
-    provisioning_model: str = "standard"
-    """standard, or spot (cheaper VMs that can be preempted)"""
+    provisioning_model: str | None = None
+    """standard (when not given), or spot (cheaper VMs that can be preempted; -cfg spot=True
+    says the same)"""
 
     service_account: str | None = None
     """email of the service account the VMs run as"""
@@ -63,5 +64,6 @@ class _GcpBatchFields(StructuredOpts):
 
 
 @dataclass(kw_only=True)
-class GcpBatchOpts(WorkspaceOpts, _GcpBatchFields):
-    """gcp_batch's options (TorchX's, then ours), then the workspace's."""
+class GcpBatchOpts(WorkspaceOpts, SpotOpts, _GcpBatchFields):
+    """gcp_batch's options (TorchX's, then ours), spot and the preemption limit, then the
+    workspace's."""

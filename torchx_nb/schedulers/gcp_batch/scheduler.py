@@ -40,6 +40,7 @@ from torchx_nb.schedulers.gcp_batch.describe import (
     _task_replica,
     _ts,
     explain_exit,
+    task_preemptions,
 )
 from torchx_nb.schedulers.gcp_batch.logs import GcpLogs
 from torchx_nb.schedulers.gcp_batch.options import GcpBatchOpts, parse_duration
@@ -54,9 +55,11 @@ from torchx_nb.schedulers.gcp_batch.request import (
     parse_trial_id,
     task_command,
 )
+from torchx_nb.schedulers.gcp_batch.spot import provisioning, retries
 from torchx_nb.schedulers.gcp_reasons import waiting_reason
 from torchx_nb.schedulers.outputs import (
     REMOTE_OUTPUT_DIR,
+    checkpoint_env,
     mark_cancelled,
     marked_ending,
     output_env,
@@ -142,7 +145,7 @@ class GcpBatchScheduler(
                 " gcp_a2-highgpu-1g, or --memMB)",
                 "memMB",
             )
-        model = cfg.provisioning_model.upper()
+        model = provisioning(cfg.spot, cfg.provisioning_model)
         if model not in ("STANDARD", "SPOT", "PREEMPTIBLE"):
             raise InvalidRunConfigException(
                 f"provisioning_model {cfg.provisioning_model!r}: use standard or spot",
@@ -186,7 +189,19 @@ class GcpBatchScheduler(
         r = values.apply(role)
         res = r.resource
         outputs = upload_target(cfg.output_path, name, ("gs",))
+        ledger = (
+            checkpoint_env(
+                f"{outputs.rstrip('/')}/checkpoints",
+                attempt_var="BATCH_TASK_RETRY_ATTEMPT",
+                max_retries=max(role.max_retries, 0),
+                max_preemptions=cfg.max_preemptions,
+            )
+            if outputs
+            else {}
+        )
+        retry_count, policies = retries(role.max_retries, cfg.max_preemptions, bool(ledger))
         env = {
+            **ledger,
             **(output_env(REMOTE_OUTPUT_DIR, outputs) if outputs else {}),
             **r.env,
             "TORCHX_ROLE_IDX": "0",
@@ -218,7 +233,8 @@ class GcpBatchScheduler(
             compute_resource=batch_v1.ComputeResource(
                 cpu_milli=max(res.cpu, 1) * 1000, memory_mib=max(res.memMB, 0)
             ),
-            max_retry_count=max(role.max_retries, 0),
+            max_retry_count=retry_count,
+            lifecycle_policies=policies,
             volumes=volumes,
         )
         if checked.max_run_seconds:
@@ -447,6 +463,7 @@ class GcpBatchScheduler(
             metadata=dict(job.labels),
             started=_started(job),
             ended=_ts(job.update_time) if is_terminal(state) else None,
+            preemptions=task_preemptions(tasks),
         )
         failed = [r for r in replicas if r.state == AppState.FAILED]
         if failed:
