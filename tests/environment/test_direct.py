@@ -259,3 +259,40 @@ def test_a_git_server_that_answers_nothing_or_trickles_is_one_line_not_a_hang(
         listener.close()
         for conn in held:
             conn.close()
+
+
+def test_the_kernel_s_git_repository_variables_do_not_reach_the_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel whose environment points git at another repository (GIT_DIR exported for a
+    dotfiles repository, GIT_WORK_TREE, GIT_INDEX_FILE; a kernel started from a git hook):
+    git cloned into that repository, took its commit for the requirement's (an empty
+    checkout, the other repository's identity) and detached the other repository's HEAD.
+    pip unsets them; so does the checkout now."""
+    monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(tmp_path / "data"))
+    root = tmp_path / "repos"
+    repo = make_repo(root, "tnbenv")
+    wanted = commit_to(repo, {"pyproject.toml": "", "tnbenv.py": "V = 'requirement'\n"})
+    mine = tmp_path / "mine"
+    git = ["git", "-C", str(mine), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(mine)], check=True)
+    (mine / "mine.txt").write_text("mine\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "mine"], check=True)
+    monkeypatch.setenv("GIT_DIR", str(mine / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(mine))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(mine / ".git" / "index"))
+    for ref in (
+        f"git+{(root / 'tnbenv.git').as_uri()}",
+        f"git+{(root / 'tnbenv.git').as_uri()}@main",
+    ):
+        got = fetch(parse_direct(f"{ref}#egg=tnbenv"), "req.txt", IndexSettings())
+        assert got.identity == f"git:{wanted}"
+        assert (got.path / "tnbenv.py").read_text() == "V = 'requirement'\n"
+    monkeypatch.delenv("GIT_DIR")
+    monkeypatch.delenv("GIT_WORK_TREE")
+    monkeypatch.delenv("GIT_INDEX_FILE")
+    head = subprocess.run([*git, "symbolic-ref", "HEAD"], capture_output=True, text=True)
+    assert head.stdout.strip() == "refs/heads/main", head.stderr  # not detached
+    status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == ""

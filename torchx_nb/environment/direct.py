@@ -32,6 +32,27 @@ _EGG = re.compile(r"[#&]egg=([A-Za-z0-9][A-Za-z0-9._-]*)")
 _SUB = re.compile(r"[#&]subdirectory=([^&]+)")
 _FETCHED_DAYS = 1  # fetched checkouts and files older than this are swept
 READ_TIMEOUT_S = 60.0  # a download that sends nothing for this long is given up
+# what `git rev-parse --local-env-vars` lists: the variables that point git at a repository
+_REPOSITORY_ENV = frozenset(
+    [
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_CONFIG",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_IMPLICIT_WORK_TREE",
+        "GIT_GRAFT_FILE",
+        "GIT_INDEX_FILE",
+        "GIT_NO_REPLACE_OBJECTS",
+        "GIT_REPLACE_REF_BASE",
+        "GIT_PREFIX",
+        "GIT_INTERNAL_SUPER_PREFIX",
+        "GIT_SHALLOW_FILE",
+        "GIT_COMMON_DIR",
+    ]
+)
 GIT_TIMEOUT_S = 600.0  # one git command (a clone, the submodules) that runs longer is stopped
 
 
@@ -367,7 +388,14 @@ def git_env(url: str) -> tuple[str, dict[str, str]]:
     prompt for what is missing. A ``file:`` repository may have ``file:`` submodules (git
     refuses them by default: ``protocol.file.allow=user``); any other may not."""
     plain, creds = _split_credentials(url)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG_")}
+    # none of the kernel's repository variables (a GIT_DIR exported for dotfiles, a kernel
+    # started from a git hook): with them git clones, checks out and reads the commit of
+    # that other repository, whose HEAD it detaches; pip unsets them too
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GIT_CONFIG_") and k not in _REPOSITORY_ENV
+    }
     env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", GCM_INTERACTIVE="never")
     # a server that answers nothing (or stops sending) ends git's HTTP transfer after
     # READ_TIMEOUT_S, as a download's does; git has no such limit of its own
