@@ -756,3 +756,44 @@ def test_spot_says_in_one_line_when_the_queue_has_no_spot_compute_environment(
         computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce["computeEnvironmentArn"]}],
     )
     assert "has no SPOT" not in str(sched.submit_dryrun(app(), {"queue": spot_queue, "spot": True}))
+
+
+def test_describe_lists_each_reclaimed_host_as_a_preemption() -> None:
+    """A DescribeJobs job (its attempts checked against botocore's AttemptDetail shape) whose
+    first attempt's host was terminated and whose second succeeded: SUCCEEDED, 1 preemption
+    with when the second attempt started; a program failure's attempt is none."""
+    import boto3
+    import botocore.session
+
+    detail = botocore.session.get_session().get_service_model("batch").shape_for("AttemptDetail")
+    attempts = [
+        {
+            "startedAt": 1_000_000,
+            "stoppedAt": 1_060_000,
+            "statusReason": "Host EC2 (instance i-0abc) terminated.",
+            "container": {"exitCode": 143},
+        },
+        {
+            "startedAt": 1_100_000,
+            "stoppedAt": 1_130_000,
+            "statusReason": "Essential container in task exited",
+            "container": {"exitCode": 1},
+        },
+        {"startedAt": 1_200_000, "stoppedAt": 1_260_000, "container": {"exitCode": 0}},
+    ]
+    for attempt in attempts:
+        assert set(attempt) <= set(detail.members)
+    sched = AwsBatchScheduler("torchx", client=boto3.client("batch", region_name="us-west-2"))
+    job = {
+        "jobId": "j-1",
+        "jobName": "bt",
+        "status": "SUCCEEDED",
+        "startedAt": 1_000_000,
+        "stoppedAt": 1_260_000,
+        "attempts": attempts,
+        "container": {"image": "img", "command": ["python"], "environment": []},
+    }
+    desc = sched._to_response("q:bt", job)
+    assert desc.state == AppState.SUCCEEDED
+    assert [(p.at, p.resumed_at) for p in desc.preemptions] == [(1060.0, 1100.0)]
+    assert desc.preemptions[0].why == "spot capacity reclaimed: its EC2 host was terminated"

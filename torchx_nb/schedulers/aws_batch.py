@@ -27,7 +27,7 @@ from torchx_nb.schedulers.aws_batch_request import BatchJob as BatchJob
 from torchx_nb.schedulers.aws_batch_request import container as role_container
 from torchx_nb.schedulers.aws_batch_request import format_request, job_name
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
-from torchx_nb.schedulers.aws_batch_spot import retry_strategy, spot_note
+from torchx_nb.schedulers.aws_batch_spot import reclaims, retry_strategy, spot_note
 from torchx_nb.schedulers.aws_batch_status import (
     STATES,
     apply_exits,
@@ -383,6 +383,7 @@ class AwsBatchScheduler(
             metadata=dict(job.get("tags") or {}),
             started=job["startedAt"] / 1000 if job.get("startedAt") else None,
             ended=job["stoppedAt"] / 1000 if job.get("stoppedAt") and is_terminal(state) else None,
+            preemptions=reclaims(job),
         )
         if job.get("statusReason"):
             resp.msg = str(job["statusReason"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchx_nb.apps.checkpoint import RETRIES_SPENT_EXIT
+from torchx_nb.specs.preemption import Preemption
 
 MAX_ATTEMPTS = 10  # Batch's attempts, in total, program retries and reclaims together
 RECLAIMED = "Host EC2*"  # the status reason of an attempt whose EC2 host was terminated
@@ -48,3 +49,25 @@ def spot_note(queue: str, environments: list[dict[str, Any]]) -> str | None:
         f"spot: queue {queue!r} has no SPOT compute environment (types: {said}); on AWS Batch"
         " spot is the queue's: give -cfg queue=Q of a queue with a SPOT or FARGATE_SPOT one"
     )
+
+
+def reclaims(job: dict[str, Any]) -> list[Preemption]:
+    """Each attempt of a DescribeJobs ``job`` whose EC2 host was terminated (its status reason
+    matches the RETRY rule), oldest first, with when the next attempt started."""
+    attempts = job.get("attempts") or []
+    out = []
+    for i, attempt in enumerate(attempts):
+        if not str(attempt.get("statusReason") or "").startswith(RECLAIMED.rstrip("*")):
+            continue
+        stopped = attempt.get("stoppedAt") or attempt.get("startedAt")
+        if not stopped:
+            continue
+        nxt = attempts[i + 1].get("startedAt") if i + 1 < len(attempts) else None
+        out.append(
+            Preemption(
+                at=stopped / 1000,
+                why="spot capacity reclaimed: its EC2 host was terminated",
+                resumed_at=nxt / 1000 if nxt else None,
+            )
+        )
+    return out
