@@ -163,6 +163,49 @@ def test_python_full_version_is_the_image_s_own_or_this_kernel_s_never_x_y_0(
     assert pins_from_file(str(reqs), older, IndexSettings(), resolve=False) == []
 
 
+def test_a_marker_on_one_patch_release_is_one_line_when_the_image_does_not_say_its_own(
+    tmp_path: Path,
+) -> None:
+    """Without the image's full version a marker was evaluated at X.Y.0 and X.Y.999 only:
+    ``python_full_version == '3.11.7'`` (or ``!=``, ``===``, ``in``) gave the same answer at
+    both, so it was taken as false (or true) on any 3.11 — on a 3.11.7 image the dependency
+    was silently dropped (or kept). It is the one line, as a patch range is; a marker that
+    holds at every patch release still needs no full version."""
+    from packaging.markers import Marker
+
+    reqs = tmp_path / "requirements.txt"
+    image = _image("3.11")
+    for marker in (
+        "python_full_version == '3.11.7'",
+        "python_full_version != '3.11.7'",
+        "python_full_version === '3.11.7'",
+        "python_full_version in '3.11.7 3.11.8'",
+        "implementation_version == '3.11.12'",
+    ):
+        reqs.write_text(f"tnbpatch==1.0; {marker}\n")
+        with pytest.raises(TorchxNbError) as e:
+            pins_from_file(str(reqs), image, IndexSettings(), resolve=False)
+        shown = repr(str(Marker(marker)))  # as packaging writes it back
+        assert str(e.value).startswith(
+            f"--packages {reqs}: the marker {shown} depends on the image's Python patch"
+            " version, which the image does not say"
+        ), marker
+    for marker, holds in (
+        ("python_full_version == '3.11.*'", True),
+        ("python_full_version >= '3.11'", True),
+        ("python_full_version == '3.10.7'", False),
+        ("python_full_version < '3.12'", True),
+    ):
+        reqs.write_text(f"tnbpatch==1.0; {marker}\n")
+        got = pins_from_file(str(reqs), image, IndexSettings(), resolve=False)
+        assert _names(got) == ([("tnbpatch", "1.0")] if holds else []), marker
+    declared = ImageContents("3.11", "/usr/local", (), python_full="3.11.7")
+    reqs.write_text("tnbpatch==1.0; python_full_version == '3.11.7'\n")
+    assert _names(pins_from_file(str(reqs), declared, IndexSettings(), resolve=False)) == [
+        ("tnbpatch", "1.0")
+    ]
+
+
 def test_a_requirements_file_keeps_every_line_or_names_the_one_it_cannot_honour(
     tmp_path: Path,
 ) -> None:

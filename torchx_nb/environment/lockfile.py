@@ -9,6 +9,7 @@ source is fetched at submit (direct.py): the lock's commit, the lock's file and 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,8 +71,9 @@ def marker_environment(contents: ImageContents | None) -> dict[str, str]:
 
 def marker_holds(marker: object, env: dict[str, str], where: object) -> bool:
     """Whether ``marker`` holds on the image (True when there is none). Without the image's
-    full version, a marker is evaluated at its Python's first and a late patch release: one
-    whose answer depends on the patch (``python_full_version < '3.11.4'``) is one line."""
+    full version, a marker is evaluated at every patch release of its Python where its answer
+    can change (see ``_patches``): one whose answer depends on the patch
+    (``python_full_version < '3.11.4'``, ``== '3.11.7'``) is one line."""
     from packaging.markers import InvalidMarker, Marker
 
     if not marker:
@@ -83,7 +85,7 @@ def marker_holds(marker: object, env: dict[str, str], where: object) -> bool:
         python = env["python_version"]
         answers = {
             parsed.evaluate({**env, "python_full_version": full, "implementation_version": full})
-            for full in (f"{python}.0", f"{python}.999")
+            for full in _patches(python, str(marker))
         }
     except (InvalidMarker, ValueError) as e:
         raise TorchxNbError(
@@ -97,6 +99,18 @@ def marker_holds(marker: object, env: dict[str, str], where: object) -> bool:
             " marker with python_version"
         )
     return answers.pop()
+
+
+def _patches(python: str, marker: str) -> list[str]:
+    """The patch releases of ``python`` (``3.11``) a marker is evaluated at to know every
+    answer it can give: 0, a late one, and each patch release the marker names with its
+    neighbours (an answer changes only there: ``== '3.11.7'`` holds at 3.11.7 alone), every
+    one up to the highest named when that is small (``in '3.11.10'`` compares text)."""
+    named = {int(n) for n in re.findall(re.escape(python) + r"\.(\d{1,6})", marker)}
+    points = {0, 999_999, *named, *(n + 1 for n in named), *(n - 1 for n in named if n)}
+    if named and max(named) <= 100:
+        points.update(range(max(named) + 2))
+    return [f"{python}.{n}" for n in sorted(points)]
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
