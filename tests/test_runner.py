@@ -219,6 +219,31 @@ def test_schedule_takes_only_what_dryrun_made() -> None:
             runner.schedule(foreign)
 
 
+def test_a_dry_run_cannot_be_sent_and_a_prepared_run_is_sent_once(tmp_path: Path) -> None:
+    """``Runner.schedule`` of a ``Runner.dryrun`` with a workspace sent a job whose files were
+    never written (it ended FAILED, exit 2: cell_main.py not found); a second ``schedule`` of
+    the same dry run crashed with local_cwd's FileExistsError (other backends sent a second
+    job of the same name). Both are one line now, before anything is sent."""
+    from torchx_nb.components.cell import cell
+    from torchx_nb.specs.api import TorchxNbError
+
+    with get_runner() as runner:
+        dry = runner.dryrun(cell(source="6 * 7"), "local_cwd", workspace=str(tmp_path))
+        with pytest.raises(TorchxNbError, match=r"prepared for a dry run: .*build_workspace=True"):
+            runner.schedule(dry)
+        assert runner.jobstore.list() == []
+        built = runner.dryrun(
+            cell(source="6 * 7"), "local_cwd", workspace=str(tmp_path), build_workspace=True
+        )
+        handle = runner.schedule(built)
+        with pytest.raises(TorchxNbError, match=f"already submitted as {handle}; prepare it"):
+            runner.schedule(built)
+        assert [r.handle for r in runner.jobstore.list()] == [handle]
+        status = runner.wait(handle, wait_interval=0.2)
+        assert status is not None and status.state == AppState.SUCCEEDED
+        assert runner.result(handle) == 42
+
+
 def test_the_dry_run_summary_reads_the_program_not_its_args(tmp_path: Path) -> None:
     """A cell that mentions the runner's file, sent with ``python -c`` (no workspace), was
     said to run under the cell runner: the summary searched the args for that name."""

@@ -137,6 +137,9 @@ class PreparedRun:
     #: backend's, e.g. SageMaker's ``metric_definitions``): the notebook charts them beside
     #: those the magic names
     metric_definitions: Mapping[str, str] = field(default_factory=dict)
+    #: made for a dry run (``Runner.prepare`` without ``build``): its workspace was only
+    #: listed, nothing built, pushed or written, so it cannot be submitted
+    dry: bool = False
 
     @property
     def request(self) -> Any:

@@ -9,6 +9,7 @@ import json
 import os
 import time
 import warnings
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ class Submitting:
         self.ctx = ctx
         self._noticing = noticing
         self._attempts = attempts
+        #: the prepared runs submitted (by id, while they live) and their handles
+        self._sent: dict[int, AppHandle] = {}
 
     def prepare(self, request: RunRequest, build: bool = False) -> PreparedRun:
         """Check everything in ``request`` and build the scheduler's exact request: the
@@ -106,11 +109,19 @@ class Submitting:
     def submit(self, prepared: PreparedRun, **record: str | None) -> AppHandle:
         """Send a prepared (built) run and record it in the job store (with ``record``: a
         sweep trial's ``sweep``, ``trial`` and ``params``)."""
+        _refuse_dry(prepared)
+        if id(prepared) in self._sent:
+            raise TorchxNbError(
+                f"this prepared run was already submitted as {self._sent[id(prepared)]};"
+                " prepare it again to send another job"
+            )
         sched = self.ctx.get_scheduler(prepared.scheduler)
         if isinstance(sched, RunsEndHook):
             sched.end_hook = self._noticing.end_hook()
         app_id = sched.schedule(prepared.info)
         handle = make_app_handle(prepared.scheduler, self.ctx.session, app_id)
+        self._sent[id(prepared)] = handle  # its request names its job: sent once
+        weakref.finalize(prepared, self._sent.pop, id(prepared), None)
         outputs = None
         if isinstance(sched, StoresOutputs):
             with contextlib.suppress(Exception):
@@ -144,6 +155,7 @@ class Submitting:
         """Send a prepared run as one native array of ``len(points)`` tasks (its scheduler
         ``SubmitsArrays``), and record each task as a trial of ``sweep`` (``points``: each
         trial's parameters as JSON). Returns the trials' handles, in index order."""
+        _refuse_dry(prepared)
         sched = self.ctx.get_scheduler(prepared.scheduler)
         if not isinstance(sched, SubmitsArrays):
             raise TorchxNbError(f"{prepared.scheduler} has no native arrays")
@@ -392,7 +404,17 @@ class Submitting:
         info = sched.submit_dryrun(app, opts, folder)
         metrics = sched.metric_definitions(opts) if isinstance(sched, DefinesMetrics) else {}
         return PreparedRun(
-            program, app, info, scheduler, opts, use, plan, built, dict(record), metrics
+            program,
+            app,
+            info,
+            scheduler,
+            opts,
+            use,
+            plan,
+            built,
+            dict(record),
+            metrics,
+            dry=not build and use is not None,
         )
 
     def dryrun(
@@ -503,3 +525,14 @@ class Submitting:
         """Build the named component from CLI-style (or dict) args, then dryrun it."""
         app = self.ctx.component_app(component, component_args)
         return self.dryrun(app, scheduler, cfg, workspace, parent_run_id, build_workspace)
+
+
+def _refuse_dry(prepared: PreparedRun) -> None:
+    """A run prepared for a dry run is refused before anything is sent: its job would find
+    none of its files (its workspace was only listed)."""
+    if prepared.dry:
+        raise TorchxNbError(
+            "this run was prepared for a dry run: its workspace was only listed, nothing was"
+            " built or written; prepare it with build=True (Runner.dryrun(...,"
+            " build_workspace=True)) to submit it"
+        )
