@@ -75,6 +75,9 @@ def _server(tmp_path: Path) -> Iterator[tuple[str, dict[str, int]]]:
             self.send_response(200)
             if kind == "gzipped":  # a server that labels the .tar.gz as gzip-encoded
                 self.send_header("Content-Encoding", "gzip")
+            if kind == "login":  # a store that answers a sign-in page with 200
+                body = b"<html><body><form>Sign in</form></body></html>"
+                self.send_header("Content-Type", "text/html; charset=utf-8")
             if kind not in ("cutnolen", "cutsdist"):
                 self.send_header("Content-Length", str(len(body)))
             else:
@@ -215,7 +218,8 @@ def test_a_download_is_the_file_as_served_and_its_metadata_agrees_as_pip_reads_i
     sha256, a '#sha256=' of the real file refused, a plain tar named .tar.gz). A wheel whose
     METADATA gives another version than its file name is refused, as pip refuses it (it was
     taken: the plan said 1.0, the job got 2.0); one whose name and version differ only by
-    normalization (Foo.Bar 1.0.0 in foo_bar-1.0-….whl) is the same distribution."""
+    normalization (Foo.Bar 1.0.0 in foo_bar-1.0-….whl) is the same distribution. A web page
+    answered instead of the file (a sign-in page) is said as such."""
     monkeypatch.setenv("TORCHX_NB_DATA_DIR", str(tmp_path / "data"))
     want = hashlib.sha256(_sdist("tnbt")).hexdigest()
     with _server(tmp_path) as (base, _):
@@ -233,3 +237,10 @@ def test_a_download_is_the_file_as_served_and_its_metadata_agrees_as_pip_reads_i
         )
         url = f"{base}/normalized/foo_bar-1.0-py3-none-any.whl"
         assert fetch(parse_direct(url), "req.txt", IndexSettings()).is_wheel
+        # a sign-in page answered with 200 was 'not a whole wheel (BadZipFile …): fetch it
+        # again', as if the download had been cut
+        url = f"{base}/login/tnbt-1.0-py3-none-any.whl"
+        assert _refusal(url) == (
+            f"--packages req.txt: {url} answered a web page (text/html), not a wheel: a login"
+            " page? fix the URL or its access"
+        )

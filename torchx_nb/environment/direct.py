@@ -247,7 +247,7 @@ def _download(ref: DirectRef, origin: str, index: IndexSettings, dest: Path) -> 
     auth = tuple(creds.split(":", 1)) if creds else None
     target = dest / filename
     digest = hashlib.sha256()
-    size, length, answered = 0, None, False
+    size, length, answered, served_as = 0, None, False, ""
     try:
         with _session().get(
             plain,
@@ -261,6 +261,7 @@ def _download(ref: DirectRef, origin: str, index: IndexSettings, dest: Path) -> 
             cert=index.client_cert,
         ) as resp:
             answered = True
+            served_as = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
             code = resp.status_code
             if code in (401, 403):
                 said = f"refused the credentials (HTTP {code}): fix the URL or its access"
@@ -296,7 +297,7 @@ def _download(ref: DirectRef, origin: str, index: IndexSettings, dest: Path) -> 
         raise TorchxNbError(f"--packages {origin}: {ref.shown} {said}")
     got = digest.hexdigest()
     _check_hash(ref, got, origin)
-    _check_archive(ref, target, origin)
+    _check_archive(ref, target, origin, served_as)
     return Fetched(target, f"sha256:{got}", filename.endswith(".whl"))
 
 
@@ -332,7 +333,7 @@ def _timed_out(e: Exception) -> bool:
     return isinstance(e, requests.exceptions.ReadTimeout) or isinstance(inner, ReadTimeoutError)
 
 
-def _check_archive(ref: DirectRef, path: Path, origin: str) -> None:
+def _check_archive(ref: DirectRef, path: Path, origin: str, served_as: str = "") -> None:
     """Refuse, in one line, a file that is not a whole wheel or sdist (a download cut short
     with no length to tell), or whose own metadata names another distribution, or another
     version, than its file name does (pip refuses both: 'inconsistent name' / 'inconsistent
@@ -347,6 +348,11 @@ def _check_archive(ref: DirectRef, path: Path, origin: str) -> None:
     try:
         name, version = name_and_version(path)
     except ValueError as e:
+        if served_as in ("text/html", "application/xhtml+xml"):  # a login or error page
+            raise TorchxNbError(
+                f"--packages {origin}: {ref.shown} answered a web page ({served_as}), not a"
+                f" {kind}: a login page? fix the URL or its access"
+            ) from None
         raise TorchxNbError(
             f"--packages {origin}: {ref.shown} is not a whole {kind} ({e}): fetch it again,"
             " or fix the file"
