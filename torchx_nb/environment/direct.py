@@ -505,7 +505,10 @@ def _run_git(
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        proc.wait()  # not its pipes: a helper that left the group may still hold them
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
         if isinstance(e, subprocess.TimeoutExpired):
             raise TorchxNbError(
                 f"--packages {origin}: {ref.guess_name()} from {ref.shown}: git {args[0]} did"
