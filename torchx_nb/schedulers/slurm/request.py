@@ -156,12 +156,13 @@ set +e
 srun {srun} &
 srun_pid=$!
 wait $srun_pid
-exitcode=$?
 if [ -n "${{cancelled:-}}" ]; then
     scancel --signal=TERM "$SLURM_JOB_ID"
-    wait $srun_pid
-    exitcode=$?
+    # a second cancel's SIGTERM ends ``wait`` again: wait until srun has really ended
+    while kill -0 $srun_pid 2>/dev/null; do wait $srun_pid; done
 fi
+wait $srun_pid  # srun's own status (bash keeps it once it has been waited for)
+exitcode=$?
 set -e
 
 echo "job exited with code $exitcode"
