@@ -116,6 +116,33 @@ def test_a_uv_lock_is_evaluated_for_the_image_s_python_and_platform(tmp_path: Pa
     )
 
 
+def test_one_version_locked_from_two_indexes_is_told_apart_by_its_source(
+    tmp_path: Path,
+) -> None:
+    """A lock that takes one version of a package from two indexes, by platform (a CPU and
+    a CUDA index, as uv's sources with markers write it): uv names the source in each
+    dependency, and the two packages differ only by it. That was 'the lock names torch 2.5.1
+    more than once: run uv lock again' (false); the dependency's source picks the package."""
+    cpu, cuda = "https://cpu.example/simple", "https://cuda.example/simple"
+    lock = tmp_path / "uv.lock"
+    lock.write_text(
+        'version = 1\nrequires-python = ">=3.8"\n\n[[package]]\nname = "app"\nversion = "0.1"\n'
+        'source = { virtual = "." }\ndependencies = [\n'
+        f'    {{ name = "torch", version = "2.5.1", source = {{ registry = "{cpu}" }},'
+        " marker = \"sys_platform == 'darwin'\" },\n"
+        f'    {{ name = "torch", version = "2.5.1", source = {{ registry = "{cuda}" }},'
+        " marker = \"sys_platform == 'linux'\" },\n]\n\n"
+        f'[[package]]\nname = "torch"\nversion = "2.5.1"\nsource = {{ registry = "{cpu}" }}\n'
+        'wheels = [{ url = "https://cpu.example/torch-2.5.1-cp311-none-macosx_11_0_arm64.whl",'
+        f' hash = "sha256:{"a" * 64}" }}]\n\n'
+        f'[[package]]\nname = "torch"\nversion = "2.5.1"\nsource = {{ registry = "{cuda}" }}\n'
+        'wheels = [{ url = "https://cuda.example/torch-2.5.1-cp311-cp311-linux_x86_64.whl",'
+        f' hash = "sha256:{"b" * 64}" }}]\n'
+    )
+    (pin,) = pins_from_file(str(lock), _image("3.11"), IndexSettings())
+    assert (pin.name, pin.version, pin.hashes) == ("torch", "2.5.1", (f"sha256:{'b' * 64}",))
+
+
 def test_python_full_version_is_the_image_s_own_or_this_kernel_s_never_x_y_0(
     tmp_path: Path,
 ) -> None:

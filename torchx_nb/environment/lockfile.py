@@ -170,6 +170,8 @@ def pins_from_lock(
         candidates = by_name.get(key, [])
         if "version" in dep:
             candidates = [c for c in candidates if c.get("version") == dep["version"]]
+        if isinstance(dep.get("source"), dict):  # one version from two sources (indexes)
+            candidates = [c for c in candidates if c.get("source") == dep["source"]]
         if len(candidates) != 1:
             raise TorchxNbError(
                 f"--packages {path}: the lock names {dep.get('name')!r}"
