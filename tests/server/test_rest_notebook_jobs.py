@@ -138,6 +138,17 @@ def test_a_notebook_runs_from_the_api_and_comes_back_beside_it(
             "slurm option time='abc' is not a Slurm time limit: give minutes (90),",
         ),
         ([1], "the body must be a JSON object"),
+        # a lone surrogate ("\\ud800" in the JSON) passed every check and failed after the
+        # submit, a 500; a job name's was submitted and never recorded
+        (
+            {"notebook": "reports/daily.ipynb", "typed_cfg": "log_dir=/tmp/\ud800"},
+            "typed_cfg holds a lone surrogate",
+        ),
+        (
+            {"notebook": "reports/daily.ipynb", "parameters": {"x": "a\udfff"}},
+            "parameters.x holds a lone surrogate",
+        ),
+        ({"notebook": "reports/daily.ipynb", "name": "n\ud800"}, "name holds a lone surrogate"),
     ],
 )
 def test_anything_that_cannot_run_is_a_400_naming_it_and_nothing_is_submitted(

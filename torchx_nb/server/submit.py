@@ -70,6 +70,42 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def _not_utf8(value: Any) -> bool:
+    """Whether ``value`` holds text that is not UTF-8 (a lone surrogate, ``"\\ud800"`` in JSON:
+    no file name, store row or environment variable can take it), without recursion."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return False
+
+
+def _lone_surrogate(body: Any) -> None:
+    """A field holding a lone surrogate is refused, named (``parameters.NAME``, ``cfg.KEY``
+    inside those): it passed every check and failed after the submit, a 500 (a job name's
+    was submitted and never recorded)."""
+    for name, value in body.items() if isinstance(body, dict) else ():
+        if not _not_utf8([name, value]):
+            continue
+        inner = (
+            [k for k, v in value.items() if _not_utf8([k, v])] if isinstance(value, dict) else []
+        )
+        where = f"{name}.{inner[0]}" if inner else str(name)
+        where = where.encode("utf-8", "backslashreplace").decode()[:80]
+        raise BadSubmission(
+            f"{where} holds a lone surrogate (a \\ud800-\\udfff escape): send UTF-8 text"
+        )
+
+
 def _deepest_field(raw: bytes) -> str:
     """The top-level field (``parameters.NAME`` inside parameters) where JSON too deep to
     parse goes deepest, read by a scan of the text (strings skipped)."""
@@ -153,6 +189,7 @@ def parse_submission(raw: bytes, root_dir: str | None) -> NotebookSubmission:
     for name, value in given.items() if isinstance(given, dict) else ():
         if isinstance(value, (dict, list)) and _depth(value) > MAX_DEPTH:
             raise BadSubmission(f"parameters.{name} nests too deep: at most {MAX_DEPTH} levels")
+    _lone_surrogate(body)
     try:
         check_body(PATH, "post", body)
     except DoesNotConform as e:
