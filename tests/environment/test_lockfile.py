@@ -143,6 +143,38 @@ def test_one_version_locked_from_two_indexes_is_told_apart_by_its_source(
     assert (pin.name, pin.version, pin.hashes) == ("torch", "2.5.1", (f"sha256:{'b' * 64}",))
 
 
+def test_a_url_source_s_wheel_is_the_one_tagged_for_the_image(tmp_path: Path) -> None:
+    """A lock's url source listing wheels for several platforms: the one fetched is the one
+    the image's Python and platform accept (the first listed was taken, a macOS wheel for a
+    Linux image, and failed at install), else its sdist."""
+    base = "https://files.example/tnburl"
+    mac = f"{base}/tnburl-1.0-cp311-cp311-macosx_11_0_arm64.whl"
+    linux = f"{base}/tnburl-1.0-cp311-cp311-manylinux_2_17_x86_64.whl"
+
+    def lock_with(*files: str, sdist: bool = False) -> Path:
+        lock = tmp_path / "uv.lock"
+        wheels = ", ".join(f'{{ url = "{u}", hash = "sha256:{"c" * 64}" }}' for u in files)
+        lock.write_text(
+            'version = 1\nrequires-python = ">=3.8"\n\n[[package]]\nname = "app"\n'
+            'version = "0.1"\nsource = { virtual = "." }\n'
+            'dependencies = [{ name = "tnburl" }]\n\n'
+            f'[[package]]\nname = "tnburl"\nversion = "1.0"\nsource = {{ url = "{mac}" }}\n'
+            f"wheels = [{wheels}]\n"
+            + (
+                f'sdist = {{ url = "{base}/tnburl-1.0.tar.gz", hash = "sha256:{"d" * 64}" }}\n'
+                if sdist
+                else ""
+            )
+        )
+        return lock
+
+    image = ImageContents("3.11", "/usr/local", (), glibc="2.36")
+    (pin,) = pins_from_file(str(lock_with(mac, linux)), image, IndexSettings(), resolve=False)
+    assert pin.direct is not None and pin.direct.url == linux
+    (pin,) = pins_from_file(str(lock_with(mac, sdist=True)), image, IndexSettings(), resolve=False)
+    assert pin.direct is not None and pin.direct.url == f"{base}/tnburl-1.0.tar.gz"
+
+
 def test_python_full_version_is_the_image_s_own_or_this_kernel_s_never_x_y_0(
     tmp_path: Path,
 ) -> None:

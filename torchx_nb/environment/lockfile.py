@@ -113,6 +113,19 @@ def _patches(python: str, marker: str) -> list[str]:
     return [f"{python}.{n}" for n in sorted(points)]
 
 
+def _wheel_fits(url: str, contents: ImageContents) -> bool:
+    """Whether the wheel a URL names is tagged for the image's Python and platform."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    from torchx_nb.environment.tags import fitting
+
+    try:
+        _, _, _, tags = parse_wheel_filename(url.rsplit("/", 1)[-1].split("#", 1)[0])
+    except InvalidWheelFilename:
+        return False
+    return bool(fitting([str(t) for t in tags], contents))
+
+
 def _load(path: Path) -> list[dict[str, Any]]:
     import tomllib
 
@@ -190,7 +203,7 @@ def pins_from_lock(
             else:
                 chosen[ident] = pkg
                 queue += list(pkg.get("dependencies") or [])
-    pins = [_pin(pkg, path) for pkg in chosen.values()]
+    pins = [_pin(pkg, path, contents) for pkg in chosen.values()]
     if (
         root.get("source", {}).get("editable") == "."
         or root.get("source", {}).get("directory") == "."
@@ -206,7 +219,7 @@ def pins_from_lock(
     return pins
 
 
-def _pin(pkg: dict[str, Any], path: Path) -> FilePin:
+def _pin(pkg: dict[str, Any], path: Path, contents: ImageContents | None = None) -> FilePin:
     source = pkg.get("source") or {}
     name, version = str(pkg["name"]), str(pkg.get("version", ""))
     if not isinstance(source, dict) or "registry" in source:
@@ -223,10 +236,13 @@ def _pin(pkg: dict[str, Any], path: Path) -> FilePin:
             return FilePin(name, version, str(folder), f"built from {source[kind]}")
     ref = lock_source(source, name)
     if ref is not None:
-        if ref.vcs is None:  # a url source: the wheel it lists (a pure one first), its hash
+        if ref.vcs is None:  # a url source: the wheel it lists for the image, its hash
             wheels = [w for w in pkg.get("wheels") or [] if isinstance(w, dict) and w.get("url")]
             wheels.sort(key=lambda w: not str(w["url"]).endswith("-none-any.whl"))
             sdist = pkg.get("sdist") if isinstance(pkg.get("sdist"), dict) else None
+            if contents is not None and contents.python:  # one that fits it, else the sdist
+                fit = [w for w in wheels if _wheel_fits(str(w["url"]), contents)]
+                wheels = fit or ([] if sdist else wheels)
             chosen = wheels[0] if wheels else sdist
             if chosen and chosen.get("url"):
                 ref = DirectRef(name, str(chosen["url"]), sha256=chosen.get("hash"))
