@@ -270,3 +270,25 @@ def test_the_upload_target_is_where_the_build_uploads_its_own_layers(tmp_path: P
     assert batch.upload_target(str(ws), batch_opts) == repo
     (ws / "Dockerfile.torchx").write_text("FROM scratch\n")
     assert batch.upload_target(str(ws), batch_opts) is None
+
+
+def test_an_unknown_builder_is_refused_by_the_dry_run(tmp_path: Path) -> None:
+    """``-cfg builder=nosuch`` passed the dry run (exit 0: the name was checked only when the
+    build chose its builder, and the dry run's environment plan hid it in its packages
+    line); the build then failed (over REST: a 502 where a 400 belongs)."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from tests.conftest import cli
+
+    nb = tmp_path / "nb.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("1")]), nb)
+    code, out, err = cli(
+        "run-notebook", "--dryrun", "-s", "local_docker", "-cfg", "builder=nosuch", str(nb)
+    )
+    assert (code, out) == (1, "")
+    assert err == "torchx-nb: error: unknown builder 'nosuch': use auto, docker or registry\n"
+    code, out, err = cli(
+        "run-notebook", "--dryrun", "-s", "local_docker", "-cfg", "builder=Registry", str(nb)
+    )
+    assert code == 0 and "program:   the notebook nb.ipynb" in out, err

@@ -76,8 +76,13 @@ class WorkspaceMixin(Generic[T]):
 
     def plan_image(self, role: Role, workspace: str, cfg: Any) -> None:
         """What ``patch_image`` will make of ``role.image``, without building or pushing: the
-        patched image to be pushed (its digest is known only after the push). For dry runs."""
-        repo = self.image_opts(cfg, build=False).image_repo
+        patched image to be pushed (its digest is known only after the push). For dry runs;
+        an unknown builder is refused here as the build would."""
+        from torchx_nb.workspace.builders import builder_name
+
+        opts = self.image_opts(cfg, build=False)
+        builder_name(opts.builder)
+        repo = opts.image_repo
         base = role.image
         role.image = (
             f"{repo}@sha256:<digest after push of {base} + workspace>"

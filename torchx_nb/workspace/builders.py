@@ -537,16 +537,23 @@ def daemon_reachable() -> bool:
         return False
 
 
+def builder_name(name: str | None) -> str:
+    """The builder ``-cfg builder`` names (``auto`` when none): one of auto, docker or
+    registry, else the one line (a dry run checks it too, before anything is built)."""
+    name = (name or "auto").lower()
+    if name not in ("auto", "docker", "registry"):
+        raise TorchxNbError(f"unknown builder {name!r}: use auto, docker or registry")
+    return name
+
+
 def choose_builder(name: str | None, dockerfile: bool) -> Builder:
     """``docker`` or ``registry`` as asked; ``auto`` picks docker when a daemon answers or the
     workspace's Dockerfile.torchx (``dockerfile``) needs one, else registry."""
-    name = (name or "auto").lower()
+    name = builder_name(name)
     if name == "docker":
         return DockerBuilder()
     if name == "registry":
         return RegistryBuilder()
-    if name != "auto":
-        raise TorchxNbError(f"unknown builder {name!r}: use auto, docker or registry")
     if dockerfile or daemon_reachable():
         return DockerBuilder()
     return RegistryBuilder()
