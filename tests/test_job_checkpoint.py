@@ -12,7 +12,7 @@ import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-from torchx_nb.apps import checkpoint as ck
+from torchx_nb.apps.cell_runner import checkpoint as ck
 
 
 def test_in_a_kernel_it_is_a_local_folder_of_attempt_one(tmp_path: Path) -> None:

@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from torchx_nb.apps import checkpoint as job_side
+from torchx_nb.apps.cell_runner import checkpoint as job_side
 
-RUNNER_MODULE = "torchx_nb_checkpoint"  # the cell runner's copy, loaded beside it by path
+RUNNER_MODULE = "torchx_nb_cell_runner.checkpoint"  # the runner a job ships, loaded by path
 _KERNEL_FOLDER: list[str] = []
 
 
@@ -62,7 +62,7 @@ def _from_session(session: Any) -> Checkpoint:
 def checkpoint() -> Checkpoint:
     """The checkpoint of the job this code runs in, or a local temporary one in a kernel."""
     runner = sys.modules.get(RUNNER_MODULE)
-    session = getattr(runner, "CURRENT", None)
+    session = getattr(runner, "CURRENT", None) or job_side.CURRENT
     if session is not None:  # the cell itself, in the cell runner's process
         return _from_session(session)
     if os.environ.get(job_side.ATTEMPT_ENV):  # a process the job started (a notebook's kernel)

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from torchx_nb.apps import checkpoint as ck
+from torchx_nb.apps.cell_runner import checkpoint as ck
+from torchx_nb.apps.cell_runner.generations import Generations, file_digest
+from torchx_nb.apps.cell_runner.stores import store_for
 
-APPS = str(Path(ck.__file__).parent)
+APPS = str(Path(ck.__file__).parents[1])  # cell_runner/ is imported from there, alone
 
 
 def _local(tmp_path: Path, request: pytest.FixtureRequest) -> str:
@@ -47,6 +49,17 @@ STORES: dict[str, Callable[[Path, pytest.FixtureRequest], str]] = {
 }
 
 
+@pytest.fixture(autouse=True)
+def own_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session tells the program through this process's environment: undone after."""
+    for name in list(os.environ):
+        if name.startswith("TORCHX_NB_"):
+            monkeypatch.delenv(name)
+    for name in (ck.DIR_ENV, ck.BASE_ENV, ck.ATTEMPT_ENV, ck.PREEMPTIONS_ENV, ck.RESTORED_ENV):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture(params=sorted(STORES))
 def store_url(tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return STORES[request.param](tmp_path, request)
@@ -71,9 +84,10 @@ def contents(folder: Path) -> dict[str, bytes]:
 SAVE_AND_HANG = r"""
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
-import checkpoint as ck
+from cell_runner.generations import Generations
+from cell_runner.stores import store_for
 url, src, mark = sys.argv[2:5]
-store = ck.store_for(url, src)
+store = store_for(url, src)
 real, done = store.put_file, []
 def put_then_hang(key, path):
     real(key, path)
@@ -82,7 +96,7 @@ def put_then_hang(key, path):
         open(mark, "w").write("\n".join(done))
         time.sleep(600)
 store.put_file = put_then_hang
-ck.Generations(store, 0).save(src)
+Generations(store, 0).save(src)
 """
 
 
@@ -90,8 +104,8 @@ def test_a_save_killed_mid_upload_is_never_restored(tmp_path: Path, store_url: s
     """SIGKILL in the middle of generation 2's upload: a restore gets generation 1 whole;
     the next save goes above the half one and is the one restored after it."""
     src, mark = tmp_path / "src", tmp_path / "uploaded"
-    store = ck.store_for(store_url, str(src))
-    gens = ck.Generations(store, 0)
+    store = store_for(store_url, str(src))
+    gens = Generations(store, 0)
     write(src, {"model.pt": b"weights-1", "opt.pt": b"opt-1", "step.txt": b"1"})
     assert gens.save(str(src)) == 1
     write(src, {"model.pt": b"weights-2", "opt.pt": b"opt-2", "step.txt": b"2"})
@@ -114,14 +128,14 @@ def test_a_save_killed_mid_upload_is_never_restored(tmp_path: Path, store_url: s
     assert "rank-0/gen-000002/MANIFEST.json" not in store.keys("rank-0/")
 
     restored = tmp_path / "attempt-2"
-    manifest = ck.Generations(store, 0).restore(str(restored))
+    manifest = Generations(store, 0).restore(str(restored))
     assert manifest is not None and manifest["generation"] == 1
     assert contents(restored) == {"model.pt": b"weights-1", "opt.pt": b"opt-1", "step.txt": b"1"}
 
     write(restored, {"step.txt": b"3"})
-    assert ck.Generations(store, 0).save(str(restored)) == 3
+    assert Generations(store, 0).save(str(restored)) == 3
     again = tmp_path / "attempt-3"
-    assert ck.Generations(store, 0).restore(str(again))["generation"] == 3  # type: ignore[index]
+    assert Generations(store, 0).restore(str(again))["generation"] == 3  # type: ignore[index]
     assert contents(again) == {"model.pt": b"weights-1", "opt.pt": b"opt-1", "step.txt": b"3"}
 
 
@@ -131,8 +145,8 @@ def test_only_changed_files_are_uploaded_and_two_generations_kept(
     """A save uploads the files whose sha256 changed (counted as objects in the store); the
     third save drops generation 1's manifest and the files no kept generation uses."""
     src = tmp_path / "src"
-    store = ck.store_for(store_url, str(src))
-    gens = ck.Generations(store, 0)
+    store = store_for(store_url, str(src))
+    gens = Generations(store, 0)
     write(src, {"big.bin": b"b" * 300_000, "a/small.txt": b"one", "c.txt": b"c"})
     gens.save(str(src))
     assert len(store.keys("rank-0/gen-000001/")) == 4  # three files and the manifest
@@ -162,7 +176,7 @@ def test_only_changed_files_are_uploaded_and_two_generations_kept(
     out = tmp_path / "out"
     (out / "stale").mkdir(parents=True)
     (out / "stale" / "after-the-save.txt").write_text("not in the checkpoint")
-    ck.Generations(store, 0).restore(str(out))
+    Generations(store, 0).restore(str(out))
     assert contents(out) == {"big.bin": b"b" * 300_000, "c.txt": b"c3"}
 
 
@@ -170,14 +184,14 @@ def test_a_generation_whose_file_differs_is_passed_over(tmp_path: Path) -> None:
     """A committed file that no longer matches its sha256 (a racing writer overwrote it)
     makes the restore take the generation before."""
     src = tmp_path / "src"
-    store = ck.store_for(f"file://{tmp_path / 'store'}", str(src))
+    store = store_for(f"file://{tmp_path / 'store'}", str(src))
     write(src, {"w.pt": b"first"})
-    ck.Generations(store, 0).save(str(src))
+    Generations(store, 0).save(str(src))
     write(src, {"w.pt": b"second"})
-    ck.Generations(store, 0).save(str(src))
+    Generations(store, 0).save(str(src))
     store.put_bytes("rank-0/gen-000002/w.pt", b"overwritten")
     out = tmp_path / "out"
-    assert ck.Generations(store, 0).restore(str(out))["generation"] == 1  # type: ignore[index]
+    assert Generations(store, 0).restore(str(out))["generation"] == 1  # type: ignore[index]
     assert contents(out) == {"w.pt": b"first"}
 
 
@@ -198,7 +212,7 @@ def test_each_rank_has_its_own_folder(tmp_path: Path) -> None:
     script = (
         "import os, sys\n"
         f"sys.path.insert(0, {APPS!r})\n"
-        "import checkpoint as ck\n"
+        "from cell_runner import checkpoint as ck\n"
         "s = ck.Session.from_env()\n"
         "s.begin()\n"
         "d = os.environ[ck.DIR_ENV]\n"
@@ -219,10 +233,10 @@ def test_each_rank_has_its_own_folder(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         folders[rank] = done.stdout.strip()
     assert folders == {r: str(tmp_path / "local" / f"rank-{r}") for r in (0, 1)}
-    store = ck.store_for(url, "")
+    store = store_for(url, "")
     for rank in (0, 1):
         out = tmp_path / f"restored-{rank}"
-        ck.Generations(store, rank).restore(str(out))
+        Generations(store, rank).restore(str(out))
         assert contents(out) == {"state.txt": f"rank {rank} attempt 1".encode()}
     ledger = ck.read_ledger(store)
     assert [(e["n"], e["why"], e["ckpt_generation"], e["native"]) for e in ledger] == [
@@ -234,7 +248,7 @@ def test_the_ledger_counts_attempts_preemptions_and_failures(tmp_path: Path) -> 
     """Attempts count from 1 across preemptions and failures; an attempt that never said how
     it ended (killed at once) is a preemption; past max_retries failures the attempt says
     so before the program runs."""
-    store = ck.store_for(f"file://{tmp_path / 'store'}", "")
+    store = store_for(f"file://{tmp_path / 'store'}", "")
     seen = []
     for why in ("sigterm", None, "exit 1", "exit 3", "exit 170"):
         s = ck.Session(str(tmp_path / "local" / "rank-0"), store, 0)
@@ -269,12 +283,13 @@ def test_the_job_side_imports_no_sdk(tmp_path: Path) -> None:
     script = (
         "import sys\n"
         f"sys.path.insert(0, {APPS!r})\n"
-        "import checkpoint as ck\n"
+        "from cell_runner.generations import Generations\n"
+        "from cell_runner.stores import store_for\n"
         "import os\n"
         f"src = {str(tmp_path / 'src')!r}\n"
         "os.makedirs(src); open(os.path.join(src, 'x'), 'w').write('x')\n"
-        f"store = ck.store_for({'file://' + str(tmp_path / 'store')!r}, src)\n"
-        "ck.Generations(store).save(src)\n"
+        f"store = store_for({'file://' + str(tmp_path / 'store')!r}, src)\n"
+        "Generations(store).save(src)\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in"
         " ('boto3', 'botocore', 'google', 'torchx_nb'))\n"
         "print(loaded)\n"
@@ -286,10 +301,10 @@ def test_the_job_side_imports_no_sdk(tmp_path: Path) -> None:
     assert done.stdout == "[]\n"
     assert json.loads((tmp_path / "store" / "rank-0" / "gen-000001" / "MANIFEST.json").read_text())[
         "files"
-    ] == {"x": {"sha256": ck.file_digest(str(tmp_path / "src" / "x"))[0], "size": 1, "from": 1}}
+    ] == {"x": {"sha256": file_digest(str(tmp_path / "src" / "x"))[0], "size": 1, "from": 1}}
 
 
 @pytest.mark.parametrize("url", ["ftp://h/x", "s3://", "gs:///p", "sagemaker:x", "/abs/path"])
 def test_a_checkpoint_url_of_no_store_is_one_line(url: str) -> None:
     with pytest.raises(ValueError, match="is none of file://PATH, s3://BUCKET/PREFIX"):
-        ck.store_for(url, "/tmp")
+        store_for(url, "/tmp")

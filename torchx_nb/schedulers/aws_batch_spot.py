@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchx_nb.apps.checkpoint import RETRIES_SPENT_EXIT
+from torchx_nb.apps.cell_runner.checkpoint import RETRIES_SPENT_EXIT
 from torchx_nb.specs.preemption import Preemption
 
 MAX_ATTEMPTS = 10  # Batch's attempts, in total, program retries and reclaims together

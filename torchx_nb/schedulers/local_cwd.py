@@ -43,7 +43,7 @@ from torchx_nb.schedulers.local_cwd_request import (
 from torchx_nb.schedulers.local_cwd_status import read_pidfile, response_from_files
 from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans, start_ticks
 from torchx_nb.schedulers.logs import LineSplitter, LineTimes, tail_wait
-from torchx_nb.schedulers.outputs import OUTPUT_DIR_ENV
+from torchx_nb.schedulers.outputs import OUTPUT_DIR_ENV, checkpoint_env
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -209,6 +209,13 @@ class LocalCwdScheduler(
                 env[RANK0_ENV] = "localhost"
                 env.setdefault("TORCHELASTIC_ERROR_FILE", str(rdir / "error.json"))
                 env.setdefault(OUTPUT_DIR_ENV, str(state_dir / "outputs"))
+                for key, value in checkpoint_env(
+                    f"file://{state_dir / 'checkpoints'}",  # kept with the app's folder
+                    str(state_dir / "checkpoint"),
+                    max_retries=role.max_retries,
+                    grace=self.grace_seconds,
+                ).items():
+                    env.setdefault(key, value)
                 env.setdefault("PET_LOG_DIR", str(log_root / "torchelastic" / role.name))
                 env.setdefault("PYTHONUNBUFFERED", "x")
                 env["PATH"] = self._path(r.env.get("PATH"), cwd, cfg.prepend_cwd)

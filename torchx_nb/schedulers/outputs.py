@@ -44,12 +44,12 @@ def checkpoint_env(
     max_preemptions: int | None = None,
     grace: float | None = None,
 ) -> dict[str, str]:
-    """The job's env for its checkpoint (``apps/checkpoint.py`` reads it): the store's
+    """The job's env for its checkpoint (the cell runner's ``checkpoint`` reads it): the store's
     ``url`` (``file://``, ``s3://``, ``gs://``, or ``sagemaker:``), the local ``folder``
     the rank folders are made in (SageMaker: its ``CheckpointConfig`` LocalPath), the name
     of the backend's own attempt variable, the job's retry and preemption limits, and the
     seconds between its SIGTERM and its kill."""
-    from torchx_nb.apps import checkpoint as ck
+    from torchx_nb.apps.cell_runner import checkpoint as ck
 
     env = {ck.URL_ENV: url, ck.DIR_ENV: folder}
     if attempt_var:

@@ -1,15 +1,15 @@
 """The runner's entry: a cell (``CELL.py [ARGS...]``) or a notebook (``--notebook NB.ipynb
 [--cell-timeout S]``) run, then, however it ended, what the job ran recorded and its outputs
-uploaded where the backend says (``$TORCHX_NB_OUTPUT_URL``)."""
+uploaded where the backend says (``$TORCHX_NB_OUTPUT_URL``), its checkpoint saved."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from . import env_record
+from . import checkpoint, env_record
 from .common import OWN, rank
-from .upload import upload
+from .upload import drop_stale, upload
 
 
 def main(argv: list[str]) -> int:
@@ -32,6 +32,7 @@ def main(argv: list[str]) -> int:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
+        checkpoint.finish(checkpoint.CURRENT, code)  # first: a SIGTERM's grace is short
         url = os.environ.get("TORCHX_NB_OUTPUT_URL")
         folder = os.environ.get("TORCHX_OUTPUT_DIR")
         if folder and os.path.isdir(folder) and rank() == 0:
@@ -42,6 +43,8 @@ def main(argv: list[str]) -> int:
         if url and folder and os.path.isdir(folder):
             try:
                 upload(folder, url)
+                if code not in checkpoint.NOT_FAILURES:  # it ran: its records are the story
+                    drop_stale(folder, url)
             except Exception as e:
                 sys.stderr.write(f"torchx_nb: the outputs were not uploaded to {url}: {e}\n")
     return code

@@ -26,6 +26,7 @@ import sys
 import time
 from typing import Any
 
+from . import checkpoint
 from .cancel import CANCELLED_EXIT
 from .common import OWN, shipped, write
 from .records import record_failure
@@ -319,6 +320,7 @@ def run_notebook(path: str, cell_timeout: float | None) -> int:
         return f"torchx_nb: cancelled {where}: the notebook is saved as far as it ran"
 
     def stop(signum: int, frame: Any) -> None:  # before the kernel runs: end at once
+        checkpoint.note_sigterm()  # the runner's end saves the checkpoint within the grace
         sys.stderr.write(f"{cancel_line()}\n")
         raise SystemExit(128 + signum)
 
@@ -331,6 +333,7 @@ def run_notebook(path: str, cell_timeout: float | None) -> int:
         killed; nbclient then ends as for a dead kernel (or one that died starting), the
         notebook is saved and the job ends as killed by SIGTERM (CANCELLED)."""
         state["cancelled"] = 1.0
+        checkpoint.note_sigterm()
         km = client.km
         if km is not None and km.has_kernel:
             killing.append(asyncio.ensure_future(_maybe_await(km.signal_kernel(signal.SIGKILL))))

@@ -15,6 +15,7 @@ from .common import rank, write
 
 CELL = "<cell>"  # the cell's file name in its code objects and tracebacks
 REPR_CHARS = 300
+RANK0_RECORDS = ("result.pkl", "result.txt", "exit.txt")  # besides error-<rank>.pkl/.txt
 
 
 class _Short(reprlib.Repr):

@@ -4,15 +4,16 @@ index), the plan's check, and whether it was cancelled before it started."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 from typing import Any
 
-from . import env_record
+from . import checkpoint, env_record
 from .cancel import watch_cancel
 from .common import OWN, rank
-from .records import record_python
+from .records import RANK0_RECORDS, record_python
 
 
 def grid_point(grid: dict[str, Any], index: int) -> dict[str, Any]:
@@ -75,4 +76,20 @@ def start() -> tuple[str, dict[str, Any], bool]:
     )  # the runner started: a missing result is the program's
     if rank() == 0:  # a planned distribution it lacks: one line each
         env_record.check_plan(env_record.planned())
-    return folder, params, watch_cancel(folder)
+    if watch_cancel(folder):
+        return folder, params, True
+    # ends the process when the program's failures are already past its max_retries (the
+    # last failure's records stay: they are the job's story)
+    checkpoint.begin_run(None if index is None else f"trial-{index}")
+    clear_records(os.path.join(folder, OWN))
+    return folder, params, False
+
+
+def clear_records(out: str) -> None:
+    """What an earlier attempt of this job left in its output folder for this rank (an
+    error before a retry, a result before a preemption's rerun) goes: the result and the
+    error read back are the attempt that finished."""
+    mine = [f"error-{rank()}.pkl", f"error-{rank()}.txt"]
+    for name in mine + (list(RANK0_RECORDS) if rank() == 0 else []):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out, name))

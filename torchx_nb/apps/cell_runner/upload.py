@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Any
@@ -49,6 +50,31 @@ def upload(folder: str, url: str) -> None:
             target.blob(key).upload_from_filename(path)
     else:
         raise ValueError(f"cannot upload to {url!r}: use s3:// or gs://")
+
+
+def drop_stale(folder: str, url: str) -> None:
+    """This rank's records an earlier attempt uploaded and this one did not write (an error
+    before the retry that succeeded) leave ``url``: the result read back is this attempt's."""
+    from .common import OWN, rank
+    from .records import RANK0_RECORDS
+
+    names = [f"error-{rank()}.pkl", f"error-{rank()}.txt"]
+    names += list(RANK0_RECORDS) if rank() == 0 else []
+    gone = [n for n in names if not os.path.exists(os.path.join(folder, OWN, n))]
+    scheme, bucket, prefix = split(url)
+    keys = [f"{prefix.strip('/')}/{OWN}/{name}".lstrip("/") for name in gone]
+    if scheme == "s3" and keys:
+        import boto3
+
+        objects = [{"Key": key} for key in keys]
+        boto3.client("s3").delete_objects(Bucket=bucket, Delete={"Objects": objects})
+    elif scheme == "gs":
+        from google.api_core.exceptions import NotFound
+
+        target = gcs().bucket(bucket)
+        for key in keys:
+            with contextlib.suppress(NotFound):
+                target.blob(key).delete()
 
 
 def upload_one(path: str, url: str) -> None:

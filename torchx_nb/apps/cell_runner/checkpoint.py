@@ -1,0 +1,357 @@
+"""Checkpoints that travel: the job's local checkpoint folder, restored at the start of every
+attempt from the job's durable storage (``$TORCHX_NB_CHECKPOINT_URL``: ``file://``,
+``s3://``, ``gs://``, or ``sagemaker:``) and saved back by generation (``generations``) on
+SIGTERM, at the end and on ``torchx_nb.checkpoint().save()``.
+
+The store's root also holds the ledger, ``attempts.json``: one entry per attempt (``n``,
+``started``, ``ended``, ``why``: ``running``/``ok``/``exit N``/``sigterm``/``lost``,
+``ckpt_generation``, the backend's ``native`` attempt), written by rank 0. It is how a job
+knows how many of its attempts were the program's own failures when the backend's counter
+mixes them with preemptions: past ``$TORCHX_NB_MAX_RETRIES`` the attempt ends at once with
+``RETRIES_SPENT_EXIT``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from .common import rank as rank_of
+from .generations import Generations, local_files
+from .stores import Store, store_for
+
+DIR_ENV = "TORCHX_NB_CHECKPOINT_DIR"  # the program's local folder (its rank's, once resolved)
+URL_ENV = "TORCHX_NB_CHECKPOINT_URL"  # the store's root
+ATTEMPT_ENV_ENV = "TORCHX_NB_ATTEMPT_ENV"  # the name of the backend's own attempt variable
+MAX_RETRIES_ENV = "TORCHX_NB_MAX_RETRIES"
+MAX_PREEMPTIONS_ENV = "TORCHX_NB_MAX_PREEMPTIONS"
+GRACE_ENV = "TORCHX_NB_GRACE"  # seconds between SIGTERM and the kill
+# what the runner tells the program (and its child processes) once the attempt has begun
+BASE_ENV = "TORCHX_NB_CHECKPOINT_BASE"  # the folder the rank folders are made in
+ATTEMPT_ENV = "TORCHX_NB_ATTEMPT"
+PREEMPTIONS_ENV = "TORCHX_NB_PREEMPTIONS"
+RESTORED_ENV = "TORCHX_NB_RESTORED_FROM"  # the restored generation's save time (epoch s)
+RETRIES_SPENT_EXIT = 171  # the program already failed more often than its max_retries
+NOT_FAILURES = (170, 171)  # a trial's cancel, a spent attempt: not the program's failure
+LEDGER = "attempts.json"
+
+
+def read_ledger(store: Store) -> list[dict[str, Any]]:
+    """The attempts so far, oldest first (none when there is no readable ledger)."""
+    data = store.get_bytes(LEDGER)
+    try:
+        entries = json.loads(data) if data else []
+    except ValueError:
+        return []
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+def failures(entries: list[dict[str, Any]]) -> int:
+    """The program's own failures: attempts that ended with an exit status of theirs."""
+    count = 0
+    for e in entries:
+        why = str(e.get("why", ""))
+        code = why.removeprefix("exit ")
+        if why.startswith("exit ") and code.lstrip("-").isdigit():
+            count += int(code) != 0 and int(code) not in NOT_FAILURES
+    return count
+
+
+def preemptions(entries: list[dict[str, Any]]) -> int:
+    """Attempts ended by SIGTERM, or that never said how they ended (killed at once)."""
+    return sum(e.get("why") in ("sigterm", "lost") for e in entries)
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def _default_base() -> str:
+    return os.path.join(tempfile.gettempdir(), "torchx-nb-checkpoint")
+
+
+class Session:
+    """This attempt's checkpoint: the rank's folder, the store, the attempt's number and the
+    ledger entry rank 0 keeps for it. One per process; ``save`` is thread-safe."""
+
+    def __init__(self, folder: str, store: Store, rank: int) -> None:
+        self.folder = folder
+        self.store = store
+        self.rank = rank
+        self.generations = Generations(store, rank)
+        self.lock = threading.Lock()
+        self.attempt = 1
+        self.preemptions = 0
+        self.failures = 0
+        self.restored_from: float | None = None
+        self.generation: int | None = None
+        self.entries: list[dict[str, Any]] = []
+        self.native = ""
+        self.terminated: float | None = None  # when a SIGTERM came (monotonic)
+
+    @classmethod
+    def from_env(cls) -> Session | None:
+        """The session the job's environment asks for (None without a checkpoint URL)."""
+        url = os.environ.get(URL_ENV, "")
+        if not url:
+            return None
+        base = os.environ.get(BASE_ENV) or os.environ.get(DIR_ENV) or _default_base()
+        rank = rank_of()
+        return cls(os.path.join(base, f"rank-{rank}"), store_for(url, base), rank)
+
+    def _native_attempt(self) -> str:
+        """The backend's own name for this attempt (its job id and attempt variable)."""
+        var = os.environ.get(ATTEMPT_ENV_ENV, "")
+        job = next(
+            (
+                os.environ[v]
+                for v in ("AWS_BATCH_JOB_ID", "SLURM_JOB_ID", "BATCH_JOB_UID")
+                if os.environ.get(v)
+            ),
+            "",
+        )
+        return f"{job}/{os.environ.get(var, '')}" if var and os.environ.get(var) else ""
+
+    def begin(self) -> None:
+        """Read the ledger (rank 0: add this attempt), restore the folder, and tell the
+        program (``$TORCHX_NB_CHECKPOINT_DIR`` is now the rank's folder)."""
+        self.entries = read_ledger(self.store)
+        self.native = self._native_attempt()
+        mine = [e for e in self.entries if self.native and e.get("native") == self.native]
+        if mine:
+            self.attempt = int(mine[-1].get("n", len(self.entries)))
+        elif self.rank == 0 or not self.entries or self.entries[-1].get("why") != "running":
+            self.attempt = len(self.entries) + 1
+        else:  # rank 0 has already added this attempt
+            self.attempt = int(self.entries[-1].get("n", len(self.entries)))
+        before = [e for e in self.entries if int(e.get("n", 0)) < self.attempt]
+        if self.rank == 0:
+            for e in before:
+                if e.get("why") == "running":  # it never said how it ended: killed at once
+                    e["why"] = "lost"
+        self.preemptions = preemptions(before)
+        self.failures = failures(before)
+        os.makedirs(self.folder, exist_ok=True)
+        if not self.store.syncs_itself:
+            manifest = self.generations.restore(self.folder)
+            if manifest is not None:
+                self.generation = int(manifest["generation"])
+                self.restored_from = float(manifest.get("saved", 0.0)) or None
+        if self.rank == 0 and not mine:
+            self.entries = [*before, self._entry("running")]
+            self._write_ledger()
+        self.export()
+
+    def _entry(self, why: str) -> dict[str, Any]:
+        entry: dict[str, Any] = {"n": self.attempt, "started": time.time(), "ended": None}
+        entry.update(why=why, ckpt_generation=self.generation)
+        if self.native:
+            entry["native"] = self.native
+        return entry
+
+    def export(self) -> None:
+        """What ``torchx_nb.checkpoint()`` reads in this process and its children."""
+        os.environ[BASE_ENV] = os.path.dirname(self.folder)
+        os.environ[DIR_ENV] = self.folder
+        os.environ[ATTEMPT_ENV] = str(self.attempt)
+        os.environ[PREEMPTIONS_ENV] = str(self.preemptions)
+        if self.restored_from is not None:
+            os.environ[RESTORED_ENV] = repr(self.restored_from)
+
+    def retries_spent(self) -> str | None:
+        """One line when the program already failed more often than its max_retries."""
+        limit = _int_env(MAX_RETRIES_ENV)
+        if limit is None or self.failures <= limit:
+            return None
+        return (
+            f"the program failed {self.failures} times (max_retries {limit}): not run again"
+            f" (attempt {self.attempt}, {self.preemptions} preemptions)"
+        )
+
+    def save(self, timeout: float | None = None) -> int | None:
+        """Save the folder as a new generation (nothing to do on SageMaker); None when
+        another save holds the folder past ``timeout``."""
+        if self.store.syncs_itself:
+            return None
+        if not self.lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            return None
+        try:
+            extra = {"attempt": self.attempt, "rank": self.rank}
+            self.generation = self.generations.save(self.folder, extra)
+            return self.generation
+        finally:
+            self.lock.release()
+
+    def end(self, why: str) -> None:
+        """Rank 0 records how this attempt ended (``ok``, ``exit N``, ``sigterm``)."""
+        if self.rank != 0:
+            return
+        entries = read_ledger(self.store) or self.entries
+        ours = [e for e in entries if e.get("n") == self.attempt]
+        if not ours:
+            entries.append(self._entry(why))
+            ours = entries[-1:]
+        ours[-1].update(why=why, ended=time.time(), ckpt_generation=self.generation)
+        self.entries = entries
+        self._write_ledger()
+
+    def _write_ledger(self) -> None:
+        self.store.put_bytes(LEDGER, json.dumps(self.entries, indent=1).encode())
+
+    def idle(self) -> bool:
+        """Whether the program never used its checkpoint: nothing restored, nothing saved,
+        nothing in the folder (then nothing is saved and nothing said)."""
+        return self.generation is None and not local_files(self.folder)
+
+    def save_within(self, seconds: float) -> str:
+        """Save in a thread given ``seconds`` at most (a SIGTERM's grace); what happened, in
+        words for the log ('' when there was nothing to save)."""
+        said: list[str] = []
+        if self.idle():
+            return ""
+
+        def work() -> None:
+            try:
+                gen = self.save(timeout=seconds)
+                if self.store.syncs_itself:
+                    said.append("the checkpoint folder is SageMaker's to upload")
+                elif gen is None:
+                    said.append("checkpoint not saved: another save held it")
+                else:
+                    said.append(f"checkpoint saved (generation {gen})")
+            except Exception as e:
+                said.append(f"checkpoint not saved: {e}")
+
+        worker = threading.Thread(target=work, name="torchx-nb-checkpoint", daemon=True)
+        worker.start()
+        worker.join(max(seconds, 0.0))
+        return said[0] if said else f"checkpoint not saved within {seconds:g} s"
+
+
+def grace() -> float:
+    """Seconds a SIGTERM's save may take: the backend's grace less 2 s (30 s by default)."""
+    try:
+        value = float(os.environ.get(GRACE_ENV, "") or 30.0)
+    except ValueError:
+        value = 30.0
+    return max(value - 2.0, 0.5)
+
+
+def warn(text: str) -> None:
+    sys.stderr.write(f"torchx_nb: {text}\n")
+    sys.stderr.flush()
+
+
+CURRENT: Session | None = None  # this process's session (``torchx_nb.checkpoint()`` reads it)
+
+
+def begin_attempt() -> tuple[Session | None, int | None]:
+    """The job runner's start: this attempt's session, restored and in the ledger (None
+    without a checkpoint URL, or when the store cannot be read: the program then runs from
+    its start, said in one line), and the exit status to end with at once when the program
+    has already failed more often than its max_retries (``RETRIES_SPENT_EXIT``)."""
+    global CURRENT
+    try:
+        session = Session.from_env()
+        if session is None:
+            return None, None
+        session.begin()
+    except Exception as e:
+        warn(f"the checkpoint was not restored from {os.environ.get(URL_ENV)}: {e}")
+        return None, None
+    CURRENT = session
+    spent = session.retries_spent()
+    if spent is not None:
+        warn(spent)
+        return session, RETRIES_SPENT_EXIT
+    if session.generation is not None:
+        warn(
+            f"attempt {session.attempt}: checkpoint generation {session.generation} restored"
+            f" into {session.folder}"
+        )
+    return session, None
+
+
+def on_sigterm(session: Session) -> None:
+    """SIGTERM (a preemption, or a cancel: the backend's record tells them apart) saves the
+    checkpoint within the grace, notes it in the ledger, then ends the process as SIGTERM
+    would have (killed by the signal: the backend's record is untouched)."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one save, however many arrive
+        started = time.monotonic()
+        with contextlib.suppress(Exception):
+            session.end("sigterm")
+        said = session.save_within(grace() - (time.monotonic() - started))
+        with contextlib.suppress(Exception):
+            session.end("sigterm")  # now with the generation saved
+        # the handler may have come in the middle of a write to either stream (a reentrant
+        # write raises): what is buffered goes out if it can, the line otherwise lost
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        with contextlib.suppress(Exception):
+            if said:
+                warn(f"SIGTERM: {said}")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def note_sigterm() -> None:
+    """A runner that ends its own way on SIGTERM (the notebook runner stops its kernel and
+    saves the notebook) says so: ``finish`` then saves within the grace and the ledger says
+    ``sigterm``, not a failure."""
+    if CURRENT is not None and CURRENT.terminated is None:
+        CURRENT.terminated = time.monotonic()
+        with contextlib.suppress(Exception):
+            CURRENT.end("sigterm")
+
+
+def finish(session: Session | None, code: int) -> None:
+    """The runner's end, however the program ended: save the folder (within the grace after
+    a SIGTERM), then the ledger says how (``ok``, ``exit N``, ``sigterm``). A failure here
+    is one line: the result stands."""
+    if session is None:
+        return
+    why = "ok" if code == 0 else f"exit {code}"
+    if session.terminated is not None:
+        why = "sigterm"
+        said = session.save_within(grace() - (time.monotonic() - session.terminated))
+        if said:
+            warn(f"SIGTERM: {said}")
+    elif code != RETRIES_SPENT_EXIT and not session.idle():  # a spent attempt ran nothing
+        try:
+            session.save()
+        except Exception as e:
+            warn(f"the checkpoint was not saved to {session.store.url}: {e}")
+    with contextlib.suppress(Exception):
+        session.end(why)
+
+
+def begin_run(trial: str | None) -> None:
+    """The runner's start (after a trial's cancel look): with a checkpoint URL, this
+    attempt's session (a sweep trial's under ``trial-<i>/`` of the store and of the folder),
+    restored, in the ledger and saving on SIGTERM; ends the process with
+    ``RETRIES_SPENT_EXIT`` when the program's failures are already past its max_retries."""
+    url = os.environ.get(URL_ENV, "")
+    if not url:
+        return
+    if trial is not None and not os.environ.get(BASE_ENV):  # the runner's first look
+        if url != "sagemaker:":
+            os.environ[URL_ENV] = f"{url.rstrip('/')}/{trial}"
+        base = os.environ.get(DIR_ENV) or ""
+        os.environ[DIR_ENV] = os.path.join(base or _default_base(), trial)
+    session, spent = begin_attempt()
+    if spent is not None:
+        raise SystemExit(spent)
+    if session is not None:
+        on_sigterm(session)
