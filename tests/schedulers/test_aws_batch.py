@@ -689,7 +689,7 @@ def test_a_reclaimed_host_is_retried_and_the_program_only_per_max_retries() -> N
     }
     assert env["TORCHX_NB_ATTEMPT_ENV"] == "AWS_BATCH_JOB_ATTEMPT"
     assert env["TORCHX_NB_MAX_RETRIES"] == "2" and env["TORCHX_NB_MAX_PREEMPTIONS"] == "20"
-    assert env["TORCHX_NB_CHECKPOINT_URL"] == f"s3://b/p/{info.request.name}/checkpoints"
+    assert env["TORCHX_NB_CHECKPOINT_URL"] == f"s3://b/p/{info.request.name}/.torchx-nb/checkpoints"
     assert '"onStatusReason": "Host EC2*"' in str(info)  # the dry run shows the rules
     # no retries: only a reclaim is retried, up to max_preemptions
     one = app()

@@ -39,7 +39,7 @@ from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwa
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import tail_wait
-from torchx_nb.schedulers.outputs import checkpoint_env, upload_target
+from torchx_nb.schedulers.outputs import checkpoint_env, checkpoint_url, upload_target
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -154,7 +154,7 @@ class AwsBatchScheduler(
         max_retries = max(r.max_retries for r in app.roles)
         ledger = (
             checkpoint_env(
-                f"{outputs.rstrip('/')}/checkpoints",
+                checkpoint_url(outputs),
                 attempt_var="AWS_BATCH_JOB_ATTEMPT",
                 max_retries=max_retries,
                 max_preemptions=cfg.max_preemptions,

@@ -36,6 +36,13 @@ REMOTE_OUTPUT_DIR = "/tmp/torchx-outputs"
 REMOTE_CHECKPOINT_DIR = "/tmp/torchx-checkpoint"  # the local folder in a remote container
 
 
+def checkpoint_url(outputs: str) -> str:
+    """The checkpoint store of a job that uploads its outputs to ``outputs``: under the
+    runner's own ``.torchx-nb/`` there, so the job's output files (``job.outputs()``, the
+    downloads) stay the program's own."""
+    return f"{outputs.rstrip('/')}/.torchx-nb/checkpoints"
+
+
 def checkpoint_env(
     url: str,
     folder: str = REMOTE_CHECKPOINT_DIR,

@@ -60,6 +60,7 @@ from torchx_nb.schedulers.gcp_reasons import waiting_reason
 from torchx_nb.schedulers.outputs import (
     REMOTE_OUTPUT_DIR,
     checkpoint_env,
+    checkpoint_url,
     mark_cancelled,
     marked_ending,
     output_env,
@@ -191,7 +192,7 @@ class GcpBatchScheduler(
         outputs = upload_target(cfg.output_path, name, ("gs",))
         ledger = (
             checkpoint_env(
-                f"{outputs.rstrip('/')}/checkpoints",
+                checkpoint_url(outputs),
                 attempt_var="BATCH_TASK_RETRY_ATTEMPT",
                 max_retries=max(role.max_retries, 0),
                 max_preemptions=cfg.max_preemptions,

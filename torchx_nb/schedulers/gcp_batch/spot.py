@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchx_nb.apps.checkpoint import RETRIES_SPENT_EXIT
+from torchx_nb.apps.cell_runner.checkpoint import RETRIES_SPENT_EXIT
 from torchx_nb.specs.api import InvalidRunConfigException
 
 PREEMPTED_EXIT = 50001  # GCP Batch's exit code of a task whose Spot VM was preempted
