@@ -109,34 +109,46 @@ class LineSplitter:
 
 class LineTimes:
     """When each line of a log file was written, from the ``LOG.times`` file a writer keeps
-    beside it (local_cwd's supervisor): lines ``N TIME``, N rising, each saying that line N and
-    those after it up to the next entry were written at TIME. Asked in line order
-    (``time_of(i)`` with i rising), it reads the file as it grows; None when there is none."""
+    beside it: lines ``N TIME`` (local_cwd's supervisor, which writes each before the output it
+    times), N rising, each saying that line N and those after it up to the next entry were
+    written at TIME; or ``N TIME END`` (``apps/log_times``, which times what it saw written:
+    lines N to END-1, those past END have no time until a later entry says). Asked in line
+    order (``time_of(i)`` with i rising), it reads the file as it grows; None when there is
+    none."""
 
     def __init__(self, log: Path) -> None:
         self._path = Path(f"{log}.times")
         self._file: Any = None
         self._pending = b""
-        self._current: float | None = None
-        self._next: tuple[int, float] | None = None
+        self._current: tuple[int, float, int | None] | None = None
+        self._next: tuple[int, float, int | None] | None = None
 
-    def _entry(self) -> tuple[int, float] | None:
+    def _entry(self) -> tuple[int, float, int | None] | None:
         if self._file is None:
             try:
                 self._file = open(self._path, "rb")  # noqa: SIM115 - closed in close()
             except OSError:
                 return None
-        while b"\n" not in self._pending:
-            more = self._file.read(65536)
-            if not more:
-                return None
-            self._pending += more
-        line, _, self._pending = self._pending.partition(b"\n")
-        try:
-            n, t = line.split()
-            return int(n), float(t)
-        except ValueError:
-            return self._entry()  # a damaged entry: the next one says more
+        while True:
+            while b"\n" not in self._pending:
+                more = self._file.read(65536)
+                if not more:
+                    return None
+                self._pending += more
+            line, _, self._pending = self._pending.partition(b"\n")
+            fields = line.split()
+            try:
+                if len(fields) in (2, 3):
+                    end = int(fields[2]) if len(fields) == 3 else None
+                    return int(fields[0]), float(fields[1]), end
+            except ValueError:
+                pass  # a damaged entry: the next one says more
+
+    def _known(self, index: int) -> float | None:
+        if self._current is None:
+            return None
+        _, when, end = self._current
+        return None if end is not None and index >= end else when
 
     def time_of(self, index: int) -> float | None:
         """The time line ``index`` (0-based) was written, or None if not known."""
@@ -144,10 +156,10 @@ class LineTimes:
             if self._next is None:
                 self._next = self._entry()
                 if self._next is None:
-                    return self._current
+                    return self._known(index)
             if self._next[0] > index:
-                return self._current
-            self._current = self._next[1]
+                return self._known(index)
+            self._current = self._next
             self._next = None
 
     def close(self) -> None:

@@ -1,9 +1,10 @@
 """Log lines: which stream (``Stream``), and a line that knows when it was written.
 
 ``log_iter`` yields strings, as TorchX's does; where a backend keeps each line's time
-(CloudWatch, Cloud Logging, the Kubernetes pod log with ``timestamps=true``) the string is a
-``LogLine``, which is still a ``str`` everywhere a string goes, and carries ``time`` (seconds
-since the epoch). Local and Slurm log files keep no times: their lines are plain strings."""
+(CloudWatch, Cloud Logging, the Kubernetes pod log with ``timestamps=true``, Docker's log, the
+``.times`` files beside local_cwd's and Slurm's logs) the string is a ``LogLine``, which is
+still a ``str`` everywhere a string goes, and carries ``time`` (seconds since the epoch, or
+None where a line's time is not known)."""
 
 from __future__ import annotations
 

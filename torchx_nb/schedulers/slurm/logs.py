@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -12,7 +13,7 @@ from torchx_nb.schedulers.abilities import (
     KeepsLogFiles,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, LogQuery
-from torchx_nb.schedulers.logs import LineSplitter, tail_wait
+from torchx_nb.schedulers.logs import LineSplitter, LineTimes, tail_wait
 from torchx_nb.schedulers.slurm.commands import (
     TAIL_IDLE_S,
 )
@@ -22,7 +23,7 @@ from torchx_nb.schedulers.slurm.request import (
 from torchx_nb.specs.api import (
     is_terminal,
 )
-from torchx_nb.specs.log_line import Stream
+from torchx_nb.specs.log_line import LogLine, Stream
 
 
 class SlurmLogs(KeepsLogFiles):
@@ -55,10 +56,28 @@ class SlurmLogs(KeepsLogFiles):
         return paths[0] if len(paths) == 1 else None
 
     def _read_log(self, q: LogQuery) -> Iterable[str]:
-        """Lines of ``slurm-<id>-<role>-<k>.out`` / ``.err``; both (as they are read) when no
-        stream is named. Slurm's files carry no timestamps, so since/until do not apply."""
+        """Lines of ``slurm-<id>-<role>-<k>.out`` / ``.err``, each a ``LogLine`` with the time
+        it was written where the job's ``apps/log_times`` watcher kept one (``.times`` beside
+        each file); both streams when none is named: as they are read while following, else
+        merged in the order they were written. Slurm's files carry no times of their own, so
+        since/until do not apply."""
         paths = self._log_paths(q.app_id, q.role, q.k, q.streams)
+        if len(paths) > 1 and not q.tail and any(p.exists() for p in paths):
+            return _in_time_order(
+                [self._timed(p, self._follow(q.app_id, [p], False)) for p in paths]
+            )
+        if len(paths) == 1:
+            return self._timed(paths[0], self._follow(q.app_id, paths, q.tail))
         return self._follow(q.app_id, paths, q.tail)
+
+    @staticmethod
+    def _timed(path: Path, lines: Iterable[str]) -> Iterator[str]:
+        times = LineTimes(path)
+        try:
+            for i, line in enumerate(lines):
+                yield LogLine(line, times.time_of(i))
+        finally:
+            times.close()
 
     def _follow(self, app_id: str, paths: Sequence[Path], should_tail: bool) -> Iterator[str]:
         offsets = [0] * len(paths)
@@ -101,3 +120,18 @@ class SlurmLogs(KeepsLogFiles):
                 )
         for s in splitters:
             yield from s.flush()
+
+
+def _in_time_order(streams: list[Iterator[str]]) -> Iterator[str]:
+    """The lines of several files merged by when they were written (a line with no time
+    sorts with the line before it in its file; a tie keeps the files' order), read as they
+    go."""
+
+    def keyed(lines: Iterator[str]) -> Iterator[tuple[float, str]]:
+        last = float("-inf")
+        for line in lines:
+            last = LogLine.time_of(line) or last
+            yield last, line
+
+    for _, line in heapq.merge(*(keyed(s) for s in streams), key=lambda pair: pair[0]):
+        yield line

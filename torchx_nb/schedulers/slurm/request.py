@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +61,21 @@ _CANCELLED = """\
         trap - TERM
         scancel "$SLURM_JOB_ID" && while :; do sleep 60; done ;;
     esac"""
+
+
+def _log_times(replicas: Iterable[SlurmReplicaRequest], job_id: str) -> str:
+    """The script's lines that start ``apps/log_times`` beside srun: it writes when each
+    line of the replicas' files was written (``LOG.times`` beside each) and only reads the
+    files, which slurmstepd writes itself, so no line can be lost to it (see that module).
+    srun starts once it said ``ready``; closing its standard input (``log_times``) after srun
+    says the step ended."""
+    files = " ".join(_quote(r.srun_opts[k], job_id) for r in replicas for k in ("output", "error"))
+    return (
+        "# when each line of the logs was written, kept beside each (LOG.times)\n"
+        f"coproc LOG_TIMES {{ exec python -m torchx_nb.apps.log_times {files}; }}\n"
+        "log_times=${LOG_TIMES[1]} log_times_pid=$LOG_TIMES_PID\n"
+        'read -r -t 30 -u "${LOG_TIMES[0]}" _ || true  # it is ready'
+    )
 
 
 def _quote(arg: str, job_id: str = JOB_ID_VAR) -> str:
@@ -152,6 +168,7 @@ export TORCHX_MAX_RETRIES={self.max_retries}
 mkdir -p "${OUTPUT_DIR_ENV}"
 
 trap 'cancelled=1' TERM
+{_log_times(self.replicas.values(), job_id)}
 set +e
 srun {srun} &
 srun_pid=$!
@@ -163,6 +180,8 @@ if [ -n "${{cancelled:-}}" ]; then
 fi
 wait $srun_pid  # srun's own status (bash keeps it once it has been waited for)
 exitcode=$?
+exec {{log_times}}>&-
+wait "$log_times_pid"
 set -e
 
 echo "job exited with code $exitcode"
