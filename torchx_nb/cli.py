@@ -105,10 +105,14 @@ def _build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("status", "print a job's status"),
         ("describe", "print a job's AppDef"),
-        ("cancel", "cancel a job"),
+        ("cancel", "cancel a job, or every trial of a sweep"),
     ):
         p = sub.add_parser(name, help=text)
-        p.add_argument("app_handle", help="SCHEDULER://SESSION/APP_ID")
+        p.add_argument(
+            "app_handle",
+            help="SCHEDULER://SESSION/APP_ID"
+            + (", or a sweep's id (sweep-...)" if name == "cancel" else ""),
+        )
 
     pre = sub.add_parser(
         "preempt",
@@ -380,6 +384,19 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    if args.app_handle.startswith("sweep-"):
+        from torchx_nb.sweeps import Sweep, TrialsNotCancelled
+
+        with _runner() as runner:
+            sw = Sweep.attach(runner, args.app_handle)
+            try:
+                sw.cancel()
+            except TrialsNotCancelled as e:  # one line per trial that may still run
+                for line in str(e).splitlines():
+                    print(f"{PROG}: error: {line}", file=sys.stderr)
+                return 1
+            print(f"{PROG}: cancel requested for the trials of {sw.id}", file=sys.stderr)
+        return 0
     with _runner() as runner:
         runner.cancel(args.app_handle)
         print(f"{PROG}: cancel requested for {args.app_handle}", file=sys.stderr)

@@ -137,6 +137,11 @@ def _handle_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--help", action="help", help="show this help")
 
 
+def _cancel_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("handle", help="a handle, a sweep's id (sweep-...) or a variable holding either")
+    p.add_argument("--help", action="help", help="show this help")
+
+
 def _log_args(p: argparse.ArgumentParser) -> None:
     from torchx_nb.run_args import add_log_options
 
@@ -218,7 +223,7 @@ PARSERS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "sweep": _notebook_sweep_args,
     "status": _handle_arg,
     "describe": _handle_arg,
-    "cancel": _handle_arg,
+    "cancel": _cancel_args,
     "result": _result_args,
     "outputs": _outputs_args,
     "log": _log_args,

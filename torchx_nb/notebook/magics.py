@@ -451,7 +451,20 @@ class TorchxMagics(Magics):
         display({"text/plain": json.dumps(redact(asdict(app)), indent=2, default=str)}, raw=True)
 
     def _do_cancel(self, args: argparse.Namespace, cell: str | None) -> None:
+        from torchx_nb.specs.api import TorchxNbError
+        from torchx_nb.sweeps import Sweep, TrialsNotCancelled
 
+        token = args.handle
+        value = self.shell.user_ns.get(token) if self.shell and token.isidentifier() else None
+        if isinstance(value, Sweep) or (value is None and token.startswith("sweep-")):
+            sw = value if isinstance(value, Sweep) else Sweep.attach(self.runner, token)
+            try:
+                sw.cancel()
+            except TrialsNotCancelled as e:  # one line per trial that may still run
+                print(str(e), file=sys.stderr)
+                raise TorchxNbError(f"{len(e.failed)} trial(s) could not be cancelled") from None
+            print(f"cancel requested for the trials of {sw.id}")
+            return
         handle = self._resolve_handle(args.handle)
         self.runner.cancel(handle)
         print(f"cancel requested for {handle}")

@@ -12,6 +12,7 @@ whichever thread sees it first."""
 from __future__ import annotations
 
 import contextlib
+import html
 import threading
 import time
 from typing import Any
@@ -29,7 +30,7 @@ from torchx_nb.notebook.widget_base import (
 )
 from torchx_nb.specs.api import AppState, AppStatus, is_terminal
 from torchx_nb.specs.log_line import LogLine
-from torchx_nb.sweeps import sweep_rows, sweep_summary, sweep_text
+from torchx_nb.sweeps import TrialsNotCancelled, sweep_rows, sweep_summary, sweep_text
 
 
 class SweepView:
@@ -224,7 +225,11 @@ class SweepView:
     def _summary_html(self) -> str:
         how = "one native array job" if self.sweep.array else "one job per trial"
         note = (
-            f" · <span style='color:#cf222e'>{self.sweep.error}</span>" if self.sweep.error else ""
+            " · <span style='color:#cf222e'>"
+            + html.escape(self.sweep.error).replace("\n", "<br>")
+            + "</span>"
+            if self.sweep.error
+            else ""
         )
         return (
             f"<code>{self.sweep.id}</code> {len(self.sweep.points)} trials on"
@@ -301,7 +306,9 @@ class SweepView:
             try:
                 self.sweep.cancel()
             except Exception as e:
-                self.sweep.error = f"cancel failed: {one_line(e)}"[:200]
+                self.sweep.error = (  # a trial whose cancel failed: one line each
+                    str(e) if isinstance(e, TrialsNotCancelled) else f"cancel failed: {one_line(e)}"
+                )
                 self._cancel.disabled = False
                 self._cancel.description = "Cancel all"
             self._render()

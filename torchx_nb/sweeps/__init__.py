@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from torchx_nb.grid import Value, env_value
 from torchx_nb.runner import Runner, RunRequest
 from torchx_nb.schedulers.ids import random_id
 from torchx_nb.sweeps.driver import Driver
-from torchx_nb.sweeps.handle import Sweep
+from torchx_nb.sweeps.handle import Sweep, SweepPartlySubmitted, TrialsNotCancelled
 from torchx_nb.sweeps.interrupt import SweepInterrupted, deferred_interrupt
 from torchx_nb.sweeps.plan import (
     SweepRequest,
@@ -73,7 +73,10 @@ def start(runner: Runner, request: SweepRequest) -> Sweep:
     (a cell, one replica), else one job per trial under ``max_parallel``. Every bad input is
     one line, before anything is built or submitted. An interrupt while trials are submitted
     lets the trial in flight finish its submit, cancels every trial submitted and raises
-    ``SweepInterrupted`` (a ``KeyboardInterrupt`` holding the sweep)."""
+    ``SweepInterrupted`` (a ``KeyboardInterrupt`` holding the sweep). A trial that cannot be
+    submitted (its backend refuses it) stops the sweep there: the trials before it stay
+    submitted, in the job store and cancellable, and ``SweepPartlySubmitted`` (holding the
+    sweep) says which were submitted and why that one was not."""
     plan = _plan(runner, request)
     run = request.run
     points = plan.points
@@ -86,8 +89,7 @@ def start(runner: Runner, request: SweepRequest) -> Sweep:
             handles = runner.submit_array(prepared, encoded, request.max_parallel, sweep_id)
         arrayed = Sweep(runner, sweep_id, points, list(handles), True, request.metrics, scheduler)
         if interrupted:
-            arrayed.cancel()
-            raise SweepInterrupted(arrayed, len(handles))
+            _cancel_interrupted(arrayed)
         if request.fail_fast:  # the driver only watches, and cancels the rest on a failure
             arrayed._driver = Driver(arrayed, [], None, True, None)
             arrayed._driver.start()
@@ -104,18 +106,38 @@ def start(runner: Runner, request: SweepRequest) -> Sweep:
 
     limit = request.max_parallel or len(requests)
     now, later = requests[:limit], requests[limit:]
+    failed: tuple[int, Exception] | None = None
     with deferred_interrupt() as interrupted:
         for i, req in now:
-            sweep._set_handle(i, submit(i, req))
+            try:
+                sweep._set_handle(i, submit(i, req))
+            except Exception as e:  # the trials before it are submitted: they are said
+                failed = (i, e)
+                break
             if interrupted:
                 break
     if interrupted:
-        sweep.cancel()
-        raise SweepInterrupted(sweep, sum(h is not None for h in sweep.handles))
+        _cancel_interrupted(sweep)
+    if failed is not None:
+        sweep.stopped = True
+        if not any(sweep.handles):
+            raise failed[1]  # nothing was submitted: the error as it is
+        raise SweepPartlySubmitted(sweep, *failed) from failed[1]
     if later or request.fail_fast:
         sweep._driver = Driver(sweep, later, request.max_parallel, request.fail_fast, submit)
         sweep._driver.start()
     return sweep
+
+
+def _cancel_interrupted(sweep: Sweep) -> NoReturn:
+    """Cancel what an interrupted sweep submitted and raise ``SweepInterrupted``, naming the
+    trials whose cancel failed (they may still run)."""
+    submitted = sum(h is not None for h in sweep.handles)
+    try:
+        sweep.cancel()
+    except TrialsNotCancelled as e:
+        raise SweepInterrupted(sweep, submitted, e.failed) from None
+    raise SweepInterrupted(sweep, submitted)
 
 
 def sweep(
@@ -163,7 +185,9 @@ __all__ = [
     "NOT_SUBMITTED",
     "Sweep",
     "SweepInterrupted",
+    "SweepPartlySubmitted",
     "SweepRequest",
+    "TrialsNotCancelled",
     "dryrun",
     "start",
     "substitute",

@@ -54,7 +54,15 @@ class Driver(threading.Thread):
                         if sweep.stopped:
                             break
                         i, request = self.pending.pop(0)
-                        sweep._set_handle(i, self.submit(i, request))
+                        try:
+                            sweep._set_handle(i, self.submit(i, request))
+                        except Exception as e:
+                            sweep.error = (
+                                f"trial {i} could not be submitted: {one_line(e)}; the trials"
+                                " before it run on, the rest were not submitted"
+                            )
+                            sweep.stopped = True
+                            return
                     free -= 1
                     delay = 0.1
                 time.sleep(delay)

@@ -3,7 +3,6 @@ found again after a kernel restart (``Sweep.attach``)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -19,6 +18,49 @@ from torchx_nb.sweeps.text import NOT_SUBMITTED
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+class TrialsNotCancelled(TorchxNbError):
+    """``Sweep.cancel`` could not cancel these trials (``failed``: index, handle, why), which
+    may still run; every other trial was cancelled. Its text is one line per trial."""
+
+    def __init__(self, sweep_id: str, failed: list[tuple[int, str, str]]) -> None:
+        super().__init__(
+            "\n".join(
+                f"{sweep_id}: trial {i} ({handle}) could not be cancelled and may still run: {why}"
+                for i, handle, why in failed
+            )
+        )
+        self.failed = failed
+
+
+class SweepPartlySubmitted(TorchxNbError):
+    """A sweep stopped at a trial that could not be submitted: the trials before it were
+    submitted and run on (``sweep`` holds them; ``trial``, the one that failed)."""
+
+    def __init__(self, sweep: Sweep, trial: int, error: BaseException) -> None:
+        submitted = [i for i, h in enumerate(sweep.handles) if h is not None]
+        n = len(sweep.points)
+        super().__init__(
+            f"{sweep.id}: trial {trial} could not be submitted: {one_line(error)};"
+            f" {_trials(submitted)} of {n} were submitted and run on (cancel them:"
+            f" %torchx cancel {sweep.id}, or torchx-nb cancel {sweep.id});"
+            f" {_trials(list(range(trial, n)))} were not"
+        )
+        self.sweep = sweep
+        self.trial = trial
+
+
+def _trials(indexes: list[int]) -> str:
+    """``trials 0-2, 5`` (``trial 3``): trial indexes as runs."""
+    runs: list[list[int]] = []
+    for i in indexes:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return f"trial {text}" if len(indexes) == 1 else f"trials {text}"
 
 
 class Sweep:
@@ -148,21 +190,32 @@ class Sweep:
         """Stop submitting trials and cancel every trial not yet ended (a native array in
         one go, where its backend stops a whole array at once). A trial being prepared at
         that moment (a slow image build) is waited for and cancelled with the rest: no
-        trial runs on after ``cancel()``."""
+        trial runs on after ``cancel()``. A trial whose cancel fails (a handle its backend
+        no longer knows, a backend error) does not keep the others from being cancelled;
+        then ``TrialsNotCancelled`` says which could not be, one line each."""
         self.stopped = True
         with self._submitting:
             live = [
-                handle
-                for handle, status in zip(self.handles, self.statuses(), strict=True)
+                (i, handle)
+                for i, (handle, status) in enumerate(
+                    zip(self.handles, self.statuses(), strict=True)
+                )
                 if handle and (status is None or not is_terminal(status.state))
             ]
         if self.array and live:
-            self.runner.cancel_array(live)
-            return
-        for handle in live:
-            # one trial that cannot be cancelled does not keep the others
-            with contextlib.suppress(Exception):
+            try:
+                self.runner.cancel_array([h for _, h in live])
+                return
+            except Exception:
+                pass  # one by one below: what fails is named per trial
+        failed: list[tuple[int, str, str]] = []
+        for i, handle in live:
+            try:
                 self.runner.cancel(handle)
+            except Exception as e:
+                failed.append((i, handle, one_line(e)))
+        if failed:
+            raise TrialsNotCancelled(self.id, failed)
 
     def watch(self) -> None:
         """Show the live widgets again in this notebook (after a kernel restart, or in another

@@ -13,14 +13,25 @@ from typing import Any
 
 class SweepInterrupted(KeyboardInterrupt):
     """A sweep interrupted while it submitted: ``sweep`` holds the trials submitted before the
-    interrupt, all cancelled."""
+    interrupt, all cancelled but those in ``not_cancelled`` (index, handle, why; one line
+    each in the text)."""
 
-    def __init__(self, sweep: Any, submitted: int) -> None:
-        super().__init__(
+    def __init__(
+        self, sweep: Any, submitted: int, not_cancelled: list[tuple[int, str, str]] | None = None
+    ) -> None:
+        text = (
             f"interrupted: the {submitted} trial(s) of {sweep.id} submitted so far were cancelled"
         )
+        if not_cancelled:
+            text += "".join(
+                f"\n{sweep.id}: trial {i} ({handle}) could not be cancelled and may still run:"
+                f" {why}"
+                for i, handle, why in not_cancelled
+            )
+        super().__init__(text)
         self.sweep = sweep
         self.submitted = submitted
+        self.not_cancelled = not_cancelled or []
 
 
 class Deferred:
