@@ -193,3 +193,47 @@ def test_a_subclass_that_states_its_options_type_keeps_it() -> None:
         assert "region" in dict(sched.run_opts())
         assert sched.resolve_opts({"region": "south"}, strict=True) == _MoreQueues(region="south")
     assert _Third.opts_type is _Opts
+
+
+def test_backends_receive_their_options_resolved_and_never_resolve_them() -> None:
+    """Options are resolved once, by the Runner or TorchX's entry points in ``api.py`` (the
+    one adapter); no backend calls ``resolve_opts`` itself."""
+    calls = []
+    for path in SCHEDULERS.rglob("*.py"):
+        if path.name == "api.py" and path.parent == SCHEDULERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "resolve_opts":
+                calls.append(f"{path.relative_to(SCHEDULERS)}:{node.lineno}")
+    assert calls == []
+
+
+def test_submit_called_torchx_s_way_resolves_the_dict_once() -> None:
+    """``submit(app, {...})`` resolves the mapping once and the backend's ``_submit_dryrun``
+    receives that very object (it was resolved a second time inside ``submit_dryrun``)."""
+    seen: list[Any] = []
+
+    class Counting(_Third):
+        def resolve_opts(self, cfg: Any, strict: bool = False) -> _Opts:
+            seen.append(cfg)
+            return super().resolve_opts(cfg, strict)
+
+        def _submit_dryrun(self, app: specs.AppDef, cfg: _Opts) -> Any:
+            seen.append(cfg)
+            return super()._submit_dryrun(app, cfg)
+
+    app = specs.AppDef("a", [specs.Role("r", "img", entrypoint="true")])
+    assert Counting("third", "s").submit(app, {"queue": "gpu"}) == "id"
+    assert seen == [{"queue": "gpu"}, _Opts(queue="gpu")]
+
+
+def test_only_what_was_given_has_no_partial_options_object() -> None:
+    """The partial resolution is ``given()``'s mapping: ``from_cfg`` always builds complete
+    options (a required one missing is an error, never a None in a ``str`` field)."""
+    import pytest
+
+    assert _Needs.given({"priority": "3"}) == {"priority": 3}
+    with pytest.raises(specs.InvalidRunConfigException, match="queue"):
+        _Needs.from_cfg({"priority": "3"})
+    with pytest.raises(TypeError):
+        _Needs.from_cfg({}, partial=True)  # type: ignore[call-arg]

@@ -223,7 +223,8 @@ def test_a_torchx_style_workspace_scheduler_subclasses_and_builds_its_workspace(
 def test_one_resolver_for_typed_and_torchx_style_options() -> None:
     """``resolve_opts`` is the one place options are resolved: a TorchX-style scheduler gets a
     dict, a typed one its own structure (returned as is when already typed); ``strict`` (the
-    Runner's) names the closest option for an unknown key; ``partial`` requires nothing."""
+    Runner's) names the closest option for an unknown key; only some options given is
+    ``given_opts``'s mapping, not a partial options object."""
     from torchx_nb.runner import get_runner
     from torchx_nb.schedulers.aws_batch import AwsBatchOpts, create_scheduler
 
@@ -239,7 +240,7 @@ def test_one_resolver_for_typed_and_torchx_style_options() -> None:
     opts = batch.resolve_opts({"queue": "q", "image_repo": "127.0.0.1:9/r"})
     assert isinstance(opts, AwsBatchOpts) and opts.queue == "q" and opts.builder == "auto"
     assert batch.resolve_opts(opts) is opts
-    assert batch.resolve_opts(None, partial=True).queue is None
+    assert batch.given_opts(None) == {}
     with pytest.raises(specs.InvalidRunConfigException, match="missing required option 'queue'"):
         batch.resolve_opts({})
     with get_runner() as runner, pytest.raises(specs.InvalidRunConfigException) as err:

@@ -401,7 +401,7 @@ class Submitting:
         else:
             sched._validate(app, scheduler)
         folder = use.folder if isinstance(use, FolderWorkspace) else None
-        info = sched.submit_dryrun(app, opts, folder)
+        info = sched.dryrun_typed(app, opts, folder)
         metrics = sched.metric_definitions(opts) if isinstance(sched, DefinesMetrics) else {}
         return PreparedRun(
             program,

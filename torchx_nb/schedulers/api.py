@@ -72,7 +72,8 @@ class Scheduler(abc.ABC, Generic[T]):
 
     def submit(self, app: AppDef, cfg: T, workspace: str | None = None) -> str:
         """Dryrun and schedule in one call (mostly for tests; prefer the Runner, which also
-        runs a cell from the workspace as a script)."""
+        runs a cell from the workspace as a script). TorchX's entry point: ``cfg`` is resolved
+        here, once."""
         opts = self.resolve_opts(cfg)
         folder: LocalWorkspace | None = None
         if workspace and isinstance(self, DirWorkspaceMixin):
@@ -82,19 +83,20 @@ class Scheduler(abc.ABC, Generic[T]):
             self.build_workspace_and_update_role(app.roles[0], workspace, cast(Any, opts))
         elif workspace:
             raise TorchxNbError(f"scheduler {self.backend!r} does not take a workspace")
-        return self.schedule(self.submit_dryrun(app, opts, folder))
+        return self.schedule(self.dryrun_typed(app, opts, folder))
 
     @abc.abstractmethod
     def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> str:
         """Send the request built by ``submit_dryrun``; returns the app id."""
 
-    def resolve_opts(self, cfg: Any, partial: bool = False, strict: bool = False) -> T:
-        """The one resolver of options: ``cfg`` (this scheduler's typed options, returned as
+    def resolve_opts(self, cfg: Any, strict: bool = False) -> T:
+        """The one resolver of options (the Runner's, and the adapter of TorchX's entry points
+        ``submit``/``submit_dryrun``): ``cfg`` (this scheduler's typed options, returned as
         they are; a mapping, as TorchX code passes one; None) checked against ``run_opts()``:
-        defaults filled in, strings cast, required options present; with ``partial`` only the
-        options given (none required: e.g. to list every queue); with ``strict`` an unknown
+        defaults filled in, strings cast, required options present; with ``strict`` an unknown
         key is refused, naming the closest option. The typed structure for
-        ``TakesTypedOptions`` schedulers, else a dict."""
+        ``TakesTypedOptions`` schedulers, else a dict. What only some options given means
+        (``list``, previews) is ``given_opts``'s mapping, not a partial ``T``."""
         typed = self.opts_type if isinstance(self, TakesTypedOptions) else None
         if typed is not None and isinstance(cfg, typed):
             return cast(T, cfg)  # the options type is T: found on Scheduler[T] itself
@@ -110,9 +112,9 @@ class Scheduler(abc.ABC, Generic[T]):
                 unknown[0],
                 given,
             )
-        resolved = given if partial else opts.resolve(given)
+        resolved = opts.resolve(given)
         if typed is not None:
-            return cast(T, typed.from_cfg(resolved, partial=partial))
+            return cast(T, typed.from_cfg(resolved))
         return cast(T, resolved)  # a scheduler written TorchX's way: Scheduler[Mapping]
 
     def given_opts(self, cfg: Any) -> Mapping[str, CfgVal]:
@@ -128,8 +130,15 @@ class Scheduler(abc.ABC, Generic[T]):
         self, app: AppDef, cfg: T, workspace: LocalWorkspace | None = None
     ) -> AppDryRunInfo[Any]:
         """The native request for ``app``, built without any network call. ``workspace`` is
-        the folder a ``DirWorkspaceMixin`` scheduler runs the job from."""
-        opts = self.resolve_opts(cfg)
+        the folder a ``DirWorkspaceMixin`` scheduler runs the job from. TorchX's entry point:
+        ``cfg`` (a mapping as TorchX passes it, or the typed options) is resolved here."""
+        return self.dryrun_typed(app, self.resolve_opts(cfg), workspace)
+
+    def dryrun_typed(
+        self, app: AppDef, opts: T, workspace: LocalWorkspace | None = None
+    ) -> AppDryRunInfo[Any]:
+        """``submit_dryrun`` with the options resolved already (the Runner's call, and
+        ``submit``'s): the backend's ``_submit_dryrun`` receives them as they are."""
         if workspace is not None:
             if not isinstance(self, DirWorkspaceMixin):
                 raise TorchxNbError(f"scheduler {self.backend!r} does not run from a folder")

@@ -100,11 +100,28 @@ class StructuredOpts:
         return opts
 
     @classmethod
-    def from_cfg(cls: type[S], cfg: Mapping[str, CfgVal], partial: bool = False) -> S:
+    def from_cfg(cls: type[S], cfg: Mapping[str, CfgVal]) -> S:
         """Build from a cfg mapping; keys may be snake_case, camelCase or a field's ``cfg_key``.
-        Two spellings of one option with different values are an error. ``partial``: only the
-        options given are set, the others are None (no default, none required), e.g. to list
-        jobs in any queue or location."""
+        Two spellings of one option with different values are an error; a required option
+        missing is one. Every field holds its value: what only some options given means is
+        ``given()``'s mapping, never an instance with None in a required field."""
+        values, extra = cls._by_field(cfg)
+        resolved = cls.as_runopts().resolve(
+            {cls._cfg_key(f): values[f.name] for f in dataclasses.fields(cls) if f.name in values}
+        )
+        kwargs = {
+            f.name: resolved.get(cls._cfg_key(f))
+            for f in dataclasses.fields(cls)
+            if not f.name.startswith("_") and resolved.get(cls._cfg_key(f)) is not None
+        }
+        obj = cls(**kwargs)
+        object.__setattr__(obj, "_extra_cfg", extra)
+        return obj
+
+    @classmethod
+    def _by_field(cls, cfg: Mapping[str, CfgVal]) -> tuple[dict[str, CfgVal], dict[str, CfgVal]]:
+        """``cfg``'s values by field name (any spelling of a field), and the keys no field
+        declares; two spellings of one field with different values are an error."""
         by_alias: dict[str, str] = {}
         for f in dataclasses.fields(cls):
             for alias in (f.name, snake_to_camel(f.name), cls._cfg_key(f)):
@@ -126,23 +143,7 @@ class StructuredOpts:
                 )
             values[name] = val
             seen_as[name] = key
-        opts = cls.as_runopts()
-        if partial:
-            relaxed = runopts()
-            for key, opt in opts:
-                relaxed.add(key, opt.opt_type, lambda o=opt: o.help)  # type: ignore[misc]
-            opts = relaxed
-        resolved = opts.resolve(
-            {cls._cfg_key(f): values[f.name] for f in dataclasses.fields(cls) if f.name in values}
-        )
-        kwargs = {
-            f.name: resolved.get(cls._cfg_key(f))
-            for f in dataclasses.fields(cls)
-            if not f.name.startswith("_") and (resolved.get(cls._cfg_key(f)) is not None or partial)
-        }
-        obj = cls(**kwargs)
-        object.__setattr__(obj, "_extra_cfg", extra)
-        return obj
+        return values, extra
 
     @classmethod
     def given(cls, cfg: Mapping[str, CfgVal]) -> dict[str, CfgVal]:
@@ -150,13 +151,15 @@ class StructuredOpts:
         (no default filled in, none required): what ``list`` and previews read, e.g. to
         list every queue when none is given. Its own type, a mapping, since a field may be
         missing here that the full options always hold."""
-        partial = cls.from_cfg(cfg, partial=True)
-        names = set()
-        for f in dataclasses.fields(cls):
-            for alias in (f.name, snake_to_camel(f.name), cls._cfg_key(f)):
-                if alias in cfg:
-                    names.add(f.name)
-        return {n: getattr(partial, n) for n in sorted(names) if getattr(partial, n) is not None}
+        values, _ = cls._by_field(cfg)
+        relaxed = runopts()  # the same names and types, none required, no default
+        for key, opt in cls.as_runopts():
+            relaxed.add(key, opt.opt_type, lambda o=opt: o.help)  # type: ignore[misc]
+        cast = relaxed.resolve(
+            {cls._cfg_key(f): values[f.name] for f in dataclasses.fields(cls) if f.name in values}
+        )
+        keys = {f.name: cls._cfg_key(f) for f in dataclasses.fields(cls) if f.name in values}
+        return {n: cast[k] for n, k in sorted(keys.items()) if cast.get(k) is not None}
 
     def with_(self: S, **changes: Any) -> S:
         """A copy with some fields changed (the options given and not declared are kept)."""

@@ -102,7 +102,7 @@ class KubernetesScheduler(
 
     def _validate(self, app: AppDef, scheduler: str, cfg: KubernetesOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
-        cfg = self.resolve_opts(cfg)
+        cfg = KubernetesOpts() if cfg is None else cfg  # TorchX's call has none: the defaults
         api = cfg.api
         if api not in ("volcano", "indexed"):
             raise InvalidRunConfigException(f"api {api!r}: use volcano or indexed", "api")
@@ -505,7 +505,7 @@ class KubernetesScheduler(
     def list(self, cfg: Any = None) -> list[ListAppResponse]:
         """Our jobs (by label) in the namespace given, else the option's default, every
         page."""
-        namespace = self.resolve_opts(self.given_opts(cfg)).namespace
+        namespace = str(self.given_opts(cfg).get("namespace", KubernetesOpts.namespace))
         selector = f"{LABEL_ORGANIZATION}={ORGANIZATION}"
         out = []
         for job in [*self._vcjobs(namespace, selector), *self._jobs(namespace, selector)]:
