@@ -244,6 +244,20 @@ def test_a_dry_run_cannot_be_sent_and_a_prepared_run_is_sent_once(tmp_path: Path
         assert runner.result(handle) == 42
 
 
+def test_the_dry_run_info_answers_torchx_070s_fields() -> None:
+    """Code written for TorchX 0.7.0 (whose AppDryRunInfo has no ``app``/``cfg``) reads
+    ``_app``, ``_cfg`` and ``_scheduler`` of what ``Runner.dryrun`` returns, as TorchX's own
+    ``Runner.schedule`` reads ``_scheduler``: since the dry run became a façade over the
+    prepared run each was an AttributeError. Read from the prepared run, kept on nothing."""
+    with get_runner() as runner:
+        info = runner.dryrun(echo(msg="hi"), "local_cwd", {"log_dir": "/tmp/x"})
+    assert info._app is info.app and info._app.name == "echo"
+    assert info._cfg == info.cfg and info._cfg["log_dir"] == "/tmp/x"
+    assert info._scheduler == "local_cwd"
+    with pytest.raises(AttributeError):
+        info._scheduler = "slurm"  # type: ignore[misc]
+
+
 def test_the_dry_run_summary_reads_the_program_not_its_args(tmp_path: Path) -> None:
     """A cell that mentions the runner's file, sent with ``python -c`` (no workspace), was
     said to run under the cell runner: the summary searched the args for that name."""

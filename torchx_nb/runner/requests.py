@@ -177,6 +177,21 @@ class PreparedDryRun(AppDryRunInfo[Any]):
     def cfg(self) -> Mapping[str, CfgVal]:
         return as_cfg(self.prepared.opts)
 
+    # TorchX 0.7.0's fields (it has no ``app``/``cfg`` properties): code written for it reads
+    # them, as its Runner.schedule reads ``_scheduler``; read from the prepared run, kept on
+    # nothing
+    @property
+    def _app(self) -> AppDef:  # type: ignore[override]
+        return self.prepared.app
+
+    @property
+    def _cfg(self) -> Mapping[str, CfgVal]:  # type: ignore[override]
+        return as_cfg(self.prepared.opts)
+
+    @property
+    def _scheduler(self) -> str:  # type: ignore[override]
+        return self.prepared.scheduler
+
     @property
     def workspace_preview(self) -> str | None:
         """What would ship (a dry run's file table), as the prepared run has it."""
