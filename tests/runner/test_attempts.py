@@ -6,6 +6,7 @@ never a preemption; a backend that cannot preempt says so in one line."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,50 @@ def test_a_local_job_preempted_past_its_limit_is_stopped_and_fails(tmp_path: Pat
         # the attempt the limit stopped (when its backend had begun it) is no program failure
         whys = [a.ended_why for a in r.attempt_log(handle).attempts]
         assert whys in (["preempted", "preempted"], ["preempted", "preempted", "cancelled"])
+
+
+# a watcher whose resubmission never returns (killed midway by the test)
+STUCK_WATCHER = """
+import sys, time
+from tests.runner.spot_backend import ReclaimingScheduler, create_scheduler
+from torchx_nb.jobstore import JobStore
+from torchx_nb.runner import Runner
+ReclaimingScheduler.submit_again = lambda self, app_id: time.sleep(600)
+with Runner("torchx", {"spotty": create_scheduler}, jobstore=JobStore(sys.argv[1])) as r:
+    while True:
+        r.status(sys.argv[2])
+        time.sleep(0.2)
+"""
+
+
+def test_a_resubmission_killed_midway_is_taken_over(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """kill -9 of the process sending a preempted job's next attempt: its claim stays in the
+    store, and once it is stale another watcher sends the attempt — the job is not left
+    'submitted again' for ever, with no job behind it and no notice."""
+    import os
+    import signal
+    import subprocess
+
+    from torchx_nb import attempt_store
+
+    with runner(tmp_path) as r:
+        handle = r.run(app(tmp_path / "ck"), "spotty")
+        wait_for(lambda: running(r, handle, tmp_path / "ck"), timeout=60)
+        r.preempt(handle)  # no status of this process sees it: the other watcher claims it
+        root = Path(__file__).resolve().parents[2]
+        watcher = subprocess.Popen(
+            [sys.executable, "-c", STUCK_WATCHER, str(tmp_path / "jobs.db"), handle], cwd=root
+        )
+        try:
+            wait_for(lambda: [a.n for a in r.attempt_log(handle).attempts] == [1, 2], timeout=90)
+        finally:
+            os.kill(watcher.pid, signal.SIGKILL)
+            watcher.wait()
+        (claim,) = [a for a in r.attempt_log(handle).attempts if a.n == 2]
+        assert claim.app_id == ""  # claimed, never sent
+        monkeypatch.setattr(attempt_store, "CLAIM_SECONDS", 1.0)
+        time.sleep(1.5)
+        ended = r.wait(handle, wait_interval=0.2, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+        rec = r.jobstore.get(handle)
+        assert rec is not None and (rec.state, rec.attempt, rec.preemptions) == ("SUCCEEDED", 2, 1)

@@ -125,7 +125,10 @@ class Attempts:
     ) -> AppStatus:
         """The next attempt of a job whose native job ended with its preemption: submitted by
         one watcher only (the store's claim); the others see it pending meanwhile."""
-        last = log.attempts[-1] if log.attempts else None
+        # the attempts sent (a claim, not sent yet, has no native id): a claim left by a
+        # watcher that vanished midway is taken over once stale (``claim_attempt``)
+        sent = [a for a in log.attempts if a.app_id]
+        last = sent[-1] if sent else None
         said = log.events[-1].text() if log.events else "preempted"
         if last is None or last.app_id != app_id or last.ended_why != "preempted":
             return replace(status, state=AppState.PENDING, msg=f"{said}; submitted again")
