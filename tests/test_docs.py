@@ -73,7 +73,7 @@ def test_every_python_example_parses(page: Path, code: str) -> None:
 
 
 def test_every_command_in_the_examples_exists() -> None:
-    from torchx_nb.cli import _build_parser
+    from torchx_nb.cli.parser import build_parser as _build_parser
     from torchx_nb.notebook.magics import COMMANDS
 
     cli = next(a for a in _build_parser()._actions if a.dest == "cmd").choices  # type: ignore[union-attr]

@@ -11,7 +11,7 @@ from pathlib import Path
 from torchx_nb import run_args
 
 PACKAGE = Path(run_args.__file__).parent
-FRONT_ENDS = [PACKAGE / "cli.py", PACKAGE / "notebook" / "magic_line.py"]
+FRONT_ENDS = [*(PACKAGE / "cli").glob("*.py"), PACKAGE / "notebook" / "magic_line.py"]
 # the same spelling for other options, known by their help: `list -s` filters the job list by
 # scheduler, `configure -s` names the schedulers of the template
 ELSEWHERE = ("only this scheduler's jobs", "comma-separated schedulers")
@@ -60,7 +60,7 @@ def test_no_front_end_declares_a_shared_flag_itself() -> None:
 
 
 def test_the_cli_and_the_magic_give_the_same_help_for_image_and_name() -> None:
-    from torchx_nb.cli import _build_parser
+    from torchx_nb.cli.parser import build_parser as _build_parser
     from torchx_nb.notebook.magic_line import _job_options
 
     cli = _build_parser()

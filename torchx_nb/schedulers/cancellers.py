@@ -16,7 +16,7 @@ from typing import Any
 # what a front end's process is called → the words for it
 _PROGRAMS = {
     "torchx-nb": "torchx-nb cancel",
-    "cli.py": "torchx-nb cancel",
+    "cli/__main__.py": "torchx-nb cancel",  # python -m torchx_nb.cli
     "ipykernel_launcher.py": "a Jupyter kernel",
     "jupyter-lab": "the Jupyter server (panel or REST)",
     "jupyter-server": "the Jupyter server (panel or REST)",
@@ -54,6 +54,8 @@ def canceller() -> str:
         user = ""
     user = user or f"uid {os.getuid()}"
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    if program == "__main__.py":  # a package run with -m: named by its folder
+        program = f"{os.path.basename(os.path.dirname(sys.argv[0]))}/{program}"
     return f"{user} with {_PROGRAMS.get(program, program)} (pid {os.getpid()})"
 
 
