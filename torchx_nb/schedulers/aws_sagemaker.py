@@ -31,25 +31,16 @@ from torchx_nb.schedulers.aws_common import (
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import tail_wait
 from torchx_nb.schedulers.outputs import REMOTE_OUTPUT_DIR, output_env, upload_target
+from torchx_nb.schedulers.sagemaker_describe import BOOT_ENV, STATES, job_response
 from torchx_nb.schedulers.sagemaker_options import AwsSageMakerOpts
 from torchx_nb.schedulers.sagemaker_spot import check_times, checkpoint, spot_on
-from torchx_nb.schedulers.sagemaker_status import (
-    out_of_memory,
-    replica_exits,
-    status_message,
-    time_limit,
-)
-from torchx_nb.schedulers.sagemaker_stop import stop_ending, tag_stop
 from torchx_nb.schedulers.sagemaker_stop import stopped_by as read_stopped_by
+from torchx_nb.schedulers.sagemaker_stop import tag_stop
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
     AppState,
     InvalidRunConfigException,
-    ReplicaStatus,
-    Resource,
-    Role,
-    RoleStatus,
     is_terminal,
     macros,
     make_app_handle,
@@ -68,25 +59,7 @@ SCRIPT_MODE_ONLY = {
     "code_location": "no code is uploaded to S3: the workspace is in the image",
     "dependencies": "put dependencies in the workspace or the base image",
 }
-STATES = {
-    "InProgress": AppState.RUNNING,
-    "Completed": AppState.SUCCEEDED,
-    "Failed": AppState.FAILED,
-    "Stopping": AppState.RUNNING,
-    "Stopped": AppState.CANCELLED,
-}
-# InProgress jobs whose SecondaryStatus says no instance runs the container yet
-WAITING = {
-    "Starting",
-    "Pending",
-    "LaunchingMLInstances",
-    "PreparingTrainingStack",
-    "Downloading",
-    "DownloadingTrainingImage",
-    "Restarting",
-}
 MAX_ARG = 256
-BOOT_ENV = "TORCHX_NB_SM_BOOT"
 # Run in the container before the role's program: the node's rank and the rendezvous host from
 # what SageMaker gives a container (SM_HOSTS/SM_CURRENT_HOST, else resourceconfig.json), and
 # on failure a reason in /opt/ml/output/failure, which SageMaker reports as FailureReason —
@@ -441,74 +414,8 @@ class AwsSageMakerScheduler(
     def _response(
         self, app_id: str, job: dict[str, Any], stopped_by: str | None = None
     ) -> DescribeAppResponse:
-        """The status of a DescribeTrainingJob answer; a failed replica's exit code is the one
-        its bootstrap wrote into the failure reason; a stopped job says who stopped it
-        (``stopped_by``: torchx_nb's tag, '' for none, None when not read)."""
-        state = STATES.get(job.get("TrainingJobStatus", ""), AppState.UNKNOWN)
-        secondary = str(job.get("SecondaryStatus") or "")
-        if state == AppState.RUNNING and secondary in WAITING:
-            state = AppState.PENDING
-        limit = time_limit(job)
-        if limit is not None:
-            state = AppState.FAILED  # Stopped by its own limit, not by anyone: a failure
-        ending, next_step = limit or ("", "")
-        exits = replica_exits(job) if state == AppState.FAILED else {}
-        algo = job.get("AlgorithmSpecification", {})
-        res = job.get("ResourceConfig", {})
-        count = int(res.get("InstanceCount", 1))
-        entry = list(algo.get("ContainerEntrypoint") or [""])
-        if entry[:2] == ["/bin/sh", "-c"] and len(entry) == 5 and entry[3] == "torchx-nb":
-            entry = entry[4:]
-        env = {
-            k: v for k, v in (job.get("Environment") or {}).items() if not k.startswith(BOOT_ENV)
-        }
-        role = Role(
-            name="sagemaker",
-            image=algo.get("TrainingImage", ""),
-            entrypoint=entry[0],
-            args=[*entry[1:], *algo.get("ContainerArguments", [])],
-            num_replicas=count,
-            env=env,
-            resource=Resource(-1, -1, -1),
-        )
-        region = self.client.meta.region_name
-        resp = DescribeAppResponse(
-            app_id=app_id,
-            state=state,
-            num_restarts=0,
-            ui_url=(
-                f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}"
-                f"#/jobs/{app_id}"
-            ),
-            roles=[role],
-            roles_statuses=[
-                RoleStatus(
-                    "sagemaker",
-                    [
-                        ReplicaStatus(
-                            i,
-                            state,
-                            "sagemaker",
-                            f"algo-{i + 1}",
-                            oom=state == AppState.FAILED and out_of_memory(job),
-                            exit_code=exits.get(i),
-                            ending=ending,
-                            next_step=next_step,
-                        )
-                        for i in range(count)
-                    ],
-                )
-            ],
-            started=_epoch(job.get("TrainingStartTime")),
-            ended=_epoch(job.get("TrainingEndTime")) if is_terminal(state) else None,
-        )
-        resp.msg = status_message(job)
-        if state == AppState.CANCELLED and stopped_by is not None:
-            ending = stop_ending(stopped_by)
-            resp.msg = f"it {ending}"
-            for rep in resp.roles_statuses[0].replicas:
-                rep.ending = ending
-        return resp
+        """The status of a DescribeTrainingJob answer (``sagemaker_describe``)."""
+        return job_response(app_id, job, self.client.meta.region_name, stopped_by)
 
     def list(self, cfg: AwsSageMakerOpts | None = None) -> list[ListAppResponse]:
         """Every training job of the account tagged by torchx (tags read 8 jobs at a time)."""
@@ -599,10 +506,3 @@ def _default_region() -> str | None:
     from torchx_nb.schedulers.sagemaker_studio import region
 
     return region()
-
-
-def _epoch(value: Any) -> float | None:
-    """boto3 gives datetimes; a JSON-decoded response may give epoch numbers."""
-    if value is None:
-        return None
-    return value.timestamp() if hasattr(value, "timestamp") else float(value)
