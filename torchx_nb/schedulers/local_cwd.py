@@ -2,7 +2,7 @@
 current directory). No image, nothing to install: the embedded default.
 
 Unlike TorchX's local scheduler, an app's state lives on disk: a detached supervisor
-(``local_supervisor.py``) runs the replicas and records their exit codes, so ``describe``,
+(``local_supervisor/``) runs the replicas and records their exit codes, so ``describe``,
 ``log_iter``, ``list`` and ``cancel`` work from any process, after the submitter has exited."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from torchx_nb.specs.log_line import LogLine, Stream
 from torchx_nb.specs.structured_opts import PreemptionOpts, StructuredOpts
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
-SUPERVISOR = Path(__file__).with_name("local_supervisor.py")
+SUPERVISOR = Path(__file__).with_name("local_supervisor")  # a folder, run by its __main__
 # A log tail that found nothing new looks again after at most this long.
 TAIL_IDLE_S = 1.0
 

@@ -1,5 +1,5 @@
 """local_cwd's status from its files: the request and ``state.json`` that the supervisor
-writes (``local_supervisor.py``), read into a ``DescribeAppResponse`` by any process."""
+writes (``local_supervisor/``), read into a ``DescribeAppResponse`` by any process."""
 
 from __future__ import annotations
 

@@ -1,26 +1,6 @@
-"""The detached process that runs one local_cwd app: ``python -I -S local_supervisor.py STATE_DIR``.
-
-It starts every replica in a session of its own, copies each replica's stdout and stderr into
-``stdout.log``, ``stderr.log`` and ``combined.log``, and records pids and exit codes in
-``STATE_DIR/state.json`` (written atomically, mode 0600) so that any process can describe the
-app later.
-
-No process outlives its job:
-- the supervisor is a child subreaper, so a replica's orphaned children stay its descendants;
-- when every replica has exited, whatever is left of their sessions and of its descendants is
-  killed (a background ``cmd &`` of a finished job does not live on);
-- SIGTERM cancels: every process of the job gets SIGTERM, then SIGKILL after the grace period,
-  and the final state is written only once none is left;
-- a ``preempt`` marker (``torchx-nb preempt``) stops the replicas the same way (SIGTERM, SIGKILL
-  after the marker's grace), records the attempt in ``state.json`` and runs them again: the
-  next attempt, appending to the same logs;
-- each replica's first process dies with the supervisor (``PR_SET_PDEATHSIG``); the rest of its
-  session is killed by ``kill_orphans``, which ``describe`` and ``cancel`` run when they find
-  the supervisor gone.
-
-Processes are named by pid *and* start time, so a reused pid is never mistaken for ours.
-
-Standard library only, and no import of torchx_nb: it starts in a few milliseconds."""
+"""The supervisor itself: ``Replica`` (one replica's process and its logs) and ``Supervisor``
+(attempts, preemption, cancel, the end hook, ``state.json``). Standard library only (see the
+package's docstring)."""
 
 from __future__ import annotations
 
@@ -34,135 +14,19 @@ import sys
 import time
 from typing import IO, Any
 
+from .processes import (
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_PDEATHSIG,
+    all_stats,
+    job_processes,
+    prctl,
+    signal_all,
+    start_ticks,
+    write_json,
+)
+
 GRACE_SECONDS = 10.0
 LEFTOVER_GRACE_SECONDS = 1.0
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def write_private(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` atomically, readable by its owner only."""
-    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def write_json(path: str, data: dict[str, Any]) -> None:
-    write_private(path, json.dumps(data))
-
-
-def proc_stat(pid: int) -> tuple[str, int, int, int, int] | None:
-    """(state, ppid, pgid, session id, start time in clock ticks since boot) of ``pid``, or
-    None when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
-
-
-def start_ticks(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot); None if it is gone or a zombie."""
-    st = proc_stat(pid)
-    if st is None or st[0] in ("Z", "X"):
-        return None
-    return st[4]
-
-
-def is_same_process(pid: int | None, ticks: int | None) -> bool:
-    """True while the process ``pid`` that started at ``ticks`` is alive (not a zombie). With
-    ``ticks`` None, any live process with that pid counts."""
-    if not pid:
-        return False
-    now = start_ticks(pid)
-    if now is None:
-        if not os.path.isdir("/proc/self"):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-            return True
-        return False
-    return ticks is None or now == ticks
-
-
-def _all_stats() -> dict[int, tuple[str, int, int, int, int]]:
-    out: dict[int, tuple[str, int, int, int, int]] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
-    for name in names:
-        if name.isdigit():
-            st = proc_stat(int(name))
-            if st is not None:
-                out[int(name)] = st
-    return out
-
-
-def job_processes(sessions: list[tuple[int, int]], root: int | None = None) -> list[int]:
-    """Live pids that belong to a job: members of the replicas' sessions ``(sid, leader start
-    ticks)`` that started no earlier than the leader, and descendants of ``root`` (the
-    supervisor). Zombies and ``root`` itself are left out."""
-    stats = _all_stats()
-    found: set[int] = set()
-    for sid, ticks in sessions:
-        for pid, (state, _ppid, _pgid, psid, pstart) in stats.items():
-            if psid == sid and pstart >= ticks and state not in ("Z", "X"):
-                found.add(pid)
-    if root is not None:
-        children: dict[int, list[int]] = {}
-        for pid, st in stats.items():
-            children.setdefault(st[1], []).append(pid)
-        stack = list(children.get(root, []))
-        while stack:
-            pid = stack.pop()
-            if stats[pid][0] not in ("Z", "X"):
-                found.add(pid)
-            stack.extend(children.get(pid, []))
-    found.discard(os.getpid())
-    if root is not None:
-        found.discard(root)
-    return sorted(found)
-
-
-def signal_all(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-def kill_orphans(state: dict[str, Any]) -> int:
-    """SIGKILL whatever is left of a job whose supervisor is gone (from its ``state.json``);
-    returns how many processes were signalled."""
-    sessions = [
-        (rep["pid"], rep["start_ticks"])
-        for reps in state.get("roles", {}).values()
-        for rep in reps
-        if rep.get("pid") and rep.get("start_ticks") is not None
-    ]
-    pids = job_processes(sessions)
-    signal_all(pids, signal.SIGKILL)
-    return len(pids)
-
-
-_LIBC: Any = None
-
-
-def _prctl(option: int, arg: int) -> None:
-    """Linux ``prctl``; a no-op elsewhere. Load libc before forking (``preexec_fn`` calls it)."""
-    global _LIBC
-    with contextlib.suppress(Exception):
-        if _LIBC is None:
-            import ctypes
-
-            _LIBC = ctypes.CDLL(None, use_errno=True)
-        _LIBC.prctl(option, arg, 0, 0, 0)
 
 
 class Replica:
@@ -230,7 +94,7 @@ class Replica:
         parent = os.getpid()
 
         def die_with_supervisor() -> None:
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:
                 os._exit(137)
 
@@ -460,11 +324,11 @@ class Supervisor:
     @staticmethod
     def _children() -> list[int]:
         me = os.getpid()
-        return [pid for pid, st in _all_stats().items() if st[1] == me and st[0] == "Z"]
+        return [pid for pid, st in all_stats().items() if st[1] == me and st[0] == "Z"]
 
     def run(self) -> None:
         os.umask(0o077)
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
         signal.signal(signal.SIGTERM, self.on_signal)
         # started with SIGINT blocked: one pending now was aimed at the process that started us
         # (a kernel interrupt reaching its group while we were spawned); ignoring it drops it
@@ -593,11 +457,7 @@ class Supervisor:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: local_supervisor.py STATE_DIR", file=sys.stderr)
+        print("usage: local_supervisor STATE_DIR", file=sys.stderr)
         return 2
     Supervisor(argv[1]).run()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
