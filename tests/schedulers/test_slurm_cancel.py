@@ -47,3 +47,28 @@ def test_a_second_cancel_during_the_grace_does_not_cut_the_program_short(
     assert log == "ready\ngot SIGTERM\nsaved\n", log
     (replica,) = status.roles[0].replicas
     assert (replica.state, replica.exit_code) == (AppState.CANCELLED, 143), replica
+
+
+def test_a_heterogeneous_job_cancel_gives_every_component_its_sigterm(
+    slurm_env: SlurmCluster,
+) -> None:
+    """Two roles (two het components): the cancel's SIGTERM reaches each component's program,
+    each has its time to end on it, and the job and both replicas are CANCELLED as soon as the
+    job reads ended — the component that ended second was still RUNNING (or FAILED, its exit
+    143 read before its own CANCELLED) in the first CANCELLED status, the one ``wait`` returns
+    and the widget's end card and the notice show."""
+    program = (
+        "trap 'echo got SIGTERM; sleep 2; echo saved; exit 143' TERM; echo ready; sleep 300 & wait"
+    )
+    app = specs.AppDef("het", roles=[_role("a", program), _role("b", program)])
+    with get_runner() as runner:
+        handle = runner.run(app, "slurm", {})
+        for role in ("a", "b"):
+            wait_for(lambda r=role: "ready" in "".join(runner.log_lines(handle, r, 0)), timeout=60)
+        runner.cancel(handle)
+        status = runner.wait(handle, wait_interval=0.5, timeout=60)
+        logs = ["".join(runner.log_lines(handle, role, 0, streams=Stream.STDOUT)) for role in "ab"]
+    assert status is not None and status.state == AppState.CANCELLED, status
+    assert logs == ["ready\ngot SIGTERM\nsaved\n"] * 2, logs
+    states = [(r.replicas[0].state, r.replicas[0].exit_code) for r in status.roles]
+    assert states == [(AppState.CANCELLED, 143)] * 2, status

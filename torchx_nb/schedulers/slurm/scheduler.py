@@ -503,6 +503,10 @@ class SlurmScheduler(
                 )
             )
         state = combined_state(c.state for c in job.components)
+        if state == AppState.CANCELLED and any(c.state == AppState.RUNNING for c in job.components):
+            # a cancelled heterogeneous job's components end one after another: it has ended
+            # once all have (the one still ending would read RUNNING, or FAILED on its 143)
+            state = AppState.RUNNING
         lead = job.components[0]
         msg = NONE
         if state == AppState.FAILED:
