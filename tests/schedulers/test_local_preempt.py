@@ -181,3 +181,25 @@ def test_local_docker_preempt_stops_the_containers_and_runs_new_ones(
     assert [x.app_id for x in sched.list() if x.app_id == app_id] == [app_id]
     with pytest.raises(NotPreemptible, match="is not running: only a running app can be preempted"):
         sched.preempt(app_id)
+
+
+def test_a_preemption_as_the_program_ends_does_not_run_it_again(
+    sched: LocalCwdScheduler, tmp_path: Path
+) -> None:
+    """``torchx-nb preempt`` just as the program exits 0 (before the supervisor saw it exit):
+    the job SUCCEEDED, its program is not run a second time. The program leaves the preempt
+    marker itself, then exits, so the supervisor finds both in one turn."""
+    runs, where = tmp_path / "runs", tmp_path / "where"
+    script = (
+        f'n=$(( $(cat "{runs}" 2>/dev/null || echo 0) + 1 )); echo $n > "{runs}"; '
+        'echo "run $n"; if [ $n -ge 2 ]; then exit 0; fi; '
+        f'while [ ! -s "{where}" ]; do sleep 0.05; done; '
+        f'echo \'{{"grace": 5}}\' > "$(cat "{where}")/preempt"; exit 0'
+    )
+    app_id = _run(sched, _app(script))
+    wait_for(lambda: _log(sched, app_id, 0) == ["run 1\n"], timeout=30)
+    where.write_text(str(sched._app_dir(app_id)))
+    end = _wait_end(sched, app_id)
+    assert end.state == AppState.SUCCEEDED and end.num_restarts == 0, end
+    assert _log(sched, app_id, 0) == ["run 1\n"]  # run once
+    assert _state(sched, app_id)["attempts"] == []

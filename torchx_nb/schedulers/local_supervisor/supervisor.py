@@ -390,17 +390,19 @@ class Supervisor:
                 self.wait_any(0.05)
             if self.cancel_requested is None and self.cancel_marked():
                 self.on_signal(signal.SIGTERM, None)
-            running = any(r.exitcode is None for r in self.replicas)
-            if running and self.cancel_requested is None and self.preempt_requested is None:
-                said = self.take_preempt_marker()
-                if said is not None:
-                    self.start_preempt(said)
             changed = False
+            # the exits first: a preemption asked as the program ends finds it ended (it is
+            # not run again)
             for r in self.replicas:
                 if r.proc is not None and r.exitcode is None:
                     code = r.proc.poll()
                     if code is not None:
                         r.exitcode, r.ended, changed = code, time.time(), True
+            running = any(r.exitcode is None for r in self.replicas)
+            if running and self.cancel_requested is None and self.preempt_requested is None:
+                said = self.take_preempt_marker()
+                if said is not None:
+                    self.start_preempt(said)
             self.reap_orphans()
             deadline = self.stop_deadline()
             if deadline is not None and not self.killed and time.time() > deadline:
