@@ -219,3 +219,53 @@ def test_a_resubmission_killed_midway_is_taken_over(tmp_path: Path, monkeypatch)
         assert ended is not None and ended.state == AppState.SUCCEEDED, ended
         rec = r.jobstore.get(handle)
         assert rec is not None and (rec.state, rec.attempt, rec.preemptions) == ("SUCCEEDED", 2, 1)
+
+
+def test_a_cancel_while_another_watcher_sends_the_next_attempt_stops_it(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A cancel of a job whose native job ended with its preemption, while another watcher
+    (the server, a second kernel) sends its next attempt between the cancel's describe and its
+    record: the job is CANCELLED and so is the attempt just sent — it does not run on, unseen,
+    under a handle the store calls cancelled."""
+    slow = specs.AppDef(
+        "train",
+        [
+            specs.Role(
+                "train",
+                "",
+                entrypoint=sys.executable,
+                args=[
+                    "-c",
+                    PROGRAM.replace("time.sleep(1)", "time.sleep(60)"),
+                    str(tmp_path / "ck"),
+                ],
+            )
+        ],
+    )
+    with runner(tmp_path) as r, runner(tmp_path) as other:
+        handle = r.run(slow, "spotty")
+        wait_for(lambda: running(r, handle, tmp_path / "ck"), timeout=60)
+        sched = r.get_scheduler("spotty")
+        app_id = specs.parse_app_handle(handle).app_id
+        sched.preempt(app_id, 2.0)  # no watcher sees it before the cancel
+        wait_for(lambda: sched.describe(app_id).ended_preempted, timeout=60)  # type: ignore[union-attr]
+        describe = sched.describe
+
+        def meanwhile(native: str):  # type: ignore[no-untyped-def]
+            desc = describe(native)
+            other.status(handle)  # the other watcher sends attempt 2 now
+            return desc
+
+        monkeypatch.setattr(sched, "describe", meanwhile)
+        r.cancel(handle)
+        monkeypatch.setattr(sched, "describe", describe)
+        rec = r.jobstore.get(handle)
+        assert rec is not None and rec.state == "CANCELLED"
+        new_id = rec.app_id
+        assert new_id != app_id  # it was sent
+        ended = wait_for(
+            lambda: (d := describe(new_id)) is not None and specs.is_terminal(d.state) and d,
+            timeout=60,
+        )
+        assert ended.state == AppState.CANCELLED  # type: ignore[attr-defined]

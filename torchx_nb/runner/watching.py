@@ -184,6 +184,11 @@ class Watching:
         if desc.ended_preempted:  # preempted, its next attempt not sent yet: it ends here
             status.state, status.msg = AppState.CANCELLED, "cancelled while preempted"
             self._record_state(app_handle, status)
+            # another watcher may have sent the next attempt meanwhile: it is stopped too
+            with contextlib.suppress(Exception):
+                rec = self.ctx.jobstore.get(app_handle)
+                if rec is not None and rec.app_id and rec.app_id != app_id:
+                    sched._cancel_existing(rec.app_id)
         elif not is_terminal(status.state):
             sched._cancel_existing(app_id)
         return status
