@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from torchx_nb.local_time import local_zone
 from torchx_nb.specs.api import TorchxNbError
 from torchx_nb.specs.log_line import LogLine
 
@@ -159,11 +160,7 @@ class MetricLog:
 
         points = self.points()
         frame = pd.DataFrame(points, columns=["name", "step", "value", "time"])
-        frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True).dt.tz_convert(_local_tz())
+        frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True).dt.tz_convert(
+            local_zone()
+        )
         return frame
-
-
-def _local_tz() -> Any:
-    from datetime import datetime
-
-    return datetime.now().astimezone().tzinfo

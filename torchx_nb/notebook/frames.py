@@ -18,14 +18,13 @@ def jobs_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per job, newest first; ``submitted`` in local time (to the second);
     ``duration`` and its split at the job's start, ``queued`` and ``ran``, as ``m:ss`` /
     ``h:mm:ss`` text (empty when unknown)."""
-    from datetime import datetime
-
     import pandas as pd
 
+    from torchx_nb.local_time import local_zone
     from torchx_nb.phases import fmt_duration
 
     frame = pd.DataFrame(rows, columns=[*JOB_COLUMNS, "msg"])
-    local = datetime.now().astimezone().tzinfo
+    local = local_zone()
     frame["submitted"] = (
         pd.to_datetime(frame["submitted"], unit="s", utc=True).dt.tz_convert(local).dt.floor("s")
     )

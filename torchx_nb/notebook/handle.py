@@ -173,10 +173,9 @@ class JobHandle:
         each preemption) with their start, end
         (NaT while still going) and seconds, in local time, from the job store's times (the
         scheduler's own where it reports them)."""
-        from datetime import datetime
-
         import pandas as pd
 
+        from torchx_nb.local_time import local_zone
         from torchx_nb.phases import phases
 
         self._runner.status(self.handle)  # the latest state and start time into the store
@@ -186,7 +185,7 @@ class JobHandle:
         tries = self._runner.jobstore.attempts(self.handle) if rec.attempt > 1 else []
         rows = [(p.name, p.start, p.end, p.seconds()) for p in phases(rec, attempts=tries)]
         frame = pd.DataFrame(rows, columns=["phase", "start", "end", "seconds"])
-        tz = datetime.now().astimezone().tzinfo
+        tz = local_zone()
         for column in ("start", "end"):
             frame[column] = pd.to_datetime(frame[column], unit="s", utc=True).dt.tz_convert(tz)
         return frame
