@@ -455,8 +455,10 @@ def _checkout(ref: DirectRef, origin: str, dest: Path) -> Fetched:
     proc = git("submodule", "update", "--init", "--recursive", "--quiet", cwd=folder)
     if proc.returncode != 0:
         # which one: git names its path (absolute, under our folder: said from the checkout)
+        # (or relative to the checkout: 'Fetched in submodule path 'sub', but …')
         named = re.search(r"submodule path '([^']+)'", proc.stderr)
-        which = os.path.relpath(named[1], folder) if named and os.path.isabs(named[1]) else ""
+        which = named[1] if named else ""
+        which = os.path.relpath(which, folder) if os.path.isabs(which) else which
         which = f" {which}" if which and not which.startswith("..") else ""
         raise TorchxNbError(
             f"--packages {origin}: {ref.guess_name()} from {ref.shown}: git cannot check out"
