@@ -119,6 +119,7 @@ RANKS = {
     "progress": 1,
     "redact": 1,
     "user_regex": 1,
+    "local_time": 1,
     "errors": 1,
     "search": 1,
     "http_retry": 1,
@@ -262,6 +263,7 @@ DATA_MODULES = {
     "torchx_nb.search": "how a job search folds text",
     "torchx_nb.phases": "a job's phases and durations as text",
     "torchx_nb.metrics": "metric lines parsed and kept",
+    "torchx_nb.local_time": "the local time zone that times are shown in",
     "torchx_nb.progress": "the terminal progress bar",
     "torchx_nb.components.notebook_parameters": "a parameters cell and -p text read with ast",
 }
