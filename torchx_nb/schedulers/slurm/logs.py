@@ -59,7 +59,8 @@ class SlurmLogs(KeepsLogFiles):
         """Lines of ``slurm-<id>-<role>-<k>.out`` / ``.err``, each a ``LogLine`` with the time
         it was written where the job's ``apps/log_times`` watcher kept one (``.times`` beside
         each file); both streams when none is named: as they are read while following, else
-        merged in the order they were written. Slurm's files carry no times of their own, so
+        merged by when each was seen written (to the watcher's 0.2 s: within one look, stdout's
+        lines first). Slurm's files carry no times of their own, so
         since/until do not apply."""
         paths = self._log_paths(q.app_id, q.role, q.k, q.streams)
         if len(paths) > 1 and not q.tail and any(p.exists() for p in paths):
