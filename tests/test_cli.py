@@ -142,6 +142,10 @@ def test_the_dry_runs_program_line_shows_macros_as_the_request_has_them(
         ),
         (["run", "utils.echo", "--nope", "1"], "unrecognized arguments: --nope"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (
+            ["cancel", "sweep-nope"],
+            "no sweep 'sweep-nope' in the job store (see %torchx list, or torchx-nb list)",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_line(args: list[str], message: str) -> None:

@@ -303,7 +303,9 @@ class Sweep:
         process): its trials, in grid order."""
         records = runner.jobstore.trials(sweep_id)
         if not records:
-            raise TorchxNbError(f"no sweep {sweep_id!r} in the job store (see %torchx list)")
+            raise TorchxNbError(
+                f"no sweep {sweep_id!r} in the job store (see %torchx list, or torchx-nb list)"
+            )
         size = max(r.trial or 0 for r in records) + 1
         points: list[dict[str, Value]] = [{} for _ in range(size)]
         handles: list[str | None] = [None] * size
