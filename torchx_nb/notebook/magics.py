@@ -510,6 +510,8 @@ class TorchxMagics(Magics):
 
         token = args.target
         value = self.shell.user_ns.get(token) if self.shell and token.isidentifier() else None
+        if isinstance(value, str):  # a variable holding a handle or a sweep's id
+            token, value = value, None
         if isinstance(value, Sweep) or (value is None and token.startswith("sweep-")):
             sw = value if isinstance(value, Sweep) else Sweep.attach(self.runner, token)
             self._show_sweep(sw, wait=not self._widget_mode())
