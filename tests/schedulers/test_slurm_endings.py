@@ -304,3 +304,83 @@ def test_array_trials_cancelled_while_they_waited_never_ran_and_stay_cancelled(
     code, out, err = cli("status", h[2])
     assert code == 0, err
     assert "State: CANCELLED" in out and "it was cancelled before it started" in out, out
+
+
+def _fake_slurm(
+    monkeypatch: pytest.MonkeyPatch, ended_ago: float, text: str
+) -> list[list[str]]:
+    """Slurm's commands answering as a recorded cluster would: squeue has job 50 that
+    ended ``ended_ago`` seconds ago (still in the queue, MinJobAge), sacct --json has no
+    record, sacct's text has ``text``; every call is kept."""
+    import json
+    import time
+
+    from torchx_nb.schedulers.slurm import scheduler
+
+    now = int(time.time())
+    job = {
+        "job_id": 50,
+        "job_state": "FAILED",
+        "name": "r-0",
+        "nodes": "127.0.0.1",
+        "het_job_id": 50,
+        "het_job_offset": 0,
+        "array_job_id": 0,
+        "array_task_id": None,
+        "exit_code": 768,
+        "restart_cnt": 0,
+        "start_time": now - 30,
+        "end_time": int(now - ended_ago),
+    }
+    seen: list[list[str]] = []
+
+    def run(argv: list[str], env: object = None) -> str:
+        seen.append(list(argv))
+        if argv[0] == "squeue":
+            return json.dumps({"errors": [], "jobs": [job]})
+        if "--json" in argv:
+            return json.dumps({"errors": [], "jobs": []})
+        return text
+
+    monkeypatch.setattr(scheduler, "run_slurm", run)
+    return seen
+
+
+def test_a_poll_round_asks_squeue_once_and_sacct_twice_without_waiting_for_slurmdbd(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One describe round is one squeue, one ``sacct --json`` and one ``sacct --parsable2``
+    for every id at once, an array's own id with its tasks' (its tasks that never started
+    are one record under it). A job squeue says ended a moment ago, that slurmdbd has not
+    heard ended, reads as it was (running) and is asked again the next round: describe used
+    to sleep and ask sacct again up to 4 times (11 calls, 2 s) inside one round. Once
+    slurmdbd has it, it ends with the srun step's code; an end slurmdbd never hears of
+    (older than LAG_HOLD_S) reads from squeue."""
+    import time
+
+    lagging = "50|RUNNING|0:0|0:0|Unknown|UNLIMITED|2026-11-28T10:40:01\n"
+    seen = _fake_slurm(monkeypatch, 1, lagging)
+    sched = SlurmScheduler("torchx")
+    t0 = time.monotonic()
+    got = sched.describe_many(["50", "41_3"])
+    took = time.monotonic() - t0
+    assert [a[0] for a in seen] == ["squeue", "sacct", "sacct"], seen
+    assert seen[1][-2:] == ["-j", "50,41_3,41"] and "--json" in seen[1]
+    assert seen[2][-2:] == ["-j", "50,41_3,41"] and "--duplicates" in seen[2]
+    assert took < 0.4, took
+    first = got["50"]
+    assert first is not None and first.state == AppState.RUNNING and first.ended is None, first
+
+    ended = (
+        "50|FAILED|3:0|3:0|2026-11-28T10:40:31|UNLIMITED|2026-11-28T10:40:01\n"
+        "50.batch|FAILED|3:0||2026-11-28T10:40:31||2026-11-28T10:40:01\n"
+        "50.0|FAILED|3:0||2026-11-28T10:40:31||2026-11-28T10:40:01\n"
+    )
+    _fake_slurm(monkeypatch, 2, ended)
+    then = sched.describe("50")
+    assert then is not None and then.state == AppState.FAILED, then
+    assert then.roles_statuses[0].replicas[0].exit_code == 3
+
+    _fake_slurm(monkeypatch, 60, lagging)  # slurmdbd never heard: squeue's end stands
+    late = sched.describe("50")
+    assert late is not None and late.state == AppState.FAILED, late

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pwd
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from signal import SIGTERM
 
@@ -188,10 +188,11 @@ def add_endings(job: Job, app_id: str, endings: Mapping[str, Ending]) -> None:
         comp.state_text = found.state.split(" ", 1)[0].upper() or comp.state_text
 
 
-# slurmdbd hears of a job's end a moment after the controller: sacct is asked again this
-# many times, this far apart, for a job squeue says ended and sacct does not have ended yet
-LAG_TRIES = 4
-LAG_S = 0.5
+# slurmdbd hears of a job's end a moment after the controller: a job squeue says ended less
+# than this many seconds ago, and sacct does not have ended yet, reads as it was before its end
+# (describe does not wait for slurmdbd: the next poll round asks again); after that it reads
+# from squeue alone
+LAG_HOLD_S = 10.0
 # ends that may come before a job ran at all (its row then has no step, and never will)
 _MAY_NOT_HAVE_RUN = ("CANCELLED", "BOOT_FAIL", "NODE_FAIL", "DEADLINE", "PREEMPTED")
 
@@ -210,6 +211,30 @@ def unsettled(ids: list[str], endings: dict[str, Ending]) -> list[str]:
         return is_terminal(app_state(word)) and (found.ran or word in _MAY_NOT_HAVE_RUN)
 
     return [a for a in ids if not settled(a)]
+
+
+def before_end(job: Job, now: float, hold_s: float = LAG_HOLD_S) -> Job | None:
+    """The job as it was before the end squeue reports (running where it ran, else pending),
+    while that end is under ``hold_s`` seconds old; None when it is older (or has no time):
+    then squeue's end is all there will be."""
+    ends = [c.end for c in job.components if c.end]
+    if not ends or now - max(ends) >= hold_s:
+        return None
+    comps = []
+    for c in job.components:
+        state = AppState.RUNNING if c.ran else AppState.PENDING
+        comps.append(
+            replace(
+                c,
+                state=state,
+                state_text=state.name,
+                exit_code=None,
+                signal=None,
+                end=None,
+                step_state=None,
+            )
+        )
+    return Job(job.job_id, comps)
 
 
 # the job's own end that is its replicas' too: a step that Slurm stopped for the job's time
@@ -235,6 +260,7 @@ __all__ = [
     "COLUMNS",
     "Ending",
     "add_endings",
+    "before_end",
     "ending_of",
     "exit_pair",
     "parse_endings",

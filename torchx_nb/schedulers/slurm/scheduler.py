@@ -37,9 +37,8 @@ from torchx_nb.schedulers.slurm.commands import (
 )
 from torchx_nb.schedulers.slurm.exits import (
     COLUMNS,
-    LAG_S,
-    LAG_TRIES,
     Ending,
+    before_end,
     parse_endings,
     unsettled,
 )
@@ -74,6 +73,11 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
 )
+
+
+def _restarted(job: Job) -> bool:
+    """Slurm ran the job before (requeued, preempted): sacct has its earlier runs."""
+    return any(c.restarts for c in job.components)
 
 
 class SlurmScheduler(
@@ -379,7 +383,9 @@ class SlurmScheduler(
         return self.describe_many([app_id]).get(app_id)
 
     def describe_many(self, app_ids: list[str]) -> dict[str, DescribeAppResponse | None]:
-        """Many jobs with one squeue call, and one sacct call for those that left the queue."""
+        """Many jobs with one squeue call, and for those that ended one ``sacct --json`` call
+        (their records) and one ``sacct --duplicates --parsable2`` call (exit codes, every
+        run): two sacct calls at most per round, however many jobs and arrays."""
         ids = [check_job_id(a) for a in app_ids]
         out: dict[str, DescribeAppResponse | None] = dict.fromkeys(ids)
         if not ids:
@@ -396,9 +402,15 @@ class SlurmScheduler(
         accounting_off = self._accounting is False
         endings: dict[str, Ending] = {}
         runs: dict[str, list[Run]] = {}  # every run of each job (preemptions.py)
+        late: set[str] = set()
         if ask and not accounting_off:
+            # one sacct --json and one sacct text call per round, each for every id at once:
+            # the jobs that ended, and their arrays' own ids (an array's tasks that never
+            # started are one record, ``41_[1-3%1]``, that sacct finds by the array's id only)
+            arrays = [a.partition("_")[0] for a in ask if "_" in a]
+            wanted = list(dict.fromkeys([*ask, *arrays]))
             try:
-                got = self._sacct(ask)
+                got = self._sacct(wanted)
             except SlurmError:
                 # slurmdbd down or restarting: squeue still knows a job that ended less than
                 # MinJobAge ago (its exit code, in the wait status); only the others need sacct
@@ -406,23 +418,21 @@ class SlurmScheduler(
                     raise
                 got, ask = {}, []
             accounting_off = got is None
-            finished = got or {}
+            # an array's tasks still in the queue read from squeue, as when not asked
+            finished = {k: v for k, v in (got or {}).items() if k not in queued or k in ask}
             if not accounting_off and ask:
-                endings = self._endings(ask, runs)
-                for _ in range(LAG_TRIES):  # slurmdbd lags behind the controller a moment
-                    late = unsettled([a for a in ask if a in queued], endings)
-                    if not late:
-                        break
-                    time.sleep(LAG_S)
-                    finished.update(self._sacct(late) or {})
-                    endings.update(self._endings(late, runs))
-                # an array's tasks that never started are one record (``41_[1-3%1]``) that
-                # sacct finds by the array's id only
-                arrays = list(dict.fromkeys(a.partition("_")[0] for a in ask if "_" in a))
-                if any(a not in finished for a in ask if "_" in a):
-                    finished = {**(self._sacct(arrays) or {}), **finished}
-                    endings = {**self._endings(arrays, runs), **endings}
+                # the requeued jobs still in the queue ride along: their earlier runs
+                again = [a for a in ids if a not in ask and a in queued and _restarted(queued[a])]
+                endings = self._endings([*wanted, *again], runs)
+                for a in again:
+                    runs.setdefault(a, [])  # asked: add_preemptions need not ask again
+                # slurmdbd lags behind the controller a moment: no waiting here, the next
+                # poll round asks again (exits.before_end)
+                late = set(unsettled([a for a in ask if a in queued], endings))
         nodes: dict[str | None, tuple[str, list[Node]]] = {}  # one sinfo per round
+        now = time.time()
+        asked = set(ask)
+        held: dict[str, Job] = {}  # ended by squeue, not yet by slurmdbd: as before its end
         for a in ids:
             job = queued.get(a)
             done = finished.get(a)
@@ -430,8 +440,11 @@ class SlurmScheduler(
                 job = done
             elif done is not None:
                 _add_steps(job, done)
+            if job is not None and a in late and (before := before_end(job, now)) is not None:
+                job = held[a] = before
             if job is not None:
-                _add_endings(job, a, endings)
+                if a in asked and a not in held:
+                    _add_endings(job, a, endings)
                 out[a] = self._response(a, job)
                 resp = out[a]
                 if resp is not None and resp.state == AppState.PENDING:
@@ -448,7 +461,7 @@ class SlurmScheduler(
             elif "_" in a:
                 out[a] = self.removed_task(a, [*queued, *finished])
         if not accounting_off:
-            add_preemptions(out, {**finished, **queued}, runs, self._endings)
+            add_preemptions(out, {**finished, **queued, **held}, runs, self._endings)
         return out
 
     def _never_fits(
