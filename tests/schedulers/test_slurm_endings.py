@@ -306,9 +306,7 @@ def test_array_trials_cancelled_while_they_waited_never_ran_and_stay_cancelled(
     assert "State: CANCELLED" in out and "it was cancelled before it started" in out, out
 
 
-def _fake_slurm(
-    monkeypatch: pytest.MonkeyPatch, ended_ago: float, text: str
-) -> list[list[str]]:
+def _fake_slurm(monkeypatch: pytest.MonkeyPatch, ended_ago: float, text: str) -> list[list[str]]:
     """Slurm's commands answering as a recorded cluster would: squeue has job 50 that
     ended ``ended_ago`` seconds ago (still in the queue, MinJobAge), sacct --json has no
     record, sacct's text has ``text``; every call is kept."""
