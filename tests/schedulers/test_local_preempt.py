@@ -186,15 +186,17 @@ def test_local_docker_preempt_stops_the_containers_and_runs_new_ones(
 def test_a_preemption_as_the_program_ends_does_not_run_it_again(
     sched: LocalCwdScheduler, tmp_path: Path
 ) -> None:
-    """``torchx-nb preempt`` just as the program exits 0 (before the supervisor saw it exit):
-    the job SUCCEEDED, its program is not run a second time. The program leaves the preempt
-    marker itself, then exits, so the supervisor finds both in one turn."""
+    """``torchx-nb preempt`` just after the program exited 0, before the supervisor saw it
+    exit: the job SUCCEEDED, its program is not run a second time. A helper the program
+    leaves behind (holding its pipes, as a leftover background process does) writes the
+    preempt marker once the program is a zombie."""
     runs, where = tmp_path / "runs", tmp_path / "where"
     script = (
         f'n=$(( $(cat "{runs}" 2>/dev/null || echo 0) + 1 )); echo $n > "{runs}"; '
         'echo "run $n"; if [ $n -ge 2 ]; then exit 0; fi; '
         f'while [ ! -s "{where}" ]; do sleep 0.05; done; '
-        f'echo \'{{"grace": 5}}\' > "$(cat "{where}")/preempt"; exit 0'
+        "( while grep -qs '^State:[[:space:]]*[RSD]' /proc/$$/status; do :; done; "
+        f'echo \'{{"grace": 5}}\' > "$(cat "{where}")/preempt" ) & exit 0'
     )
     app_id = _run(sched, _app(script))
     wait_for(lambda: _log(sched, app_id, 0) == ["run 1\n"], timeout=30)
@@ -203,3 +205,22 @@ def test_a_preemption_as_the_program_ends_does_not_run_it_again(
     assert end.state == AppState.SUCCEEDED and end.num_restarts == 0, end
     assert _log(sched, app_id, 0) == ["run 1\n"]  # run once
     assert _state(sched, app_id)["attempts"] == []
+
+
+def test_a_second_preempt_while_the_first_is_under_way_is_refused(
+    sched: LocalCwdScheduler,
+) -> None:
+    """Preempt twice quickly: the second, asked while the first's replicas are stopping, is
+    one line — not a second preemption of the attempt that has not started yet."""
+    script = COUNTING.replace("trap 'echo got SIGTERM; exit 143' TERM", "trap '' TERM")
+    app_id = _run(sched, _app(script))
+    wait_for(lambda: _log(sched, app_id, 0) == ["run 1\n"], timeout=30)
+    sched.preempt(app_id, grace=2)
+    with pytest.raises(NotPreemptible, match=r"^.* is being preempted already: preempt it again"):
+        sched.preempt(app_id, grace=2)  # its marker not taken yet
+    wait_for(lambda: _state(sched, app_id).get("preempting"), timeout=10)
+    with pytest.raises(NotPreemptible, match=r"^.* is being preempted already: preempt it again"):
+        sched.preempt(app_id, grace=2)  # its replicas stopping
+    end = _wait_end(sched, app_id)
+    assert end.state == AppState.SUCCEEDED and end.num_restarts == 1, end
+    assert _log(sched, app_id, 0) == ["run 1\n", "run 2\n", "resumed\n"]

@@ -415,6 +415,11 @@ class LocalCwdScheduler(
         alive = state is not None and is_same_process(pid, state.get("supervisor_start_ticks"))
         if state is None or state.get("final_state") or state["cancelled"] or not alive:
             raise NotPreemptible(f"{app_id} is not running: only a running app can be preempted")
+        if state.get("preempting") or (self._app_dir(app_id) / "preempt").exists():
+            # one preemption at a time, as a reclaimed machine is reclaimed once
+            raise NotPreemptible(
+                f"{app_id} is being preempted already: preempt it again once it runs again"
+            )
         said = {"by": canceller(), "grace": self.grace_seconds if grace is None else grace}
         write_private(self._app_dir(app_id) / "preempt", json.dumps(said))
 

@@ -402,7 +402,16 @@ class Supervisor:
             if running and self.cancel_requested is None and self.preempt_requested is None:
                 said = self.take_preempt_marker()
                 if said is not None:
-                    self.start_preempt(said)
+                    # a replica whose pipes closed is exiting (its exit lands just after):
+                    # the program that ended meanwhile is not preempted, nor run again
+                    piped = {key.data[0] for key in sel.get_map().values()}
+                    for r in self.replicas:
+                        if r.proc is not None and r.exitcode is None and r not in piped:
+                            with contextlib.suppress(subprocess.TimeoutExpired):
+                                r.exitcode, r.ended = r.proc.wait(timeout=0.5), time.time()
+                                changed = True
+                    if any(r.exitcode is None for r in self.replicas):
+                        self.start_preempt(said)
             self.reap_orphans()
             deadline = self.stop_deadline()
             if deadline is not None and not self.killed and time.time() > deadline:
