@@ -340,3 +340,47 @@ def refuses(e: BaseException) -> bool:
     is an outage, answered by the table."""
     status = http_status(e)
     return (status is None or status < 500) and isinstance(e, (TorchxNbError, ValueError))
+
+
+class TrialsNotCancelled(TorchxNbError):
+    """``Sweep.cancel`` could not cancel these trials (``failed``: index, handle, why), which
+    may still run; every other trial was cancelled. Its text is one line per trial."""
+
+    def __init__(self, sweep_id: str, failed: list[tuple[int, str, str]]) -> None:
+        super().__init__(
+            "\n".join(
+                f"{sweep_id}: trial {i} ({handle}) could not be cancelled and may still run: {why}"
+                for i, handle, why in failed
+            )
+        )
+        self.failed = failed
+
+
+class SweepPartlySubmitted(TorchxNbError):
+    """A sweep stopped at a trial that could not be submitted: the trials before it were
+    submitted and run on (``sweep`` holds them; ``trial``, the one that failed; ``why``, its
+    error's one line)."""
+
+    def __init__(self, sweep: Any, trial: int, why: str) -> None:
+        submitted = [i for i, h in enumerate(sweep.handles) if h is not None]
+        n = len(sweep.points)
+        super().__init__(
+            f"{sweep.id}: trial {trial} could not be submitted: {why};"
+            f" {_trials(submitted)} of {n} were submitted and run on (cancel them:"
+            f" %torchx cancel {sweep.id}, or torchx-nb cancel {sweep.id});"
+            f" {_trials(list(range(trial, n)))} were not"
+        )
+        self.sweep = sweep
+        self.trial = trial
+
+
+def _trials(indexes: list[int]) -> str:
+    """``trials 0-2, 5`` (``trial 3``): trial indexes as runs."""
+    runs: list[list[int]] = []
+    for i in indexes:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return f"trial {text}" if len(indexes) == 1 else f"trials {text}"

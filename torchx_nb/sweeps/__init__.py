@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
+from torchx_nb.errors import one_line
 from torchx_nb.grid import Value, env_value
 from torchx_nb.runner import Runner, RunRequest
 from torchx_nb.schedulers.ids import random_id
@@ -122,7 +123,7 @@ def start(runner: Runner, request: SweepRequest) -> Sweep:
         sweep.stopped = True
         if not any(sweep.handles):
             raise failed[1]  # nothing was submitted: the error as it is
-        raise SweepPartlySubmitted(sweep, *failed) from failed[1]
+        raise SweepPartlySubmitted(sweep, failed[0], one_line(failed[1])) from failed[1]
     if later or request.fail_fast:
         sweep._driver = Driver(sweep, later, request.max_parallel, request.fail_fast, submit)
         sweep._driver.start()

@@ -14,53 +14,12 @@ from torchx_nb.grid import Value
 from torchx_nb.metrics import MetricLog, MetricSpec
 from torchx_nb.runner import Runner
 from torchx_nb.specs.api import AppState, AppStatus, TorchxNbError, is_terminal
+from torchx_nb.specs.exceptions import SweepPartlySubmitted as SweepPartlySubmitted
+from torchx_nb.specs.exceptions import TrialsNotCancelled as TrialsNotCancelled
 from torchx_nb.sweeps.text import NOT_SUBMITTED
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-class TrialsNotCancelled(TorchxNbError):
-    """``Sweep.cancel`` could not cancel these trials (``failed``: index, handle, why), which
-    may still run; every other trial was cancelled. Its text is one line per trial."""
-
-    def __init__(self, sweep_id: str, failed: list[tuple[int, str, str]]) -> None:
-        super().__init__(
-            "\n".join(
-                f"{sweep_id}: trial {i} ({handle}) could not be cancelled and may still run: {why}"
-                for i, handle, why in failed
-            )
-        )
-        self.failed = failed
-
-
-class SweepPartlySubmitted(TorchxNbError):
-    """A sweep stopped at a trial that could not be submitted: the trials before it were
-    submitted and run on (``sweep`` holds them; ``trial``, the one that failed)."""
-
-    def __init__(self, sweep: Sweep, trial: int, error: BaseException) -> None:
-        submitted = [i for i, h in enumerate(sweep.handles) if h is not None]
-        n = len(sweep.points)
-        super().__init__(
-            f"{sweep.id}: trial {trial} could not be submitted: {one_line(error)};"
-            f" {_trials(submitted)} of {n} were submitted and run on (cancel them:"
-            f" %torchx cancel {sweep.id}, or torchx-nb cancel {sweep.id});"
-            f" {_trials(list(range(trial, n)))} were not"
-        )
-        self.sweep = sweep
-        self.trial = trial
-
-
-def _trials(indexes: list[int]) -> str:
-    """``trials 0-2, 5`` (``trial 3``): trial indexes as runs."""
-    runs: list[list[int]] = []
-    for i in indexes:
-        if runs and runs[-1][1] == i - 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
-    return f"trial {text}" if len(indexes) == 1 else f"trials {text}"
 
 
 class Sweep:
