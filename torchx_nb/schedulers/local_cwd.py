@@ -42,7 +42,7 @@ from torchx_nb.schedulers.local_cwd_request import (
 )
 from torchx_nb.schedulers.local_cwd_status import read_pidfile, response_from_files
 from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans, start_ticks
-from torchx_nb.schedulers.logs import LineSplitter, LineTimes, tail_wait
+from torchx_nb.schedulers.logs import LineSplitter, tail_wait, timed_lines
 from torchx_nb.schedulers.outputs import OUTPUT_DIR_ENV, checkpoint_env
 from torchx_nb.specs.api import (
     AppDef,
@@ -52,7 +52,7 @@ from torchx_nb.specs.api import (
     make_app_handle,
 )
 from torchx_nb.specs.exceptions import NotPreemptible
-from torchx_nb.specs.log_line import LogLine, Stream
+from torchx_nb.specs.log_line import Stream
 from torchx_nb.specs.structured_opts import PreemptionOpts, StructuredOpts
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
@@ -448,16 +448,7 @@ class LocalCwdScheduler(
         wrote it (from the ``.times`` file beside the log; a log written before that was kept
         gives plain lines); ``since``/``until`` are not supported and are ignored."""
         path = self._log_file(q.app_id, q.role, q.k, q.streams)  # a bad query raises here
-        return self._timed(path, self._follow(q.app_id, path, q.tail))
-
-    @staticmethod
-    def _timed(path: Path, lines: Iterable[str]) -> Iterator[str]:
-        times = LineTimes(path)
-        try:
-            for i, line in enumerate(lines):
-                yield LogLine(line, times.time_of(i))
-        finally:
-            times.close()
+        return timed_lines(path, self._follow(q.app_id, path, q.tail))
 
     def _follow(self, app_id: str, path: Path, should_tail: bool) -> Iterator[str]:
         """The file's lines; with ``should_tail``, on until the job ends. Each idle look asks

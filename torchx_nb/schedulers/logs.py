@@ -12,6 +12,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from torchx_nb.specs.log_line import LogLine
+
 
 def tail_lines(path: Path, n: int, pattern: Any = None, block: int = 1 << 16) -> list[str]:
     """The last ``n`` lines of ``path`` (those ``pattern`` finds, when given), newlines kept,
@@ -238,3 +240,14 @@ def on_tail_stop(close: Any) -> None:
     stop: TailStop | None = getattr(_TAIL, "current", None)
     if stop is not None:
         stop.add_closer(close)
+
+
+def timed_lines(path: Path, lines: Iterable[str]) -> Iterator[str]:
+    """``lines`` of the log at ``path``, each a ``LogLine`` with the time the ``.times`` file
+    beside it gives (None where it has none): the one reader for local_cwd's and Slurm's logs."""
+    times = LineTimes(path)
+    try:
+        for i, line in enumerate(lines):
+            yield LogLine(line, times.time_of(i))
+    finally:
+        times.close()

@@ -13,7 +13,7 @@ from torchx_nb.schedulers.abilities import (
     KeepsLogFiles,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, LogQuery
-from torchx_nb.schedulers.logs import LineSplitter, LineTimes, tail_wait
+from torchx_nb.schedulers.logs import LineSplitter, tail_wait, timed_lines
 from torchx_nb.schedulers.slurm.commands import (
     TAIL_IDLE_S,
 )
@@ -65,20 +65,11 @@ class SlurmLogs(KeepsLogFiles):
         paths = self._log_paths(q.app_id, q.role, q.k, q.streams)
         if len(paths) > 1 and not q.tail and any(p.exists() for p in paths):
             return _in_time_order(
-                [self._timed(p, self._follow(q.app_id, [p], False)) for p in paths]
+                [timed_lines(p, self._follow(q.app_id, [p], False)) for p in paths]
             )
         if len(paths) == 1:
-            return self._timed(paths[0], self._follow(q.app_id, paths, q.tail))
+            return timed_lines(paths[0], self._follow(q.app_id, paths, q.tail))
         return self._follow(q.app_id, paths, q.tail)
-
-    @staticmethod
-    def _timed(path: Path, lines: Iterable[str]) -> Iterator[str]:
-        times = LineTimes(path)
-        try:
-            for i, line in enumerate(lines):
-                yield LogLine(line, times.time_of(i))
-        finally:
-            times.close()
 
     def _follow(self, app_id: str, paths: Sequence[Path], should_tail: bool) -> Iterator[str]:
         offsets = [0] * len(paths)
