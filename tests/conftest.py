@@ -21,6 +21,30 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 pytest_plugins = ["tests.infra.fixtures", "tests.infra.parallel"]
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The CLI and kernels a test starts run ``sys.executable``: they must import the torchx_nb
+    under test. A ``pytest`` script of another Python (a shim on PATH) would run this checkout's
+    tests against whatever torchx_nb that Python has installed, so such a run stops here."""
+    import subprocess
+
+    if hasattr(session.config, "workerinput"):
+        return  # checked once, by the controller
+    found = subprocess.run(
+        [sys.executable, "-c", "import torchx_nb; print(torchx_nb.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    ).stdout.strip()
+    if Path(found).resolve() != (ROOT / "torchx_nb" / "__init__.py").resolve():
+        pytest.exit(
+            f"{sys.executable} imports torchx_nb from {found or 'nowhere'}, not this checkout:"
+            " run `python -m pytest` with the Python whose torchx_nb is this checkout's"
+            " (pip install -e . into it)",
+            returncode=4,
+        )
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     data = tmp_path / "torchx-nb-data"

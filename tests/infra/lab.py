@@ -276,11 +276,24 @@ class NotebookPage:
     def outputs(self, index: int) -> Any:
         return self.cell(index).locator(".jp-OutputArea-output")
 
-    def save(self) -> None:
-        self.command("docmanager:save")
-        self.page.wait_for_function(
-            "() => !document.querySelector('.jp-mod-dirty')", timeout=30_000
-        )
+    def save(self, timeout: float = 90) -> None:
+        """Save and wait until JupyterLab shows the notebook clean. An output that lands while
+        the save is in flight (a job's full snapshot follows its end) makes it dirty again, so
+        the save is asked again until a clean state is seen (on a loaded machine one round can
+        miss); the caller then reads the file and checks what it holds."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        deadline = time.monotonic() + timeout
+        while True:
+            self.command("docmanager:save")
+            try:
+                self.page.wait_for_function(
+                    "() => !document.querySelector('.jp-mod-dirty')", timeout=10_000
+                )
+                return
+            except PlaywrightTimeout:
+                if time.monotonic() > deadline:
+                    raise
 
     def screenshot(self, name: str) -> Path:
         path = screenshot_dir() / f"{name}.png"
