@@ -265,6 +265,21 @@ def test_user_and_password_in_the_url_become_basic_auth_masked_where_shown() -> 
         assert notices.shown_url(url) == f"{scheme}://{rest.split('/')[0]}/****"
 
 
+def test_a_307_to_another_origin_does_not_carry_the_password() -> None:
+    """A 307 to the same host on another port (another service: the origin is scheme, host and
+    port, as browsers and requests take it) gets the POST without the ``user:pass``; it was
+    sent there, since only the host name was compared."""
+    with webhook_receiver() as hook, webhook_receiver() as other:
+        scheme, rest = hook.url.split("://", 1)
+        hook.answers["/hooks/T0-SECRET-PATH"] = (307, other.url)
+        notices.post(f"{scheme}://bot:secret@{rest}", {"text": "hi"})
+        assert [p for _, p, _ in hook.requests] == ["/hooks/T0-SECRET-PATH"]
+        assert "authorization" in hook.requests[0][2]
+        ((method, _, headers),) = other.requests
+        assert method == "POST" and other.bodies() == [{"text": "hi"}]
+        assert "authorization" not in headers, headers
+
+
 def test_retry_after_on_a_503_is_honoured() -> None:
     """A webhook answering 503 with ``Retry-After: 2`` is asked again no sooner than 2 s later
     (the retry policy alone would retry at once)."""

@@ -170,10 +170,24 @@ def _target(url: str) -> tuple[str, dict[str, str]]:
     return bare, dict(make_headers(basic_auth=f"{unquote(user)}:{unquote(password)}"))
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """A URL's origin (scheme, host, port with its scheme's default): credentials are sent
+    only to the origin they were given for, as browsers and requests do."""
+    from urllib3.util import parse_url
+
+    parsed = parse_url(url)
+    scheme = (parsed.scheme or "http").lower()
+    return (
+        scheme,
+        (parsed.host or "").lower(),
+        parsed.port or {"http": 80, "https": 443}.get(scheme),
+    )
+
+
 def post(url: str, body: dict[str, Any]) -> None:
     """One POST of ``body`` as JSON (urllib3); a 2xx answer is the webhook's acknowledgement.
     A 307/308 is followed keeping the POST and its body (at most ``REDIRECTS`` hops, counted
-    by urllib3's ``Retry``; credentials are not sent to another host); a 301/302/303 is not
+    by urllib3's ``Retry``; credentials are not sent to another origin); a 301/302/303 is not
     followed (a client would re-send it as a GET without its body) and raises
     ``WebhookAnswer(final=True)``; any other answer, or no answer, raises."""
     from urllib.parse import urljoin
@@ -202,7 +216,7 @@ def post(url: str, body: dict[str, Any]) -> None:
                         f"the webhook redirected the notice more than {REDIRECTS} times"
                     ) from None
                 next_url = urljoin(target, location)
-                if urllib3.util.parse_url(next_url).host != urllib3.util.parse_url(target).host:
+                if _origin(next_url) != _origin(target):
                     headers = {
                         k: v
                         for k, v in headers.items()

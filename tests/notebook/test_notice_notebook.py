@@ -58,3 +58,31 @@ def test_a_down_webhook_is_one_line_in_the_cell_that_ran_the_job(
     record = JobStore().notice(handle)
     assert record is not None and record["sent"] is None and record["tries"] == 3
     assert record["error"] == "the webhook answered HTTP 500"
+
+
+def test_a_down_webhooks_line_comes_with_the_jobs_end_in_text_mode_without_wait(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Text mode, no ``--wait``: the cell printed ``SUBMITTED``; when the notice is given up on,
+    its line replaced that output with ``SUBMITTED`` still above it — a job-end notice under
+    a job that reads as not started. The line now comes with the end it is about, as the job
+    store has it (its state and message)."""
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
+    with webhook_receiver() as hook:
+        hook.fail = True
+        monkeypatch.setenv(notices.NOTIFY_ENV, hook.url)
+        nb = run(
+            [
+                "from torchx_nb import notices\nnotices.TRIES = 3\nnotices.BACKOFF_S = 1.0",
+                "%load_ext torchx_nb",
+                "%%torchx run -s local_cwd -o j\nraise KeyError('lr')",
+                "import time\nj.wait(timeout=60)\ntime.sleep(8)\nprint('unrelated')",
+            ],
+            isolated,
+            allow_errors=False,
+        )
+    (shown,) = [o for o in nb.cells[2].outputs if o.get("output_type") == "display_data"]
+    text = shown["data"]["text/plain"]
+    assert "is not delivered yet after 3 tries" in text, text
+    assert "SUBMITTED" not in text, text
+    assert "FAILED" in text and "cell/0 exited with code 1" in text, text

@@ -353,9 +353,20 @@ class TorchxMagics(Magics):
 
             shown = status_text(job.handle, first)
             out = display({"text/plain": shown}, raw=True, display_id=True)
-            runner.follow_notice(
-                job.handle, lambda line: out.update({"text/plain": f"{shown}\n  {line}"}, raw=True)
-            )
+
+            def noticed(line: str) -> None:
+                # the line is about the job's end: it comes with that end as the job store
+                # has it (no describe: that would be another notice), not under the
+                # SUBMITTED this output was printed with
+                from torchx_nb.specs.api import AppState, AppStatus
+
+                rec = runner.jobstore.get(job.handle)
+                now = first
+                if rec is not None and rec.is_terminal and rec.state in AppState.__members__:
+                    now = AppStatus(AppState[rec.state], msg=rec.msg, ended=rec.ended)
+                out.update({"text/plain": f"{status_text(job.handle, now)}\n  {line}"}, raw=True)
+
+            runner.follow_notice(job.handle, noticed)
             if not wait:
                 print(
                     f"(not waiting: `%torchx status {job.handle}`, `%torchx log "
