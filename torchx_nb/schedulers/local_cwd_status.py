@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from torchx_nb.schedulers.cancellers import cancel_ending
 from torchx_nb.schedulers.local_cwd_request import role_from_json
 from torchx_nb.schedulers.local_supervisor import is_same_process, kill_orphans
 from torchx_nb.specs.api import NONE, AppState, ReplicaStatus, RoleStatus
-from torchx_nb.specs.preemption import Preemption
+from torchx_nb.specs.preemption import Preemption, stopping_line
 
 PREEMPT_WHY = "torchx-nb preempt"  # the only preemption local_cwd knows
 
@@ -116,11 +115,7 @@ def response_from_files(
         resp.msg = "cancelling"
     elif isinstance(preempting, (int, float)):
         resp.state = AppState.RUNNING
-        at = time.strftime("%H:%M:%S", time.localtime(preempting))
-        resp.msg = (
-            f"preempted at {at}: its replicas are stopping, then it runs again"
-            f" (attempt {int(state.get('attempt') or 1) + 1})"
-        )
+        resp.msg = stopping_line(preempting, int(state.get("attempt") or 1) + 1)
     else:
         resp.state = AppState.RUNNING
     ending = cancel_ending(state, supervisor[0])

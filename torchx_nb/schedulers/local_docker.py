@@ -14,19 +14,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchx_nb.lazy import LazyClient
+from torchx_nb.schedulers import local_docker_preempt as preempting
 from torchx_nb.schedulers.abilities import Preemptible, StoresOutputs, TakesTypedOptions
 from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.local_docker_attempts import (
+    LABEL_APP_ID,
     LABEL_ATTEMPT,
     attempt_of,
     attempts_of,
     newest,
     preemptions,
-    rerun,
-    stop_running,
 )
 from torchx_nb.schedulers.local_docker_logs import docker_time, timed_lines
 from torchx_nb.schedulers.logs import on_tail_stop
@@ -54,7 +54,6 @@ from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
 from torchx_nb.workspace.daemon import docker_client
 
 LABEL_VERSION = "torchx.pytorch.org/version"
-LABEL_APP_ID = "torchx.pytorch.org/app-id"
 LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
 LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
 LABEL_SPEC = "torchx-nb/role"
@@ -440,6 +439,7 @@ class LocalDockerScheduler(
         return killed
 
     def describe(self, app_id: str) -> DescribeAppResponse | None:
+        said = preempting.read_mark(app_id)  # before the containers: they may be stopping
         every = self._containers(app_id)
         if not every:
             return None
@@ -501,19 +501,18 @@ class LocalDockerScheduler(
                 for rep in reps:
                     if rep.state == AppState.CANCELLED:
                         rep.ending = ending
+        preempting.during(app_id, said, resp)
         return resp
 
     def list(self, cfg: LocalDockerOpts | None = None) -> list[ListAppResponse]:
         seen: dict[str, list[AppState]] = {}
+        marks = preempting.marks()  # before the containers, as describe
         for c in newest_per_app(self._containers()):
             seen.setdefault(c.labels[LABEL_APP_ID], []).append(self._container_state(c))
         out = []
         for app_id, states in seen.items():
-            out.append(
-                ListAppResponse(
-                    app_id=app_id, state=_app_state(states), name=app_id.rsplit("-", 1)[0]
-                )
-            )
+            state = preempting.state_during(app_id, marks.get(app_id), _app_state(states))
+            out.append(ListAppResponse(app_id=app_id, state=state, name=app_id.rsplit("-", 1)[0]))
         return out
 
     def _cancel_existing(self, app_id: str) -> None:
@@ -554,19 +553,27 @@ class LocalDockerScheduler(
     def preempt(self, app_id: str, grace: float | None = None) -> None:
         """Preempt the running app as a reclaimed spot machine would: every running replica's
         container is stopped (SIGTERM, SIGKILL after ``grace`` seconds, 10 by default) and a
-        new one runs the next attempt (``local_docker_attempts``); returns once they run."""
+        new one runs the next attempt (``local_docker_attempts``), by a worker of its own
+        (``local_docker_preempt``) that carries on if this process is interrupted; returns
+        once they run. One preemption at a time."""
+        said = preempting.read_mark(app_id)
         containers = self._containers(app_id)
         if not containers:
             raise NotPreemptible(f"local_docker has no app {app_id!r} to preempt")
-        if cancel_mark("local_docker", app_id).exists() or not any(
-            c.status in ("running", "restarting") for c in newest(containers)
+        cancelled = cancel_mark("local_docker", app_id).exists()
+        if said is not None and not said.get("failed") and not cancelled:
+            preempting.take_over(app_id)  # its worker died midway: another does the rest
+            raise preempting.already(app_id)
+        current = newest(containers)
+        if (
+            said is not None
+            or cancelled
+            or not any(c.status in ("running", "restarting") for c in current)
         ):
             raise NotPreemptible(f"{app_id} is not running: only a running app can be preempted")
-        stopped = stop_running(containers, 10.0 if grace is None else grace)
-        if cancel_mark("local_docker", app_id).exists():
-            return  # cancelled meanwhile: nothing runs again
-        for c in stopped:
-            rerun(self.client, c)
+        attempt = max(attempt_of(c) for c in current)
+        preempting.start(app_id, attempt, 10.0 if grace is None else grace, canceller())
+        preempting.wait(app_id)
 
 
 def newest_per_app(containers: list[Any]) -> list[Any]:

@@ -14,6 +14,7 @@ from typing import Any
 from torchx_nb.specs.preemption import Preemption
 
 LABEL_ATTEMPT = "torchx-nb/attempt"
+LABEL_APP_ID = "torchx.pytorch.org/app-id"
 LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
 LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
 
@@ -61,12 +62,15 @@ def stop_running(containers: list[Any], grace: float) -> list[Any]:
 def rerun(client: Any, old: Any) -> str:
     """A new container like ``old`` (its image, command, environment, labels and host
     configuration as the daemon records them) under ``old``'s name, labelled with the next
-    attempt; ``old`` keeps its logs under ``<name>-attempt<n>``. The new container's id."""
+    attempt; ``old`` keeps its logs under ``<name>-attempt<n>``. The new container's id. An
+    ``old`` renamed already (a preemption worker stopped midway) is not renamed again."""
     old.reload()
     n = attempt_of(old)
-    name = old.name
+    kept = f"-attempt{n}"
+    name = old.name.removesuffix(kept)  # a replica's own name ends with its number
     cfg, host = old.attrs["Config"], old.attrs["HostConfig"]
-    old.rename(f"{name}-attempt{n}")
+    if old.name != name + kept:
+        old.rename(name + kept)
     mode = str(host.get("NetworkMode") or "")
     created = client.api.create_container(
         image=cfg["Image"],

@@ -126,6 +126,13 @@ class AttemptLog:
         return [e.text() for e in self.events]
 
 
+def stopping_line(at: float, attempt: int) -> str:
+    """What status says while a preemption asked with ``torchx-nb preempt`` at ``at`` stops the
+    replicas, before ``attempt`` (the next one) runs."""
+    when = time.strftime("%H:%M:%S", time.localtime(at))
+    return f"preempted at {when}: its replicas are stopping, then it runs again (attempt {attempt})"
+
+
 def limit_line(preemptions: int, limit: int, last: Preemption | None) -> str:
     """The one line a job preempted past its limit fails with."""
     why = last.text() if last is not None else "preempted"
@@ -144,4 +151,5 @@ __all__ = [
     "clock",
     "in_words",
     "limit_line",
+    "stopping_line",
 ]
