@@ -121,7 +121,7 @@ class Attempts:
             with contextlib.suppress(Exception):
                 rec = self.ctx.jobstore.get(app_handle)
                 if rec is not None and (rec.attempt > 1 or rec.preemptions):
-                    told = "; ".join(self.attempt_log(app_handle).story())
+                    told = "; ".join(self.attempt_log(app_handle, fresh=True).story())
             self._told[app_handle] = told
         return replace(status, msg=told) if told else status
 
@@ -186,16 +186,17 @@ class Attempts:
         self.ctx.last_state[app_handle] = AppState.SUBMITTED.name
         return AppStatus(AppState.SUBMITTED, msg=msg, roles=[])
 
-    def attempt_log(self, app_handle: AppHandle) -> AttemptLog:
+    def attempt_log(self, app_handle: AppHandle, fresh: bool = False) -> AttemptLog:
         """Every attempt of the job and the story they tell (from the job store), each
         preemption's next attempt resumed from what the job's checkpoint ledger says it
-        restored (read lazily: ``checkpoints``)."""
+        restored (read lazily: ``checkpoints``; an ended job's ledger read whole)."""
         store = self.ctx.jobstore
         attempts = store.attempts(app_handle)
         log = AttemptLog.of(attempts)
         if any(e.resumed_at is not None for e in log.events):
             rec = store.get(app_handle)
-            found = self._restores.of(app_handle, rec.outputs if rec else None, log)
+            outputs, ended = (rec.outputs, rec.is_terminal) if rec else (None, False)
+            found = self._restores.of(app_handle, outputs, log, fresh=fresh or ended)
             if found:
                 return AttemptLog.of(attempts, found)
         return log

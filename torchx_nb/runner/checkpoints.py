@@ -88,16 +88,24 @@ class Restores:
     def __init__(self) -> None:
         self._kept: dict[str, tuple[object, list[Restore] | None, bool, float]] = {}
 
-    def of(self, handle: str, outputs: str | None, log: AttemptLog) -> list[Restore]:
+    def of(
+        self, handle: str, outputs: str | None, log: AttemptLog, fresh: bool = False
+    ) -> list[Restore]:
         """The restores of the job ``handle`` (``outputs``: its output folder) for ``log``;
-        none when nothing resumed or no ledger is found."""
+        none when nothing resumed or no ledger is found. ``fresh``: read again unless what
+        was read told every resumed attempt (an ended job's ledger is final: its story is
+        told once, from all of it)."""
         resumed = [e for e in log.events if e.resumed_at is not None]
         if not resumed or not outputs:
             return []
         key = (outputs, tuple((e.at, e.resumed_at) for e in resumed))
         kept = self._kept.get(handle)
         now = time.monotonic()
-        if kept is not None and kept[0] == key and (kept[2] or now - kept[3] < REREAD_S):
+        if (
+            kept is not None
+            and kept[0] == key
+            and (kept[2] or (not fresh and now - kept[3] < REREAD_S))
+        ):
             return kept[1] or []
         found = read_restores(outputs)
         whole = found is not None and all(any(r[0] >= e.at for r in found) for e in resumed)
