@@ -43,13 +43,14 @@ step
 """
 
 
-def test_status_tells_where_each_preemption_resumed_from_and_the_work_lost(
-    isolated: Path, tmp_path: Path
-) -> None:
+def preempted_twice(tmp_path: Path, name: str = "cell") -> tuple[str, Path]:
+    """A real local_cwd cell job preempted twice with ``torchx-nb preempt`` (the first time
+    before it kept a checkpoint, the second a second and more after one), run to its end: its
+    handle and combined log."""
     ws = tmp_path / "ws"
-    ws.mkdir()
+    ws.mkdir(exist_ok=True)
     with get_runner() as runner:
-        handle = runner.run(cell(source=TRAIN), "local_cwd", {}, workspace=str(ws))
+        handle = runner.run(cell(source=TRAIN, name=name), "local_cwd", {}, workspace=str(ws))
         log = combined_log_when_there(handle)
         wait_for(lambda: "attempt 1 step 4\n" in log.read_text(), 60)
         assert cli("preempt", handle, "--grace", "5")[0] == 0
@@ -58,6 +59,14 @@ def test_status_tells_where_each_preemption_resumed_from_and_the_work_lost(
         code, _, err = cli("preempt", handle, "--grace", "5")
         assert code == 0, err
         wait_for(lambda: "State: SUCCEEDED" in cli("status", handle)[1], 90)
+    return handle, log
+
+
+def test_status_tells_where_each_preemption_resumed_from_and_the_work_lost(
+    isolated: Path, tmp_path: Path
+) -> None:
+    handle, log = preempted_twice(tmp_path)
+    with get_runner() as runner:
         attempts = runner.jobstore.attempts(handle)
     text = log.read_text()
     before, _, after = text.partition("attempt 3 resumes at step ")
