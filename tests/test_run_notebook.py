@@ -155,8 +155,8 @@ def test_the_notebook_is_saved_as_it_runs_and_a_cancel_keeps_it(
     assert code == 0, err
     # one clean line, not nbclient's dead-kernel error
     assert log.splitlines()[-1] == (
-        "notebook/0 torchx_nb: cancelled during cell 3 ('import time'): the notebook is saved as"
-        " far as it ran"
+        "notebook/0 torchx_nb: stopped during cell 3 ('import time') by SIGTERM (a cancel or a"
+        " preemption: the job's status says which): the notebook is saved as far as it ran"
     ), log
     assert "DeadKernelError" not in log and "died" not in log
 
@@ -190,8 +190,8 @@ def test_a_cancel_while_the_kernel_starts_is_a_cancel_with_one_clean_line(
     code, log, err = cli("log", handle)
     assert code == 0, err
     assert log.splitlines() == [
-        "notebook/0 torchx_nb: cancelled before its first cell: the notebook is saved as far"
-        " as it ran"
+        "notebook/0 torchx_nb: stopped before its first cell by SIGTERM (a cancel or a"
+        " preemption: the job's status says which): the notebook is saved as far as it ran"
     ], log
 
 

@@ -44,6 +44,9 @@ export interface IJob {
   sweep?: string | null;
   trial?: number | null;
   params?: Record<string, string | number | boolean> | null;
+  /** Its current attempt (from 1) and how often it was preempted (never a failure). */
+  attempt?: number;
+  preemptions?: number;
   /** On the event stream of a filtered list: whether the row passes the filters (the
    * server's own rules, the same as its search). */
   match?: boolean;
@@ -71,12 +74,26 @@ export interface IFailureCard {
   next_step?: string;
 }
 
+/** One preemption of a job: when, why, when its next attempt resumed and from the checkpoint
+ * written when (the job's own ledger), the work lost, and all of it as status says it. */
+export interface IPreemption {
+  at: number;
+  why: string;
+  resumed_at?: number | null;
+  ckpt_at?: number | null;
+  lost_s?: number | null;
+  restored?: boolean | null;
+  text: string;
+}
+
 export interface IJobDetail extends IJob {
   ui_url?: string | null;
   error?: string;
   roles: { role: string; replicas: IReplica[] }[];
   /** Once the job failed: a card per failing replica, the first failure first. */
   failures: IFailureCard[];
+  /** Once it was preempted: each preemption, oldest first. */
+  preempted?: IPreemption[];
 }
 
 export interface IJobsPage {

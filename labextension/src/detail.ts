@@ -12,7 +12,7 @@ import {
   outputUrl,
   TERMINAL
 } from './api';
-import { badge, duration, el, size, submitted } from './format';
+import { attemptChip, badge, duration, el, size, submitted } from './format';
 import { JobsModel } from './model';
 
 const TAIL = 1000;
@@ -141,6 +141,10 @@ export class JobView extends Widget {
   private _renderHead(job: IJobDetail): void {
     const title = el('div', 'tnb-detail-title');
     title.append(badge(job.state), el('span', 'tnb-detail-name', job.name));
+    const chip = attemptChip(job.attempt, job.preemptions);
+    if (chip) {
+      title.append(chip);
+    }
     const actions = el('div', 'tnb-detail-actions');
     if (job.notebook_path) {
       const open = el('button', 'tnb-open-notebook jp-mod-styled', 'Open notebook');
@@ -196,7 +200,7 @@ export class JobView extends Widget {
       add('Message', job.msg);
     }
     add('Error', job.error);
-    this._head.replaceChildren(title, facts, ...failureCards(job));
+    this._head.replaceChildren(title, facts, ...preemptionList(job), ...failureCards(job));
   }
 
   private _renderReplicas(job: IJobDetail): void {
@@ -354,6 +358,26 @@ export class JobView extends Widget {
 }
 
 /** A card per failing replica: its headline, the next step, and its last lines as text. */
+/** Each preemption of the job, in the words status uses (when, why, resumed when, from which
+ * checkpoint, the work lost). */
+function preemptionList(job: IJobDetail): HTMLElement[] {
+  const events = job.preempted ?? [];
+  if (!events.length) {
+    return [];
+  }
+  const box = el('div', 'tnb-preemptions');
+  const p = job.preemptions ?? events.length;
+  box.append(el('div', 'tnb-preemptions-head', `Preemptions (${p}) — attempt ${job.attempt ?? 1}`));
+  const list = el('ul');
+  for (const e of events) {
+    const item = el('li', 'tnb-preemption', e.text);
+    item.dataset.at = String(e.at);
+    list.append(item);
+  }
+  box.append(list);
+  return [box];
+}
+
 function failureCards(job: IJobDetail): HTMLElement[] {
   return (job.failures ?? []).map(card => {
     const node = el('div', 'tnb-failure');

@@ -22,6 +22,19 @@ export function badge(state: string): HTMLElement {
   return node;
 }
 
+/** A chip for a job that ran more than once: `preempted ×2 · attempt 3` (null otherwise). */
+export function attemptChip(attempt?: number, preemptions?: number): HTMLElement | null {
+  const n = attempt ?? 1;
+  const p = preemptions ?? 0;
+  if (n < 2 && !p) {
+    return null;
+  }
+  const text = [p ? `preempted ×${p}` : '', `attempt ${n}`].filter(Boolean).join(' · ');
+  const node = el('span', 'tnb-attempts', text);
+  node.title = `${p} preemption${p === 1 ? '' : 's'}: it runs again from its checkpoint (attempt ${n})`;
+  return node;
+}
+
 /** Duration as the CLI and the widgets print it: m:ss or h:mm:ss. */
 export function duration(seconds: number): string {
   const s = Math.max(0, Math.floor(seconds));

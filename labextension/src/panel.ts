@@ -2,7 +2,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { IJob, TERMINAL } from './api';
-import { badge, basename, duration, el, submitted } from './format';
+import { attemptChip, badge, basename, duration, el, submitted } from './format';
 import { JobsModel } from './model';
 
 /** Whether a job's clock runs: not once it ended, nor while nothing knows it (UNKNOWN). */
@@ -150,7 +150,7 @@ export class JobsPanel extends Widget {
   }
 
   private _fill(li: HTMLLIElement, job: IJob): void {
-    const key = `${job.state}|${job.msg}|${job.notebook_path}|${job.name}|${job.sweep}`;
+    const key = `${job.state}|${job.msg}|${job.notebook_path}|${job.name}|${job.sweep}|${job.attempt}|${job.preemptions}`;
     const shown = liveDuration(li, job); // before the row takes the job's new values
     li.dataset.handle = job.handle;
     li.dataset.state = job.state;
@@ -197,6 +197,13 @@ export class JobsPanel extends Widget {
       meta.append(el('span', 'tnb-notebook-outside', basename(job.notebook)));
     }
     li.append(top, meta);
+    const chip = attemptChip(job.attempt, job.preemptions);
+    if (chip) {
+      // a line of its own: the name and the times keep their room in a narrow panel
+      const tried = el('div', 'tnb-row tnb-meta tnb-tried');
+      tried.append(chip);
+      li.append(tried);
+    }
     if (job.sweep) {
       // a sweep's trial: its parameters; a click on the sweep shows all its trials
       const trial = el('div', 'tnb-row tnb-meta tnb-trial');

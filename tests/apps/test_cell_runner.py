@@ -148,5 +148,6 @@ def test_a_cancel_while_a_notebook_job_starts_is_one_line(tmp_path: Path) -> Non
         proc.kill()
     assert proc.returncode == 143, err
     assert err.splitlines() == [
-        "torchx_nb: cancelled before its first cell, while starting: nothing ran"
+        "torchx_nb: stopped before its first cell by SIGTERM (a cancel or a preemption: the"
+        " job's status says which), while starting: nothing ran"
     ], err

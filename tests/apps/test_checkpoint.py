@@ -301,7 +301,14 @@ def test_the_job_side_imports_no_sdk(tmp_path: Path) -> None:
     assert done.stdout == "[]\n"
     assert json.loads((tmp_path / "store" / "rank-0" / "gen-000001" / "MANIFEST.json").read_text())[
         "files"
-    ] == {"x": {"sha256": file_digest(str(tmp_path / "src" / "x"))[0], "size": 1, "from": 1}}
+    ] == {
+        "x": {
+            "sha256": file_digest(str(tmp_path / "src" / "x"))[0],
+            "size": 1,
+            "from": 1,
+            "mtime": (tmp_path / "src" / "x").stat().st_mtime,
+        }
+    }
 
 
 @pytest.mark.parametrize("url", ["ftp://h/x", "s3://", "gs:///p", "sagemaker:x", "/abs/path"])

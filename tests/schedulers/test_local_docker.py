@@ -397,7 +397,8 @@ def test_a_cancelled_notebook_job_is_cancelled_with_one_clean_line(
         log = job.logs()
         nb = nbformat.read(job.notebook(tmp_path / "back"), 4)
     assert log.splitlines()[-1] == (
-        "torchx_nb: cancelled during cell 2 ('import time'): the notebook is saved as far as it ran"
+        "torchx_nb: stopped during cell 2 ('import time') by SIGTERM (a cancel or a preemption:"
+        " the job's status says which): the notebook is saved as far as it ran"
     ), log
     assert "AssertionError" not in log and "DeadKernelError" not in log
     assert nb.cells[0].outputs[0].text == "first done\n"

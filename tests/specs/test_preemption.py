@@ -24,9 +24,13 @@ def test_a_preemption_tells_when_it_resumed_and_from_which_checkpoint() -> None:
         " of 10:01 — 1 min of work lost"
     )
     assert Preemption(at(10, 2)).text() == "preempted at 10:02"
-    assert Preemption(at(10, 2), resumed_at=at(10, 4), lost_s=3700).text() == (
+    assert Preemption(at(10, 2), resumed_at=at(10, 4), lost_s=3700, restored=False).text() == (
         "preempted at 10:02, resumed at 10:04 from the start (no checkpoint)"
         " — 1 h 1 min of work lost"
+    )
+    # where it resumed from is not known (no ledger read): the attempt's length, at most
+    assert Preemption(at(10, 2), resumed_at=at(10, 4), lost_s=120).text() == (
+        "preempted at 10:02, resumed at 10:04 — up to 2 min of work lost"
     )
 
 
@@ -43,6 +47,34 @@ def test_the_log_of_attempts_tells_each_preemption_and_the_failures() -> None:
         "preempted at 10:02 (spot), resumed at 10:05 from the checkpoint of 10:01"
         " — 1 min of work lost"
     ]
+
+
+def test_the_ledger_says_where_each_attempt_resumed_from_and_so_the_work_lost() -> None:
+    """The checkpoint ledger's entry of the attempt begun after a preemption says when the
+    program wrote the checkpoint it restored (or that it restored none): the work lost is the
+    time from there (never before the preempted attempt began) to the preemption."""
+    rows = [
+        Attempt(1, "7", at(10, 0), at(10, 4), "preempted", "torchx-nb preempt"),
+        Attempt(2, "7", at(10, 5), at(10, 9), "preempted", "torchx-nb preempt"),
+        Attempt(3, "7", at(10, 10), None, "running"),
+        Attempt(4, "7", None, None, "running"),
+    ]
+    ledger = [(at(10, 0), None), (at(10, 5), at(10, 3)), (at(10, 10), at(10, 3))]
+    assert AttemptLog.of(rows, ledger).story() == [
+        "preempted at 10:04 (torchx-nb preempt), resumed at 10:05 from the checkpoint of 10:03"
+        " — 1 min of work lost",
+        # nothing written since: the checkpoint of 10:03 again, the whole attempt lost
+        "preempted at 10:09 (torchx-nb preempt), resumed at 10:10 from the checkpoint of 10:03"
+        " — 4 min of work lost",
+    ]
+    none = [(at(10, 0), None), (at(10, 5), None)]
+    assert AttemptLog.of(rows[:2], none).story()[0] == (
+        "preempted at 10:04 (torchx-nb preempt), resumed at 10:05 from the start"
+        " (no checkpoint) — 4 min of work lost"
+    )
+    assert AttemptLog.of(rows[:2]).story()[0] == (
+        "preempted at 10:04 (torchx-nb preempt), resumed at 10:05 — up to 4 min of work lost"
+    )
 
 
 def test_the_limit_line_names_the_count_the_limit_and_the_fix() -> None:

@@ -426,7 +426,7 @@ class TorchxMagics(Magics):
     def _do_status(self, args: argparse.Namespace, cell: str | None) -> None:
         from IPython.display import display
 
-        from torchx_nb.notebook.render import elapsed, status_html
+        from torchx_nb.notebook.render import attempts_html, elapsed, status_html
         from torchx_nb.redact import redact_text
         from torchx_nb.specs.api import UnknownAppException
 
@@ -438,10 +438,12 @@ class TorchxMagics(Magics):
         seconds = elapsed(record.submitted, status, record.ended) if record else None
         cards = self.runner.failure_cards(handle, status)
         plain = f"{handle}\n{status.format()}" + "".join(f"\n{c.text()}" for c in cards)
+        tried = self.runner.attempt_lines(handle)  # its preemptions, as the CLI's status
+        plain += "".join(f"\n{line}" for line in tried)
         display(
             {
                 "text/plain": redact_text(plain),
-                "text/html": status_html(handle, status, seconds, "", cards),
+                "text/html": status_html(handle, status, seconds, "", cards) + attempts_html(tried),
             },
             raw=True,
         )

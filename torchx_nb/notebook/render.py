@@ -227,6 +227,38 @@ def phases_html(line: str) -> str:
     return f'<div class="torchx-nb-phases"><small>{html.escape(line)}</small></div>'
 
 
+def attempt_chip(attempt: int, preemptions: int) -> str:
+    """``preempted \u00d72 · attempt 3`` (a multiplication sign) for a job that ran more than
+    once ('' otherwise)."""
+    if attempt < 2 and not preemptions:
+        return ""
+    parts = [f"preempted \u00d7{preemptions}"] if preemptions else []
+    return " · ".join([*parts, f"attempt {attempt}"])
+
+
+def chip_html(chip: str) -> str:
+    """The attempt chip beside the state badge (empty for a job that ran once)."""
+    if not chip:
+        return ""
+    return (
+        ' <span class="torchx-nb-attempts-chip" style="border:1px solid #9a6700;color:#9a6700;'
+        f'border-radius:8px;padding:0 6px;font-size:85%">{html.escape(chip)}</span>'
+    )
+
+
+def attempts_html(lines: Sequence[str]) -> str:
+    """The job's attempts under its status: ``Attempts: 3 (2 preemptions, 0 failures)`` and a
+    line per preemption (when, why, resumed when, from which checkpoint, the work lost)."""
+    if not lines:
+        return ""
+    head, events = lines[0], [line.strip() for line in lines[1:]]
+    items = "".join(f"<li>{html.escape(e)}</li>" for e in events)
+    return (
+        f'<div class="torchx-nb-attempts"><small>{html.escape(head)}</small>'
+        f'<ul class="torchx-nb-preemptions" style="margin:2px 0">{items}</ul></div>'
+    )
+
+
 def result_html(result: str | None) -> str:
     """The result line under the status (empty without a result)."""
     if result is None:

@@ -91,6 +91,10 @@ class StatusWidget:
         self.failures: list[FailureCard] = []  # once it failed: a card per failing replica
         self.phases = ""  # once it ended: "built 0:12 · queued 0:03 · ran 1:20"
         self.notice = ""  # a job-end notice not delivered yet: why, in one line
+        self.chip = (
+            ""  # a job that ran more than once: "preempted x2 · attempt 3" (with a times sign)
+        )
+        self.attempts: list[str] = []  # then its attempts and a line per preemption
         self._lock = threading.RLock()
         record = runner.jobstore.get(handle)
         self.submitted = record.submitted if record else time.time()
@@ -117,6 +121,11 @@ class StatusWidget:
 
     def text(self) -> str:
         text = render.status_text(self.handle, self.status, self.seconds(), self.failures)
+        if self.chip:  # beside the state, on the first line
+            head, sep, rest = text.partition("\n")
+            text = f"{head} [{self.chip}]{sep}{rest}"
+        if self.attempts:
+            text += "".join(f"\n  {line}" for line in self.attempts)
         if self.phases:
             text += f"\n  {self.phases}"
         if self.result is not None and not self.failures:
@@ -130,10 +139,11 @@ class StatusWidget:
     def html(self) -> str:
         """The whole status as static HTML (the snapshot)."""
         charts = render.metrics_svg(self.metrics.series()) if self.metrics else ""
+        chip = render.chip_html(self.chip)
         return (
             '<div class="torchx-nb-snapshot" style="line-height:1.4">'
-            f"{render.status_html(self.handle, self.status, self.seconds(), '', self.failures)}"
-            f"{render.phases_html(self.phases)}"
+            f"{render.status_html(self.handle, self.status, self.seconds(), chip, self.failures)}"
+            f"{render.attempts_html(self.attempts)}{render.phases_html(self.phases)}"
             f"{'' if self.failures else render.result_html(self.result)}"
             f"{'<br>' + charts if charts else ''}{render.notice_html(self.notice)}</div>"
         )
@@ -144,10 +154,21 @@ class StatusWidget:
             note = (
                 f' <small style="color:#9a6700">reconnecting… ({html.escape(self._error)})</small>'
             )
-        return render.status_header_html(self.handle, self.status, self.seconds(), note)
+        chip = render.chip_html(self.chip)
+        return render.status_header_html(self.handle, self.status, self.seconds(), chip + note)
 
     def _body_html(self) -> str:
-        return render.status_details_html(self.status)
+        return render.status_details_html(self.status) + render.attempts_html(self.attempts)
+
+    def read_attempts(self) -> None:
+        """The chip and the attempts' lines of a job that ran more than once, from the job
+        store (and its checkpoint ledger: where each attempt resumed from)."""
+        with contextlib.suppress(Exception):  # the store is a convenience: the status stands
+            record = self.runner.jobstore.get(self.handle)
+            if record is None or (record.attempt < 2 and not record.preemptions):
+                return
+            self.chip = render.attempt_chip(record.attempt, record.preemptions)
+            self.attempts = self.runner.attempt_lines(self.handle)
 
     def _tick(self) -> None:
         self._header.value = self._header_html()
@@ -181,6 +202,7 @@ class StatusWidget:
             elif not unknown:
                 self._unknown_since = None
             self.status = status
+            self.read_attempts()
             if self._on_change is not None:
                 self._on_change(status)
         if status is None or is_terminal(status.state):
@@ -348,6 +370,7 @@ class JobView:
             self.status.result = self.runner.result_repr(self.handle)
         with contextlib.suppress(Exception):
             self.status.failures = self.runner.failure_cards(self.handle, self.status.status)
+        self.status.read_attempts()
         with contextlib.suppress(Exception):
             from torchx_nb.phases import phases_line
 

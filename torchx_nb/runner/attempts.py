@@ -13,6 +13,7 @@ import contextlib
 import warnings
 from dataclasses import replace
 
+from torchx_nb.runner.checkpoints import Restores
 from torchx_nb.runner.core import RunnerContext
 from torchx_nb.runner.requests import PreparedRun
 from torchx_nb.schedulers.abilities import Preemptible, StoresOutputs, SubmitsAgain
@@ -47,6 +48,7 @@ class Attempts:
         # what a backend last listed of a job's preemptions, and what the store made of it
         self._seen: dict[AppHandle, tuple[object, tuple[int, int, Preemption | None]]] = {}
         self._stopped: set[AppHandle] = set()  # jobs stopped past their preemption limit
+        self._restores = Restores()  # each job's checkpoint ledger: what each attempt restored
 
     def keep_request(self, handle: AppHandle, prepared: PreparedRun) -> None:
         """What a resubmission of ``handle`` by this process sends again, and the job's
@@ -102,6 +104,9 @@ class Attempts:
         if desc.ended_preempted:
             return self._submit_again(app_handle, app_id, self.attempt_log(app_handle), status)
         if last is not None and not is_terminal(status.state) and not message_text(status.msg):
+            if last.resumed_at is not None:  # where it resumed from: the job's ledger says
+                with contextlib.suppress(Exception):
+                    last = self.attempt_log(app_handle).events[-1]
             return replace(status, msg=last.text())
         return self._ended_story(app_handle, status)
 
@@ -116,7 +121,7 @@ class Attempts:
             with contextlib.suppress(Exception):
                 rec = self.ctx.jobstore.get(app_handle)
                 if rec is not None and (rec.attempt > 1 or rec.preemptions):
-                    told = "; ".join(self.attempt_log(app_handle).story())
+                    told = "; ".join(self.attempt_log(app_handle, fresh=True).story())
             self._told[app_handle] = told
         return replace(status, msg=told) if told else status
 
@@ -181,9 +186,20 @@ class Attempts:
         self.ctx.last_state[app_handle] = AppState.SUBMITTED.name
         return AppStatus(AppState.SUBMITTED, msg=msg, roles=[])
 
-    def attempt_log(self, app_handle: AppHandle) -> AttemptLog:
-        """Every attempt of the job and the story they tell (from the job store)."""
-        return self.ctx.jobstore.attempt_log(app_handle)
+    def attempt_log(self, app_handle: AppHandle, fresh: bool = False) -> AttemptLog:
+        """Every attempt of the job and the story they tell (from the job store), each
+        preemption's next attempt resumed from what the job's checkpoint ledger says it
+        restored (read lazily: ``checkpoints``; an ended job's ledger read whole)."""
+        store = self.ctx.jobstore
+        attempts = store.attempts(app_handle)
+        log = AttemptLog.of(attempts)
+        if any(e.resumed_at is not None for e in log.events):
+            rec = store.get(app_handle)
+            outputs, ended = (rec.outputs, rec.is_terminal) if rec else (None, False)
+            found = self._restores.of(app_handle, outputs, log, fresh=fresh or ended)
+            if found:
+                return AttemptLog.of(attempts, found)
+        return log
 
     def attempt_lines(self, app_handle: AppHandle) -> list[str]:
         """``Attempts: 2 (1 preemption, 0 failures)`` and one line per preemption, as status

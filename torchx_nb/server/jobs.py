@@ -257,6 +257,8 @@ class JobService:
                 for r in status.roles
             ]
             out["failures"] = [c.to_json() for c in self.runner.failure_cards(handle, status)]
+            events = self.runner.attempt_log(handle).events if rec.preemptions else ()
+            out["preempted"] = [p.to_json() for p in events]
         else:
             out.setdefault("roles", [])
         out.setdefault("failures", [])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_MAX_PREEMPTIONS = 20
 #: how an attempt ended; ``running`` until it did
@@ -44,9 +45,18 @@ class Preemption:
     resumed_at: float | None = None
     """When the next attempt started running (None: not yet, or never)."""
     ckpt_at: float | None = None
-    """When the checkpoint the next attempt restored was saved (None: none was)."""
+    """When the program wrote the checkpoint the next attempt restored (None: none, or not
+    known)."""
     lost_s: float | None = None
     """The work lost: seconds since the last checkpoint (or since the attempt began)."""
+    restored: bool | None = None
+    """Whether the next attempt restored a checkpoint: False, it ran from the start; None,
+    not known (its ledger was not read): ``lost_s`` is then the attempt's length, at most."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The preemption as the REST API gives it (times in epoch seconds), with its words."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {**out, "text": self.text()}
 
     def text(self) -> str:
         """``preempted at 10:02 (spot capacity reclaimed), resumed at 10:05 from the checkpoint
@@ -54,15 +64,16 @@ class Preemption:
         out = f"preempted at {clock(self.at)}"
         if self.why and self.why != "preempted":
             out += f" ({self.why})"
+        known = self.ckpt_at is not None or self.restored is not None
         if self.resumed_at is not None:
             out += f", resumed at {clock(self.resumed_at)}"
-            out += (
-                f" from the checkpoint of {clock(self.ckpt_at)}"
-                if self.ckpt_at is not None
-                else " from the start (no checkpoint)"
-            )
+            if self.ckpt_at is not None:
+                out += f" from the checkpoint of {clock(self.ckpt_at)}"
+            elif self.restored is False:
+                out += " from the start (no checkpoint)"
         if self.lost_s is not None and self.lost_s >= 1:
-            out += f" — {in_words(self.lost_s)} of work lost"
+            upto = "" if known or self.resumed_at is None else "up to "
+            out += f" — {upto}{in_words(self.lost_s)} of work lost"
         return out
 
 
@@ -80,6 +91,11 @@ class Attempt:
     ckpt_at: float | None = None  # the last checkpoint it saved
 
 
+#: what a job's checkpoint ledger says of one attempt: when it began, and when the program
+#: wrote the checkpoint it restored (None: it restored none)
+Restore = tuple[float, float | None]
+
+
 @dataclass(frozen=True)
 class AttemptLog:
     """Every attempt of one job and the story they tell: how many, the preemptions (each with
@@ -91,22 +107,39 @@ class AttemptLog:
     events: tuple[Preemption, ...] = ()
 
     @classmethod
-    def of(cls, attempts: Iterable[Attempt]) -> AttemptLog:
-        """The log of ``attempts`` (any order)."""
+    def of(cls, attempts: Iterable[Attempt], restores: Iterable[Restore] = ()) -> AttemptLog:
+        """The log of ``attempts`` (any order); ``restores``: what the job's checkpoint ledger
+        says each attempt restored, which tells where each preemption's next attempt resumed
+        from and so the work lost (else a backend's own ``ckpt_at``, else not known)."""
         rows = tuple(sorted(attempts, key=lambda a: a.n))
+        ledger = sorted(restores, key=lambda r: r[0])
         events = []
         for i, a in enumerate(rows):
-            if a.ended_why != "preempted" or a.ended is None:
+            ended = a.ended
+            if a.ended_why != "preempted" or ended is None:
                 continue
             nxt = rows[i + 1] if i + 1 < len(rows) else None
-            since = a.ckpt_at if a.ckpt_at is not None else a.started
+            resumed = nxt.started if nxt else None
+            # the ledger's first attempt begun after the preemption is the one that resumed
+            found = next((r for r in ledger if r[0] >= ended), None) if resumed else None
+            ckpt, restored = a.ckpt_at, (True if a.ckpt_at is not None else None)
+            if found is not None:
+                ckpt, restored = found[1], found[1] is not None
+            # work done before this attempt began is not this preemption's loss
+            began = a.started
+            if began is None:  # not seen running by any watcher: the ledger saw it begin
+                after = (rows[i - 1].ended if i else None) or 0.0
+                began = max((r[0] for r in ledger if after <= r[0] < ended), default=None)
+            marks = [x for x in (ckpt, began) if x is not None]
+            since = max(marks) if marks else None
             events.append(
                 Preemption(
-                    at=a.ended,
+                    at=ended,
                     why=a.native or "preempted",
-                    resumed_at=nxt.started if nxt else None,
-                    ckpt_at=a.ckpt_at if nxt and nxt.started is not None else None,
-                    lost_s=max(0.0, a.ended - since) if since is not None else None,
+                    resumed_at=resumed,
+                    ckpt_at=ckpt if resumed is not None else None,
+                    lost_s=max(0.0, ended - since) if since is not None else None,
+                    restored=restored if resumed is not None else None,
                 )
             )
         return cls(
@@ -148,6 +181,7 @@ __all__ = [
     "Attempt",
     "AttemptLog",
     "Preemption",
+    "Restore",
     "clock",
     "in_words",
     "limit_line",

@@ -5,7 +5,11 @@ SIGTERM, at the end and on ``torchx_nb.checkpoint().save()``.
 
 The store's root also holds the ledger, ``attempts.json``: one entry per attempt (``n``,
 ``started``, ``ended``, ``why``: ``running``/``ok``/``exit N``/``sigterm``/``lost``,
-``ckpt_generation``, the backend's ``native`` attempt), written by rank 0. It is how a job
+``ckpt_generation``, ``restored_at``: when the program wrote the checkpoint this attempt
+restored, None when it restored none — how status tells "resumed from the checkpoint of
+10:01" and the work lost, the backend's ``native`` attempt), written by rank 0. Rank 0 also
+leaves the store's URL in the job's output folder (``.torchx-nb/checkpoint.json``), so a
+watcher finds the ledger wherever the backend keeps it. It is how a job
 knows how many of its attempts were the program's own failures when the backend's counter
 mixes them with preemptions: past ``$TORCHX_NB_MAX_RETRIES`` the attempt ends at once with
 ``RETRIES_SPENT_EXIT``.
@@ -40,6 +44,7 @@ RESTORED_ENV = "TORCHX_NB_RESTORED_FROM"  # the restored generation's save time 
 RETRIES_SPENT_EXIT = 171  # the program already failed more often than its max_retries
 NOT_FAILURES = (170, 171)  # a trial's cancel, a spent attempt: not the program's failure
 LEDGER = "attempts.json"
+POINTER = "checkpoint.json"  # in the output folder's .torchx-nb/: {"url": the store's root}
 
 
 def read_ledger(store: Store) -> list[dict[str, Any]]:
@@ -91,6 +96,9 @@ class Session:
         self.preemptions = 0
         self.failures = 0
         self.restored_from: float | None = None
+        # when the program wrote the restored checkpoint (None: none restored; unknown where
+        # the platform restores it: SageMaker)
+        self.restored_at: float | None = None
         self.generation: int | None = None
         self.entries: list[dict[str, Any]] = []
         self.native = ""
@@ -144,6 +152,7 @@ class Session:
             if manifest is not None:
                 self.generation = int(manifest["generation"])
                 self.restored_from = float(manifest.get("saved", 0.0)) or None
+                self.restored_at = float(manifest.get("written") or manifest.get("saved") or 0)
         if self.rank == 0 and not mine:
             self.entries = [*before, self._entry("running")]
             self._write_ledger()
@@ -152,6 +161,8 @@ class Session:
     def _entry(self, why: str) -> dict[str, Any]:
         entry: dict[str, Any] = {"n": self.attempt, "started": time.time(), "ended": None}
         entry.update(why=why, ckpt_generation=self.generation)
+        if not self.store.syncs_itself:
+            entry["restored_at"] = self.restored_at
         if self.native:
             entry["native"] = self.native
         return entry
@@ -355,3 +366,15 @@ def begin_run(trial: str | None) -> None:
         raise SystemExit(spent)
     if session is not None:
         on_sigterm(session)
+        if session.rank == 0 and not session.store.syncs_itself:
+            leave_pointer(session.store.url)
+
+
+def leave_pointer(url: str) -> None:
+    """The store's URL in the job's output folder, where a watcher reading the job's outputs
+    finds it (``POINTER``); a failure costs only status's checkpoint times."""
+    out = os.path.join(os.environ.get("TORCHX_OUTPUT_DIR") or "torchx-outputs", ".torchx-nb")
+    with contextlib.suppress(OSError):
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, POINTER), "w") as f:
+            json.dump({"url": url}, f)

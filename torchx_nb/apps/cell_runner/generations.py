@@ -1,6 +1,7 @@
 """A rank's checkpoint generations in a store: ``rank-<r>/gen-NNNNNN/`` holds the files
 that changed since the generation before and, written last, ``MANIFEST.json`` (every file's
-sha256, size and the generation holding it); ``rank-<r>/LATEST`` names the last committed
+sha256, size, modification time and the generation holding it; ``written``: the newest
+modification time, when the program last wrote its checkpoint); ``rank-<r>/LATEST`` names the last committed
 one, for people. A restore takes the newest generation whose manifest exists and whose files
 all arrive with their sha256, so a half-uploaded generation (an attempt killed mid-save, or
 still racing the next attempt) is never seen. The last ``KEEP`` generations are kept, with
@@ -122,6 +123,8 @@ class Generations:
                 return False
             if file_digest(target) != (entry["sha256"], entry["size"]):
                 return False
+            if isinstance(entry.get("mtime"), (int, float)):  # as the program left it
+                os.utime(target, (entry["mtime"], entry["mtime"]))
         return True
 
     def save(self, src: str, extra: dict[str, Any] | None = None) -> int:
@@ -138,14 +141,19 @@ class Generations:
         self.last = gen
         files: dict[str, Any] = {}
         for rel, path in local_files(src).items():
+            mtime = os.stat(path).st_mtime
             sha, size = file_digest(path)
             old = previous.get(rel)
             if old is not None and (old.get("sha256"), old.get("size")) == (sha, size):
                 files[rel] = {"sha256": sha, "size": size, "from": int(old["from"])}
-                continue
-            self.store.put_file(f"{self.prefix}{_gen_name(gen)}/{rel}", path)
-            files[rel] = {"sha256": sha, "size": size, "from": gen}
-        manifest = {"generation": gen, "saved": time.time(), "files": files, **(extra or {})}
+            else:
+                self.store.put_file(f"{self.prefix}{_gen_name(gen)}/{rel}", path)
+                files[rel] = {"sha256": sha, "size": size, "from": gen}
+            files[rel]["mtime"] = mtime
+        saved = time.time()
+        written = max((f["mtime"] for f in files.values()), default=saved)
+        manifest = {"generation": gen, "saved": saved, "written": min(written, saved)}
+        manifest.update(files=files, **(extra or {}))
         key = f"{self.prefix}{_gen_name(gen)}/{MANIFEST}"
         self.store.put_bytes(key, json.dumps(manifest, indent=1).encode())
         self.store.put_bytes(f"{self.prefix}{LATEST}", str(gen).encode())

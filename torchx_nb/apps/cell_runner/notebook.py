@@ -215,11 +215,18 @@ def _exited_cleanly(e: Any) -> bool:
     return e.ename == "SystemExit" and (e.evalue or "").strip() in ("", "0", "None")
 
 
+#: what a SIGTERM is, as the job sees it
+BY_SIGTERM = "a cancel or a preemption: the job's status says which"
+
+
 def _cancelled_starting(signum: int, frame: Any) -> None:
     """A cancel while the runner starts (nbclient importing, the notebook not read yet): no
     cell ran and there is nothing to save, but the log says so (Python's own end on SIGTERM
     said nothing)."""
-    sys.stderr.write("torchx_nb: cancelled before its first cell, while starting: nothing ran\n")
+    sys.stderr.write(
+        f"torchx_nb: stopped before its first cell by SIGTERM ({BY_SIGTERM}), while starting:"
+        " nothing ran\n"
+    )
     raise SystemExit(128 + signum)
 
 
@@ -310,14 +317,19 @@ def run_notebook(path: str, cell_timeout: float | None) -> int:
             state["uploaded"] = time.monotonic()
 
     def cancel_line() -> str:
-        """The one log line of a cancel, naming the cell it came during."""
+        """The one log line of a SIGTERM, naming the cell it came during. A cancel and a
+        preemption both arrive as SIGTERM and nothing in the job tells them apart on every
+        backend (the backend's record does: status says which), so the line names neither."""
         i = int(state["cell"])
         where = (
             f"during cell {i + 1} ({_first_line(nb.cells[i].source)!r})"
             if i >= 0
             else "before its first cell"
         )
-        return f"torchx_nb: cancelled {where}: the notebook is saved as far as it ran"
+        return (
+            f"torchx_nb: stopped {where} by SIGTERM ({BY_SIGTERM}): the notebook is saved as"
+            " far as it ran"
+        )
 
     def stop(signum: int, frame: Any) -> None:  # before the kernel runs: end at once
         checkpoint.note_sigterm()  # the runner's end saves the checkpoint within the grace
