@@ -478,6 +478,9 @@ def test_a_sweep_is_one_indexed_job_whose_trials_end_and_cancel_on_their_own(
             return status is not None and status.state.name in ("SUCCEEDED", "FAILED", "CANCELLED")
 
         wait_for(lambda: all(ended(i) for i in range(4)), 180, 0.5)
+        # the cancelled trial's watcher ends its pod within a few seconds (exit 170)
+        job_key = ("job", *parse_app_id(job_id))
+        wait_for(lambda: kube_env.objects[job_key]["status"]["failedIndexes"] == "2,3", 60, 0.5)
         last = runner.status(sw.handles[4])  # type: ignore[arg-type]
         assert last is not None and last.state == AppState.RUNNING
         sent = len(kube_env.requests)

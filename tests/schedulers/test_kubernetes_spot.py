@@ -273,6 +273,12 @@ def test_a_cancelled_trial_reads_cancelled_and_a_reclaimed_one_runs_again(
     gone = sched.describe(cancelled)
     assert gone is not None and gone.msg.startswith("it was cancelled by ") and not gone.preemptions
     assert gone.roles_statuses[0].replicas[0].exit_code == 170
+    from torchx_nb.schedulers.outputs import cancel_mark
+
+    cancel_mark("kubernetes", cancelled).unlink()  # as another machine, without our mark
+    elsewhere = sched.describe(cancelled)
+    assert elsewhere is not None and elsewhere.state == AppState.CANCELLED
+    assert elsewhere.msg == "cancelled: its pod carries the cancel mark"
     sched.preempt(reclaimed, grace=2)
     wait_for(lambda: sched.describe(reclaimed).state == AppState.SUCCEEDED, 60)  # type: ignore[union-attr]
     back = sched.describe(reclaimed)

@@ -20,6 +20,7 @@ from torchx_nb.schedulers.kubernetes.constants import (
 )
 from torchx_nb.schedulers.kubernetes.describe import (
     CANCEL_ANNOTATION,
+    CANCELLED_EXIT,
     _ArrayState,
     _epoch,
     _latest,
@@ -110,6 +111,8 @@ class KubeArrays(SubmitsArrays):
             state, msg = AppState.FAILED, ""
             if cancel_mark("kubernetes", app_id).exists():
                 state, msg = AppState.CANCELLED, f"it {marked_ending('kubernetes', app_id)}"
+            elif CANCELLED_EXIT in _exit_codes(pod):  # cancelled from another machine
+                state, msg = AppState.CANCELLED, "cancelled: its pod carries the cancel mark"
         elif job["metadata"].get("deletionTimestamp"):
             state, msg = AppState.CANCELLED, "deleted"
         elif job["spec"].get("suspend"):
@@ -181,3 +184,13 @@ class KubeArrays(SubmitsArrays):
                     " again, or cancel the whole sweep"
                 )
             time.sleep(0.5)
+
+
+def _exit_codes(pod: dict[str, Any] | None) -> list[int]:
+    """The exit codes of ``pod``'s containers that have ended."""
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    return [
+        int(code)
+        for cs in statuses
+        if (code := ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")) is not None
+    ]
