@@ -295,3 +295,25 @@ def _pod_of(kube: KubeFake, name: str, index: int) -> str:
         if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == str(index)
     ]
     return str(pod["metadata"]["name"])
+
+
+def test_the_pods_of_a_job_preempted_together_are_one_preemption(
+    kube_env: KubeFake, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """A two-replica Job preempted: both pods are evicted, and the job was preempted once,
+    resumed when both run again."""
+    sched = KubernetesScheduler("torchx")
+    app = counted_app(tmp_path, "if [ $n -eq 1 ]; then sleep 120; fi")
+    app.roles[0].image = base_images["busybox"]
+    app.roles[0].num_replicas = 2
+    app_id = sched.submit(app, {"api": "indexed"})
+    wait_for(lambda: sched.describe(app_id).state == AppState.RUNNING, 60)  # type: ignore[union-attr]
+    wait_for(lambda: (tmp_path / "run-0").exists() and (tmp_path / "run-1").exists(), 60)
+    sched.preempt(app_id, grace=1)
+    _, name = parse_app_id(app_id)
+    assert len([e for e in kube_env.evictions if e[1].startswith(name)]) == 2
+    wait_for(lambda: sched.describe(app_id).state == AppState.SUCCEEDED, 60)  # type: ignore[union-attr]
+    end = sched.describe(app_id)
+    assert end is not None and len(end.preemptions) == 1, end.preemptions
+    (p,) = end.preemptions
+    assert p.resumed_at is not None and p.resumed_at >= p.at and end.num_restarts == 0

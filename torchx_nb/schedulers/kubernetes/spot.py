@@ -38,6 +38,8 @@ _WHY = {
     "TerminationByKubelet": "ended by its node (shutdown or pressure)",
 }
 TORCHX_NB_WHY = "torchx-nb preempt"
+#: pods disrupted within this many seconds of the first are one preemption of their job
+TOGETHER_S = 60.0
 
 
 def spot_choice(value: str | bool | None) -> str | None:
@@ -165,11 +167,28 @@ def preemptions(
                 if (t := _epoch((p.get("status") or {}).get("startTime"))) and t >= entry["at"] - 1
             ]
             if starts:
-                entry["resumed"] = min(starts)
+                entry["resumed"] = max(min(starts), entry["at"])  # a start time is in whole s
                 changed = True
     if changed:
         save_record(path, kept)
     rows = sorted(
         (e for e in kept.values() if index is None or e["index"] == index), key=lambda e: e["at"]
     )
-    return [Preemption(at=e["at"], why=e["why"], resumed_at=e.get("resumed")) for e in rows]
+    # the pods of one job disrupted together (a preempt, a drained or reclaimed node pool) are
+    # one preemption of the job, which resumed once every one of them runs again
+    groups: list[list[dict[str, Any]]] = []
+    for e in rows:
+        if groups and e["at"] - groups[-1][0]["at"] <= TOGETHER_S:
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    out = []
+    for group in groups:
+        resumed = [float(e["resumed"]) for e in group if e.get("resumed") is not None]
+        whole = len(resumed) == len(group)
+        out.append(
+            Preemption(
+                at=group[0]["at"], why=group[0]["why"], resumed_at=max(resumed) if whole else None
+            )
+        )
+    return out
