@@ -14,10 +14,14 @@ test-infrastructure.md §6); this serves the parts torchx_nb uses, with Kubernet
   ``fieldRef`` env, ``JOB_COMPLETION_INDEX``), runs each pod's container in dockerd and
   reports phases, exit codes and logs back through the API. Volcano's ``RestartJob`` policy
   and a Job's ``backoffLimit`` are honoured, and so are ``parallelism``,
-  ``backoffLimitPerIndex`` (``completedIndexes`` and ``failedIndexes``) and
-  ``podFailurePolicy``'s ``FailIndex`` on the ``DisruptionTarget`` an eviction
-  (``pods/NAME/eviction``) gives a pod, and (with ``backoffLimitPerIndex``) a PATCH of
-  ``spec.suspend``: the running pods are deleted, no new one starts, and the Job is
+  ``backoffLimitPerIndex`` (``completedIndexes`` and ``failedIndexes``), ``podFailurePolicy``
+  as the Job controller evaluates it (the first rule that matches: ``Ignore`` — not counted,
+  the pod replaced —, ``FailIndex``, ``FailJob``; ``onExitCodes`` ``In``/``NotIn`` and
+  ``onPodConditions``), an eviction (``pods/NAME/eviction``: the ``DisruptionTarget``
+  condition, SIGTERM, the kill after ``deleteOptions.gracePeriodSeconds``, then the pod leaves
+  the API), a PATCH of a pod's annotations (its downward API ``annotations`` file follows),
+  required node affinity against the one node's labels, and (with ``backoffLimitPerIndex``) a
+  PATCH of ``spec.suspend``: the running pods are deleted, no new one starts, and the Job is
   ``Suspended`` with its ended indexes kept.
 
 Where it differs from a cluster: every pod shares this machine's network and pid namespace, and
@@ -110,6 +114,7 @@ class Pod:
         self.lines: list[tuple[float, str]] = []
         self.pump: threading.Thread | None = None
         self.done = threading.Event()
+        self.downward: Path | None = None  # the downward API volume's folder
 
 
 class KubeFake:
@@ -137,6 +142,7 @@ class KubeFake:
         # a cluster policy's activeDeadlineSeconds on every new pod (a mutating webhook's)
         self.active_deadline: int | None = None
         self.requests: list[str] = []
+        self.evictions: list[tuple[str, str, int]] = []  # (namespace, pod, grace seconds)
         self.lock = threading.RLock()
         self.stopping = threading.Event()
 
@@ -292,7 +298,7 @@ class KubeFake:
         if ns not in self.namespaces:
             raise Status(404, "NotFound", f'namespaces "{ns}" not found')
         if kind == "eviction":
-            self._evict(ns, name)
+            self._evict(ns, name, body)
             return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
         if verb == "create":
             return 201, self._create(kind, ns, body)
@@ -304,7 +310,19 @@ class KubeFake:
             raise Status(404, "NotFound", f'{self._PLURAL[kind]} "{name}" not found')
         if verb == "delete":
             self._delete(kind, ns, name, body)
-        if verb == "patch":
+        if verb == "patch" and kind == "pod":
+            if set(body) != {"metadata"} or set(body["metadata"]) != {"annotations"}:
+                raise Status(
+                    422, "Invalid", f"this server patches only a pod's annotations: {body}"
+                )
+            with self.lock:
+                obj["metadata"].setdefault("annotations", {}).update(
+                    body["metadata"]["annotations"]
+                )
+                pod = self.pods.get((ns, name))
+            if pod is not None:
+                self._project(pod)
+        elif verb == "patch":
             if kind != "job" or set(body) != {"spec"} or set(body["spec"]) != {"suspend"}:
                 raise Status(
                     422, "Invalid", f"this server patches only a Job's spec.suspend: {body}"
@@ -425,19 +443,82 @@ class KubeFake:
                 self._drop_owned(kind, ns, name)
                 self.objects.pop((kind, ns, name), None)
 
-    def _evict(self, ns: str, name: str) -> None:
-        """The Eviction API: the pod gets the ``DisruptionTarget`` condition, is stopped, ends
-        ``Failed`` and leaves the API (its owner's controller still counts it, as the Job
-        controller's tracking finalizer lets it)."""
+    def _evict(self, ns: str, name: str, body: dict[str, Any] | None = None) -> None:
+        """The Eviction API: the pod gets the ``DisruptionTarget`` condition and a
+        ``deletionTimestamp``, its container SIGTERM, then SIGKILL after the grace
+        (``deleteOptions.gracePeriodSeconds``, else the pod's ``terminationGracePeriodSeconds``,
+        30 s); it ends ``Failed`` (or as its program exited) and then leaves the API (its owner's
+        controller still counts it, as the Job controller's tracking finalizer lets it)."""
         with self.lock:
             pod = self.pods.get((ns, name))
             if pod is None or ("pod", ns, name) not in self.objects:
                 raise Status(404, "NotFound", f'pods "{name}" not found')
-            self.objects.pop(("pod", ns, name), None)
-        self._kill(pod, failed=True)
-        pod.obj["status"]["conditions"] = [
-            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+            if pod.obj["metadata"].get("deletionTimestamp"):
+                return  # being deleted already: the eviction has nothing to do
+            grace = ((body or {}).get("deleteOptions") or {}).get("gracePeriodSeconds")
+            if grace is None:
+                grace = pod.obj["spec"].get("terminationGracePeriodSeconds", 30)
+            pod.obj["metadata"]["deletionTimestamp"] = _now()
+            status = pod.obj["status"]
+            status["conditions"] = [
+                *(status.get("conditions") or []),
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "EvictionByEvictionAPI",
+                    "message": "Eviction API: evicting",
+                    "lastTransitionTime": _now(),
+                },
+            ]
+        self.evictions.append((ns, name, int(grace)))
+
+        def terminate() -> None:
+            if pod.container is not None and status.get("phase") == "Running":
+                with contextlib.suppress(Exception):
+                    pod.container.stop(timeout=int(grace))
+                pod.done.wait(30)
+            else:
+                self._kill(pod, failed=True)
+            with self.lock:
+                self.objects.pop(("pod", ns, name), None)
+
+        threading.Thread(target=terminate, daemon=True).start()
+
+    @staticmethod
+    def policy_action(spec: dict[str, Any], pod: Pod) -> str:
+        """What the Job's ``podFailurePolicy`` does with the failed ``pod``: the action of its
+        first rule that matches (``onExitCodes``: ``In``/``NotIn`` on a container's non-zero
+        exit code; ``onPodConditions``: a condition of that type and status), else ``Count``
+        (the pod counts against the backoff limit), as the Job controller evaluates it."""
+        status = pod.obj["status"]
+        codes = [
+            ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
+            for cs in status.get("containerStatuses") or []
         ]
+        conds = {(c.get("type"), c.get("status")) for c in status.get("conditions") or []}
+        for rule in (spec.get("podFailurePolicy") or {}).get("rules") or []:
+            on_codes = rule.get("onExitCodes")
+            if on_codes:
+                values = set(on_codes.get("values") or [])
+                inside = on_codes.get("operator") == "In"
+                if any(c and ((c in values) == inside) for c in codes):
+                    return str(rule["action"])
+            for want in rule.get("onPodConditions") or []:
+                if (want.get("type"), want.get("status", "True")) in conds:
+                    return str(rule["action"])
+        return "Count"
+
+    @staticmethod
+    def _project(pod: Pod) -> None:
+        """The downward API volume's ``annotations`` file (``key="value"`` lines, as the kubelet
+        writes them), rewritten when the pod's annotations change."""
+        if pod.downward is None:
+            return
+        annotations = pod.obj["metadata"].get("annotations") or {}
+        text = "".join(f"{k}={json.dumps(str(v))}\n" for k, v in sorted(annotations.items()))
+        tmp = pod.downward / ".annotations.tmp"
+        tmp.write_text(text)
+        tmp.replace(pod.downward / "annotations")
 
     def _drop_owned(self, kind: str, ns: str, name: str) -> None:
         for key, pod in list(self.pods.items()):
@@ -614,21 +695,21 @@ class KubeFake:
             self._advance_per_index(ns, name, obj, by_index)
             return
         n = int(spec.get("completions") or 1)
-        failed = sum(1 for p in pods if p.obj["status"].get("phase") == "Failed")
+        actions = [
+            self.policy_action(spec, p) for p in pods if p.obj["status"].get("phase") == "Failed"
+        ]
+        failed = sum(a != "Ignore" for a in actions)  # an ignored pod is not counted
         status["failed"] = failed
-        if failed > int(spec.get("backoffLimit") or 0):
-            for p in pods:
-                if p.obj["status"].get("phase") in ("Pending", "Running"):
-                    self._kill(p, failed=True)
-            status["conditions"] = [
-                {
-                    "type": "Failed",
-                    "status": "True",
-                    "reason": "BackoffLimitExceeded",
-                    "message": "Job has reached the specified backoff limit",
-                }
-            ]
-            status["completionTime"] = _now()
+        if failed > int(spec.get("backoffLimit") or 0) or "FailJob" in actions:
+            self._fail_job(
+                pods,
+                status,
+                *(
+                    ("PodFailurePolicy", "a pod failed matching a FailJob rule")
+                    if "FailJob" in actions
+                    else ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+                ),
+            )
             return
         succeeded = 0
         active = 0
@@ -656,21 +737,25 @@ class KubeFake:
         At most ``parallelism`` pods run at once."""
         spec, status = obj["spec"], obj["status"]
         limit = int(spec["backoffLimitPerIndex"])
-        fail_index_on = {
-            c["type"]
-            for r in (spec.get("podFailurePolicy") or {}).get("rules", [])
-            if r.get("action") == "FailIndex"
-            for c in r.get("onPodConditions", [])
-        }
         done: set[int] = set()
         failed: set[int] = set()
         busy: set[int] = set()
+        counted = 0
         for i, mine in by_index.items():
             phases = [p.obj["status"].get("phase") for p in mine]
-            conditions = {c["type"] for p in mine for c in p.obj["status"].get("conditions") or []}
+            actions = [
+                self.policy_action(spec, p) for p in mine if p.obj["status"]["phase"] == "Failed"
+            ]
+            counted += sum(a != "Ignore" for a in actions)
+            if "FailJob" in actions:
+                pods = [p for ps in by_index.values() for p in ps]
+                self._fail_job(
+                    pods, status, "PodFailurePolicy", "a pod failed matching a FailJob rule"
+                )
+                return
             if "Succeeded" in phases:
                 done.add(i)
-            elif conditions & fail_index_on or phases.count("Failed") > limit:
+            elif "FailIndex" in actions or actions.count("Count") > limit:
                 failed.add(i)
             elif "Pending" in phases or "Running" in phases:
                 busy.add(i)
@@ -701,12 +786,7 @@ class KubeFake:
         status.update(
             active=len(busy),
             succeeded=len(done),
-            failed=sum(
-                1
-                for mine in by_index.values()
-                for p in mine
-                if p.obj["status"].get("phase") == "Failed"
-            ),
+            failed=counted,
             completedIndexes=",".join(map(str, sorted(done))),
             failedIndexes=",".join(map(str, sorted(failed))),
         )
@@ -722,6 +802,16 @@ class KubeFake:
                 else {"type": "Complete", "status": "True"}
             ]
             status["completionTime"] = _now()
+
+    def _fail_job(self, pods: list[Pod], status: dict[str, Any], reason: str, message: str) -> None:
+        """The Job fails for good: its running pods are stopped."""
+        for p in pods:
+            if p.obj["status"].get("phase") in ("Pending", "Running"):
+                self._kill(p, failed=True)
+        status["conditions"] = [
+            {"type": "Failed", "status": "True", "reason": reason, "message": message}
+        ]
+        status["completionTime"] = _now()
 
     def _make_index_pod(self, ns: str, name: str, spec: dict[str, Any], i: int) -> None:
         """A new pod for completion index ``i`` of the Indexed Job ``name``."""
@@ -833,7 +923,17 @@ class KubeFake:
                     f"0/1 nodes are available: 1 node(s) had untolerated taint {said}." + tail,
                 )
         selector = spec.get("nodeSelector") or {}
-        if any(self.node_labels.get(k) != v for k, v in selector.items()):
+        required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ) or {"nodeSelectorTerms": [{}]}
+        fits = any(  # terms are ORed, a term's expressions ANDed (operator In)
+            all(
+                self.node_labels.get(e["key"]) in e.get("values", [])
+                for e in term.get("matchExpressions") or []
+            )
+            for term in required["nodeSelectorTerms"]
+        )
+        if not fits or any(self.node_labels.get(k) != v for k, v in selector.items()):
             return (
                 "Unschedulable",
                 "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
@@ -907,6 +1007,11 @@ class KubeFake:
                 kwargs["shm_size"] = "256m"
             elif "hostPath" in v:
                 binds.append(f"{v['hostPath']['path']}:{m['mountPath']}{mode}")
+            elif "downwardAPI" in v:  # the pod's annotations, kept up to date (_project)
+                pod.downward = self.root / "downward" / pod.obj["metadata"]["name"]
+                pod.downward.mkdir(parents=True, exist_ok=True)
+                self._project(pod)
+                binds.append(f"{pod.downward}:{m['mountPath']}:ro")
             elif "persistentVolumeClaim" in v:
                 local = self.root / "pvc" / v["persistentVolumeClaim"]["claimName"]
                 local.mkdir(parents=True, exist_ok=True)

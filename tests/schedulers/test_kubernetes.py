@@ -387,7 +387,8 @@ def test_cell_results_and_outputs_come_back_through_an_object_store(
 
 def test_an_array_is_one_indexed_job_of_one_replica_trials() -> None:
     """A sweep under api=indexed: one Job, a completion index per trial, each trial replica 0
-    of its own run; indexes fail on their own, and an evicted pod fails its index for good."""
+    of its own run; indexes fail on their own, a trial's cancel (exit 170) fails its index for
+    good, and an evicted pod is ignored (its trial runs again)."""
     from torchx_nb.schedulers.kubernetes import parse_trial_id
 
     sched = KubernetesScheduler("torchx")
@@ -403,10 +404,16 @@ def test_an_array_is_one_indexed_job_of_one_replica_trials() -> None:
     assert (spec["completions"], spec["parallelism"], spec["backoffLimitPerIndex"]) == (4, 4, 2)
     assert "backoffLimit" not in spec
     assert spec["podFailurePolicy"]["rules"] == [
-        {
-            "action": "FailIndex",
-            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-        }
+        {"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [170]}},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+    container = spec["template"]["spec"]["containers"][0]
+    assert container["command"][:2] == ["sh", "-c"]  # the trial's watcher (its cancel mark)
+    assert container["command"][3:] == [
+        "torchx-nb-trial",
+        "bash",
+        "-c",
+        "echo $(TORCHX_REPLICA_ID)",
     ]
     env = {e["name"]: e.get("value") for e in spec["template"]["spec"]["containers"][0]["env"]}
     assert env["TORCHX_REPLICA_ID"] == "0" and "TORCHX_RANK0_HOST" not in env
@@ -425,7 +432,8 @@ def test_a_sweep_is_one_indexed_job_whose_trials_end_and_cancel_on_their_own(
 ) -> None:
     """-cfg api=indexed: one Indexed Job holds every trial; each has its own state, log and
     result (uploaded to moto's S3); a trial that raises fails alone, cancelling one trial
-    evicts its pod and leaves the others running to their end, and Cancel all suspends the
+    marks its pod (its watcher ends it with exit 170) and leaves the others running to their
+    end, and Cancel all suspends the
     Job once (the ended trials keep their end)."""
     from torchx_nb.runner import RunRequest
     from torchx_nb.sweeps import SweepRequest, start
@@ -470,6 +478,9 @@ def test_a_sweep_is_one_indexed_job_whose_trials_end_and_cancel_on_their_own(
             return status is not None and status.state.name in ("SUCCEEDED", "FAILED", "CANCELLED")
 
         wait_for(lambda: all(ended(i) for i in range(4)), 180, 0.5)
+        # the cancelled trial's watcher ends its pod within a few seconds (exit 170)
+        job_key = ("job", *parse_app_id(job_id))
+        wait_for(lambda: kube_env.objects[job_key]["status"]["failedIndexes"] == "2,3", 60, 0.5)
         last = runner.status(sw.handles[4])  # type: ignore[arg-type]
         assert last is not None and last.state == AppState.RUNNING
         sent = len(kube_env.requests)
@@ -495,7 +506,8 @@ def test_a_sweep_is_one_indexed_job_whose_trials_end_and_cancel_on_their_own(
     assert jobs == {("job", namespace, name)}  # one Job holds the four trials
     status = kube_env.objects[("job", namespace, name)]["status"]
     assert (status["completedIndexes"], status["failedIndexes"]) == ("0,1", "2,3")
-    assert any(r.startswith("POST /api/v1/namespaces/default/pods/") for r in kube_env.requests)
+    assert any(r.startswith("PATCH /api/v1/namespaces/default/pods/") for r in kube_env.requests)
+    assert not any(r.endswith("/eviction") for r in kube_env.requests)
 
 
 def test_a_sweep_runs_one_job_per_trial(kube_env: KubeFake, base_images: dict[str, str]) -> None:

@@ -1,4 +1,4 @@
-"""A cell sweep as one Indexed Job: each trial a completion index, its cancel an eviction."""
+"""A cell sweep as one Indexed Job: each trial a completion index, cancelled by a mark."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from torchx_nb.schedulers.kubernetes.constants import (
     LABEL_INSTANCE,
 )
 from torchx_nb.schedulers.kubernetes.describe import (
+    CANCEL_ANNOTATION,
+    CANCELLED_EXIT,
     _ArrayState,
     _epoch,
     _latest,
@@ -30,9 +32,11 @@ from torchx_nb.schedulers.kubernetes.request import (
     _fmt,
     parse_app_id,
 )
+from torchx_nb.schedulers.kubernetes.spot import preemptions
 from torchx_nb.schedulers.outputs import (
     cancel_mark,
     mark_cancelled,
+    marked_ending,
 )
 from torchx_nb.specs.api import (
     AppDef,
@@ -45,7 +49,8 @@ from torchx_nb.specs.api import (
 
 
 class KubeArrays(SubmitsArrays):
-    """A cell sweep as one Indexed Job: each trial a completion index, its cancel an eviction."""
+    """A cell sweep as one Indexed Job: each trial a completion index, cancelled by a mark (a
+    pod annotation its watcher ends the pod on with exit 170), not by eviction."""
 
     kube: _Kube
 
@@ -105,7 +110,9 @@ class KubeArrays(SubmitsArrays):
         elif index in array.failed:
             state, msg = AppState.FAILED, ""
             if cancel_mark("kubernetes", app_id).exists():
-                state, msg = AppState.CANCELLED, "cancelled: its pod was evicted"
+                state, msg = AppState.CANCELLED, f"it {marked_ending('kubernetes', app_id)}"
+            elif CANCELLED_EXIT in _exit_codes(pod):  # cancelled from another machine
+                state, msg = AppState.CANCELLED, "cancelled: its pod carries the cancel mark"
         elif job["metadata"].get("deletionTimestamp"):
             state, msg = AppState.CANCELLED, "deleted"
         elif job["spec"].get("suspend"):
@@ -142,12 +149,15 @@ class KubeArrays(SubmitsArrays):
             metadata=dict(job["metadata"].get("labels") or {}),
             started=_epoch(pstatus.get("startTime")),
             ended=ended,
+            preemptions=preemptions(app_id.rsplit(":", 1)[0], mine, index),
         )
 
-    def _evict_trial(self, namespace: str, name: str, index: int, wait: float = 30.0) -> None:
-        """Evict the pod of completion ``index``: the Job controller makes every index's pod at
-        once (parallelism = completions), so a trial cancelled just after the submit waits for
-        its pod to appear, a few seconds at most."""
+    def _cancel_trial(self, namespace: str, name: str, index: int, wait: float = 30.0) -> None:
+        """Mark the pod of completion ``index`` cancelled (its annotation, which the trial's
+        watcher reads and ends the pod with exit 170: ``FailIndex``); no eviction, which is a
+        preemption and runs the trial again. The Job controller makes every index's pod at once
+        (parallelism = completions), so a trial cancelled just after the submit waits for its
+        pod to appear, a few seconds at most."""
         import time
 
         selector = f"{LABEL_INSTANCE}={name},{INDEX_LABEL}={index}"
@@ -159,17 +169,13 @@ class KubeArrays(SubmitsArrays):
                 return
             if pod is not None:
                 pod_name = pod["metadata"]["name"]
-                eviction = {
-                    "apiVersion": "policy/v1",
-                    "kind": "Eviction",
-                    "metadata": {"name": pod_name, "namespace": namespace},
-                }
                 call(
-                    f"cannot evict pod {pod_name}",
-                    self.kube.core.create_namespaced_pod_eviction,
+                    f"cannot mark pod {pod_name} cancelled",
+                    self.kube.core.patch_namespaced_pod,
                     pod_name,
                     namespace,
-                    eviction,
+                    {"metadata": {"annotations": {CANCEL_ANNOTATION: "true"}}},
+                    _preload_content=False,  # the pod it answers is not needed
                 )
                 return
             if time.monotonic() > deadline:
@@ -178,3 +184,13 @@ class KubeArrays(SubmitsArrays):
                     " again, or cancel the whole sweep"
                 )
             time.sleep(0.5)
+
+
+def _exit_codes(pod: dict[str, Any] | None) -> list[int]:
+    """The exit codes of ``pod``'s containers that have ended."""
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    return [
+        int(code)
+        for cs in statuses
+        if (code := ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")) is not None
+    ]

@@ -56,12 +56,37 @@ class _ArrayState:
         )
 
 
+#: a sweep trial's pod exits with this when its cancel mark (a pod annotation) appears
+CANCELLED_EXIT = 170
+CANCEL_ANNOTATION = "torchx.pytorch.org/cancel"
+_PODINFO = "/etc/torchx-nb/pod"
+# The trial's program under a watcher (sh): an eviction's SIGTERM goes on to the program; a
+# background loop reads the downward API's annotations file each second and, once the cancel
+# mark is there, stops the program (SIGTERM, SIGKILL 10 s later), which then ends the pod with
+# CANCELLED_EXIT. ``wait`` interrupted by the trap is waited again until the program is gone.
+_MARKED = f"grep -q '^{CANCEL_ANNOTATION}=' {_PODINFO}/annotations 2>/dev/null"
+_TRIAL_SH = f"""\
+"$@" & pid=$!
+(while sleep 1; do if {_MARKED}; then kill -TERM $pid; sleep 10; kill -KILL $pid; exit; fi; done) &
+watcher=$!
+trap 'kill -TERM $pid 2>/dev/null' TERM
+wait $pid; code=$?
+while kill -0 $pid 2>/dev/null; do wait $pid; code=$?; done
+kill $watcher 2>/dev/null
+if [ $code -ne 0 ] && {_MARKED}; then exit {CANCELLED_EXIT}; fi
+exit $code
+"""
+
+
 def array_job(job: dict[str, Any], size: int) -> dict[str, Any]:
     """The one-replica Indexed Job ``job`` made into a sweep of ``size`` trials: a completion
     index per trial, all started at once, each failing on its own (``backoffLimitPerIndex``:
-    a failed trial neither stops nor fails the others before they end), and a pod evicted
-    through the API fails its index for good (``FailIndex`` on ``DisruptionTarget``): that is
-    how one trial is cancelled. Each trial is replica 0 of its own run."""
+    a failed trial neither stops nor fails the others before they end). One trial is cancelled
+    by a mark of its own, not by eviction: the cancel annotates the pod, the trial's watcher
+    (``sh``) sees it in the downward API's annotations file and ends the program with exit
+    170, which fails the index for good (``FailIndex`` on that exit code); an evicted or
+    reclaimed pod (``DisruptionTarget``) is ignored and its trial runs again. Each trial is
+    replica 0 of its own run."""
     out = json.loads(json.dumps(job))
     spec = out["spec"]
     retries = int(spec.pop("backoffLimit", 0) or 0)
@@ -73,14 +98,34 @@ def array_job(job: dict[str, Any], size: int) -> dict[str, Any]:
             "rules": [
                 {
                     "action": "FailIndex",
+                    "onExitCodes": {"operator": "In", "values": [CANCELLED_EXIT]},
+                },
+                {
+                    "action": "Ignore",
                     "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                }
+                },
             ]
         },
     )
     pod = spec["template"]["spec"]
     pod.pop("subdomain", None)
+    pod["volumes"] = [
+        *pod.get("volumes", []),
+        {
+            "name": "torchx-nb-pod",
+            "downwardAPI": {
+                "items": [
+                    {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+                ]
+            },
+        },
+    ]
     container = pod["containers"][0]
+    container["command"] = ["sh", "-c", _TRIAL_SH, "torchx-nb-trial", *container["command"]]
+    container["volumeMounts"] = [
+        *container.get("volumeMounts", []),
+        {"name": "torchx-nb-pod", "mountPath": _PODINFO, "readOnly": True},
+    ]
     container["env"] = [
         {"name": "TORCHX_REPLICA_ID", "value": "0"} if e["name"] == "TORCHX_REPLICA_ID" else e
         for e in container["env"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchx_nb.specs.structured_opts import StructuredOpts
+from torchx_nb.specs.structured_opts import PreemptionOpts, StructuredOpts
 from torchx_nb.workspace import WorkspaceOpts
 
 
@@ -35,6 +35,10 @@ class _KubernetesFields(StructuredOpts):
     tolerations: list[str] | None = None
     """taints tolerated: KEY=VALUE:EFFECT or KEY:EFFECT"""
 
+    spot: str | None = None
+    """run on spot nodes: gke, eks or aks (that cloud's spot node label and taint), or true (a
+    spot node of any of them); an eviction or reclaim never spends max_retries (api=indexed)"""
+
     output_path: str | None = None
     """s3://BUCKET/PREFIX or gs://BUCKET/PREFIX: each job's $TORCHX_OUTPUT_DIR (a cell's
     result, its files) is uploaded to PREFIX/JOB_NAME/ at its end (with boto3 or
@@ -42,5 +46,5 @@ class _KubernetesFields(StructuredOpts):
 
 
 @dataclass(kw_only=True)
-class KubernetesOpts(WorkspaceOpts, _KubernetesFields):
-    """kubernetes' options (TorchX's, then ours), then the workspace's."""
+class KubernetesOpts(WorkspaceOpts, PreemptionOpts, _KubernetesFields):
+    """kubernetes' options (TorchX's, then ours), the preemption limit, then the workspace's."""

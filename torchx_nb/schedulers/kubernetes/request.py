@@ -26,6 +26,7 @@ from torchx_nb.schedulers.kubernetes.constants import (
     RESERVED_MILLICPU,
 )
 from torchx_nb.schedulers.kubernetes.options import KubernetesOpts
+from torchx_nb.schedulers.kubernetes.spot import ignore_disruptions, spot_choice, spot_placement
 from torchx_nb.specs.api import (
     AppDef,
     BindMount,
@@ -54,6 +55,7 @@ class KubernetesJob:
     api: str = "volcano"
     service: dict[str, Any] | None = None
     outputs: str | None = None  # where the pods upload $TORCHX_OUTPUT_DIR (output_path)
+    notes: tuple[str, ...] = ()  # lines the dry run says above the request (spot)
 
     @property
     def name(self) -> str:
@@ -69,7 +71,8 @@ def _fmt(job: KubernetesJob) -> str:
     from torchx_nb.redact import redact
 
     docs = [job.resource] + ([job.service] if job.service else [])
-    return yaml.safe_dump_all(redact(docs), sort_keys=False)
+    said = yaml.safe_dump_all(redact(docs), sort_keys=False)
+    return "".join(f"# {note}\n" for note in job.notes) + said
 
 
 def normalize(name: str) -> str:
@@ -199,6 +202,8 @@ def pod_template(
     if privileged:
         container["securityContext"] = {"privileged": True}
     node_selector: dict[str, str] = dict(cfg.node_selector or {})
+    spot = spot_placement(spot_choice(cfg.spot), node_selector)
+    node_selector.update(spot.get("nodeSelector") or {})
     itype = role.resource.capabilities.get(ITYPE)
     if itype:
         node_selector[ITYPE] = str(itype)
@@ -213,6 +218,9 @@ def pod_template(
     if cfg.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": s} for s in cfg.image_pull_secrets]
     tolerations = _tolerations(cfg.tolerations or [])
+    tolerations += [t for t in spot.get("tolerations") or [] if t not in tolerations]
+    if "affinity" in spot:
+        spec["affinity"] = spot["affinity"]
     if tolerations:
         spec["tolerations"] = tolerations
     return {
@@ -372,6 +380,8 @@ def indexed_resources(
             "completions": role.num_replicas,
             "parallelism": role.num_replicas,
             "backoffLimit": max(role.max_retries, 0) * role.num_replicas,
+            # an evicted or reclaimed pod never spends backoffLimit (restartPolicy is Never)
+            "podFailurePolicy": {"rules": [ignore_disruptions()]},
             "template": template,
         },
     )

@@ -44,6 +44,7 @@ from torchx_nb.schedulers.kubernetes.describe import (
 from torchx_nb.schedulers.kubernetes.logs import KubeLogs
 from torchx_nb.schedulers.kubernetes.options import KubernetesOpts
 from torchx_nb.schedulers.kubernetes.pending import event_pending_reason, pod_pending_reason
+from torchx_nb.schedulers.kubernetes.preempt import KubePreempts
 from torchx_nb.schedulers.kubernetes.request import (
     KubernetesJob,
     _fmt,
@@ -54,6 +55,12 @@ from torchx_nb.schedulers.kubernetes.request import (
     parse_trial_id,
     push_local_images,
     volcano_resource,
+)
+from torchx_nb.schedulers.kubernetes.spot import (
+    preemptions,
+    spot_choice,
+    spot_note,
+    spot_placement,
 )
 from torchx_nb.schedulers.outputs import (
     REMOTE_OUTPUT_DIR,
@@ -79,6 +86,7 @@ from torchx_nb.workspace import WorkspaceMixin
 
 class KubernetesScheduler(
     KubeArrays,
+    KubePreempts,
     KubeLogs,
     TakesTypedOptions,
     WorkspaceMixin,
@@ -127,6 +135,7 @@ class KubernetesScheduler(
         built once, by the dry run)."""
         self._validate(app, scheduler, cfg)
         _tolerations(cfg.tolerations or [])
+        spot_placement(spot_choice(cfg.spot), dict(cfg.node_selector or {}))
 
     def _submit_dryrun(self, app: AppDef, cfg: KubernetesOpts) -> AppDryRunInfo[KubernetesJob]:
         name = normalize(f"{normalize(app.name)[:40]}-{random_id()}")
@@ -141,12 +150,14 @@ class KubernetesScheduler(
         app, images = local_images(app, cfg.image_repo)
         outputs = upload_target(cfg.output_path, name, ("s3", "gs"))
         env = output_env(REMOTE_OUTPUT_DIR, outputs) if outputs else {}
+        note = spot_note(spot_choice(cfg.spot), api)
         if api == "indexed":
             job, service = indexed_resources(app, name, cfg, env)
             req = KubernetesJob(images, job, namespace, api, service, outputs)
         else:
             req = KubernetesJob(images, volcano_resource(app, name, cfg, env), namespace, api)
             req.outputs = outputs
+        req.notes = (note,) if note else ()
         return AppDryRunInfo(req, _fmt)
 
     def image_opts(self, cfg: KubernetesOpts, build: bool) -> KubernetesOpts:
@@ -330,6 +341,7 @@ class KubernetesScheduler(
                 app_id=app_id,
                 state=AppState.CANCELLED,
                 msg=f"it {said}: its Job and pods were deleted",
+                preemptions=preemptions(app_id, []),
             )
         return None
 
@@ -373,6 +385,7 @@ class KubernetesScheduler(
             ended=_epoch((job.get("status") or {}).get("completionTime"))
             if is_terminal(state)
             else None,
+            preemptions=[] if volcano else preemptions(app_id, pods),
         )
 
     def _gang_reason(self, app_id: str, pods: list[dict[str, Any]]) -> str | None:
@@ -523,13 +536,14 @@ class KubernetesScheduler(
 
     def _cancel_existing(self, app_id: str) -> None:
         """Delete the job with its pods (foreground propagation), and an Indexed Job's Service;
-        a sweep trial's pod is evicted instead, which fails its index for good."""
+        a sweep trial's pod is marked cancelled instead (``_cancel_trial``), which fails its
+        index for good."""
         namespace, name, index = parse_trial_id(app_id)
         body = {"propagationPolicy": "Foreground"}
         what = f"cannot delete {app_id}"
         mark_cancelled("kubernetes", app_id, canceller())
         if index is not None:
-            self._evict_trial(namespace, name, index)
+            self._cancel_trial(namespace, name, index)
             return
         if self._vcjobs(namespace, f"{LABEL_INSTANCE}={name}"):
             call(
