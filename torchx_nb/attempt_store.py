@@ -12,11 +12,11 @@ one of them gets to submit the next attempt (``claim_attempt``)."""
 
 from __future__ import annotations
 
+import abc
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING
 
 from torchx_nb.specs.preemption import Attempt, AttemptLog, Preemption
 
@@ -108,12 +108,12 @@ def note_state(
             db.execute("UPDATE jobs SET failures = failures + 1 WHERE handle = ?", (handle,))
 
 
-class AttemptRecords:
-    """The attempts part of ``JobStore``."""
+class AttemptRecords(abc.ABC):
+    """The attempts part of ``JobStore``, which gives it the store's connections."""
 
-    if TYPE_CHECKING:
-
-        def _connect(self, make: bool = True) -> AbstractContextManager[sqlite3.Connection]: ...
+    @abc.abstractmethod
+    def _connect(self, make: bool = True) -> AbstractContextManager[sqlite3.Connection]:
+        """A short-lived connection to the store (``JobStore._connect``)."""
 
     def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         from contextlib import contextmanager

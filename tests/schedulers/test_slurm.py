@@ -862,16 +862,16 @@ def test_a_running_job_whose_step_has_no_log_file_yet_has_no_lines(
     job's folder on a filesystem this machine sees?', which failed the cancelled-notebook test
     below under parallel CI); once the job ended, no file is that error."""
     from torchx_nb.schedulers.api import DescribeAppResponse
-    from torchx_nb.schedulers.slurm.logs import SlurmLogs
+    from torchx_nb.schedulers.slurm import SlurmScheduler
 
-    class Logs(SlurmLogs):
+    class Logs(SlurmScheduler):  # its log part, with the job's folder and state given
         def _workdir(self, app_id: str) -> str:
             return str(tmp_path)
 
         def describe(self, app_id: str) -> DescribeAppResponse | None:
             return DescribeAppResponse(app_id=app_id, state=state)
 
-    logs = Logs()
+    logs = Logs("test")
     paths = logs._log_paths("40", "notebook", 0, None)
     if state == AppState.RUNNING:
         assert list(logs._follow("40", paths, should_tail=False)) == []

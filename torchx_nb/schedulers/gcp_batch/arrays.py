@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchx_nb.apps.cell_runner.cancel import CANCEL_MARK, CANCELLED_EXIT
 from torchx_nb.apps.cell_runner.common import OWN as CELL_OWN
@@ -10,7 +10,8 @@ from torchx_nb.schedulers.abilities import (
     SubmitsArrays,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse
-from torchx_nb.schedulers.gcp_batch.client import GcpClients, GcpError
+from torchx_nb.schedulers.gcp_batch.base import GcpJobs
+from torchx_nb.schedulers.gcp_batch.client import GcpError
 from torchx_nb.schedulers.gcp_batch.constants import (
     CANCEL_POLL_ENV,
     CANCEL_POLL_SECONDS,
@@ -43,20 +44,8 @@ from torchx_nb.specs.api import (
 )
 
 
-class GcpArrays(SubmitsArrays):
+class GcpArrays(SubmitsArrays, GcpJobs):
     """A cell sweep as one job with a task count: each trial a task, its cancel a mark the task's\ncell runner looks for."""
-
-    gcp: GcpClients
-
-    if TYPE_CHECKING:
-
-        def _get(self, project: str, location: str, name: str) -> Any: ...
-
-        def _cancel_existing(self, app_id: str) -> None: ...
-
-        def _replicas(
-            self, job: Any, tasks: list[Any] | None, role: str, count: int, state: AppState
-        ) -> list[ReplicaStatus]: ...
 
     def can_array(self, app: AppDef, cfg: GcpBatchOpts) -> bool:
         """One role of one replica, with a ``gs://`` ``output_path``: a trial's cancel is a

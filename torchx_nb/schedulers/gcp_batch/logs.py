@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
 
 from torchx_nb.schedulers.api import LogQuery
-from torchx_nb.schedulers.gcp_batch.client import GcpClients
+from torchx_nb.schedulers.gcp_batch.base import GcpJobs
 from torchx_nb.schedulers.gcp_batch.constants import (
     JOB_STATES,
     LOG_NAME,
@@ -30,14 +29,8 @@ from torchx_nb.specs.api import (
 from torchx_nb.specs.log_line import LogLine, Stream
 
 
-class GcpLogs:
+class GcpLogs(GcpJobs):
     """Replica logs from Cloud Logging (``batch_task_logs``), followed while the job runs."""
-
-    gcp: GcpClients
-
-    if TYPE_CHECKING:
-
-        def _get(self, project: str, location: str, name: str) -> Any: ...
 
     def _read_log(self, q: LogQuery) -> Iterable[str]:
         """Replica ``k``'s lines from Cloud Logging (``batch_task_logs``, its task's entries):

@@ -28,18 +28,14 @@ from torchx_nb.schedulers.gcp_batch.constants import (
     RANK0_ENV,
     TASK_GROUP,
     TASK_INDEX,
-    TASK_STATES,
 )
 from torchx_nb.schedulers.gcp_batch.describe import (
     _by_index,
     _console_url,
     _counts,
-    _replica_default,
     _role,
     _started,
-    _task_replica,
     _ts,
-    explain_exit,
     task_preemptions,
 )
 from torchx_nb.schedulers.gcp_batch.logs import GcpLogs
@@ -71,7 +67,6 @@ from torchx_nb.specs.api import (
     AppDryRunInfo,
     AppState,
     InvalidRunConfigException,
-    ReplicaStatus,
     Resource,
     RoleStatus,
     is_terminal,
@@ -355,19 +350,6 @@ class GcpBatchScheduler(
                 f" {', '.join(sorted(found))} (-cfg location=...)"
             )
 
-    def _get(self, project: str, location: str, name: str) -> Any:
-        """The job, or None when GCP Batch does not know it."""
-        from google.api_core import exceptions
-
-        try:
-            return self.gcp.batch.get_job(
-                name=f"projects/{project}/locations/{location}/jobs/{name}",
-                retry=None,
-                timeout=self.gcp.timeout,
-            )
-        except exceptions.NotFound:
-            return None
-
     def _tasks(self, job: Any) -> list[Any]:
         return list(
             self.gcp.call(
@@ -478,21 +460,6 @@ class GcpBatchScheduler(
                 if rep.state == AppState.CANCELLED:
                     rep.ending = ending
         return resp
-
-    def _replicas(
-        self, job: Any, tasks: list[Any] | None, role: str, count: int, state: AppState
-    ) -> list[ReplicaStatus]:
-        if tasks is None:
-            counts = _counts(job)
-            only = next((k for k, v in counts.items() if v), None)
-            rstate = TASK_STATES.get(only, state) if only else _replica_default(state)
-            return [ReplicaStatus(i, rstate, role, f"task-{i}") for i in range(count)]
-        out = [ReplicaStatus(i, _replica_default(state), role, f"task-{i}") for i in range(count)]
-        for idx, task in _by_index(tasks).items():
-            if idx < count:
-                out[idx] = _task_replica(task, idx, role)
-                explain_exit(out[idx], job)
-        return out
 
     def _cancel_existing(self, app_id: str) -> None:
         """``cancel_job`` where the API has it; else (older API versions) delete the job. A

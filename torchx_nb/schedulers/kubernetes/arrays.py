@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchx_nb.schedulers.abilities import (
     SubmitsArrays,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse
+from torchx_nb.schedulers.kubernetes.base import KubeJobs
 from torchx_nb.schedulers.kubernetes.client import (
     KubernetesError,
-    _Kube,
     call,
 )
 from torchx_nb.schedulers.kubernetes.constants import (
@@ -42,25 +42,13 @@ from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
     AppState,
-    Role,
-    RoleStatus,
     is_terminal,
 )
 
 
-class KubeArrays(SubmitsArrays):
+class KubeArrays(SubmitsArrays, KubeJobs):
     """A cell sweep as one Indexed Job: each trial a completion index, cancelled by a mark (a
     pod annotation its watcher ends the pod on with exit 170), not by eviction."""
-
-    kube: _Kube
-
-    if TYPE_CHECKING:
-
-        def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]: ...
-
-        def _roles(
-            self, job: dict[str, Any], pods: list[dict[str, Any]], volcano: bool, state: AppState
-        ) -> tuple[list[Role], list[RoleStatus]]: ...
 
     def can_array(self, app: AppDef, cfg: KubernetesOpts) -> bool:
         """Indexed Jobs only: a Volcano job has no way to stop one of its tasks, so under

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from torchx_nb.schedulers.api import DescribeAppResponse, LogQuery
+from torchx_nb.schedulers.api import LogQuery
+from torchx_nb.schedulers.kubernetes.base import KubeJobs
 from torchx_nb.schedulers.kubernetes.client import (
-    _Kube,
     call,
 )
 from torchx_nb.schedulers.kubernetes.constants import (
@@ -28,17 +28,10 @@ from torchx_nb.schedulers.logs import on_tail_stop
 from torchx_nb.specs.log_line import LogLine
 
 
-class KubeLogs:
+class KubeLogs(KubeJobs):
     """A replica's log: its latest pod's log, followed while it runs."""
 
     combined_only: str | None = "the pod log API gives one combined log"
-    kube: _Kube
-
-    if TYPE_CHECKING:
-
-        def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]: ...
-
-        def describe(self, app_id: str) -> DescribeAppResponse | None: ...
 
     def _read_log(self, q: LogQuery) -> Iterable[str]:
         """Replica ``k``'s pod log (its latest pod), followed while it runs with

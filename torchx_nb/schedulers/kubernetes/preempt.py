@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
 
 from torchx_nb.schedulers.abilities import Preemptible
-from torchx_nb.schedulers.kubernetes.client import _Kube, call
+from torchx_nb.schedulers.kubernetes.base import KubeJobs
+from torchx_nb.schedulers.kubernetes.client import call
 from torchx_nb.schedulers.kubernetes.constants import INDEX_LABEL, LABEL_INSTANCE
 from torchx_nb.schedulers.kubernetes.describe import _index_of
 from torchx_nb.schedulers.kubernetes.request import parse_trial_id
@@ -19,20 +19,13 @@ from torchx_nb.schedulers.kubernetes.spot import (
 from torchx_nb.specs.exceptions import NotPreemptible
 
 
-class KubePreempts(Preemptible):
+class KubePreempts(Preemptible, KubeJobs):
     """``preempt``: evict the job's running pods through the Eviction API, as a node drain or a
     spot reclaim does (the ``DisruptionTarget`` condition, SIGTERM, ``grace`` seconds, the
     kill); the Job controller makes new pods for their indexes and spends no retry."""
 
     #: a pod's terminationGracePeriodSeconds by default
     preempt_grace = 30.0
-    kube: _Kube
-
-    if TYPE_CHECKING:
-
-        def _pods(self, namespace: str, selector: str) -> list[dict[str, Any]]: ...
-
-        def _vcjobs(self, namespace: str, selector: str) -> list[dict[str, Any]]: ...
 
     def preempt(self, app_id: str, grace: float | None = None) -> None:
         namespace, name, index = parse_trial_id(app_id)

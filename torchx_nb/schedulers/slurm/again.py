@@ -9,32 +9,20 @@ from the batch script kept at submit: a new job id, the next attempt of the same
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from torchx_nb.schedulers.abilities import Preemptible, SubmitsAgain
+from torchx_nb.schedulers.slurm.base import SlurmJobs
 from torchx_nb.schedulers.slurm.commands import SlurmError, run_slurm
 from torchx_nb.schedulers.slurm.request import check_job_id
 from torchx_nb.specs.api import AppState
 from torchx_nb.specs.exceptions import NotPreemptible, TorchxNbError
 
-if TYPE_CHECKING:
-    from torchx_nb.schedulers.slurm.jobs import Job
 
-
-class SlurmPreempts(Preemptible, SubmitsAgain):
+class SlurmPreempts(Preemptible, SubmitsAgain, SlurmJobs):
     """``preempt`` (``scontrol requeue``) and ``submit_again`` (sbatch of the kept script)."""
 
     #: Slurm's default KillWait: ``scontrol requeue`` waits the cluster's, not ours
     preempt_grace = 30.0
-
-    if TYPE_CHECKING:
-        session_name: str
-
-        def _command_env(self) -> dict[str, str]: ...
-
-        def _recall(self, job_id: str) -> dict[str, Any] | None: ...
-
-        def _squeue(self) -> dict[str, Job]: ...
 
     def preempt(self, app_id: str, grace: float | None = None) -> None:
         """Requeue the running job as a preemption does (``grace`` is the cluster's

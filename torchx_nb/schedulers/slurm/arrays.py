@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
 
 from torchx_nb.schedulers.abilities import (
     SubmitsArrays,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse
+from torchx_nb.schedulers.slurm.base import SlurmJobs
 from torchx_nb.schedulers.slurm.commands import (
     run_slurm,
 )
@@ -28,14 +28,8 @@ from torchx_nb.specs.api import (
 )
 
 
-class SlurmArrays(SubmitsArrays):
+class SlurmArrays(SubmitsArrays, SlurmJobs):
     """A cell sweep as one job array (``--array``, ``%N`` for at most N at once): each trial a task."""
-
-    if TYPE_CHECKING:
-
-        def _command_env(self) -> dict[str, str]: ...
-
-        def _recall(self, job_id: str) -> dict[str, Any] | None: ...
 
     def array_request(
         self, info: AppDryRunInfo[SlurmBatchRequest], size: int, max_parallel: int | None

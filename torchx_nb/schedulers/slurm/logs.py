@@ -7,13 +7,13 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from torchx_nb.schedulers.abilities import (
     KeepsLogFiles,
 )
-from torchx_nb.schedulers.api import DescribeAppResponse, LogQuery
+from torchx_nb.schedulers.api import LogQuery
 from torchx_nb.schedulers.logs import LineSplitter, tail_wait, timed_lines
+from torchx_nb.schedulers.slurm.base import SlurmJobs
 from torchx_nb.schedulers.slurm.commands import (
     TAIL_IDLE_S,
 )
@@ -26,14 +26,8 @@ from torchx_nb.specs.api import (
 from torchx_nb.specs.log_line import LogLine, Stream
 
 
-class SlurmLogs(KeepsLogFiles):
+class SlurmLogs(KeepsLogFiles, SlurmJobs):
     """A replica's log: the job's stdout and stderr files on the shared filesystem, followed while it runs."""
-
-    if TYPE_CHECKING:
-
-        def _workdir(self, app_id: str) -> str: ...
-
-        def describe(self, app_id: str) -> DescribeAppResponse | None: ...
 
     def _log_paths(
         self, app_id: str, role_name: str, k: int, streams: Stream | None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 import warnings
 from collections.abc import Iterable, Mapping
@@ -45,7 +44,6 @@ from torchx_nb.schedulers.slurm.exits import (
 from torchx_nb.schedulers.slurm.exits import add_endings as _add_endings
 from torchx_nb.schedulers.slurm.exits import replica_state as _replica_state
 from torchx_nb.schedulers.slurm.fit import Node, never_fits, parse_sinfo
-from torchx_nb.schedulers.slurm.index import recall, remember
 from torchx_nb.schedulers.slurm.jobs import Job, combined_state, errors, parse_jobs
 from torchx_nb.schedulers.slurm.logs import SlurmLogs
 from torchx_nb.schedulers.slurm.options import SlurmOpts, check_time, memory_mb
@@ -261,16 +259,6 @@ class SlurmScheduler(
         return AppDryRunInfo(req, _fmt_request)
 
     # ---- submit --------------------------------------------------------------------------
-    def _command_env(self) -> dict[str, str]:
-        """The environment sbatch (and so every srun, through ``--export=ALL``) sees: ours,
-        with this Python's bin folder first on PATH, so ``python`` and ``torchrun`` in the job
-        are the kernel's."""
-        env = dict(self._env if self._env is not None else os.environ)
-        bindir = os.path.dirname(sys.executable)
-        parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bindir]
-        env["PATH"] = os.pathsep.join([bindir, *parts])
-        return env
-
     def _make_job_dir(self, req: SlurmBatchRequest) -> Path:
         """Create the job folder and copy the workspace and the cell into it."""
         target = Path(req.workdir)
@@ -321,28 +309,7 @@ class SlurmScheduler(
         self._remember(job_id, req, str(workdir), str(script))
         return job_id
 
-    def _remember(
-        self, job_id: str, req: SlurmBatchRequest, workdir: str, script: str = ""
-    ) -> None:
-        remember(self.session_name, job_id, req, workdir, script)
-
-    def _recall(self, job_id: str) -> dict[str, Any] | None:
-        return recall(self.session_name, job_id)
-
     # ---- describe ------------------------------------------------------------------------
-    def _squeue(self) -> dict[str, Job]:
-        """Every job of the user still in the queue, from one squeue call (22.05 ignores
-        ``-j``; we filter ourselves, which also keeps the call count at one)."""
-        out = run_slurm(["squeue", "--json", "--me"], self._command_env())
-        doc = json.loads(out or "{}")
-        failed = errors(doc)
-        if failed:  # squeue exits 0 with an empty list when the controller does not answer
-            raise SlurmError(
-                f"squeue: {'; '.join(failed)[:300]}: the Slurm controller does not answer;"
-                " check it with `scontrol ping`"
-            )
-        return parse_jobs(doc)
-
     def _sacct(self, ids: Iterable[str], extra: list[str] | None = None) -> dict[str, Job] | None:
         """Jobs from accounting; None when accounting is off."""
         argv = ["sacct", "--json", *(extra or [])]
@@ -579,16 +546,6 @@ class SlurmScheduler(
     def _cancel_existing(self, app_id: str) -> None:
         traps = bool((self._recall(app_id) or {}).get("term_cancel"))
         cancel_job(check_job_id(app_id), self._command_env(), script_traps=traps)
-
-    # ---- logs ----------------------------------------------------------------------------
-    def _workdir(self, app_id: str) -> str:
-        known = self._recall(app_id)
-        if known and known.get("workdir"):
-            return str(known["workdir"])
-        desc = self.describe(app_id)
-        if desc is None or not desc.metadata.get("workdir"):
-            raise FileNotFoundError(f"Slurm knows no job {app_id} (nor where its logs are)")
-        return desc.metadata["workdir"]
 
 
 def create_scheduler(
