@@ -111,10 +111,15 @@ def test_dryrun_request_shape_and_validity() -> None:
 
 def test_validation_errors() -> None:
     sched = AwsBatchScheduler("torchx", client=object())
+    opts = sched.resolve_opts  # the Runner resolves once: _validate gets the typed options
     with pytest.raises(specs.InvalidRunConfigException, match="at most 5 roles"):
-        sched._validate(app(roles=6), "aws_batch", {"queue": "q"})
+        sched._validate(app(roles=6), "aws_batch", opts({"queue": "q"}))
     with pytest.raises(specs.InvalidRunConfigException, match="priority needs share_id"):
-        sched._validate(app(), "aws_batch", {"queue": "q", "priority": 3})
+        sched._validate(app(), "aws_batch", opts({"queue": "q", "priority": 3}))
+    with pytest.raises(specs.InvalidRunConfigException, match="no sooner than 60 seconds"):
+        sched._validate(app(), "aws_batch", opts({"queue": "q", "timeout": "59"}))
+    sched._validate(app(), "aws_batch", opts({"queue": "q", "timeout": 60}))
+    sched._validate(app(), "aws_batch")  # TorchX's call, with no options: the app's checks
     with pytest.raises(specs.InvalidRunConfigException, match="needs memory"):
         sched.submit_dryrun(app(resource=specs.Resource(cpu=1, gpu=0, memMB=0)), {"queue": "q"})
     with pytest.raises(specs.InvalidRunConfigException, match="missing required option 'queue'"):

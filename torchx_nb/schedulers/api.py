@@ -6,7 +6,7 @@ import abc
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 from torchx_nb.schedulers.abilities import (
     DirWorkspaceMixin,
@@ -29,6 +29,10 @@ from torchx_nb.specs.log_line import Stream
 from torchx_nb.specs.responses import DescribeAppResponse, ListAppResponse
 
 T = TypeVar("T")
+
+#: only the options given, by name and cast (``Scheduler.given_opts``): what ``list`` and
+#: previews read, where a required option may be missing and no default is filled in
+GivenOpts: TypeAlias = Mapping[str, CfgVal]
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ class Scheduler(abc.ABC, Generic[T]):
             return cast(T, typed.from_cfg(resolved))
         return cast(T, resolved)  # a scheduler written TorchX's way: Scheduler[Mapping]
 
-    def given_opts(self, cfg: Any) -> Mapping[str, CfgVal]:
+    def given_opts(self, cfg: Any) -> GivenOpts:
         """Only the options given in ``cfg`` (typed options, a mapping or None), by name and
         cast, none required and no default filled in: the partial resolution ``list`` and
         previews read (e.g. every queue when none is given)."""
@@ -170,10 +174,10 @@ class Scheduler(abc.ABC, Generic[T]):
         """The app's state and roles, or None when the scheduler does not know it."""
 
     @abc.abstractmethod
-    def list(self, cfg: Any = None) -> list[ListAppResponse]:
+    def list(self, cfg: GivenOpts | None = None) -> list[ListAppResponse]:
         """Apps this scheduler ran (only ours, not every job on the cluster). A
-        ``TakesTypedOptions`` scheduler gets its options (e.g. to list one queue); others are
-        called as TorchX 0.7.0 calls them, ``list()``."""
+        ``TakesTypedOptions`` scheduler gets the options given (``given_opts``: e.g. one queue,
+        or none for every queue); others are called as TorchX 0.7.0 calls them, ``list()``."""
 
     def exists(self, app_id: str) -> bool:
         return self.describe(app_id) is not None

@@ -21,7 +21,13 @@ from torchx_nb.schedulers.abilities import (
     SubmitsArrays,
     TakesTypedOptions,
 )
-from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    GivenOpts,
+    ListAppResponse,
+    LogQuery,
+    Scheduler,
+)
 from torchx_nb.schedulers.aws_batch_options import AwsBatchOpts
 from torchx_nb.schedulers.aws_batch_request import BatchJob as BatchJob
 from torchx_nb.schedulers.aws_batch_request import container as role_container
@@ -125,21 +131,22 @@ class AwsBatchScheduler(
 
     def _validate(self, app: AppDef, scheduler: str, cfg: AwsBatchOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
-        given = self.given_opts(cfg)
         if len(app.roles) > MAX_ROLES:
             raise InvalidRunConfigException(
                 f"AWS Batch takes at most {MAX_ROLES} roles (node groups); this app has"
                 f" {len(app.roles)}: merge roles",
                 "roles",
             )
-        timeout = given.get("timeout")
-        if isinstance(timeout, int) and timeout < 60:
+        if cfg is None:  # TorchX's ``_validate(app, scheduler)``: no options to check
+            return
+        timeout = cfg.timeout
+        if timeout is not None and timeout < 60:
             raise InvalidRunConfigException(
                 f"timeout={timeout}: AWS Batch stops an attempt no sooner than 60 seconds;"
                 " give -cfg timeout=60 or more",
                 "timeout",
             )
-        if given.get("priority") and not given.get("share_id"):
+        if cfg.priority and not cfg.share_id:
             raise InvalidRunConfigException(
                 "priority needs share_id (it only applies to fair-share queues): add"
                 " -cfg share_id=ID or drop priority",
@@ -148,7 +155,7 @@ class AwsBatchScheduler(
 
     def _submit_dryrun(self, app: AppDef, cfg: AwsBatchOpts) -> AppDryRunInfo[BatchJob]:
         share_id = cfg.share_id or None
-        priority = cfg.priority or 0
+        priority = cfg.priority
         name = job_name(make_unique(app.name + (f"-{share_id}" if share_id else "")))
         outputs = upload_target(cfg.output_path, name, ("s3",))
         max_retries = max(r.max_retries for r in app.roles)
@@ -400,7 +407,7 @@ class AwsBatchScheduler(
                     rep.ending, rep.next_step = limit
         return resp
 
-    def list(self, cfg: Any = None) -> list[ListAppResponse]:
+    def list(self, cfg: GivenOpts | None = None) -> list[ListAppResponse]:
         """Every job of ours in every queue (or ``cfg.queue``): pages through list_jobs with
         no cap and keeps the jobs tagged by torchx, describing 100 per call."""
         queue = self.given_opts(cfg).get("queue")

@@ -20,7 +20,13 @@ from datetime import datetime
 from typing import Any
 
 from torchx_nb.schedulers.abilities import DefinesMetrics, StoresOutputs, TakesTypedOptions
-from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    GivenOpts,
+    ListAppResponse,
+    LogQuery,
+    Scheduler,
+)
 from torchx_nb.schedulers.aws_common import (
     AwsClients,
     AwsError,
@@ -417,7 +423,7 @@ class AwsSageMakerScheduler(
         """The status of a DescribeTrainingJob answer (``sagemaker_describe``)."""
         return job_response(app_id, job, self.client.meta.region_name, stopped_by)
 
-    def list(self, cfg: AwsSageMakerOpts | None = None) -> list[ListAppResponse]:
+    def list(self, cfg: GivenOpts | None = None) -> list[ListAppResponse]:
         """Every training job of the account tagged by torchx (tags read 8 jobs at a time)."""
         summaries = [
             s

@@ -30,7 +30,13 @@ from torchx_nb.schedulers.abilities import (
     StoresOutputs,
     TakesTypedOptions,
 )
-from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    GivenOpts,
+    ListAppResponse,
+    LogQuery,
+    Scheduler,
+)
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.local_cwd_request import (
@@ -371,7 +377,7 @@ class LocalCwdScheduler(
             return None
         return response_from_files(app_id, self._app_dir(app_id), *found)
 
-    def list(self, cfg: LocalCwdOpts | None = None) -> list[ListAppResponse]:
+    def list(self, cfg: GivenOpts | None = None) -> list[ListAppResponse]:
         root = self._session_dir()
         out: list[ListAppResponse] = []
         for d in sorted(root.iterdir(), key=lambda p: p.stat().st_mtime):

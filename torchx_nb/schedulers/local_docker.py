@@ -16,7 +16,13 @@ from typing import Any
 from torchx_nb.lazy import LazyClient
 from torchx_nb.schedulers import local_docker_preempt as preempting
 from torchx_nb.schedulers.abilities import Preemptible, StoresOutputs, TakesTypedOptions
-from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, LogQuery, Scheduler
+from torchx_nb.schedulers.api import (
+    DescribeAppResponse,
+    GivenOpts,
+    ListAppResponse,
+    LogQuery,
+    Scheduler,
+)
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
@@ -504,7 +510,7 @@ class LocalDockerScheduler(
         preempting.during(app_id, said, resp)
         return resp
 
-    def list(self, cfg: LocalDockerOpts | None = None) -> list[ListAppResponse]:
+    def list(self, cfg: GivenOpts | None = None) -> list[ListAppResponse]:
         seen: dict[str, list[AppState]] = {}
         marks = preempting.marks()  # before the containers, as describe
         for c in newest_per_app(self._containers()):

@@ -11,7 +11,7 @@ from torchx_nb.schedulers.abilities import (
     StoresOutputs,
     TakesTypedOptions,
 )
-from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
+from torchx_nb.schedulers.api import DescribeAppResponse, GivenOpts, ListAppResponse, Scheduler
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.gcp_batch.arrays import GcpArrays
 from torchx_nb.schedulers.gcp_batch.client import GcpClients, GcpError, default_project
@@ -489,7 +489,7 @@ class GcpBatchScheduler(
             )
         self._cancel_existing(app_id)
 
-    def list(self, cfg: Any = None) -> list[ListAppResponse]:
+    def list(self, cfg: GivenOpts | None = None) -> list[ListAppResponse]:
         """Our jobs (labelled ``torchx_version``) in every location (``-``), or in the
         ``location`` given, every page."""
         given = self.given_opts(cfg)

@@ -9,7 +9,7 @@ from torchx_nb.schedulers.abilities import (
     StoresOutputs,
     TakesTypedOptions,
 )
-from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
+from torchx_nb.schedulers.api import DescribeAppResponse, GivenOpts, ListAppResponse, Scheduler
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.ids import random_id
 from torchx_nb.schedulers.kubernetes.arrays import KubeArrays
@@ -377,7 +377,7 @@ class KubernetesScheduler(
         running = any((p.get("status") or {}).get("phase") == "Running" for p in pods)
         return (AppState.RUNNING if running else AppState.PENDING), "", int(status.get("failed", 0))
 
-    def list(self, cfg: Any = None) -> list[ListAppResponse]:
+    def list(self, cfg: GivenOpts | None = None) -> list[ListAppResponse]:
         """Our jobs (by label) in the namespace given, else the option's default, every
         page."""
         namespace = str(self.given_opts(cfg).get("namespace", KubernetesOpts.namespace))

@@ -18,7 +18,7 @@ from torchx_nb.schedulers.abilities import (
     StoresOutputs,
     TakesTypedOptions,
 )
-from torchx_nb.schedulers.api import DescribeAppResponse, ListAppResponse, Scheduler
+from torchx_nb.schedulers.api import DescribeAppResponse, GivenOpts, ListAppResponse, Scheduler
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.slurm.again import SlurmPreempts
 from torchx_nb.schedulers.slurm.arrays import SlurmArrays
@@ -520,7 +520,7 @@ class SlurmScheduler(
         )
 
     # ---- list / cancel -------------------------------------------------------------------
-    def list(self, cfg: SlurmOpts | None = None) -> list[ListAppResponse]:
+    def list(self, cfg: GivenOpts | None = None) -> list[ListAppResponse]:
         """The user's jobs of the last 7 days from sacct; without accounting, the ones still in
         the queue (a warning says so)."""
         jobs = self._sacct([], ["--starttime", "now-7days"])
