@@ -85,9 +85,11 @@ class Runner:
         self._logs = Logs(ctx)
         self._noticing = Noticing(ctx, self.failure_cards)
         self._attempts = Attempts(ctx)
-        self._watching = Watching(ctx, self._noticing, self._attempts)
+        # TorchX's composite calls (run, run_component, wait) go through this Runner's own
+        # methods, so a subclass's override of schedule, dryrun or status is the one called
+        self._watching = Watching(ctx, self._noticing, self._attempts, entries=self)
         self._results = Results(ctx, self._watching, self._logs)
-        self._submitting = Submitting(ctx, self._noticing, self._attempts)
+        self._submitting = Submitting(ctx, self._noticing, self._attempts, entries=self)
         ctx.on_store_opened = self._noticing.send_owed
 
     def __enter__(self) -> Runner:

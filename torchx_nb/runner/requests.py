@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -140,6 +141,9 @@ class PreparedRun:
     #: made for a dry run (``Runner.prepare`` without ``build``): its workspace was only
     #: listed, nothing built, pushed or written, so it cannot be submitted
     dry: bool = False
+    #: this run's identity, which its copies share (a deep copy, a pickle's round trip): the
+    #: Runner sends a prepared run once, known by this token
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
 
     @property
     def request(self) -> Any:

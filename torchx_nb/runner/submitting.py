@@ -9,7 +9,6 @@ import json
 import os
 import time
 import warnings
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from torchx_nb.jobstore import JobRecord
 from torchx_nb.runner.attempts import Attempts
 from torchx_nb.runner.core import RunnerContext
+from torchx_nb.runner.entries import SubmitEntries
 from torchx_nb.runner.noticing import Noticing
 from torchx_nb.runner.program_job import RunnerProgramJob
 from torchx_nb.runner.requests import (
@@ -62,12 +62,20 @@ class Submitting:
     that runs its own end-of-job process gets it from ``noticing``; what a preempted job is
     sent again with is kept by ``attempts``)."""
 
-    def __init__(self, ctx: RunnerContext, noticing: Noticing, attempts: Attempts) -> None:
+    def __init__(
+        self,
+        ctx: RunnerContext,
+        noticing: Noticing,
+        attempts: Attempts,
+        entries: SubmitEntries | None = None,
+    ) -> None:
         self.ctx = ctx
         self._noticing = noticing
         self._attempts = attempts
-        #: the prepared runs submitted (by id, while they live) and their handles
-        self._sent: dict[int, AppHandle] = {}
+        #: what ``run``/``run_component`` go through: the Runner's (a subclass's) methods
+        self._entries: SubmitEntries = entries or self
+        #: the prepared runs submitted (by their token, which a copy shares) and their handles
+        self._sent: dict[str, AppHandle] = {}
 
     def prepare(self, request: RunRequest, build: bool = False) -> PreparedRun:
         """Check everything in ``request`` and build the scheduler's exact request: the
@@ -109,19 +117,13 @@ class Submitting:
     def submit(self, prepared: PreparedRun, **record: str | None) -> AppHandle:
         """Send a prepared (built) run and record it in the job store (with ``record``: a
         sweep trial's ``sweep``, ``trial`` and ``params``)."""
-        _refuse_dry(prepared)
-        if id(prepared) in self._sent:
-            raise TorchxNbError(
-                f"this prepared run was already submitted as {self._sent[id(prepared)]};"
-                " prepare it again to send another job"
-            )
+        self._refuse_sent(prepared)
         sched = self.ctx.get_scheduler(prepared.scheduler)
         if isinstance(sched, RunsEndHook):
             sched.end_hook = self._noticing.end_hook()
         app_id = sched.schedule(prepared.info)
         handle = make_app_handle(prepared.scheduler, self.ctx.session, app_id)
-        self._sent[id(prepared)] = handle  # its request names its job: sent once
-        weakref.finalize(prepared, self._sent.pop, id(prepared), None)
+        self._sent[prepared.token] = handle  # its request names its job: sent once
         outputs = None
         if isinstance(sched, StoresOutputs):
             with contextlib.suppress(Exception):
@@ -155,12 +157,13 @@ class Submitting:
         """Send a prepared run as one native array of ``len(points)`` tasks (its scheduler
         ``SubmitsArrays``), and record each task as a trial of ``sweep`` (``points``: each
         trial's parameters as JSON). Returns the trials' handles, in index order."""
-        _refuse_dry(prepared)
+        self._refuse_sent(prepared)
         sched = self.ctx.get_scheduler(prepared.scheduler)
         if not isinstance(sched, SubmitsArrays):
             raise TorchxNbError(f"{prepared.scheduler} has no native arrays")
         array = sched.array_request(prepared.info, len(points), max_parallel)
         array_id = sched.schedule(array)
+        self._sent[prepared.token] = make_app_handle(prepared.scheduler, self.ctx.session, array_id)
         base = None
         if isinstance(sched, StoresOutputs):
             with contextlib.suppress(Exception):
@@ -187,6 +190,17 @@ class Submitting:
                 build_seconds=prepared.build.seconds if prepared.build else None,
             )
         return handles
+
+    def _refuse_sent(self, prepared: PreparedRun) -> None:
+        """A dry run, or a run sent already (this very value or a copy of it: a deep copy, a
+        pickle's round trip), is refused in one line before anything is sent."""
+        _refuse_dry(prepared)
+        sent = self._sent.get(prepared.token)
+        if sent is not None:
+            raise TorchxNbError(
+                f"this prepared run was already submitted as {sent};"
+                " prepare it again to send another job"
+            )
 
     def _record_submission(
         self,
@@ -457,11 +471,10 @@ class Submitting:
         from torchx_nb.environment.packages_option import check_packages_option
 
         packages = check_packages_option(packages)
-        record = {"workspace": workspace, **record}
-        prepared = self._prepare_app(
-            app, scheduler, cfg, workspace, parent_run_id, True, None, packages, record
+        info = self._entries.dryrun(
+            app, scheduler, cfg, workspace, parent_run_id, build_workspace=True, packages=packages
         )
-        return self.submit(prepared)
+        return self._entries.schedule(info, workspace=workspace, **record)
 
     def _prepare_app(
         self,
@@ -507,10 +520,12 @@ class Submitting:
         workspace: str | None = None,
         parent_run_id: str | None = None,
     ) -> AppHandle:
-        info = self.dryrun_component(
+        """Build the named component and run it: TorchX's ``dryrun_component`` then
+        ``schedule`` (a Runner subclass's, when it overrides them)."""
+        info = self._entries.dryrun_component(
             component, component_args, scheduler, cfg, workspace, parent_run_id, True
         )
-        return self.schedule(info, workspace=workspace)
+        return self._entries.schedule(info, workspace=workspace)
 
     def dryrun_component(
         self,
@@ -524,7 +539,7 @@ class Submitting:
     ) -> AppDryRunInfo[Any]:
         """Build the named component from CLI-style (or dict) args, then dryrun it."""
         app = self.ctx.component_app(component, component_args)
-        return self.dryrun(app, scheduler, cfg, workspace, parent_run_id, build_workspace)
+        return self._entries.dryrun(app, scheduler, cfg, workspace, parent_run_id, build_workspace)
 
 
 def _refuse_dry(prepared: PreparedRun) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from torchx_nb.runner.attempts import Attempts
 from torchx_nb.runner.core import RunnerContext, _status_of
+from torchx_nb.runner.entries import WatchEntries
 from torchx_nb.runner.noticing import Noticing
 from torchx_nb.schedulers.abilities import (
     DescribesMany,
@@ -39,10 +40,18 @@ class Watching:
     says of preemptions goes through ``attempts``, a job seen ending is told to
     ``noticing``."""
 
-    def __init__(self, ctx: RunnerContext, noticing: Noticing, attempts: Attempts) -> None:
+    def __init__(
+        self,
+        ctx: RunnerContext,
+        noticing: Noticing,
+        attempts: Attempts,
+        entries: WatchEntries | None = None,
+    ) -> None:
         self.ctx = ctx
         self._noticing = noticing
         self._attempts = attempts
+        #: what ``wait`` polls: the Runner's (a subclass's) ``status``
+        self._entries: WatchEntries = entries or self
 
     def status(self, app_handle: AppHandle) -> AppStatus | None:
         """Current status, or None when the scheduler no longer knows the app. The job store
@@ -164,7 +173,7 @@ class Watching:
         delay = 0.05
         deadline = time.monotonic() + timeout if timeout else None
         while True:
-            status = self.status(app_handle)
+            status = self._entries.status(app_handle)
             if status is None or is_terminal(status.state):
                 return status
             if deadline and time.monotonic() > deadline:

@@ -1,0 +1,69 @@
+"""TorchX users subclass ``Runner``: its composite calls go through the Runner's own methods
+(``run`` and ``run_component`` through ``dryrun``/``dryrun_component`` and ``schedule``,
+``wait`` through ``status``), so an override is called; and a prepared run is sent once, its
+copies too (runner/entries.py, runner/submitting.py)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any
+
+import pytest
+
+from torchx_nb.components.utils import echo
+from torchx_nb.runner import Runner, RunRequest
+from torchx_nb.specs.api import AppDryRunInfo, AppHandle, AppState, AppStatus, TorchxNbError
+
+
+class Counting(Runner):
+    """A TorchX-style subclass: it counts what goes through its overrides."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def dryrun(self, *args: Any, **kwargs: Any) -> AppDryRunInfo[Any]:
+        self.calls.append("dryrun")
+        return super().dryrun(*args, **kwargs)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any], **record: str | None) -> AppHandle:
+        self.calls.append("schedule")
+        return super().schedule(dryrun_info, **record)
+
+    def status(self, app_handle: AppHandle) -> AppStatus | None:
+        self.calls.append("status")
+        return super().status(app_handle)
+
+
+def test_a_runner_subclass_s_overrides_are_called_by_run_component_run_and_wait() -> None:
+    """Since the Runner was composed, ``run_component`` and ``wait`` called the parts' own
+    ``schedule`` and ``status``: a subclass's overrides were skipped."""
+    with Counting() as runner:
+        handle = runner.run_component("utils.echo", ["--msg", "hi"], "local_cwd")
+        assert runner.calls == ["dryrun", "schedule"], "dryrun_component goes through dryrun"
+        status = runner.wait(handle, wait_interval=0.1)
+        assert status is not None and status.state == AppState.SUCCEEDED
+        assert runner.calls[2:] and set(runner.calls[2:]) == {"status"}
+        runner.calls.clear()
+        again = runner.run(echo(msg="again"), "local_cwd")
+        assert runner.calls == ["dryrun", "schedule"]
+        assert runner.jobstore.get(again) is not None
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copy_of_a_sent_prepared_run_is_not_sent_again(how: str) -> None:
+    """The sent-once guard keyed on ``id()``: a deep copy (or a pickle's round trip) of a
+    prepared run that had been sent was sent again, a second job of the same request."""
+    with Runner() as runner:
+        prepared = runner.prepare(RunRequest(cell="6 * 7", scheduler="local_cwd"), build=True)
+        handle = runner.submit(prepared)
+        twin = (
+            copy.deepcopy(prepared) if how == "deepcopy" else pickle.loads(pickle.dumps(prepared))
+        )
+        with pytest.raises(TorchxNbError, match=f"already submitted as {handle}; prepare it"):
+            runner.submit(twin)
+        assert [r.handle for r in runner.jobstore.list()] == [handle]
+        fresh = runner.prepare(RunRequest(cell="6 * 7", scheduler="local_cwd"), build=True)
+        assert fresh.token != prepared.token
+        runner.wait(handle, wait_interval=0.1)
