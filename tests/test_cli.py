@@ -133,6 +133,14 @@ def test_the_dry_runs_program_line_shows_macros_as_the_request_has_them(
         ),
         (["run", "-cfg", "prepend_cwd=perhaps", "utils.echo"], "option 'prepend_cwd' expects bool"),
         (["run", "-cfg", "novalue", "utils.echo"], "write them as KEY=VALUE"),
+        (  # a shell's $'\xff': argv's byte that is not UTF-8, read as a lone surrogate
+            ["run", "-cfg", "log_dir=/tmp/\udcff", "utils.echo"],
+            "option 'log_dir' holds a byte that is not UTF-8 ('/tmp/\\xff'): give -cfg log_dir=",
+        ),
+        (
+            ["run", "--dryrun", "-cfg", "log\udcff_dir=/tmp", "utils.echo"],
+            "an option name holds a byte that is not UTF-8 ('log\\xff_dir')",
+        ),
         (["status", "not-a-handle"], "malformed app handle 'not-a-handle'"),
         (["status", "local_cwd://torchx/nope-1"], "unknown app"),
         (["run", "dist.ddp", "--script", "t.py", "-j", "2y3"], "bad -j '2y3'"),

@@ -128,6 +128,11 @@ def test_config_traits(ip: object, plugin_path: Path) -> None:
         ("run -cfg", "print(1)", "expected one argument"),
         ("run -cfg logdir=x", "print(1)", "did you mean 'log_dir'"),
         ("run -cfg novalue", "print(1)", "KEY=VALUE"),
+        (  # a byte that is not UTF-8 (as a shell's $'\xff' gives it, through a $variable)
+            "run -cfg log_dir=/tmp/\udcff",
+            "print(1)",
+            "option 'log_dir' holds a byte that is not UTF-8 ('/tmp/\\xff'): give -cfg log_dir=",
+        ),
         ("run -s nowhere", "print(1)", "unknown scheduler 'nowhere'"),
         ("run", "   \n", "the cell is empty"),
         ("run --env NOEQUALS", "print(1)", "--env expects K=V"),

@@ -153,6 +153,43 @@ def _matches_type(value: Any, opt: runopt) -> bool:
     return True
 
 
+def _check_utf8(key: str, raw: str) -> None:
+    """An option (its name or value) holding a byte that is not UTF-8 (a command line's
+    ``$'\\xff'``, which Python reads as a lone surrogate) is one line naming it: it failed
+    later as "'utf-8' codec can't encode character", naming nothing."""
+    fix = "(check the shell's quoting and the terminal's encoding)"
+    if not _is_utf8(key):
+        raise InvalidRunConfigException(
+            f"an option name holds a byte that is not UTF-8 ('{_shown(key)}'): write it as"
+            f" UTF-8 text {fix}",
+            _shown(key),
+        )
+    if not _is_utf8(raw):
+        raise InvalidRunConfigException(
+            f"option {key!r} holds a byte that is not UTF-8 ('{_shown(raw)}'): give"
+            f" -cfg {key}=VALUE as UTF-8 text {fix}",
+            key,
+        )
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(text: str) -> str:
+    """``text`` printable: a byte a command line gave that is not UTF-8 as ``\\xNN``, any
+    other lone surrogate as ``\\uNNNN``."""
+    return (
+        "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in text)
+        .encode("utf-8", "backslashreplace")
+        .decode()
+    )
+
+
 def split_key_values(text: str, delims: str = ",") -> list[tuple[str, str]]:
     """Split ``k=v,k2=a;b,k3="x,y"`` into pairs; a delimiter starts a new pair only before
     ``key=`` (so ``CUDA_VISIBLE_DEVICES=0,1`` is one pair, as in TorchX). Scheduler options pass
@@ -305,6 +342,7 @@ class runopts:
                 "",
             ) from None
         for key, raw in pairs:
+            _check_utf8(key, raw)
             opt = self._opts.get(key)
             if opt is None:
                 hint = self.suggest(key)
