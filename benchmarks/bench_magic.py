@@ -90,7 +90,7 @@ def bench_log_flood(lines: int) -> dict[str, float]:
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     handle = runner.run(cell(source=src), "local_cwd", workspace=os.getcwd())
-    status_w = StatusWidget(handle, runner, get_refresher(runner))
+    status_w = StatusWidget(handle, runner, get_refresher())
     log_w = LogWidget(handle, runner, max_lines=1000)
     final = runner.wait(handle, wait_interval=0.1)
     assert final is not None and final.state == AppState.SUCCEEDED

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import wait_for
 from torchx_nb import specs
 from torchx_nb.components.utils import sh
@@ -45,7 +47,7 @@ def test_poller_follows_real_jobs_on_one_thread(tmp_path: Path) -> None:
     assert {h: len(v) for h, v in seen.items()} == count
     assert runner.jobstore.get(handles[0]).state == "SUCCEEDED"  # type: ignore[union-attr]
     poller.stop()
-    assert get_refresher(runner) is get_refresher(runner)
+    assert get_refresher() is get_refresher()
 
 
 class Batched(DescribesMany, LocalCwdScheduler):
@@ -213,18 +215,48 @@ def test_a_handle_watched_during_a_poll_is_asked_at_once_after_it() -> None:
 
 def test_settings_other_than_the_refreshers_are_an_error() -> None:
     """The refresher does not change under its watchers: another caller's different settings
-    are one clear error (they were silently ignored); the same settings, or none, are fine."""
+    while something is watched are one clear error (they were silently ignored); the same
+    settings, or none, are fine, and new ones apply once nothing is watched."""
     import pytest
 
     from torchx_nb.specs.exceptions import RefresherSettingsError
 
-    with get_runner() as runner:
-        first = get_refresher(runner, local_interval=0.25, remote_interval=4.0)
-        assert get_refresher(runner) is first
-        assert get_refresher(runner, local_interval=0.25) is first
+    first = get_refresher(local_interval=0.25, remote_interval=4.0)
+    clock = first.every(3600, lambda: None)  # something rides on it
+    try:
+        assert get_refresher() is first
+        assert get_refresher(local_interval=0.25) is first
         with pytest.raises(RefresherSettingsError, match="already runs with local_interval=0.25"):
-            get_refresher(runner, local_interval=1.0)
+            get_refresher(local_interval=1.0)
         assert first.local_interval == 0.25
+    finally:
+        first.stop_clock(clock)
+    assert get_refresher(local_interval=1.0).local_interval == 1.0  # nothing watched: applied
+    get_refresher(local_interval=0.5, remote_interval=5.0)
+
+
+def test_every_runners_watches_ride_on_the_processs_one_thread(tmp_path: Path) -> None:
+    """Two Runners (a kernel's magics and a ``sweep()`` or ``run_notebook()`` made with a Runner
+    of its own) watch through one refresher thread, each handle asked through its own Runner's
+    schedulers: before, each Runner had a refresher and a thread of its own."""
+    go = tmp_path / "go"
+    script = f"while [ ! -e '{go}' ]; do sleep 0.05; done"
+    with get_runner() as one, get_runner() as two:
+        handles = {r: r.run(sh("sh", "-c", script), "local_cwd") for r in (one, two)}
+        seen: dict[str, list[str]] = {}
+        for runner, handle in handles.items():
+            get_refresher().watch(
+                handle,
+                lambda s, e, h=handle: seen.setdefault(h, []).append(s.state.name if s else "-"),
+                runner=runner,
+            )
+        wait_for(lambda: all("RUNNING" in seen.get(h, []) for h in handles.values()), timeout=60)
+        names = [t.name for t in threading.enumerate() if t.name == "torchx-nb-refresher"]
+        assert names == ["torchx-nb-refresher"]
+        assert get_refresher().watching == 2
+        go.touch()
+        wait_for(lambda: all(seen[h][-1] == "SUCCEEDED" for h in handles.values()), timeout=60)
+        wait_for(lambda: get_refresher().watching == 0)
 
 
 def test_work_on_a_clock_runs_on_the_refreshers_one_thread() -> None:
@@ -252,3 +284,55 @@ def test_work_on_a_clock_runs_on_the_refreshers_one_thread() -> None:
         refresher.hurry(slow)
         wait_for(lambda: ran.count("slow") == 2)
         refresher.stop()
+
+
+@pytest.mark.slow
+def test_a_kernels_sweep_notebook_job_and_cell_job_share_one_refresher_thread(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a real kernel a cell job (the magics' Runner), a ``run_notebook()`` job and a
+    ``sweep()`` (each made with a Runner of its own) are watched by one refresher thread:
+    before, the sweep's Runner had a refresher, and a thread, of its own."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from tests.notebook.test_quickstart import execute, text_of
+
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "1")
+    go = isolated / "go"
+    wait = f"import os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.1)\n"
+    nbformat.write(new_notebook(cells=[new_code_cell(wait)]), isolated / "waits.ipynb")
+    driver = new_notebook(
+        cells=[
+            new_code_cell("%load_ext torchx_nb"),
+            new_code_cell(f"%%torchx run -o cell_job\n{wait}"),
+            new_code_cell(
+                "import torchx_nb\nnb_job = torchx_nb.run_notebook('waits.ipynb')\nnb_job.watch()"
+            ),
+            new_code_cell(
+                "import threading, time\nfrom torchx_nb.sweeps import sweep\n"
+                f"sw = sweep({{'x': [1, 2]}}, cell={wait!r}, scheduler='local_cwd')\n"
+                "threading.Thread(target=sw.wait, daemon=True).start()\n"
+                "deadline = time.monotonic() + 120\n"
+                "while not (len(sw.handles) == 2 and all(sw.handles)) and time.monotonic() < deadline:\n"
+                "    time.sleep(0.1)\n"
+                "time.sleep(2)  # sw.wait watches its trials\n"
+                "print([t.name for t in threading.enumerate() if 'refresher' in t.name])"
+            ),
+            new_code_cell(
+                "from torchx_nb.refresher import get_refresher\nprint(get_refresher().watching)"
+            ),
+            new_code_cell(
+                f"open({str(go)!r}, 'w').close()\n"
+                "print(sw.wait(timeout=120) and [s.state.name for s in sw.statuses()])\n"
+                "print(nb_job.wait(timeout=120).state.name, cell_job.wait(timeout=120).state.name)"
+            ),
+        ]
+    )
+    execute(driver, isolated, allow_errors=True)
+    # the cell job, the notebook job and the two trials, on the one thread
+    assert text_of(driver.cells[3]) == "['torchx-nb-refresher']\n", text_of(driver.cells[3])
+    assert text_of(driver.cells[4]) == "4\n", text_of(driver.cells[4])
+    assert text_of(driver.cells[5]) == "['SUCCEEDED', 'SUCCEEDED']\nSUCCEEDED SUCCEEDED\n", text_of(
+        driver.cells[5]
+    )

@@ -83,7 +83,7 @@ def test_sweep_wait_asks_nothing_of_its_own_the_refresher_does(isolated: Path) -
         statuses = sw.wait(timeout=60)
         assert [s.state.name if s else None for s in statuses] == ["SUCCEEDED"] * 3
         assert callers and set(callers) == {"torchx-nb-refresher"}, callers
-        assert get_refresher(runner).watching == 0  # every watch ended with its trial
+        assert get_refresher().watching == 0  # every watch ended with its trial
 
 
 def _states(sw: object) -> list[str | None]:

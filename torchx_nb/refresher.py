@@ -2,7 +2,10 @@
 waits on (a kernel's widgets, ``Sweep.wait``, ``%torchx watch``, the server's panel feed), so the
 process stays free and each scheduler is asked once per round, not once per watcher.
 
-Handles are grouped by scheduler and each group is asked on its own clock: local schedulers
+There is one per process, whatever asks: each watch names the Runner that asks for it (a
+kernel's magics, a ``sweep()`` or ``run_notebook()`` made with a Runner of their own, the
+server's), and its handles are asked through that Runner's schedulers. Handles are grouped by
+Runner and scheduler and each group is asked on its own clock: local schedulers
 (``Scheduler.is_local``) every ``local_interval`` (0.5 s, so an ended job shows within a second),
 remote ones every ``remote_interval`` (5 s), with one ``describe_many`` call where the backend
 has it (AWS Batch describes 100 jobs per call). Only errors back off (doubling, up to
@@ -11,7 +14,8 @@ that fails alone does not hold back the others. Watchers may also ask for a tick
 (the elapsed clock), and a watcher with work of its own on a clock (the server's change feed, a
 sweep view's clock) runs it on this thread too (``every``): a process has one such thread, never
 a loop of its own per watcher. The settings are the first caller's: another caller asking for
-other ones is an error (``RefresherSettingsError``), not silently ignored."""
+other ones while anything is watched is an error (``RefresherSettingsError``), not silently
+ignored; a caller asking for none takes them as they are."""
 
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ TICK_S = 1.0
 @dataclass
 class _Watch:
     handle: str
-    scheduler: str
+    group: tuple[int, str]  # (the asking Runner's id, the scheduler)
     callback: Callback
     tick: Tick | None = None
     last: AppStatus | None = None
@@ -55,8 +59,11 @@ class _Clock:
 
 @dataclass
 class _Group:
-    """When a scheduler's handles are next due, and its error backoff."""
+    """One Runner's handles of one scheduler: when they are next due, and their error
+    backoff."""
 
+    runner: Any
+    scheduler: str
     next_at: float = 0.0
     failures: int = 0
     delay: float = 0.0
@@ -64,11 +71,13 @@ class _Group:
 
 
 class Refresher:
-    """Refreshes watched handles from a single daemon thread, started on the first watch."""
+    """Refreshes watched handles from a single daemon thread, started on the first watch.
+    ``runner``: the Runner a watch that names none is asked through (None: each names its
+    own; the process's refresher, ``get_refresher``, has none)."""
 
     def __init__(
         self,
-        runner: Any,
+        runner: Any = None,
         local_interval: float = 0.5,
         remote_interval: float = 5.0,
         max_backoff: float = 60.0,
@@ -79,7 +88,8 @@ class Refresher:
         self.max_backoff = max_backoff
         self._watches: dict[int, _Watch] = {}
         self._clocks: dict[int, _Clock] = {}
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[tuple[int, str], _Group] = {}
+        self._stated: set[str] = set()  # the settings a caller asked for (get_refresher)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -88,11 +98,14 @@ class Refresher:
         self._next_tick = 0.0
         self.rounds = 0
 
-    def watch(self, handle: str, callback: Callback, tick: Tick | None = None) -> int:
+    def watch(
+        self, handle: str, callback: Callback, tick: Tick | None = None, runner: Any = None
+    ) -> int:
         """Call ``callback(status, None)`` with each new status of ``handle`` (or
         ``callback(None, error)`` on a transient error) until the job ends, and ``tick()``
-        every second meanwhile. The first status is asked for at once."""
-        return self.watch_many([handle], callback, tick)[0]
+        every second meanwhile; ``runner`` is the Runner it is asked through. The first status
+        is asked for at once."""
+        return self.watch_many([handle], callback, tick, runner=runner)[0]
 
     def watch_many(
         self,
@@ -100,20 +113,27 @@ class Refresher:
         callback: Callback,
         tick: Tick | None = None,
         record_unknown: bool = False,
+        runner: Any = None,
     ) -> list[int]:
         """``watch`` of each handle, registered at once (so a scheduler's first round asks for
         all of them in one call). ``record_unknown``: a job its scheduler no longer knows is
         recorded UNKNOWN in the job store (the server's watch, for every process's jobs)."""
+        runner = runner if runner is not None else self.runner
+        if runner is None:
+            raise TypeError("watch: name the Runner the handles are asked through (runner=)")
         ids = []
         with self._lock:
             for handle in handles:
                 scheduler = parse_app_handle(handle).scheduler_backend
+                key = (id(runner), scheduler)
                 watch_id = next(self._ids)
                 self._watches[watch_id] = _Watch(
-                    handle, scheduler, callback, tick, record_unknown=record_unknown
+                    handle, key, callback, tick, record_unknown=record_unknown
                 )
                 ids.append(watch_id)
-                group = self._groups.setdefault(scheduler, _Group())
+                group = self._groups.get(key)
+                if group is None:
+                    group = self._groups[key] = _Group(runner, scheduler)
                 if not group.failures:
                     group.next_at = 0.0
             if ids:
@@ -174,15 +194,42 @@ class Refresher:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def interval(self, scheduler: str) -> float:
+    def interval(self, scheduler: str, runner: Any = None) -> float:
         """How often ``scheduler``'s jobs are asked for when nothing goes wrong."""
-        group = self._groups.get(scheduler)
+        runner = runner if runner is not None else self.runner
+        group = self._groups.get((id(runner), scheduler))
         if group is not None and group.interval is not None:
             return group.interval
-        value = self.local_interval if self.runner.is_local(scheduler) else self.remote_interval
+        value = self.local_interval if runner.is_local(scheduler) else self.remote_interval
         if group is not None:
             group.interval = value
         return value
+
+    def settle(self, settings: dict[str, float]) -> None:
+        """Take ``settings`` (``local_interval``, ``remote_interval``, ``max_backoff``) as
+        asked by a caller: a setting another caller asked otherwise is ``RefresherSettingsError``
+        while anything is watched (the refresher does not change under its watchers); one
+        nobody asked for, or any while nothing is watched, is applied."""
+        with self._lock:
+            busy = bool(self._watches or self._clocks)
+            other = {
+                k: v
+                for k, v in settings.items()
+                if getattr(self, k) != v and k in self._stated and busy
+            }
+            if other:
+                now = ", ".join(f"{k}={getattr(self, k)}" for k in sorted(other))
+                asked = ", ".join(f"{k}={v}" for k, v in sorted(other.items()))
+                raise RefresherSettingsError(
+                    f"this process's refresher already runs with {now}; {asked} was asked for:"
+                    " give the same settings everywhere, or none after the first"
+                )
+            for key, value in settings.items():
+                if getattr(self, key) != value:
+                    setattr(self, key, value)
+                    for group in self._groups.values():
+                        group.interval = None
+                self._stated.add(key)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -194,13 +241,13 @@ class Refresher:
                 self._wake.clear()
                 continue
             now = time.monotonic()
-            by_sched: dict[str, list[int]] = {}
+            by_group: dict[tuple[int, str], list[int]] = {}
             for wid, w in watches.items():
-                by_sched.setdefault(w.scheduler, []).append(wid)
-            for sched_name, wids in by_sched.items():
-                group = self._groups.setdefault(sched_name, _Group())
-                if now >= group.next_at:
-                    self._poll_group(sched_name, group, {w: watches[w] for w in wids})
+                by_group.setdefault(w.group, []).append(wid)
+            for key, wids in by_group.items():
+                group = self._groups.get(key)
+                if group is not None and now >= group.next_at:
+                    self._poll_group(group, {w: watches[w] for w in wids})
             self.rounds += 1
             if time.monotonic() >= self._next_tick:
                 self._next_tick = time.monotonic() + TICK_S
@@ -211,9 +258,12 @@ class Refresher:
                         tick()
             self._run_clocks()
             with self._lock:
-                active = {w.scheduler for w in self._watches.values()}
+                active = {w.group for w in self._watches.values()}
+                # a Runner none of whose handles is watched is let go (its backoff with it)
+                for key in [k for k in self._groups if k not in active]:
+                    del self._groups[key]
                 clocks = [c.next_at for c in self._clocks.values()]
-            due = [g.next_at for s, g in self._groups.items() if s in active] + clocks
+            due = [g.next_at for g in self._groups.values()] + clocks
             wake_at = min([*due, self._next_tick]) if due else self._next_tick
             self._wake.wait(timeout=max(0.0, wake_at - time.monotonic()))
             self._wake.clear()
@@ -228,7 +278,7 @@ class Refresher:
             with contextlib.suppress(Exception):
                 clock.fn()
 
-    def _poll_group(self, sched_name: str, group: _Group, watches: dict[int, _Watch]) -> None:
+    def _poll_group(self, group: _Group, watches: dict[int, _Watch]) -> None:
         handles = list(dict.fromkeys(w.handle for w in watches.values()))
         record = any(w.record_unknown for w in watches.values())
         with self._lock:
@@ -236,13 +286,13 @@ class Refresher:
             # once), which the next time computed below must not overwrite
             group.next_at = math.inf
         statuses: dict[str, AppStatus | BaseException | None] = dict(
-            self.runner.refresh(handles, record_unknown=record)
+            group.runner.refresh(handles, record_unknown=record)
         )
         if len(handles) > 1 and all(isinstance(s, BaseException) for s in statuses.values()):
             # the batch failed: ask one by one, so one bad job does not hold back the others
-            statuses = {h: self._status_or_error(h) for h in handles}
+            statuses = {h: self._status_or_error(group.runner, h) for h in handles}
         errors = [s for s in statuses.values() if isinstance(s, BaseException)]
-        interval = self.interval(sched_name)
+        interval = self.interval(group.scheduler, group.runner)
         with self._lock:
             if errors and len(errors) == len(statuses):
                 group.failures += 1
@@ -265,9 +315,10 @@ class Refresher:
             if result is None or is_terminal(result.state):
                 self.unwatch(wid)
 
-    def _status_or_error(self, handle: str) -> AppStatus | BaseException | None:
+    @staticmethod
+    def _status_or_error(runner: Any, handle: str) -> AppStatus | BaseException | None:
         try:
-            return self.runner.status(handle)
+            return runner.status(handle)
         except Exception as e:
             return e
 
@@ -277,27 +328,19 @@ class Refresher:
             watch.callback(status, error)
 
 
-_POLLERS: dict[int, Refresher] = {}
-_POLLERS_LOCK = threading.Lock()
+_PROCESS: Refresher | None = None
+_PROCESS_LOCK = threading.Lock()
 
 
-def get_refresher(runner: Any, **intervals: float) -> Refresher:
-    """The process's refresher for ``runner`` (one per runner, so one per kernel, command or
-    server in practice); ``intervals`` (``local_interval``, ``remote_interval``,
-    ``max_backoff``) set its clocks when it is made. Asking for other ones afterwards is an
-    error: the refresher does not change under its other watchers."""
-    with _POLLERS_LOCK:
-        poller = _POLLERS.get(id(runner))
-        if poller is None or poller.runner is not runner:
-            poller = Refresher(runner, **intervals)
-            _POLLERS[id(runner)] = poller
-            return poller
-        other = {k: v for k, v in intervals.items() if getattr(poller, k) != v}
-        if other:
-            now = ", ".join(f"{k}={getattr(poller, k)}" for k in sorted(other))
-            asked = ", ".join(f"{k}={v}" for k, v in sorted(other.items()))
-            raise RefresherSettingsError(
-                f"this process's refresher already runs with {now}; {asked} was asked for:"
-                " give the same settings everywhere, or none after the first"
-            )
-        return poller
+def get_refresher(**settings: float) -> Refresher:
+    """The process's one refresher (one thread, whatever Runners ask through it: each watch
+    names its own). ``settings`` (``local_interval``, ``remote_interval``, ``max_backoff``)
+    are its clocks: the first caller's that asks for them; asking for others while anything
+    is watched is ``RefresherSettingsError`` (see ``Refresher.settle``)."""
+    global _PROCESS
+    with _PROCESS_LOCK:
+        if _PROCESS is None:
+            _PROCESS = Refresher()
+        refresher = _PROCESS
+    refresher.settle(settings)
+    return refresher

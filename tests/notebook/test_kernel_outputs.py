@@ -188,8 +188,7 @@ def test_wait_returns_after_the_cell_shows_the_end_even_with_a_slow_poller(
         [
             "%load_ext torchx_nb\n"
             "from torchx_nb.refresher import get_refresher\n"
-            "get_refresher(get_ipython().magics_manager.registry['TorchxMagics'].runner)"
-            ".local_interval = 60",
+            "get_refresher(local_interval=60)",
             "%%torchx run -o job\nimport time\ntime.sleep(1)\nprint('done', flush=True)",
             "print(job.wait(interval=0.2).state)",
         ],

@@ -13,7 +13,7 @@ import pytest
 class SilentPoller:
     """A poller that reports nothing by itself: the test hands the view each trial's state."""
 
-    def watch(self, handle: str, callback: Any) -> int:
+    def watch(self, handle: str, callback: Any, runner: Any = None) -> int:
         return 0
 
     def unwatch(self, watch: int) -> None:
@@ -86,7 +86,7 @@ def test_the_views_clock_rides_on_the_processs_refresher(
     with get_runner() as runner:
         sw = start(runner, request)
         sw.wait(timeout=60)
-        refresher = get_refresher(runner)
+        refresher = get_refresher()
         before = {t.name for t in threading.enumerate()}
         ticks: list[str] = []
         views = []

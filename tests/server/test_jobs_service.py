@@ -141,11 +141,13 @@ def test_the_server_and_a_kernels_watch_share_the_processs_refresher(isolated: P
     service = JobService(local_interval=0.2)
     spy = Spy(service)
     refresher = service.refresher  # made on the service's clocks
-    assert get_refresher(service.runner) is refresher  # a kernel-side caller asks for none
+    assert get_refresher() is refresher  # a kernel-side caller asks for none
     seen: list[Any] = []
     try:
         service._refresh()
-        kernel_watch = refresher.watch("local_cwd://torchx/j-0", lambda st, err: seen.append(st))
+        kernel_watch = refresher.watch(
+            "local_cwd://torchx/j-0", lambda st, err: seen.append(st), runner=service.runner
+        )
         wait_for(lambda: seen and not refresher.is_watched(kernel_watch))
         assert max(len(h) for h in spy.asked) == 3, spy.asked
         assert all(len(set(h)) == len(h) for h in spy.asked), "each job asked once per call"

@@ -266,8 +266,7 @@ class TorchxMagics(Magics):
             from torchx_nb.notebook.sweep_view import SweepView
             from torchx_nb.refresher import get_refresher
 
-            poller = get_refresher(self.runner)
-            poller.remote_interval = self.poll_interval
+            poller = get_refresher(remote_interval=self.poll_interval)
             sw.view = SweepView(sw, self.runner, poller, log_lines=self.log_lines)
             sw.view.show()
         else:
@@ -334,8 +333,7 @@ class TorchxMagics(Magics):
             from torchx_nb.notebook.widgets import JobView
             from torchx_nb.refresher import get_refresher
 
-            poller = get_refresher(runner)
-            poller.remote_interval = self.poll_interval
+            poller = get_refresher(remote_interval=self.poll_interval)
             view = JobView(
                 job.handle,
                 runner,

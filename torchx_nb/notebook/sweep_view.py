@@ -100,7 +100,7 @@ class SweepView:
         for i, handle in enumerate(self.sweep.handles):
             if handle and handle not in self._watches:
                 self._watches[handle] = self.poller.watch(
-                    handle, lambda s, e, i=i: self._on_status(i, s, e)
+                    handle, lambda s, e, i=i: self._on_status(i, s, e), runner=self.runner
                 )
 
     def _tick(self) -> None:

@@ -110,7 +110,7 @@ class StatusWidget:
         if status is not None and is_terminal(status.state):
             self._finish()
         else:
-            self._watch_id = poller.watch(handle, self._on_status, tick=self._tick)
+            self._watch_id = poller.watch(handle, self._on_status, tick=self._tick, runner=runner)
 
     @property
     def state(self) -> AppState | None:

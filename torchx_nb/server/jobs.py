@@ -125,7 +125,6 @@ class JobService:
         from torchx_nb.refresher import get_refresher
 
         return get_refresher(
-            self.runner,
             local_interval=self.local_interval,
             remote_interval=self.remote_interval,
         )
@@ -472,7 +471,7 @@ class JobService:
                 if poke is not None:
                     poke()
 
-            ids = refresher.watch_many(new, learned, record_unknown=True)
+            ids = refresher.watch_many(new, learned, record_unknown=True, runner=self.runner)
             self._watched.update(zip(new, ids, strict=True))
         for handle in [h for h in self._watched if h not in active]:
             refresher.unwatch(self._watched.pop(handle))

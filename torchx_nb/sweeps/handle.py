@@ -98,7 +98,7 @@ class Sweep:
         trials submitted since."""
         from torchx_nb.refresher import get_refresher
 
-        refresher = get_refresher(self.runner)
+        refresher = get_refresher()
         deadline = time.monotonic() + timeout if timeout is not None else None
         heard: dict[str, AppStatus | None] = {}
         changed = threading.Event()
@@ -126,7 +126,7 @@ class Sweep:
                 handles = self.handles
                 for h in handles:
                     if h and h not in watches:
-                        watches[h] = refresher.watch(h, hear(h))
+                        watches[h] = refresher.watch(h, hear(h), runner=self.runner)
                 if all(ended(h) for h in handles) and not submitting:
                     break
                 left = None if deadline is None else deadline - time.monotonic()
