@@ -463,14 +463,10 @@ class TorchxMagics(Magics):
 
     def _do_cancel(self, args: argparse.Namespace, cell: str | None) -> None:
         from torchx_nb.specs.api import TorchxNbError
-        from torchx_nb.sweeps import Sweep, TrialsNotCancelled
+        from torchx_nb.sweeps import TrialsNotCancelled
 
-        token = args.handle
-        value = self.shell.user_ns.get(token) if self.shell and token.isidentifier() else None
-        if isinstance(value, str):  # a variable holding a handle or a sweep's id
-            token, value = value, None
-        if isinstance(value, Sweep) or (value is None and token.startswith("sweep-")):
-            sw = value if isinstance(value, Sweep) else Sweep.attach(self.runner, token)
+        sw = self._sweep(args.handle)
+        if sw is not None:
             try:
                 sw.cancel()
             except TrialsNotCancelled as e:  # one line per trial that may still run
@@ -500,6 +496,24 @@ class TorchxMagics(Magics):
             print("\nstopped following the log")
         sys.stdout.flush()
 
+    def _token(self, token: str) -> str:
+        """A handle or sweep id as typed, or the one a variable of that name holds."""
+        value = self.shell.user_ns.get(token) if self.shell and token.isidentifier() else None
+        return value if isinstance(value, str) else token
+
+    def _sweep(self, token: str) -> Any:
+        """The sweep ``token`` names (a ``Sweep`` variable, a ``sweep-…`` id, or a variable
+        holding one), or None for anything else (a job)."""
+        from torchx_nb.sweeps import Sweep
+
+        value = self.shell.user_ns.get(token) if self.shell and token.isidentifier() else None
+        if isinstance(value, Sweep):
+            return value
+        token = self._token(token)
+        if not isinstance(value, str) and value is not None:
+            return None
+        return Sweep.attach(self.runner, token) if token.startswith("sweep-") else None
+
     def _job(self, token: str) -> Any:
         from torchx_nb.notebook.handle import JobHandle
 
@@ -517,17 +531,12 @@ class TorchxMagics(Magics):
         does (a sweep: until every trial has ended)."""
         from torchx_nb.metrics import parse_metric
         from torchx_nb.specs.api import UnknownAppException
-        from torchx_nb.sweeps import Sweep
 
-        token = args.target
-        value = self.shell.user_ns.get(token) if self.shell and token.isidentifier() else None
-        if isinstance(value, str):  # a variable holding a handle or a sweep's id
-            token, value = value, None
-        if isinstance(value, Sweep) or (value is None and token.startswith("sweep-")):
-            sw = value if isinstance(value, Sweep) else Sweep.attach(self.runner, token)
+        sw = self._sweep(args.target)
+        if sw is not None:
             self._show_sweep(sw, wait=not self._widget_mode())
             return
-        job = self._job(token)
+        job = self._job(self._token(args.target))
         if self.runner.jobstore.get(job.handle) is None and self.runner.status(job.handle) is None:
             raise UnknownAppException(job.handle)
         job.metric_specs = [*job.metric_specs, *(parse_metric(m) for m in args.metric)]
