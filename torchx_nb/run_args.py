@@ -99,6 +99,22 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_list_options(parser: argparse.ArgumentParser) -> None:
+    """``list``'s ``-s``, ``--all`` and ``-n``/``--limit``: which jobs, and how many."""
+    from torchx_nb.errors import positive_int
+
+    parser.add_argument(
+        "-s",
+        "--scheduler",
+        default=None,
+        help="only this scheduler's jobs, plus the ones it lists itself",
+    )
+    parser.add_argument("--all", action="store_true", help="every job, not just the newest --limit")
+    parser.add_argument(
+        "-n", "--limit", type=positive_int, default=50, help="at most this many rows (≥ 1)"
+    )
+
+
 def add_log_options(parser: argparse.ArgumentParser) -> None:
     """``--regex``, ``-t``/``--tail`` and ``--streams``: which log lines, and whether to follow."""
     from torchx_nb.errors import regex_arg

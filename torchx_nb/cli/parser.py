@@ -29,10 +29,10 @@ def builtins_text() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from torchx_nb.errors import positive_int
     from torchx_nb.run_args import (
         CLI,
         add_job_options,
+        add_list_options,
         add_log_options,
         add_notebook_options,
         add_output_options,
@@ -142,11 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_log_options(log)
 
     lst = sub.add_parser("list", help="list jobs (from the job store and the scheduler)")
-    lst.add_argument("-s", "--scheduler", default=None, help="only this scheduler's jobs")
-    lst.add_argument("--all", action="store_true", help="every job, not just the newest --limit")
-    lst.add_argument(
-        "-n", "--limit", type=positive_int, default=50, help="at most this many rows (≥ 1)"
-    )
+    add_list_options(lst)
 
     ro = sub.add_parser("runopts", help="print the options a scheduler accepts")
     ro.add_argument("scheduler", nargs="?", default=None)

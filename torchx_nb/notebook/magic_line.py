@@ -171,13 +171,9 @@ def _outputs_args(p: argparse.ArgumentParser) -> None:
 
 
 def _list_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-s",
-        "--scheduler",
-        default=None,
-        help="only this scheduler's jobs, plus the ones it lists itself",
-    )
-    p.add_argument("--all", action="store_true", help="every job, not just the newest 50")
+    from torchx_nb.run_args import add_list_options
+
+    add_list_options(p)
     p.add_argument("--help", action="help", help="show this help")
 
 

@@ -564,7 +564,9 @@ class TorchxMagics(Magics):
         from torchx_nb.joblist import job_rows
         from torchx_nb.notebook.frames import jobs_frame
 
-        rows = job_rows(self.runner, scheduler=args.scheduler, limit=None if args.all else 50)
+        rows = job_rows(
+            self.runner, scheduler=args.scheduler, limit=None if args.all else args.limit
+        )
         return jobs_frame(rows)
 
     def _do_runopts(self, args: argparse.Namespace, cell: str | None) -> Any:
