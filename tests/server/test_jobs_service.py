@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from torchx_nb.jobstore import JobRecord, JobStore
-from torchx_nb.server import jobs as jobs_module
+from torchx_nb.server import feed as feed_module
 from torchx_nb.server.jobs import JobService
 
 
@@ -39,7 +39,7 @@ class Spy:
 def test_the_poller_stops_when_the_last_client_leaves(
     isolated: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jobs_module, "LEASE_S", 0.0)
+    monkeypatch.setattr(feed_module, "LEASE_S", 0.0)
     store = JobStore()
     for i in range(3):
         store.add(record(i, "RUNNING"))
@@ -47,24 +47,24 @@ def test_the_poller_stops_when_the_last_client_leaves(
     spy = Spy(service)
 
     async def scenario() -> tuple[int, int]:
-        service.connect()
-        service.connect()
+        service.feed.connect()
+        service.feed.connect()
         await asyncio.sleep(0.3)
-        service.disconnect()
+        service.feed.disconnect()
         await asyncio.sleep(0.2)
-        still = service._poller is not None
-        service.disconnect()
+        still = service.feed._poller is not None
+        service.feed.disconnect()
         await asyncio.sleep(0.3)
-        polls = service.polls
+        polls = service.feed.polls
         await asyncio.sleep(0.3)
-        return int(still), service.polls - polls
+        return int(still), service.feed.polls - polls
 
     try:
         still_running, polls_after = asyncio.run(scenario())
     finally:
         service.close()
     assert still_running == 1, "one client left: the poller goes on"
-    assert polls_after == 0 and service._poller is None, "no client: no poll"
+    assert polls_after == 0 and service.feed._poller is None, "no client: no poll"
     assert spy.asked and all(len(h) == 3 for h in spy.asked)
     assert service.refresher._clocks == {}, "the feed's clock stopped with it"
 
@@ -77,24 +77,24 @@ def test_the_feed_runs_on_the_refreshers_thread(
     server's, re-registering watches from the service's pool)."""
     import threading
 
-    monkeypatch.setattr(jobs_module, "LEASE_S", 0.0)
+    monkeypatch.setattr(feed_module, "LEASE_S", 0.0)
     store = JobStore()
     store.add(record(0, "RUNNING"))
     service = JobService(local_interval=0.05)
     threads: list[str] = []
-    real = service._refresh
+    real = service.feed._refresh
 
     def refresh(poke: Any = None) -> Any:
         threads.append(threading.current_thread().name)
         return real(poke)
 
-    service._refresh = refresh  # type: ignore[method-assign]
+    service.feed._refresh = refresh  # type: ignore[method-assign]
 
     async def scenario() -> None:
-        service.connect()
-        assert service._poller in service.refresher._clocks
+        service.feed.connect()
+        assert service.feed._poller in service.refresher._clocks
         await asyncio.sleep(0.4)
-        service.disconnect()
+        service.feed.disconnect()
         await asyncio.sleep(0.3)
 
     try:
@@ -119,12 +119,12 @@ def test_finished_jobs_cost_the_poller_nothing(isolated: Path) -> None:
     service = JobService()
     spy = Spy(service)
     try:
-        service._refresh()
+        service.feed._refresh()
         wait_for(lambda: spy.asked)
         wait_for(lambda: store.get("local_cwd://torchx/j-5000").state == "UNKNOWN")  # type: ignore[union-attr]
         assert all(h == ["local_cwd://torchx/j-5000"] for h in spy.asked)
-        service._refresh()
-        assert service._refresh() == [], "nothing changed: nothing to send"
+        service.feed._refresh()
+        assert service.feed._refresh() == [], "nothing changed: nothing to send"
     finally:
         service.close()
 
@@ -144,7 +144,7 @@ def test_the_server_and_a_kernels_watch_share_the_processs_refresher(isolated: P
     assert get_refresher() is refresher  # a kernel-side caller asks for none
     seen: list[Any] = []
     try:
-        service._refresh()
+        service.feed._refresh()
         kernel_watch = refresher.watch(
             "local_cwd://torchx/j-0", lambda st, err: seen.append(st), runner=service.runner
         )
@@ -152,8 +152,8 @@ def test_the_server_and_a_kernels_watch_share_the_processs_refresher(isolated: P
         assert max(len(h) for h in spy.asked) == 3, spy.asked
         assert all(len(set(h)) == len(h) for h in spy.asked), "each job asked once per call"
         assert seen == [None] and not refresher.is_watched(kernel_watch), "unknown: ended"
-        service._let_go()
-        assert not service._watched and refresher.watching == 0
+        service.feed._let_go()
+        assert not service.feed._watched and refresher.watching == 0
     finally:
         service.close()
 
@@ -167,16 +167,16 @@ def test_a_store_made_anew_is_a_reset_then_followed_from_its_own_start(isolated:
         store.add(record(i, "SUCCEEDED"))
     service = JobService()
     try:
-        assert service._refresh() == []
+        assert service.feed._refresh() == []
         for sfx in ("", "-wal", "-shm"):
             f = store.path.with_name(store.path.name + sfx)
             if f.exists():
                 f.rename(f.with_name(f.name + ".aside"))
         fresh = JobStore()
         fresh.add(record(100, "SUCCEEDED"))
-        assert service._refresh() == [] and service._store_swapped
+        assert service.feed._refresh() == [] and service.feed._store_swapped
         fresh.add(record(101, "FAILED"))
-        assert [(r["handle"], r["state"]) for r in service._refresh()] == [
+        assert [(r["handle"], r["state"]) for r in service.feed._refresh()] == [
             ("local_cwd://torchx/j-101", "FAILED")
         ]
     finally:
@@ -194,19 +194,19 @@ def test_a_page_resumes_from_before_what_it_read(
     store.add(record(0, "SUCCEEDED"))
     service = JobService()
     try:
-        service._refresh()  # the feed has started
+        service.feed._refresh()  # the feed has started
         real = service.runner.jobstore.page
 
         def page(**kwargs: Any) -> Any:
             found = real(**kwargs)
             store.add(record(1, "FAILED"))  # written just after the read ...
-            service._record(service._refresh())  # ... and logged by the poller meanwhile
+            service.feed._record(service.feed._refresh())  # ... and logged by the poller meanwhile
             return found
 
         monkeypatch.setattr(service.runner.jobstore, "page", page)
         body = service.page(None, None, None, None, 1, 50)
         assert [j["handle"] for j in body["jobs"]] == ["local_cwd://torchx/j-0"]
-        _, rows = asyncio.run(service.changes(service.resume_from(body["event_id"])))
+        _, rows = asyncio.run(service.feed.changes(service.feed.resume_from(body["event_id"])))
         assert rows is not None and [r["handle"] for r in rows] == ["local_cwd://torchx/j-1"]
     finally:
         service.close()

@@ -77,14 +77,35 @@ def test_the_table_maps_by_the_nearest_listed_class() -> None:
     assert ex.exit_status(RuntimeError("x")) == 1
 
 
-def test_the_server_handlers_map_no_error_themselves() -> None:
-    source = (PACKAGE / "server" / "handlers.py").read_text()
-    made = [
-        node.lineno
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Call)
-        and getattr(node.func, "attr", getattr(node.func, "id", "")) == "HTTPError"
-        and node.args
-        and isinstance(node.args[0], ast.Constant)
-    ]
-    assert made == []
+def _mappings(path: Path) -> list[str]:
+    """Where ``path`` maps an error itself: an ``HTTPError`` made with a status, a call of the
+    table's functions (``http_status``, ``refuses``) outside ``Base``'s answering methods, or
+    an ``except`` that raises another error in place of the one it caught."""
+    answering = {"answer", "log_exception", "_status"}
+    found = []
+    tree = ast.parse(path.read_text())
+    allowed: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name in answering:
+            allowed.update(id(n) for n in ast.walk(node))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name == "HTTPError" and node.args and isinstance(node.args[0], ast.Constant):
+                found.append(f"{path.name}:{node.lineno} HTTPError")
+            if name in ("http_status", "refuses") and id(node) not in allowed:
+                found.append(f"{path.name}:{node.lineno} {name}")
+        if isinstance(node, ast.ExceptHandler):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Raise) and inner.exc is not None:
+                    found.append(f"{path.name}:{inner.lineno} raises in place of what it caught")
+    return found
+
+
+def test_the_server_handlers_and_job_service_map_no_error_themselves() -> None:
+    """Errors become answers only in ``Base.write_error`` (through ``Base.answer`` and the
+    table): the handlers and the job service raise what they meet and map none; before,
+    ``Base.work`` and ``JobService.submit_notebook`` turned errors into others."""
+    server = PACKAGE / "server"
+    paths = [server / "handlers.py", *sorted(server.glob("jobs*.py")), *server.glob("feed*.py")]
+    assert [m for p in paths for m in _mappings(p)] == []

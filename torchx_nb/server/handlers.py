@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -26,13 +27,16 @@ from torchx_nb.server.parameters import notebook_parameters
 from torchx_nb.server.schema import check_param
 from torchx_nb.server.submit import parse_submission
 from torchx_nb.specs.exceptions import (
+    BadParameter,
     BadRequest,
+    BadSubmission,
     NoSuchJob,
     ServerFailed,
     TorchxNbError,
     UpstreamError,
     UpstreamUnavailable,
     http_status,
+    refuses,
 )
 from torchx_nb.user_regex import compile_regex
 
@@ -44,8 +48,29 @@ _SCHEDULER = re.compile(r"[a-z0-9_]{1,64}")
 MAX_TEXT = 200
 
 
+@dataclass(frozen=True)
+class Asking:
+    """What a handler is asking the job service for (``Base.work``), so that ``write_error``
+    can answer for its failure: ``what`` names it, ``failure`` is the table's class for an
+    error the table does not list (``UpstreamError``, 502, ``UpstreamUnavailable``, 503,
+    ``ServerFailed``, 500); ``refused``, for a check made before anything is built: an error
+    that ``exceptions.refuses`` calls the request's fault is a ``BadSubmission`` (400), its
+    line after this field's name ("": none)."""
+
+    what: str
+    failure: type[TorchxNbError]
+    refused: str | None = None
+
+
+def _status(klass: type[TorchxNbError]) -> int:
+    """The table's status for errors of ``klass``."""
+    return http_status(klass("")) or 500
+
+
 class Base(ExtensionHandlerMixin, APIHandler):
     """What every endpoint shares: the job service and checked arguments."""
+
+    asking: Asking | None = None
 
     def jobs(self) -> JobService:
         return self.extensionapp.jobs  # type: ignore[attr-defined]
@@ -88,56 +113,72 @@ class Base(ExtensionHandlerMixin, APIHandler):
             raise BadRequest(f"{name} must be in {low}..{high}")
         return value
 
+    def answer(self, exc: BaseException) -> tuple[int, str] | None:
+        """The status and one-line reason (masked) ``exc`` is answered with, by the one table
+        of ``torchx_nb.specs.exceptions``: a listed error by its class; another, raised while
+        the service was asked for something (``asking``), as a refusal of a check (400) or as
+        that thing's failure (``{what} unavailable: …``, the status of ``asking.failure``).
+        None: not ours to answer."""
+        status = http_status(exc)
+        if status is not None:
+            return status, self.reason(exc)
+        asking = self.asking
+        if asking is None:
+            return None
+        if asking.refused is not None and refuses(exc):
+            return _status(BadSubmission), self.refusal(exc, asking.refused)[:300]
+        return _status(asking.failure), f"{asking.what} unavailable: {self.reason(exc)}"[:300]
+
+    def refusal(self, exc: BaseException, field: str) -> str:
+        """A check's refusal, after the field it refuses ("" none)."""
+        return f"{field}: {self.reason(exc)}" if field else self.reason(exc)
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        """The one place errors become answers: an error the table of
-        ``torchx_nb.specs.exceptions`` lists gets its status there and Jupyter's JSON error with
-        its one line (masked) as the reason; any other of our own errors is a 500 saying so and
-        how to fix it, not "Unhandled error"."""
+        """The one place errors become answers (``answer``): Jupyter's JSON error with the
+        one line as the reason; any other of our own errors is a 500 saying so and how to fix
+        it, not "Unhandled error"."""
         exc = (kwargs.get("exc_info") or (None, None, None))[1]
-        status = http_status(exc) if exc is not None else None
-        if exc is not None and status is not None and status != 500:
-            reason = self.reason(exc)
+        found = self.answer(exc) if exc is not None else None
+        if found is not None and found[0] != 500:
+            status, reason = found
             self.set_status(status, reason=reason)
             answer = tornado.web.HTTPError(status, reason=reason)
             super().write_error(status, exc_info=(type(answer), answer, None))
             return
-        if isinstance(exc, TorchxNbError):
+        if found is not None or isinstance(exc, TorchxNbError):
+            reason = found[1] if found is not None else redact_text(one_line(exc))[:500]  # type: ignore[arg-type]
+            self.set_status(500)
             self.set_header("Content-Type", "application/json")
-            reason = redact_text(one_line(exc))[:500]
             self.log.warning("torchx_nb: %s", reason)
             self.finish(json.dumps({"message": reason, "reason": reason}))
             return
         super().write_error(status_code, **kwargs)
 
     def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
-        """An error the table lists is an answer, logged as one line (as tornado logs its
+        """An error answered by the table is logged as one line (as tornado logs its
         ``HTTPError``), not an uncaught exception with its traceback."""
-        if value is not None and http_status(value) is not None:
-            self.log.warning("%s: %s", self._request_summary(), self.reason(value))
+        found = self.answer(value) if value is not None else None
+        if found is not None:
+            self.log.warning("%s: %s", self._request_summary(), found[1])
             return
         super().log_exception(typ, value, tb)
 
     async def work(
         self,
         what: str,
-        unavailable: type[TorchxNbError],
+        failure: type[TorchxNbError],
         fn: Any,
         *args: Any,
         missing: str = "no such job",
+        refused: str | None = None,
     ) -> Any:
-        """``fn(*args)`` in the job service's pool. An error the table of
-        ``torchx_nb.specs.exceptions`` lists goes through as it is (a job its scheduler no
-        longer knows is 404, one that has ended 409…); any other is the failure of what was
-        asked, ``unavailable`` (``UpstreamError``, 502, ``UpstreamUnavailable``, 503, or
-        ``ServerFailed``, 500) with
-        its one-line reason (masked). ``None`` from ``fn``: no such job in the store
-        (``missing`` says what)."""
-        try:
-            body = await self.jobs().run(fn, *args)
-        except Exception as e:
-            if http_status(e) is not None:
-                raise
-            raise unavailable(f"{what} unavailable: {self.reason(e)}") from None
+        """``fn(*args)`` in the job service's pool; what it raises goes through as it is, to be
+        answered by ``write_error`` as asking for ``what`` (``Asking``: ``failure`` for an error
+        the table does not list, ``refused`` for a check). ``None`` from ``fn``: no such job in
+        the store (``missing`` says what)."""
+        self.asking = Asking(what, failure, refused)
+        body = await self.jobs().run(fn, *args)
+        self.asking = None
         if body is None:
             raise NoSuchJob(missing)
         return body
@@ -160,7 +201,7 @@ class JobsHandler(Base):
         state = self.documented_arg("/jobs", "state")
         after = self.exact_arg("after") or None
         service = self.jobs()
-        service.touch()
+        service.feed.touch()
         body = await service.run(
             service.page,
             self.text_arg("scheduler", _SCHEDULER),
@@ -173,17 +214,31 @@ class JobsHandler(Base):
         )
         self.write_json(body)
 
+    submission: Any = None
+
     @tornado.web.authenticated
     async def post(self) -> None:
         """Run a notebook as a job (the body: notebook, parameters, scheduler, cfg, image,
         resource, name, cell_timeout): 201 with its row; 400 with the one-line reason, before
-        anything is built or submitted, for anything that cannot run; a backend, registry or
-        daemon that does not answer is 503 (or 502) with its line, as the table says."""
+        anything is built or submitted, for anything that cannot run (the dry run's refusal);
+        a backend, registry or daemon that does not answer is 503 (or 502) with its line, as
+        the table says."""
         service = self.jobs()
-        sub = parse_submission(self.request.body, service.root_dir)
-        self.write_json(
-            await self.work("scheduler", UpstreamError, service.submit_notebook, sub), 201
-        )
+        self.submission = sub = parse_submission(self.request.body, service.root_dir)
+        request = await self.work("scheduler", UpstreamError, service.notebook_request, sub)
+        if sub.typed_cfg:
+            await self.work(
+                "scheduler", UpstreamError, service.check_cfg, request, refused="typed_cfg"
+            )
+        await self.work("scheduler", UpstreamError, service.check, request, refused="")
+        self.write_json(await self.work("scheduler", UpstreamError, service.submit, request), 201)
+
+    def refusal(self, exc: BaseException, field: str) -> str:
+        """A parameter is named by the body's field, not the CLI's flag."""
+        if isinstance(exc, BadParameter) and self.submission is not None:
+            field = "typed_parameters" if exc.name in self.submission.typed else "parameters"
+            return f"{field}.{exc.name}: {exc.why}"
+        return super().refusal(exc, field)
 
 
 class SchedulersHandler(Base):
@@ -371,12 +426,12 @@ class EventsHandler(Base):
     def _leave(self) -> None:
         if self._counted:
             self._counted = False
-            self.jobs().disconnect()
+            self.jobs().feed.disconnect()
 
     @tornado.web.authenticated
     async def get(self) -> None:
         service = self.jobs()
-        version = service.resume_from(
+        version = service.feed.resume_from(
             self.request.headers.get("Last-Event-ID") or self.get_argument("last_event_id", "")
         )
         once = self.documented_arg("/events", "once") == "1"
@@ -386,7 +441,7 @@ class EventsHandler(Base):
         self.set_header("Content-Type", "text/event-stream")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")
-        service.connect()
+        service.feed.connect()
         self._counted = True
         try:
             reset = version < 0
@@ -394,12 +449,12 @@ class EventsHandler(Base):
                 await self.flush()  # the headers at once: the client knows it is connected
             while not self._closed:
                 if reset:
-                    version = service.version
-                    rows = await service.run(service.active_rows)
+                    version = service.feed.version
+                    rows = await service.run(service.feed.active_rows)
                     self.write("event: reset\ndata: {}\n\n")
                     counts = True
                 else:
-                    version, found = await service.changes(version)
+                    version, found = await service.feed.changes(version)
                     if self._closed:
                         return
                     if found is None:  # the store was swapped: reload, as a new client
@@ -426,7 +481,7 @@ class EventsHandler(Base):
             self.write(f"event: job\ndata: {json.dumps(row)}\n\n")
         if counts:
             self.write(f"event: counts\ndata: {json.dumps(await service.run(service.counts))}\n\n")
-        self.write(f"id: {service.event_id(version)}\n: version {version}\n\n")
+        self.write(f"id: {service.feed.event_id(version)}\n: version {version}\n\n")
         await self.flush()
 
 
