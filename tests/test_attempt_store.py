@@ -119,6 +119,25 @@ def test_one_process_only_submits_the_next_attempt(tmp_path: Path) -> None:
     assert [(a.n, a.app_id) for a in store.attempts(H)] == [(1, "41"), (2, "57")]
 
 
+def test_a_claimed_resubmission_is_no_attempt_until_it_is_sent(tmp_path: Path) -> None:
+    """While attempt 3 is being submitted (its claim kept), the job has had 2 attempts: the
+    log, and so status's ``Attempts: N``, counts only the attempts sent."""
+    store = JobStore(tmp_path / "jobs.db")
+    store.add(job())
+    at = time.time() - 60
+    store.record_preemptions(H, "41", [Preemption(at, "spot")], ended=True)
+    assert store.claim_attempt(H, 2)
+    store.start_attempt(H, 2, "57")
+    store.record_preemptions(H, "57", [Preemption(at + 30, "spot")], ended=True)
+    assert store.claim_attempt(H, 3)
+    log = store.attempt_log(H)
+    assert (log.attempt, log.preemptions) == (2, 2)
+    assert [(a.n, a.app_id) for a in log.attempts] == [(1, "41"), (2, "57")]
+    store.start_attempt(H, 3, "63")
+    log = store.attempt_log(H)
+    assert (log.attempt, [a.app_id for a in log.attempts]) == (3, ["41", "57", "63"])
+
+
 def test_an_attempt_sent_while_the_job_was_cancelled_is_not_started(tmp_path: Path) -> None:
     store = JobStore(tmp_path / "jobs.db")
     store.add(job())

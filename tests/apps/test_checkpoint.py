@@ -246,8 +246,8 @@ def test_each_rank_has_its_own_folder(tmp_path: Path) -> None:
 
 def test_the_ledger_counts_attempts_preemptions_and_failures(tmp_path: Path) -> None:
     """Attempts count from 1 across preemptions and failures; an attempt that never said how
-    it ended (killed at once) is a preemption; past max_retries failures the attempt says
-    so before the program runs."""
+    it ended (killed without a SIGTERM: SIGKILL, OOM, a node lost) is a failure, never a
+    preemption; past max_retries failures the attempt says so before the program runs."""
     store = store_for(f"file://{tmp_path / 'store'}", "")
     seen = []
     for why in ("sigterm", None, "exit 1", "exit 3", "exit 170"):
@@ -256,7 +256,7 @@ def test_the_ledger_counts_attempts_preemptions_and_failures(tmp_path: Path) -> 
         seen.append((s.attempt, s.preemptions, s.failures))
         if why is not None:
             s.end(why)
-    assert seen == [(1, 0, 0), (2, 1, 0), (3, 2, 0), (4, 2, 1), (5, 2, 2)]
+    assert seen == [(1, 0, 0), (2, 1, 0), (3, 1, 1), (4, 1, 2), (5, 1, 3)]
     assert [e["why"] for e in ck.read_ledger(store)] == [
         "sigterm",
         "lost",
@@ -265,13 +265,13 @@ def test_the_ledger_counts_attempts_preemptions_and_failures(tmp_path: Path) -> 
         "exit 170",
     ]
     last = ck.Session(str(tmp_path / "local" / "rank-0"), store, 0)
-    os.environ[ck.MAX_RETRIES_ENV] = "1"
+    os.environ[ck.MAX_RETRIES_ENV] = "2"
     try:
         last.begin()
         assert last.retries_spent() == (
-            "the program failed 2 times (max_retries 1): not run again (attempt 6, 2 preemptions)"
+            "the program failed 3 times (max_retries 2): not run again (attempt 6, 1 preemptions)"
         )
-        os.environ[ck.MAX_RETRIES_ENV] = "2"
+        os.environ[ck.MAX_RETRIES_ENV] = "3"
         assert last.retries_spent() is None
     finally:
         del os.environ[ck.MAX_RETRIES_ENV]

@@ -304,3 +304,33 @@ def test_the_cell_runner_restores_from_an_object_store(
         assert done.returncode == 0, done.stderr
         seen.append(load_result(store, AppStatus(AppState.SUCCEEDED), "h"))
     assert seen == [(1, "1"), (2, "2")]
+
+
+def test_an_attempt_killed_without_sigterm_is_a_failure_not_a_preemption(
+    isolated: Path, tmp_path: Path
+) -> None:
+    """An attempt SIGKILLed (as the OOM killer or a lost node ends it: no SIGTERM, so the
+    ledger never hears how it ended) is a failure of the program, not a preemption: the next
+    attempt says 0 preemptions, and with max_retries 1 the third is not run."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = (
+        "import os, signal, torchx_nb\n"
+        "ckpt = torchx_nb.checkpoint()\n"
+        "print(f'attempt {ckpt.attempt} ({ckpt.preemptions} preemptions)', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    with get_runner() as runner:
+        handle = runner.run(cell(source=source, max_retries=1), "local_cwd", {}, workspace=str(ws))
+        wait_for(lambda: runner.status(handle).is_terminal(), 60)  # type: ignore[union-attr]
+    assert "attempt 1 (0 preemptions)" in combined_log(handle).read_text()
+    second = rerun(handle)
+    assert second.returncode == -signal.SIGKILL and second.stdout == "attempt 2 (0 preemptions)\n"
+    third = rerun(handle)
+    assert third.returncode == ck.RETRIES_SPENT_EXIT, third.stdout
+    assert third.stderr.strip().splitlines()[-1] == (
+        "torchx_nb: the program failed 2 times (max_retries 1): not run again"
+        " (attempt 3, 0 preemptions)"
+    )
+    ledger = json.loads((app_dir(handle) / "checkpoints" / ck.LEDGER).read_text())
+    assert [e["why"] for e in ledger] == ["lost", "lost", "exit 171"]

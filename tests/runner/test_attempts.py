@@ -207,12 +207,13 @@ def test_a_resubmission_killed_midway_is_taken_over(tmp_path: Path, monkeypatch)
             [sys.executable, "-c", STUCK_WATCHER, str(tmp_path / "jobs.db"), handle], cwd=root
         )
         try:
-            wait_for(lambda: [a.n for a in r.attempt_log(handle).attempts] == [1, 2], timeout=90)
+            wait_for(lambda: [a.n for a in r.jobstore.attempts(handle)] == [1, 2], timeout=90)
         finally:
             os.kill(watcher.pid, signal.SIGKILL)
             watcher.wait()
-        (claim,) = [a for a in r.attempt_log(handle).attempts if a.n == 2]
-        assert claim.app_id == ""  # claimed, never sent
+        (claim,) = [a for a in r.jobstore.attempts(handle) if a.n == 2]
+        assert claim.app_id == ""  # claimed, never sent: no attempt yet
+        assert [a.n for a in r.attempt_log(handle).attempts] == [1]
         monkeypatch.setattr(attempt_store, "CLAIM_SECONDS", 1.0)
         time.sleep(1.5)
         ended = r.wait(handle, wait_interval=0.2, timeout=120)

@@ -175,14 +175,22 @@ def test_under_preempt_mode_cancel_the_job_ends_preempted_and_is_sent_again(
 
 
 def test_torchx_nb_preempt_requeues_a_running_job(slurm_preempt_env: SlurmCluster) -> None:
-    """``preempt``: scontrol requeue (SIGTERM now, the cluster's KillWait, the hold), told as
-    a preemption by torchx-nb; a job that is not running is one line."""
+    """``torchx-nb preempt --grace 5``: scontrol requeue (SIGTERM now, the cluster's KillWait,
+    the hold), told as a preemption by torchx-nb; the grace asked, which Slurm does not take,
+    is said to be ignored in one line; a job that is not running is one line."""
+    from tests.conftest import cli
+
     cluster = slurm_preempt_env
     sched = SlurmScheduler("torchx")
     with get_runner() as runner:
         handle = runner.run(_app(_FIRST_RUN_PREEMPTED.format(then="exit 0")), "slurm", {})
         _running(runner, handle)
-        sched.preempt(_job(handle))
+        code, _, err = cli("preempt", handle, "--grace", "5")
+        assert code == 0, err
+        assert err.splitlines()[0] == (
+            "torchx-nb: the grace of 5 s is ignored on slurm: Slurm takes no grace of ours: it"
+            " sends SIGKILL after the cluster's KillWait (scontrol show config | grep KillWait)"
+        )
         _held_then_released(cluster, runner, handle, restarts=1)
         status = runner.wait(handle, wait_interval=0.5, timeout=180)
         assert status is not None and status.state == AppState.SUCCEEDED, status

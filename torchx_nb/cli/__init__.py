@@ -256,7 +256,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_preempt(args: argparse.Namespace) -> int:
     with _runner() as runner:
-        runner.preempt(args.app_handle, args.grace)
+        note = runner.preempt(args.app_handle, args.grace)
+        if note:
+            print(f"{PROG}: {note}", file=sys.stderr)
         print(
             f"{PROG}: preempted {args.app_handle}: it gets SIGTERM, then runs again as its"
             " backend runs a preempted job",

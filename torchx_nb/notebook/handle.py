@@ -81,8 +81,13 @@ class JobHandle:
         """Preempt the running job as its backend would (SIGTERM, ``grace`` seconds — the
         backend's own by default — the kill, then its own retry): try the program's resume
         from its checkpoint before paying for spot. ``NotPreemptible`` (one line) on a backend
-        that cannot, or for a job that is not running."""
-        self._runner.preempt(self.handle, grace)
+        that cannot, or for a job that is not running. A grace its backend does not honour
+        (Slurm's KillWait applies) is said in one warning."""
+        note = self._runner.preempt(self.handle, grace)
+        if note:
+            import warnings
+
+            warnings.warn(note, stacklevel=2)
 
     def watch(self) -> None:
         """Show the live widgets again in this notebook (after a kernel restart, or in another

@@ -214,11 +214,12 @@ class Attempts:
         counts += f", {log.failures} failure{'s' * (log.failures != 1)}"
         return [f"Attempts: {log.attempt} ({counts})", *(f"  {line}" for line in log.story())]
 
-    def preempt(self, app_handle: AppHandle, grace: float | None = None) -> None:
+    def preempt(self, app_handle: AppHandle, grace: float | None = None) -> str | None:
         """Preempt the running job the way its backend would (SIGTERM, ``grace`` seconds —
         the backend's own by default — the kill, then its own retry), so a program's resume
         logic can be tried before paying for spot. ``NotPreemptible`` (one line) on a backend
-        that cannot, or for a job that is not running."""
+        that cannot, or for a job that is not running. Returns one line when the ``grace``
+        asked is not honoured (Slurm's KillWait applies), None otherwise."""
         sched, backend, app_id = self.ctx.scheduler_and_id(app_handle)
         if not isinstance(sched, Preemptible):
             raise NotPreemptible(
@@ -236,3 +237,6 @@ class Attempts:
         if grace is not None and not 0 <= grace <= 3600:
             raise NotPreemptible(f"grace must be 0 to 3600 seconds, not {grace:g}")
         sched.preempt(app_id, sched.preempt_grace if grace is None else grace)
+        if grace is not None and sched.grace_ignored:
+            return f"the grace of {grace:g} s is ignored on {backend}: {sched.grace_ignored}"
+        return None

@@ -285,6 +285,10 @@ class Preemptible(abc.ABC):
     #: SageMaker's 120 s, a pod's terminationGracePeriodSeconds)
     preempt_grace: ClassVar[float] = 30.0
 
+    #: why a grace asked for is not honoured (a backend that kills after its own grace, as
+    #: Slurm's KillWait); empty when it is
+    grace_ignored: ClassVar[str] = ""
+
     @abc.abstractmethod
     def preempt(self, app_id: str, grace: float) -> None:
         """Preempt the running job ``app_id``, its program getting ``grace`` seconds after the

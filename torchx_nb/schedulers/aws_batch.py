@@ -18,6 +18,7 @@ from typing import Any
 from torchx_nb.schedulers.abilities import (
     DescribesMany,
     StoresOutputs,
+    SubmitsAgain,
     SubmitsArrays,
     TakesTypedOptions,
 )
@@ -33,7 +34,13 @@ from torchx_nb.schedulers.aws_batch_request import BatchJob as BatchJob
 from torchx_nb.schedulers.aws_batch_request import container as role_container
 from torchx_nb.schedulers.aws_batch_request import format_request, job_name
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
-from torchx_nb.schedulers.aws_batch_spot import reclaims, retry_strategy, spot_note
+from torchx_nb.schedulers.aws_batch_spot import (
+    again_request,
+    ended_reclaimed,
+    reclaims,
+    retry_strategy,
+    spot_note,
+)
 from torchx_nb.schedulers.aws_batch_status import (
     STATES,
     apply_exits,
@@ -59,6 +66,7 @@ from torchx_nb.specs.api import (
     macros,
 )
 from torchx_nb.specs.builders import role_of_command
+from torchx_nb.specs.exceptions import TorchxNbError
 from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin
 
@@ -79,6 +87,7 @@ class AwsBatchScheduler(
     DescribesMany,
     StoresOutputs,
     SubmitsArrays,
+    SubmitsAgain,
     Scheduler[AwsBatchOpts],
 ):
     """Multinode AWS Batch jobs; lists every queue without the 100-job cap. A sweep's trials
@@ -244,6 +253,19 @@ class AwsBatchScheduler(
         self._job_ids[app_id] = resp["jobId"]
         return app_id
 
+    def submit_again(self, app_id: str) -> str:
+        """Submit a job Batch ended with a reclaimed host (its ``attempts`` spent) again, as
+        ``QUEUE:NAME-aN`` (``aws_batch_spot.again_request``)."""
+        job_id = self._job_id(app_id)
+        jobs = self._describe_jobs([job_id]) if job_id else []
+        if not jobs:
+            raise TorchxNbError(f"Batch job {app_id} cannot be submitted again: it is gone")
+        new_id, args = again_request(app_id, jobs[0])
+        queue = args["jobQueue"]
+        resp = self._call(f"cannot submit to queue {queue!r}", self.client.submit_job, **args)
+        self._job_ids[new_id] = resp["jobId"]
+        return new_id
+
     def _job_id(self, app_id: str) -> str | None:
         if app_id in self._job_ids:
             return self._job_ids[app_id]
@@ -391,6 +413,7 @@ class AwsBatchScheduler(
             started=job["startedAt"] / 1000 if job.get("startedAt") else None,
             ended=job["stoppedAt"] / 1000 if job.get("stoppedAt") and is_terminal(state) else None,
             preemptions=reclaims(job),
+            ended_preempted=ended_reclaimed(job),
         )
         if job.get("statusReason"):
             resp.msg = str(job["statusReason"])

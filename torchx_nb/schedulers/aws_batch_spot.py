@@ -1,9 +1,12 @@
 """aws_batch on spot capacity: the job definition's ``retryStrategy`` that retries a reclaimed
-host without spending the program's retries, and the dry run's word on a queue with no spot
-compute environment (on AWS Batch, spot is the queue's, not the job's)."""
+host without spending the program's retries, the dry run's word on a queue with no spot
+compute environment (on AWS Batch, spot is the queue's, not the job's), and past Batch's cap
+(``attempts`` ≤ 10 in total): a job whose last attempt was a reclaim ends FAILED there, and
+torchx_nb submits it again as a new Batch job (``NAME-a2``, ``-a3``…) of the same handle."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from torchx_nb.apps.cell_runner.checkpoint import RETRIES_SPENT_EXIT
@@ -12,6 +15,8 @@ from torchx_nb.specs.preemption import Preemption
 MAX_ATTEMPTS = 10  # Batch's attempts, in total, program retries and reclaims together
 RECLAIMED = "Host EC2*"  # the status reason of an attempt whose EC2 host was terminated
 SPOT_TYPES = ("SPOT", "FARGATE_SPOT")
+MAX_JOB_NAME = 128  # Batch's jobName: letters, digits, hyphens and underscores, ≤ 128
+_ATTEMPT_SUFFIX = re.compile(r"^(?P<base>.+)-a(?P<n>\d+)$")
 
 
 def retry_strategy(max_retries: int, max_preemptions: int, ledger: bool) -> dict[str, Any]:
@@ -71,3 +76,46 @@ def reclaims(job: dict[str, Any]) -> list[Preemption]:
             )
         )
     return out
+
+
+def _reclaimed(attempt: dict[str, Any]) -> bool:
+    return str(attempt.get("statusReason") or "").startswith(RECLAIMED.rstrip("*"))
+
+
+def ended_reclaimed(job: dict[str, Any]) -> bool:
+    """The job ended FAILED with its last attempt's host reclaimed: Batch's ``attempts`` are
+    spent (or its rules said EXIT), so it will not run again by itself."""
+    attempts = job.get("attempts") or []
+    return job.get("status") == "FAILED" and bool(attempts) and _reclaimed(attempts[-1])
+
+
+def next_name(name: str) -> str:
+    """The job name of the next native job: ``NAME-a2``, then ``NAME-a3``… (Batch job names
+    need not be unique, but a handle's ``QUEUE:NAME`` finds its job by name), cut to Batch's
+    128 characters."""
+    m = _ATTEMPT_SUFFIX.match(name)
+    base, n = (m["base"], int(m["n"]) + 1) if m else (name, 2)
+    suffix = f"-a{n}"
+    return base[: MAX_JOB_NAME - len(suffix)] + suffix
+
+
+def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The next native job of the Batch job ``app_id`` (``QUEUE:NAME``, described as ``job``):
+    its new app id (``QUEUE:NAME-aN``) and SubmitJob's arguments — the job's own registered
+    definition (its environment carries the outputs and the checkpoint store, so they stay
+    the first job's), queue, tags, timeout and share."""
+    queue = app_id.partition(":")[0]
+    name = next_name(str(job["jobName"]))
+    args: dict[str, Any] = {
+        "jobName": name,
+        "jobQueue": queue,
+        "jobDefinition": job["jobDefinition"],
+        "tags": dict(job.get("tags") or {}),
+    }
+    if job.get("timeout"):
+        args["timeout"] = job["timeout"]
+    if job.get("shareIdentifier"):
+        args["shareIdentifier"] = job["shareIdentifier"]
+        if job.get("schedulingPriority") is not None:
+            args["schedulingPriorityOverride"] = job["schedulingPriority"]
+    return f"{queue}:{name}", args

@@ -108,10 +108,12 @@ class AttemptLog:
 
     @classmethod
     def of(cls, attempts: Iterable[Attempt], restores: Iterable[Restore] = ()) -> AttemptLog:
-        """The log of ``attempts`` (any order); ``restores``: what the job's checkpoint ledger
-        says each attempt restored, which tells where each preemption's next attempt resumed
-        from and so the work lost (else a backend's own ``ckpt_at``, else not known)."""
-        rows = tuple(sorted(attempts, key=lambda a: a.n))
+        """The log of ``attempts`` (any order: the started ones only — a resubmission claimed
+        but not sent yet, a claim row with no native id, is no attempt); ``restores``: what
+        the job's checkpoint ledger says each attempt restored, which tells where each
+        preemption's next attempt resumed from and so the work lost (else a backend's own
+        ``ckpt_at``, else not known)."""
+        rows = tuple(sorted((a for a in attempts if a.app_id), key=lambda a: a.n))
         ledger = sorted(restores, key=lambda r: r[0])
         events = []
         for i, a in enumerate(rows):

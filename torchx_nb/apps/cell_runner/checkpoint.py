@@ -58,10 +58,14 @@ def read_ledger(store: Store) -> list[dict[str, Any]]:
 
 
 def failures(entries: list[dict[str, Any]]) -> int:
-    """The program's own failures: attempts that ended with an exit status of theirs."""
+    """The program's failures: attempts that ended with an exit status of theirs, and those
+    killed without a SIGTERM (``lost``: SIGKILL, the OOM killer, a node lost) — every
+    backend's preemption sends SIGTERM first, which the ledger notes at once, and every
+    backend calls such a kill a failure."""
     count = 0
     for e in entries:
         why = str(e.get("why", ""))
+        count += why == "lost"
         code = why.removeprefix("exit ")
         if why.startswith("exit ") and code.lstrip("-").isdigit():
             count += int(code) != 0 and int(code) not in NOT_FAILURES
@@ -69,8 +73,9 @@ def failures(entries: list[dict[str, Any]]) -> int:
 
 
 def preemptions(entries: list[dict[str, Any]]) -> int:
-    """Attempts ended by SIGTERM, or that never said how they ended (killed at once)."""
-    return sum(e.get("why") in ("sigterm", "lost") for e in entries)
+    """Attempts ended by SIGTERM (a preemption: a cancel ends the job, so no attempt follows
+    one); an attempt killed without one is no preemption (``failures``)."""
+    return sum(e.get("why") == "sigterm" for e in entries)
 
 
 def _int_env(name: str) -> int | None:

@@ -9,6 +9,7 @@ from typing import Any
 from torchx_nb.schedulers.abilities import (
     DescribesMany,
     StoresOutputs,
+    SubmitsAgain,
     TakesTypedOptions,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse, GivenOpts, ListAppResponse, Scheduler
@@ -48,10 +49,17 @@ from torchx_nb.schedulers.gcp_batch.request import (
     _mounts,
     job_name,
     label_value,
+    parse_app_id,
     parse_trial_id,
     task_command,
 )
-from torchx_nb.schedulers.gcp_batch.spot import provisioning, retries
+from torchx_nb.schedulers.gcp_batch.spot import (
+    again_job,
+    ended_preempted,
+    next_job_id,
+    provisioning,
+    retries,
+)
 from torchx_nb.schedulers.gcp_reasons import waiting_reason
 from torchx_nb.schedulers.outputs import (
     REMOTE_OUTPUT_DIR,
@@ -72,6 +80,7 @@ from torchx_nb.specs.api import (
     is_terminal,
     macros,
 )
+from torchx_nb.specs.exceptions import TorchxNbError
 from torchx_nb.specs.named_resources_gcp import machine_type_for
 from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin
@@ -84,6 +93,7 @@ class GcpBatchScheduler(
     WorkspaceMixin,
     DescribesMany,
     StoresOutputs,
+    SubmitsAgain,
     Scheduler[GcpBatchOpts],
 ):
     """One GCP Batch job per app; describes many jobs with one list call per location; a
@@ -350,6 +360,23 @@ class GcpBatchScheduler(
                 f" {', '.join(sorted(found))} (-cfg location=...)"
             )
 
+    def submit_again(self, app_id: str) -> str:
+        """Create a job GCP Batch failed on a Spot preemption past its ``maxRetryCount``
+        again, as ``ID-a2`` (``-a3``…) of the same project and location."""
+        project, location, name = parse_app_id(app_id)
+        job = self._get(project, location, name)
+        if job is None:
+            raise TorchxNbError(f"GCP Batch job {app_id} cannot be created again: it is gone")
+        new = next_job_id(name)
+        self.gcp.call(
+            f"cannot create the GCP Batch job {new}",
+            self.gcp.batch.create_job,
+            parent=f"projects/{project}/locations/{location}",
+            job=again_job(job),
+            job_id=new,
+        )
+        return f"{project}:{location}:{new}"
+
     def _tasks(self, job: Any) -> list[Any]:
         return list(
             self.gcp.call(
@@ -447,6 +474,7 @@ class GcpBatchScheduler(
             started=_started(job),
             ended=_ts(job.update_time) if is_terminal(state) else None,
             preemptions=task_preemptions(tasks),
+            ended_preempted=ended_preempted(state, replicas),
         )
         failed = [r for r in replicas if r.state == AppState.FAILED]
         if failed:

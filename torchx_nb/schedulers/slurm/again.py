@@ -23,6 +23,10 @@ class SlurmPreempts(Preemptible, SubmitsAgain, SlurmJobs):
 
     #: Slurm's default KillWait: ``scontrol requeue`` waits the cluster's, not ours
     preempt_grace = 30.0
+    grace_ignored = (
+        "Slurm takes no grace of ours: it sends SIGKILL after the cluster's KillWait"
+        " (scontrol show config | grep KillWait)"
+    )
 
     def preempt(self, app_id: str, grace: float | None = None) -> None:
         """Requeue the running job as a preemption does (``grace`` is the cluster's

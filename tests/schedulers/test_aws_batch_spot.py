@@ -1,0 +1,119 @@
+"""aws_batch past Batch's cap (``attempts`` ≤ 10 in total, every reclaim spends one), against
+moto_server: moto does not preempt, so describe is shown the first Batch job ended FAILED with
+its last attempt's EC2 host terminated (a fake on top of moto's real job); torchx_nb submits it
+again as ``NAME-a2`` under the same handle, and it runs in moto's container to SUCCEEDED."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+import pytest
+
+from tests.conftest import shell_app
+from tests.infra.dockerd import DockerDaemon
+from tests.infra.moto import MotoServer, make_queue
+from torchx_nb.runner import get_runner
+from torchx_nb.schedulers.aws_batch import AwsBatchScheduler
+from torchx_nb.schedulers.aws_batch_spot import ended_reclaimed, next_name
+from torchx_nb.specs import AppState
+
+_queues = itertools.count()
+RECLAIM = "Host EC2 (instance i-0abc) terminated."
+
+
+@pytest.fixture
+def queue(aws_env: MotoServer) -> str:
+    aws_env.use_docker(True)
+    return make_queue(aws_env, f"spotq{next(_queues)}")
+
+
+@pytest.fixture
+def reclaimed_first(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """DescribeJobs as Batch says it of a job reclaimed on its last allowed attempt: the first
+    native job of each handle (a name with no ``-aN``) reads FAILED, its one attempt's host
+    terminated. Returns the names of the jobs DescribeJobs was asked about."""
+    asked: list[str] = []
+    real = AwsBatchScheduler._describe_jobs
+
+    def describe(self: AwsBatchScheduler, job_ids: list[str]) -> list[dict[str, Any]]:
+        jobs = real(self, job_ids)
+        out = []
+        for job in jobs:
+            asked.append(str(job["jobName"]))
+            if not re.search(r"-a\d+$", str(job["jobName"])):
+                started = job.get("startedAt") or job.get("createdAt") or 1_000_000
+                job = {
+                    **job,
+                    "status": "FAILED",
+                    "statusReason": RECLAIM,
+                    "startedAt": started,
+                    "stoppedAt": started + 1000,
+                    "attempts": [
+                        {"startedAt": started, "stoppedAt": started + 1000, "statusReason": RECLAIM}
+                    ],
+                }
+            out.append(job)
+        return out
+
+    monkeypatch.setattr(AwsBatchScheduler, "_describe_jobs", describe)
+    return asked
+
+
+def test_a_job_reclaimed_past_batch_s_attempts_is_submitted_again_under_its_handle(
+    queue: str,
+    reclaimed_first: list[str],
+    base_images: dict[str, str],
+    docker_env: DockerDaemon,
+) -> None:
+    app = shell_app("echo resumed", base_images["busybox"], mem_mb=128, retries=1)
+    with get_runner() as runner:
+        handle = runner.run(app, "aws_batch", {"queue": queue})
+        first = runner.jobstore.get(handle)
+        assert first is not None
+        ended = runner.wait(handle, wait_interval=0.3, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+        assert ended.msg.startswith("preempted at ") and "EC2 host was terminated" in ended.msg
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and rec.state == "SUCCEEDED"
+        # one preemption counted, max_retries (1) unspent, the handle kept
+        assert (rec.attempt, rec.preemptions, rec.failures) == (2, 1, 0)
+        assert rec.app_id == next_name(first.app_id) == f"{first.app_id}-a2"
+        assert rec.outputs == first.outputs  # the job definition's: kept across attempts
+        log = runner.attempt_log(handle)
+        assert [(a.n, a.ended_why, a.app_id) for a in log.attempts] == [
+            (1, "preempted", first.app_id),
+            (2, "succeeded", rec.app_id),
+        ]
+        assert any(n.endswith("-a2") for n in reclaimed_first)
+
+
+def test_a_job_reclaimed_past_its_limit_fails_and_is_not_submitted_again(
+    queue: str,
+    reclaimed_first: list[str],
+    base_images: dict[str, str],
+    docker_env: DockerDaemon,
+) -> None:
+    app = shell_app("echo resumed", base_images["busybox"], mem_mb=128)
+    with get_runner() as runner:
+        handle = runner.run(app, "aws_batch", {"queue": queue, "max_preemptions": 0})
+        ended = runner.wait(handle, wait_interval=0.3, timeout=120)
+        assert ended is not None and ended.state == AppState.FAILED, ended
+        assert ended.msg.startswith("preempted 1 times (limit 0): preempted at ")
+        assert "raise the limit with -cfg max_preemptions=N" in ended.msg
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and (rec.state, rec.attempt) == ("FAILED", 1)
+        assert not any(n.endswith("-a2") for n in reclaimed_first)
+
+
+def test_the_next_name_and_when_batch_will_not_run_it_again() -> None:
+    assert next_name("train-x1") == "train-x1-a2"
+    assert next_name("train-x1-a2") == "train-x1-a3"
+    assert next_name("t" * 128) == "t" * 125 + "-a2" and len(next_name("t" * 128)) == 128
+    reclaimed = {"startedAt": 1, "stoppedAt": 2, "statusReason": RECLAIM}
+    failed = {"startedAt": 3, "stoppedAt": 4, "statusReason": "Essential container in task exited"}
+    assert ended_reclaimed({"status": "FAILED", "attempts": [failed, reclaimed]})
+    assert not ended_reclaimed({"status": "FAILED", "attempts": [reclaimed, failed]})
+    assert not ended_reclaimed({"status": "SUCCEEDED", "attempts": [reclaimed]})
+    assert not ended_reclaimed({"status": "RUNNING", "attempts": [reclaimed]})
