@@ -36,6 +36,8 @@ export interface IJob {
   queued?: number | null;
   ran?: number | null;
   build_seconds?: number | null;
+  /** A preempted job's phases split by its attempts (the detail only): `ran 2:00 · held 0:05 · resumed 1:00`. */
+  phases?: string;
   notebook?: string | null;
   notebook_path?: string | null;
   image?: string;

@@ -182,7 +182,8 @@ export class JobView extends Widget {
       job.queued !== null && job.queued !== undefined ? `queued ${duration(job.queued)}` : '',
       job.ran !== null && job.ran !== undefined ? `ran ${duration(job.ran)}` : ''
     ].filter(Boolean);
-    add('Phases', phases.join(' · '));
+    // a preempted job's run split by its attempts (ran · held · resumed), as the CLI says it
+    add('Phases', job.phases ?? phases.join(' · '));
     add('Notebook', job.notebook_path ?? job.notebook);
     if (job.params && !job.sweep) {
       add(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from torchx_nb.errors import one_line
-from torchx_nb.phases import queue_and_run
+from torchx_nb.phases import phases_line, queue_and_run
 from torchx_nb.redact import redact, redact_lines, redact_text
 from torchx_nb.server.feed import CHANGES_KEPT as CHANGES_KEPT
 from torchx_nb.server.feed import LEASE_S as LEASE_S
@@ -228,8 +228,10 @@ class JobService:
                 for r in status.roles
             ]
             out["failures"] = [c.to_json() for c in self.runner.failure_cards(handle, status)]
-            events = self.runner.attempt_log(handle).events if rec.preemptions else ()
-            out["preempted"] = [p.to_json() for p in events]
+            log = self.runner.attempt_log(handle) if rec.preemptions else None
+            out["preempted"] = [p.to_json() for p in log.events] if log else []
+            if log:  # the run split by its attempts: ran · held · resumed
+                out["phases"] = phases_line(rec, attempts=log.attempts)
         else:
             out.setdefault("roles", [])
         out.setdefault("failures", [])
