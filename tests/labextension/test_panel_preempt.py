@@ -13,6 +13,7 @@ import pytest
 from tests.infra.lab import chromium_page, jupyter_lab, screenshot_dir
 from tests.labextension.test_panel import open_job_view, open_lab, row, wait_rows
 from tests.runner.test_checkpoints import preempted_twice
+from torchx_nb.phases import phases_line
 from torchx_nb.runner import get_runner
 
 pytestmark = pytest.mark.slow
@@ -24,6 +25,10 @@ def test_a_preempted_job_shows_its_chip_and_each_preemption(
     handle, _ = preempted_twice(tmp_path, name="spot-train")
     with get_runner() as runner:
         said = [line.strip() for line in runner.attempt_lines(handle)[1:]]
+        record = runner.jobstore.get(handle)
+        assert record is not None
+        phases = phases_line(record, attempts=runner.jobstore.attempts(handle))
+    assert phases.count("resumed") == 2, phases
     assert len(said) == 2 and "from the checkpoint of" in said[1], said
     root = tmp_path / "lab"
     root.mkdir()
@@ -40,4 +45,6 @@ def test_a_preempted_job_shows_its_chip_and_each_preemption(
         )
         assert view.locator(".tnb-preemptions-head").inner_text() == ("Preemptions (2) — attempt 3")
         assert view.locator(".tnb-preemption").all_inner_texts() == said
+        # the run split by its attempts, as status says it (was 'queued 0:00 · ran 0:15')
+        assert view.locator(".tnb-fact-phases").inner_text() == phases
         view.screenshot(path=str(screenshot_dir() / "job-view-preempted.png"))
