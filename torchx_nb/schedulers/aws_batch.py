@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import getpass
 import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -48,7 +47,15 @@ from torchx_nb.schedulers.aws_batch_status import (
     node_exits,
     time_limit,
 )
-from torchx_nb.schedulers.aws_common import AwsClients, aws_error, call, cloudwatch_events
+from torchx_nb.schedulers.aws_common import (
+    TAG_APP_NAME,
+    TAG_VERSION,
+    AwsClients,
+    aws_error,
+    call,
+    cloudwatch_events,
+    job_tags,
+)
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.logs import tail_wait
@@ -67,12 +74,8 @@ from torchx_nb.specs.api import (
 )
 from torchx_nb.specs.builders import role_of_command
 from torchx_nb.specs.exceptions import TorchxNbError
-from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin
 
-TAG_VERSION = "torchx.pytorch.org/version"
-TAG_APP_NAME = "torchx.pytorch.org/app-name"
-TAG_USER = "torchx.pytorch.org/user"
 RANK0_ENV = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
 NODE_INDEX = "$AWS_BATCH_JOB_NODE_INDEX"
 MAX_ROLES = 5
@@ -203,12 +206,7 @@ class AwsBatchScheduler(
             else:
                 ranges.append({"targetNodes": f"{start}:{start + n - 1}", "container": container})
             start += n
-        tags = {
-            TAG_VERSION: __version__,
-            TAG_APP_NAME: app.name,
-            TAG_USER: cfg.user or getpass.getuser(),
-            **app.metadata,
-        }
+        tags = job_tags(app.name, cfg.user, app.metadata)
         job_def: dict[str, Any] = {
             "jobDefinitionName": name,
             "type": "multinode",

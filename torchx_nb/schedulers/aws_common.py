@@ -1,9 +1,10 @@
-"""What the AWS backends share: boto3 clients with adaptive retries, one-line errors, and
-reading CloudWatch log streams (optionally following them)."""
+"""What the AWS backends share: boto3 clients with adaptive retries, one-line errors, the
+tags a job carries, and reading CloudWatch log streams (optionally following them)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import getpass
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +14,20 @@ from torchx_nb.specs.exceptions import AwsError as AwsError
 from torchx_nb.specs.exceptions import AwsUnavailable
 from torchx_nb.specs.log_line import LogLine
 from torchx_nb.version import __version__
+
+# TorchX's tag keys: a job carrying TAG_VERSION is one of ours (list and describe find it by it)
+TAG_VERSION = "torchx.pytorch.org/version"
+TAG_APP_NAME = "torchx.pytorch.org/app-name"
+TAG_USER = "torchx.pytorch.org/user"
+
+
+def job_tags(app_name: str, user: str | None, *extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The tags of a job as TorchX writes them (version, app name, user: ``user`` or the login
+    name), then ``extra`` mappings in order (the AppDef's metadata, the user's own tags)."""
+    tags = {TAG_VERSION: __version__, TAG_APP_NAME: app_name, TAG_USER: user or getpass.getuser()}
+    for more in extra:
+        tags.update(more or {})
+    return tags
 
 
 def error_code(e: BaseException) -> str:

@@ -11,7 +11,6 @@ apply to a patched image and are refused with the reason, not dropped."""
 from __future__ import annotations
 
 import contextlib
-import getpass
 import re
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from torchx_nb.schedulers import aws_common
 from torchx_nb.schedulers.abilities import DefinesMetrics, StoresOutputs, TakesTypedOptions
 from torchx_nb.schedulers.api import (
     DescribeAppResponse,
@@ -51,13 +51,9 @@ from torchx_nb.specs.api import (
     macros,
     make_app_handle,
 )
-from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
-TAG_VERSION = "torchx.pytorch.org/version"
-TAG_APP_NAME = "torchx.pytorch.org/app-name"
-TAG_USER = "torchx.pytorch.org/user"
 DEFAULT_OUTPUT = "s3://sagemaker-{region}-{account}/"
 SCRIPT_MODE_ONLY = {
     "source_dir": "the workspace is shipped in the image",
@@ -312,13 +308,7 @@ class AwsSageMakerScheduler(
         stopping: dict[str, Any] = {"MaxRuntimeInSeconds": cfg.max_run or 86400}
         if cfg.max_wait:
             stopping["MaxWaitTimeInSeconds"] = cfg.max_wait
-        tags = {
-            TAG_VERSION: __version__,
-            TAG_APP_NAME: app.name,
-            TAG_USER: cfg.user or getpass.getuser(),
-            **app.metadata,
-            **(cfg.tags or {}),
-        }
+        tags = aws_common.job_tags(app.name, cfg.user, app.metadata, cfg.tags)
         req: dict[str, Any] = {
             "TrainingJobName": name,
             "AlgorithmSpecification": algo,
@@ -441,7 +431,7 @@ class AwsSageMakerScheduler(
                 ResourceArn=summary["TrainingJobArn"],
             ).get("Tags", [])
             found = {t["Key"]: t["Value"] for t in tags}
-            return found if TAG_VERSION in found else None
+            return found if aws_common.TAG_VERSION in found else None
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             tags = list(pool.map(ours, summaries))
@@ -449,7 +439,7 @@ class AwsSageMakerScheduler(
             ListAppResponse(
                 app_id=s["TrainingJobName"],
                 state=STATES.get(s.get("TrainingJobStatus", ""), AppState.UNKNOWN),
-                name=t.get(TAG_APP_NAME, ""),
+                name=t.get(aws_common.TAG_APP_NAME, ""),
             )
             for s, t in zip(summaries, tags, strict=True)
             if t is not None
