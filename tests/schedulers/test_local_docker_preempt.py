@@ -215,3 +215,68 @@ def test_a_preemption_whose_workers_keep_dying_fails_the_job_in_one_line(
     assert _log(runner, app_id) == ["run 1\n"]
     code, _, err = cli("preempt", handle)
     assert code == 1 and "is FAILED, not running" in err, err
+
+
+# the job-side runner's checkpoint start (as a cell's runner does it), then a step kept in
+# the checkpoint folder; the first attempt waits for its preemption, saved on SIGTERM
+RESUMING = """
+import os, sys, time
+from cell_runner import checkpoint as ck
+ck.begin_run(None)
+folder = os.environ.get("TORCHX_NB_CHECKPOINT_DIR", "/tmp/no-checkpoint")
+os.makedirs(folder, exist_ok=True)
+state = os.path.join(folder, "step")
+step = int(open(state).read()) if os.path.exists(state) else 0
+runs = os.path.join(os.environ["TORCHX_OUTPUT_DIR"], "runs")
+n = int(open(runs).read()) + 1 if os.path.exists(runs) else 1
+open(runs, "w").write(str(n))
+print(f"run {n}: attempt {os.environ.get('TORCHX_NB_ATTEMPT', '1')}, resuming at {step}", flush=True)
+if n >= 2:
+    sys.exit(0)
+open(state, "w").write("7")
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_a_preempted_job_resumes_from_its_checkpoint(
+    runner: Runner, base_images: dict[str, str]
+) -> None:
+    """local_docker keeps every job's checkpoint store in its output folder (the local app
+    folder, as local_cwd): the next attempt restores what the first saved on SIGTERM, and
+    status says which checkpoint it resumed from. Before, no store was given: the rerun
+    started over at step 0 as attempt 1, and status said only 'up to … of work lost'."""
+    from pathlib import Path
+
+    import torchx_nb
+    from torchx_nb import specs
+
+    runner_dir = Path(torchx_nb.__file__).parent / "apps" / "cell_runner"
+    app = specs.AppDef(
+        "ckpt",
+        roles=[
+            specs.Role(
+                "r",
+                base_images["python"],
+                entrypoint="python3",
+                args=["-c", RESUMING],
+                env={"PYTHONPATH": "/runner"},
+                mounts=[specs.BindMount(str(runner_dir), "/runner/cell_runner", True)],
+                resource=specs.Resource(cpu=1, gpu=0, memMB=256),
+            )
+        ],
+    )
+    handle = runner.run(app, "local_docker", {})
+    app_id = handle.rsplit("/", 1)[1]
+    first = ["run 1: attempt 1, resuming at 0\n"]
+    wait_for(lambda: _log(runner, app_id) == first, timeout=60)
+    code, _, err = cli("preempt", handle, "--grace", "5")
+    assert code == 0, err
+    end = runner.wait(handle, wait_interval=0.2, timeout=90)
+    assert end is not None and end.state == AppState.SUCCEEDED, end
+    assert _log(runner, app_id) == [*first, "run 2: attempt 2, resuming at 7\n"]
+    code, out, _ = cli("status", handle)
+    lines = out.splitlines()
+    assert "Attempts: 2 (1 preemption, 0 failures)" in lines, out
+    story = next(line.strip() for line in lines if line.strip().startswith("preempted at "))
+    assert " from the checkpoint of " in story and "up to" not in story, out

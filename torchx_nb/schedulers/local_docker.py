@@ -36,7 +36,14 @@ from torchx_nb.schedulers.local_docker_attempts import (
 )
 from torchx_nb.schedulers.local_docker_logs import docker_time, timed_lines
 from torchx_nb.schedulers.logs import on_tail_stop
-from torchx_nb.schedulers.outputs import cancel_mark, mark_cancelled, marked_ending, output_env
+from torchx_nb.schedulers.outputs import (
+    cancel_mark,
+    checkpoint_env,
+    checkpoint_url,
+    mark_cancelled,
+    marked_ending,
+    output_env,
+)
 from torchx_nb.specs.api import (
     AppDef,
     AppDryRunInfo,
@@ -244,6 +251,12 @@ class LocalDockerScheduler(
                 name = container_name(app_id, role.name, i)
                 env = {
                     **output_env(CONTAINER_OUTPUTS, None),
+                    # a checkpoint store in the outputs: a preemption's rerun restores it
+                    **checkpoint_env(
+                        f"file://{checkpoint_url(CONTAINER_OUTPUTS)}",
+                        max_retries=r.max_retries,
+                        grace=self.preempt_grace,
+                    ),
                     **copied,
                     **r.env,
                     **extra_env,
