@@ -280,3 +280,28 @@ def test_a_preempted_job_resumes_from_its_checkpoint(
     assert "Attempts: 2 (1 preemption, 0 failures)" in lines, out
     story = next(line.strip() for line in lines if line.strip().startswith("preempted at "))
     assert " from the checkpoint of " in story and "up to" not in story, out
+
+
+def test_a_preemption_given_up_before_it_stopped_anything_leaves_nothing_running(
+    runner: Runner, base_images: dict[str, str], docker_env: DockerDaemon
+) -> None:
+    """Workers that died before they stopped a replica, three times over: the job is FAILED
+    with the preemption's line only once its replica is stopped. Before, it read FAILED with
+    the replica still running, and `torchx-nb cancel` said 'cancel requested' and stopped
+    nothing (a FAILED job is not cancelled): a container running on that nothing tracked."""
+    import json
+
+    from torchx_nb.paths import private_dir, write_private
+
+    handle, app_id = _submit(runner, base_images)
+    mark = preempt_mark(app_id)
+    private_dir(mark.parent)
+    write_private(mark, json.dumps({"at": time.time(), "grace": 0, "attempt": 1, "restarts": 3}))
+    end = runner.wait(handle, wait_interval=0.2, timeout=30)
+    assert end is not None and end.state == AppState.FAILED, end
+    assert end.msg.startswith(f"{app_id} was preempted but attempt 2 could not be started: ")
+    c = docker_env.client().containers.get(container_name(app_id, "r", 0))
+    assert c.status == "exited", c.status
+    code, out, _ = cli("status", handle)
+    assert code == 0 and "State: FAILED" in out and "r[0]:RUNNING" not in out, out
+    assert _log(runner, app_id) == ["run 1\n"]

@@ -14,7 +14,8 @@ While the mark is there, describe says the app is being preempted.
 A mark that nobody holds locked is a worker that died midway (the lock dies with it: no pid is
 trusted): describe, list and preempt call ``take_over``, which starts a new worker on the mark
 to do what is left (a replica is never renamed or run again twice); after ``MAX_RESTARTS``
-such restarts, or when the worker fails, the app is FAILED with one line."""
+such restarts, or when the worker fails, the app is FAILED with one line, once the
+preempted attempt's replicas still running are killed (a FAILED job runs nothing)."""
 
 from __future__ import annotations
 
@@ -185,6 +186,7 @@ def take_over(app_id: str) -> bool:
         if restarts >= MAX_RESTARTS:
             said["failed"] = f"its preemption's worker stopped {restarts + 1} times: see {mark}.log"
             _write(fd, said)
+            _end_stop(app_id, said)
             return False
         said["restarts"] = restarts + 1
         _write(fd, said)
@@ -192,6 +194,22 @@ def take_over(app_id: str) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def _end_stop(app_id: str, said: dict[str, Any], client: Any = None) -> None:
+    """A preemption given up ends the stop it began: the preempted attempt's replicas still
+    running are killed (their grace is long over), so the job read FAILED runs nothing — a
+    FAILED job is never cancelled again. Best effort: a daemon that cannot be reached here
+    leaves them, and describe then still shows them running (``during``)."""
+    n = int(said.get("attempt") or 1)
+    with contextlib.suppress(Exception):
+        if client is None:
+            from torchx_nb.workspace.daemon import docker_client
+
+            client = docker_client()
+        for c in newest(_containers(client, app_id)):
+            if attempt_of(c) == n and c.status in ("running", "restarting"):
+                c.kill()
 
 
 def wait(app_id: str) -> None:
@@ -220,7 +238,10 @@ def during(app_id: str, said: dict[str, Any] | None, resp: DescribeAppResponse) 
     if said is None or _cancelled(app_id):
         return
     if said.get("failed"):
-        resp.state, resp.msg = AppState.FAILED, _failed_line(app_id, said)
+        resp.msg = _failed_line(app_id, said)
+        # FAILED once nothing runs: a replica left running stays one to cancel
+        if not any(r.state == AppState.RUNNING for ro in resp.roles_statuses for r in ro.replicas):
+            resp.state = AppState.FAILED
         return
     take_over(app_id)
     resp.state, resp.ended = AppState.RUNNING, None
@@ -296,6 +317,7 @@ def main(argv: list[str]) -> int:
         line = (str(getattr(e, "explanation", "") or e).strip().splitlines() or [""])[0]
         said["failed"] = f"{type(e).__name__}: {line[:300]}"
         _write(fd, said)
+        _end_stop(app_id, said)
         return 1
     mark.unlink(missing_ok=True)  # still holding the lock: no one takes it for a dead worker's
     with contextlib.suppress(OSError):
