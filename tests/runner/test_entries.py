@@ -51,6 +51,55 @@ def test_a_runner_subclass_s_overrides_are_called_by_run_component_run_and_wait(
         assert runner.jobstore.get(again) is not None
 
 
+class TorchxSignatures(Runner):
+    """A subclass written to TorchX 0.7.0's signatures, which its ``run`` calls with TorchX's
+    arguments only: ``dryrun(app, scheduler, cfg=, workspace=, parent_run_id=)`` and
+    ``schedule(dryrun_info)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def dryrun(  # type: ignore[override]
+        self,
+        app: Any,
+        scheduler: str,
+        cfg: Any = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> AppDryRunInfo[Any]:
+        self.calls.append("dryrun")
+        return super().dryrun(app, scheduler, cfg, workspace, parent_run_id)
+
+    def schedule(self, dryrun_info: AppDryRunInfo[Any]) -> AppHandle:  # type: ignore[override]
+        self.calls.append("schedule")
+        return super().schedule(dryrun_info)
+
+
+def test_overrides_with_torchx_s_signatures_are_called_as_torchx_calls_them(
+    tmp_path: Any,
+) -> None:
+    """``run`` passed ``build_workspace``/``packages`` to ``dryrun`` and ``workspace`` to
+    ``schedule``: an override with TorchX's signature failed with a TypeError. The run still
+    builds its workspace (a run, not a dry run) and records it."""
+    (tmp_path / "data.txt").write_text("payload\n")
+    with TorchxSignatures() as runner:
+        handle = runner.run_component("utils.echo", ["--msg", "hi"], "local_cwd")
+        assert runner.calls == ["dryrun", "schedule"]
+        runner.calls.clear()
+        again = runner.run(echo(msg="again"), "local_cwd", workspace=str(tmp_path))
+        assert runner.calls == ["dryrun", "schedule"]
+        for h in (handle, again):
+            status = runner.wait(h, wait_interval=0.1)
+            assert status is not None and status.state == AppState.SUCCEEDED
+        record = runner.jobstore.get(again)
+        assert record is not None and record.workspace == str(tmp_path)
+        # a dry run asked for by itself still only lists its workspace
+        info = runner.dryrun(echo(msg="dry"), "local_cwd", workspace=str(tmp_path))
+        with pytest.raises(TorchxNbError, match="prepared for a dry run"):
+            runner.schedule(info)
+
+
 @pytest.mark.parametrize("how", ["deepcopy", "pickle"])
 def test_a_copy_of_a_sent_prepared_run_is_not_sent_again(how: str) -> None:
     """The sent-once guard keyed on ``id()``: a deep copy (or a pickle's round trip) of a

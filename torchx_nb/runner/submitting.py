@@ -16,7 +16,7 @@ from typing import Any
 from torchx_nb.jobstore import JobRecord
 from torchx_nb.runner.attempts import Attempts
 from torchx_nb.runner.core import RunnerContext
-from torchx_nb.runner.entries import SubmitEntries
+from torchx_nb.runner.entries import RunCall, SubmitEntries, current_run_call, run_call
 from torchx_nb.runner.noticing import Noticing
 from torchx_nb.runner.program_job import RunnerProgramJob
 from torchx_nb.runner.requests import (
@@ -438,9 +438,9 @@ class Submitting:
         cfg: Mapping[str, CfgVal] | None = None,
         workspace: str | None = None,
         parent_run_id: str | None = None,
-        build_workspace: bool = False,
+        build_workspace: bool | None = None,
         push: bytes | None = None,
-        packages: str = "auto",
+        packages: str | None = None,
     ) -> AppDryRunInfo[Any]:
         """Build the scheduler's native request for ``app`` without submitting anything
         (TorchX's call; ``prepare`` is the one a ``RunRequest`` takes): TorchX's
@@ -448,11 +448,21 @@ class Submitting:
 
         By default (a dry run) the workspace is only listed, never built or pushed, and the
         request shows the cell script and the image name that the run will send. ``run``
-        passes ``build_workspace=True``. ``push``: variables (cloudpickle) sent into a
-        cell's namespace; ``packages``: the environment (auto, none, or a requirements
-        file)."""
+        asks for ``build_workspace=True`` (through ``entries.run_call``, so a subclass's
+        override with TorchX's signature is called as TorchX calls it). ``push``: variables
+        (cloudpickle) sent into a cell's namespace; ``packages``: the environment (auto,
+        none, or a requirements file)."""
+        call = current_run_call() or RunCall()
         prepared = self._prepare_app(
-            app, scheduler, cfg, workspace, parent_run_id, build_workspace, push, packages, {}
+            app,
+            scheduler,
+            cfg,
+            workspace,
+            parent_run_id,
+            call.build_workspace if build_workspace is None else build_workspace,
+            push,
+            call.packages if packages is None else packages,
+            call.record,
         )
         return PreparedDryRun(prepared)
 
@@ -471,10 +481,14 @@ class Submitting:
         from torchx_nb.environment.packages_option import check_packages_option
 
         packages = check_packages_option(packages)
-        info = self._entries.dryrun(
-            app, scheduler, cfg, workspace, parent_run_id, build_workspace=True, packages=packages
-        )
-        return self._entries.schedule(info, workspace=workspace, **record)
+        # TorchX's calls, with TorchX's arguments: a subclass's override is called as TorchX
+        # calls it; what a run adds reaches the Runner's own dryrun through run_call
+        call = RunCall(True, packages, {"workspace": workspace, **record})
+        with run_call(call):
+            info = self._entries.dryrun(
+                app, scheduler, cfg=cfg, workspace=workspace, parent_run_id=parent_run_id
+            )
+        return self._entries.schedule(info)
 
     def _prepare_app(
         self,
@@ -522,10 +536,16 @@ class Submitting:
     ) -> AppHandle:
         """Build the named component and run it: TorchX's ``dryrun_component`` then
         ``schedule`` (a Runner subclass's, when it overrides them)."""
-        info = self._entries.dryrun_component(
-            component, component_args, scheduler, cfg, workspace, parent_run_id, True
-        )
-        return self._entries.schedule(info, workspace=workspace)
+        with run_call(RunCall(True, record={"workspace": workspace})):
+            info = self._entries.dryrun_component(
+                component,
+                component_args,
+                scheduler,
+                cfg=cfg,
+                workspace=workspace,
+                parent_run_id=parent_run_id,
+            )
+        return self._entries.schedule(info)
 
     def dryrun_component(
         self,
@@ -539,7 +559,12 @@ class Submitting:
     ) -> AppDryRunInfo[Any]:
         """Build the named component from CLI-style (or dict) args, then dryrun it."""
         app = self.ctx.component_app(component, component_args)
-        return self._entries.dryrun(app, scheduler, cfg, workspace, parent_run_id, build_workspace)
+        with contextlib.ExitStack() as stack:
+            if build_workspace:
+                stack.enter_context(run_call(RunCall(True, record={"workspace": workspace})))
+            return self._entries.dryrun(
+                app, scheduler, cfg=cfg, workspace=workspace, parent_run_id=parent_run_id
+            )
 
 
 def _refuse_dry(prepared: PreparedRun) -> None:
