@@ -116,3 +116,30 @@ def test_a_copy_of_a_sent_prepared_run_is_not_sent_again(how: str) -> None:
         fresh = runner.prepare(RunRequest(cell="6 * 7", scheduler="local_cwd"), build=True)
         assert fresh.token != prepared.token
         runner.wait(handle, wait_interval=0.1)
+
+
+def test_a_copy_sent_through_another_runner_is_refused_and_a_failed_send_can_be_retried() -> None:
+    """The guard was each Runner's own: a pickled copy of a sent run handed to a second Runner
+    (the magic's beside get_runner()'s) was sent again — on local_cwd a raw FileExistsError,
+    elsewhere a second job. A send that fails (its scheduler refused it) is no send."""
+    with Runner() as first, Runner() as second:
+        prepared = first.prepare(RunRequest(cell="6 * 7", scheduler="local_cwd"), build=True)
+        handle = first.submit(prepared)
+        with pytest.raises(TorchxNbError, match=f"already submitted as {handle}; prepare it"):
+            second.submit(pickle.loads(pickle.dumps(prepared)))
+        assert [r.handle for r in first.jobstore.list()] == [handle]
+        first.wait(handle, wait_interval=0.1)
+
+        again = first.prepare(RunRequest(cell="6 * 7", scheduler="local_cwd"), build=True)
+        sched = second.get_scheduler("local_cwd")
+        real = sched.schedule
+
+        def refuse(info: object) -> str:
+            raise OSError("the disk is full")
+
+        sched.schedule = refuse  # type: ignore[method-assign]
+        with pytest.raises(OSError, match="disk is full"):
+            second.submit(again)
+        sched.schedule = real  # type: ignore[method-assign]
+        retried = second.submit(again)
+        assert second.wait(retried, wait_interval=0.1).state.name == "SUCCEEDED"

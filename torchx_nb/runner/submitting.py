@@ -7,9 +7,10 @@ import contextlib
 import copy
 import json
 import os
+import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,6 @@ class Submitting:
         self._attempts = attempts
         #: what ``run``/``run_component`` go through: the Runner's (a subclass's) methods
         self._entries: SubmitEntries = entries or self
-        #: the prepared runs submitted (by their token, which a copy shares) and their handles
-        self._sent: dict[str, AppHandle] = {}
 
     def prepare(self, request: RunRequest, build: bool = False) -> PreparedRun:
         """Check everything in ``request`` and build the scheduler's exact request: the
@@ -117,13 +116,12 @@ class Submitting:
     def submit(self, prepared: PreparedRun, **record: str | None) -> AppHandle:
         """Send a prepared (built) run and record it in the job store (with ``record``: a
         sweep trial's ``sweep``, ``trial`` and ``params``)."""
-        self._refuse_sent(prepared)
-        sched = self.ctx.get_scheduler(prepared.scheduler)
-        if isinstance(sched, RunsEndHook):
-            sched.end_hook = self._noticing.end_hook()
-        app_id = sched.schedule(prepared.info)
-        handle = make_app_handle(prepared.scheduler, self.ctx.session, app_id)
-        self._sent[prepared.token] = handle  # its request names its job: sent once
+        with _sending(prepared) as sent:
+            sched = self.ctx.get_scheduler(prepared.scheduler)
+            if isinstance(sched, RunsEndHook):
+                sched.end_hook = self._noticing.end_hook()
+            app_id = sched.schedule(prepared.info)
+            handle = sent(make_app_handle(prepared.scheduler, self.ctx.session, app_id))
         outputs = None
         if isinstance(sched, StoresOutputs):
             with contextlib.suppress(Exception):
@@ -157,13 +155,13 @@ class Submitting:
         """Send a prepared run as one native array of ``len(points)`` tasks (its scheduler
         ``SubmitsArrays``), and record each task as a trial of ``sweep`` (``points``: each
         trial's parameters as JSON). Returns the trials' handles, in index order."""
-        self._refuse_sent(prepared)
-        sched = self.ctx.get_scheduler(prepared.scheduler)
-        if not isinstance(sched, SubmitsArrays):
-            raise TorchxNbError(f"{prepared.scheduler} has no native arrays")
-        array = sched.array_request(prepared.info, len(points), max_parallel)
-        array_id = sched.schedule(array)
-        self._sent[prepared.token] = make_app_handle(prepared.scheduler, self.ctx.session, array_id)
+        with _sending(prepared) as sent:
+            sched = self.ctx.get_scheduler(prepared.scheduler)
+            if not isinstance(sched, SubmitsArrays):
+                raise TorchxNbError(f"{prepared.scheduler} has no native arrays")
+            array = sched.array_request(prepared.info, len(points), max_parallel)
+            array_id = sched.schedule(array)
+            sent(make_app_handle(prepared.scheduler, self.ctx.session, array_id))
         base = None
         if isinstance(sched, StoresOutputs):
             with contextlib.suppress(Exception):
@@ -190,17 +188,6 @@ class Submitting:
                 build_seconds=prepared.build.seconds if prepared.build else None,
             )
         return handles
-
-    def _refuse_sent(self, prepared: PreparedRun) -> None:
-        """A dry run, or a run sent already (this very value or a copy of it: a deep copy, a
-        pickle's round trip), is refused in one line before anything is sent."""
-        _refuse_dry(prepared)
-        sent = self._sent.get(prepared.token)
-        if sent is not None:
-            raise TorchxNbError(
-                f"this prepared run was already submitted as {sent};"
-                " prepare it again to send another job"
-            )
 
     def _record_submission(
         self,
@@ -576,3 +563,43 @@ def _refuse_dry(prepared: PreparedRun) -> None:
             " built or written; prepare it with build=True (Runner.dryrun(...,"
             " build_workspace=True)) to submit it"
         )
+
+
+# the prepared runs sent by this process (by their token, which a copy shares: a deep copy, a
+# pickle's round trip) and their handles; None while one is being sent. Process-wide: a copy
+# handed to another Runner (the magic's beside get_runner()'s) is the same request.
+_SENT: dict[str, AppHandle | None] = {}
+_SENT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _sending(prepared: PreparedRun) -> Iterator[Callable[[AppHandle], AppHandle]]:
+    """Claim ``prepared`` for sending, or refuse it in one line (a dry run, a run sent already
+    or being sent by another thread); yields the call that records its handle once sent. A
+    send that fails releases the claim, so the same run can be tried again."""
+    _refuse_dry(prepared)
+    token = prepared.token
+    with _SENT_LOCK:
+        if token in _SENT:
+            sent = _SENT[token]
+            raise TorchxNbError(
+                f"this prepared run was already submitted as {sent};"
+                " prepare it again to send another job"
+                if sent
+                else "this prepared run is being submitted already; prepare it again to send"
+                " another job"
+            )
+        _SENT[token] = None
+
+    def record(handle: AppHandle) -> AppHandle:
+        with _SENT_LOCK:
+            _SENT[token] = handle
+        return handle
+
+    try:
+        yield record
+    except BaseException:
+        with _SENT_LOCK:
+            if _SENT.get(token) is None:
+                del _SENT[token]
+        raise
