@@ -77,6 +77,20 @@ def test_the_ledger_says_where_each_attempt_resumed_from_and_so_the_work_lost() 
     )
 
 
+def test_a_checkpoint_dated_after_the_preemption_by_a_clock_ahead_is_the_preemption_s_time() -> (
+    None
+):
+    """A job whose clock runs ahead of ours dated its checkpoint after the preemption: the line
+    said 'preempted at 10:04 … from the checkpoint of 10:09' (found by the hunt)."""
+    rows = [
+        Attempt(1, "7", at(10, 0), at(10, 4), "preempted", "torchx-nb preempt"),
+        Attempt(2, "7", at(10, 5), None, "running"),
+    ]
+    assert AttemptLog.of(rows, [(at(10, 0), None), (at(10, 5), at(10, 9))]).story() == [
+        "preempted at 10:04 (torchx-nb preempt), resumed at 10:05 from the checkpoint of 10:04"
+    ]
+
+
 def test_the_limit_line_names_the_count_the_limit_and_the_fix() -> None:
     line = limit_line(21, 20, Preemption(at(10, 2), "spot capacity reclaimed"))
     assert line == (

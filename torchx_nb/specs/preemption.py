@@ -127,6 +127,8 @@ class AttemptLog:
             ckpt, restored = a.ckpt_at, (True if a.ckpt_at is not None else None)
             if found is not None:
                 ckpt, restored = found[1], found[1] is not None
+            if ckpt is not None:  # a job's clock ahead of ours: no checkpoint after its end
+                ckpt = min(ckpt, ended)
             # work done before this attempt began is not this preemption's loss
             began = a.started
             if began is None:  # not seen running by any watcher: the ledger saw it begin
