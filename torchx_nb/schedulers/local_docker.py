@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torchx_nb.lazy import LazyClient
@@ -35,6 +34,20 @@ from torchx_nb.schedulers.local_docker_attempts import (
     preemptions,
 )
 from torchx_nb.schedulers.local_docker_logs import docker_time, timed_lines
+from torchx_nb.schedulers.local_docker_request import (
+    DockerContainer as DockerContainer,
+)
+from torchx_nb.schedulers.local_docker_request import (
+    DockerJob as DockerJob,
+)
+from torchx_nb.schedulers.local_docker_request import (
+    container_name as container_name,
+)
+from torchx_nb.schedulers.local_docker_request import (
+    format_job,
+    role_from_label,
+    role_label,
+)
 from torchx_nb.schedulers.logs import on_tail_stop
 from torchx_nb.schedulers.outputs import (
     cancel_mark,
@@ -51,7 +64,6 @@ from torchx_nb.specs.api import (
     BindMount,
     DeviceMount,
     ReplicaStatus,
-    Resource,
     Role,
     RoleStatus,
     TorchxNbError,
@@ -82,94 +94,6 @@ _STATES = {
     "removing": AppState.PENDING,
     "dead": AppState.FAILED,
 }
-
-
-@dataclass
-class DockerContainer:
-    """One replica: image, command, and the keyword arguments of ``containers.run``."""
-
-    image: str
-    command: list[str]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class DockerJob:
-    """local_docker's native request: the containers to start and the network they join."""
-
-    app_id: str
-    network: str
-    containers: list[DockerContainer] = field(default_factory=list)
-    outputs: str = ""  # the host folder mounted at CONTAINER_OUTPUTS in every container
-
-
-def _fmt_job(job: DockerJob) -> str:
-    import json
-
-    from torchx_nb.redact import redact
-
-    data = {
-        "app_id": job.app_id,
-        "network": job.network,
-        "outputs": job.outputs,
-        "containers": [
-            {"image": c.image, "command": c.command, **_jsonable(c.kwargs)} for c in job.containers
-        ],
-    }
-    return json.dumps(redact(data), indent=2, default=str)
-
-
-def _jsonable(kwargs: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for k, v in kwargs.items():
-        if k == "mounts":
-            out[k] = [dict(m) for m in v]
-        elif k == "device_requests":
-            out[k] = [dict(d) for d in v]
-        else:
-            out[k] = v
-    return out
-
-
-def container_name(app_id: str, role: str, replica_id: int) -> str:
-    """TorchX's container naming: ``{app_id[-30:]}-{role[:30]}-{replica}``, starting alphanumeric."""
-    name = f"{app_id[-30:]}-{role[:30]}-{replica_id}"
-    return re.sub(r"^[^a-zA-Z0-9]+", "", name)
-
-
-def _role_label(role: Role) -> str:
-    import json
-
-    return json.dumps(
-        {
-            "name": role.name,
-            "image": role.image,
-            "entrypoint": role.entrypoint,
-            "args": role.args,
-            "num_replicas": role.num_replicas,
-            "resource": [role.resource.cpu, role.resource.gpu, role.resource.memMB],
-            "max_retries": role.max_retries,
-        }
-    )
-
-
-def _role_from_label(text: str) -> Role | None:
-    import json
-
-    try:
-        d = json.loads(text)
-    except ValueError:
-        return None
-    cpu, gpu, mem = d.get("resource", [1, 0, 1024])
-    return Role(
-        name=d["name"],
-        image=d["image"],
-        entrypoint=d["entrypoint"],
-        args=list(d["args"]),
-        num_replicas=d["num_replicas"],
-        max_retries=d.get("max_retries", 0),
-        resource=Resource(cpu=cpu, gpu=gpu, memMB=mem),
-    )
 
 
 def _app_state(states: list[AppState]) -> AppState:
@@ -270,7 +194,7 @@ class LocalDockerScheduler(
                         LABEL_APP_ID: app_id,
                         LABEL_ROLE_NAME: role.name,
                         LABEL_REPLICA_ID: str(i),
-                        LABEL_SPEC: _role_label(role),
+                        LABEL_SPEC: role_label(role),
                         LABEL_ATTEMPT: "1",
                     },
                     "privileged": cfg.privileged,
@@ -296,7 +220,7 @@ class LocalDockerScheduler(
                 job.containers.append(
                     DockerContainer(image=r.image, command=[r.entrypoint, *r.args], kwargs=kwargs)
                 )
-        return AppDryRunInfo(job, _fmt_job)
+        return AppDryRunInfo(job, format_job)
 
     @staticmethod
     def _resources(role: Role, kwargs: dict[str, Any]) -> None:
@@ -494,7 +418,7 @@ class LocalDockerScheduler(
                 ReplicaStatus(replica, state, role_name, c.name, exit_code=code, oom=oom)
             )
             if role_name not in roles:
-                spec = _role_from_label(c.labels.get(LABEL_SPEC, ""))
+                spec = role_from_label(c.labels.get(LABEL_SPEC, ""))
                 if spec:
                     roles[role_name] = spec
         app_state = _app_state(states)
