@@ -64,6 +64,8 @@ _PODINFO = "/etc/torchx-nb/pod"
 # background loop reads the downward API's annotations file each second and, once the cancel
 # mark is there, stops the program (SIGTERM, SIGKILL 10 s later), which then ends the pod with
 # CANCELLED_EXIT. ``wait`` interrupted by the trap is waited again until the program is gone.
+# The program's own exit 170 (no mark) ends the pod with 1: 170 would fail its index for good
+# and read as a cancel.
 _MARKED = f"grep -q '^{CANCEL_ANNOTATION}=' {_PODINFO}/annotations 2>/dev/null"
 _TRIAL_SH = f"""\
 "$@" & pid=$!
@@ -74,6 +76,7 @@ wait $pid; code=$?
 while kill -0 $pid 2>/dev/null; do wait $pid; code=$?; done
 kill $watcher 2>/dev/null
 if [ $code -ne 0 ] && {_MARKED}; then exit {CANCELLED_EXIT}; fi
+if [ $code -eq {CANCELLED_EXIT} ]; then exit 1; fi
 exit $code
 """
 

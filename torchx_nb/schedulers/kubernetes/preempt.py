@@ -60,7 +60,7 @@ class KubePreempts(Preemptible, KubeJobs):
                 "index": _index_of(pod),
             }
         save_record(path, kept)
-        for pod in running:
+        for i, pod in enumerate(running):
             pod_name = pod["metadata"]["name"]
             eviction = {
                 "apiVersion": "policy/v1",
@@ -77,7 +77,8 @@ class KubePreempts(Preemptible, KubeJobs):
                     eviction,
                 )
             except Exception as e:
-                for gone in running:
-                    kept.pop(gone["metadata"]["name"], None)
+                # the pods evicted already stay preempted; this one and the rest were not
+                for spared in running[i:]:
+                    kept.pop(spared["metadata"]["name"], None)
                 save_record(path, kept)
                 raise NotPreemptible(f"{app_id} cannot be preempted: {e}") from None

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import TYPE_CHECKING, Any
@@ -125,18 +126,33 @@ def record_path(kind: str, app_id: str) -> Path:
 
 
 def load_record(path: Path) -> dict[str, Any]:
+    """The pods seen disrupted (name → when, why, index, resumed), as kept; a record that
+    cannot be read, or an entry that is not one we wrote, counts as nothing seen."""
     try:
         loaded = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return loaded if isinstance(loaded, dict) else {}
+    if not isinstance(loaded, dict):
+        return {}
+    return {
+        str(name): e
+        for name, e in loaded.items()
+        if isinstance(e, dict)
+        and isinstance(e.get("at"), (int, float))
+        and isinstance(e.get("index"), int)
+        and isinstance(e.get("why", ""), str)
+        and isinstance(e.get("resumed"), (int, float, type(None)))
+    }
 
 
 def save_record(path: Path, data: dict[str, Any]) -> None:
+    """Keep the record, privately; one that cannot be written (a read-only data folder) is
+    not kept — status goes on with what the API shows."""
     from torchx_nb.paths import private_dir, write_private
 
-    private_dir(path.parent)
-    write_private(path, json.dumps(data))
+    with contextlib.suppress(OSError):
+        private_dir(path.parent)
+        write_private(path, json.dumps(data))
 
 
 def preemptions(
@@ -188,7 +204,9 @@ def preemptions(
         whole = len(resumed) == len(group)
         out.append(
             Preemption(
-                at=group[0]["at"], why=group[0]["why"], resumed_at=max(resumed) if whole else None
+                at=group[0]["at"],
+                why=group[0].get("why") or "evicted",
+                resumed_at=max(resumed) if whole else None,
             )
         )
     return out
