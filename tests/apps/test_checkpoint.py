@@ -244,6 +244,51 @@ def test_each_rank_has_its_own_folder(tmp_path: Path) -> None:
     ]
 
 
+def test_every_rank_of_an_attempt_reads_its_number_when_rank_1_starts_first(
+    tmp_path: Path,
+) -> None:
+    """local_cwd's supervisor gives every replica of an attempt ``$TORCHX_NB_LOCAL_ATTEMPT``:
+    a rank 1 that begins before rank 0 has added attempt 2 (attempt 1's entry still says
+    ``running``) waits for it and reads attempt 2, not the old attempt's number."""
+    url = f"file://{tmp_path / 'store'}"
+    env = {
+        **os.environ,
+        ck.URL_ENV: url,
+        ck.DIR_ENV: str(tmp_path / "local"),
+        ck.ATTEMPT_ENV_ENV: "TORCHX_NB_LOCAL_ATTEMPT",
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+    }
+    script = (
+        f"import sys\nsys.path.insert(0, {APPS!r})\n"
+        "from cell_runner import checkpoint as ck\n"
+        "s = ck.Session.from_env()\ns.begin()\nprint(s.attempt)\n"
+    )
+
+    def start(rank: int, attempt: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-c", script],
+            env={**env, "RANK": str(rank), "TORCHX_NB_LOCAL_ATTEMPT": str(attempt)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    first = start(0, 1)  # attempt 1's rank 0: its entry says running (killed without a word)
+    assert first.communicate(timeout=60)[0].strip() == "1"
+    rank1 = start(1, 2)
+    time.sleep(1.5)
+    assert rank1.poll() is None  # waiting for rank 0
+    rank0 = start(0, 2)
+    assert (rank0.communicate(timeout=60)[0].strip(), rank1.communicate(timeout=60)[0].strip()) == (
+        "2",
+        "2",
+    )
+    ledger = ck.read_ledger(store_for(url, ""))
+    assert [(e["n"], e["why"], e["native"]) for e in ledger] == [
+        (1, "lost", "/1"),
+        (2, "running", "/2"),
+    ]
+
+
 def test_the_ledger_counts_attempts_preemptions_and_failures(tmp_path: Path) -> None:
     """Attempts count from 1 across preemptions and failures; an attempt that never said how
     it ended (killed without a SIGTERM: SIGKILL, OOM, a node lost) is a failure, never a

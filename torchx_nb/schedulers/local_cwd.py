@@ -218,6 +218,7 @@ class LocalCwdScheduler(
                 for key, value in checkpoint_env(
                     f"file://{state_dir / 'checkpoints'}",  # kept with the app's folder
                     str(state_dir / "checkpoint"),
+                    attempt_var="TORCHX_NB_LOCAL_ATTEMPT",  # set by the supervisor
                     max_retries=role.max_retries,
                     grace=self.grace_seconds,
                 ).items():

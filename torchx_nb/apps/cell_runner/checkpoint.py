@@ -44,6 +44,7 @@ RESTORED_ENV = "TORCHX_NB_RESTORED_FROM"  # the restored generation's save time 
 RETRIES_SPENT_EXIT = 171  # the program already failed more often than its max_retries
 NOT_FAILURES = (170, 171)  # a trial's cancel, a spent attempt: not the program's failure
 LEDGER = "attempts.json"
+NATIVE_WAIT_S = 60.0  # how long a rank != 0 waits for rank 0 to add its attempt
 POINTER = "checkpoint.json"  # in the output folder's .torchx-nb/: {"url": the store's root}
 
 
@@ -138,6 +139,12 @@ class Session:
         self.entries = read_ledger(self.store)
         self.native = self._native_attempt()
         mine = [e for e in self.entries if self.native and e.get("native") == self.native]
+        if self.native and not mine and self.rank != 0:  # rank 0 adds this attempt: wait for it
+            deadline = time.monotonic() + NATIVE_WAIT_S
+            while not mine and time.monotonic() < deadline:
+                time.sleep(0.2)
+                self.entries = read_ledger(self.store)
+                mine = [e for e in self.entries if e.get("native") == self.native]
         if mine:
             self.attempt = int(mine[-1].get("n", len(self.entries)))
         elif self.rank == 0 or not self.entries or self.entries[-1].get("why") != "running":

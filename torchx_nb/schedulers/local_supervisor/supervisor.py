@@ -26,6 +26,7 @@ from .processes import (
 )
 
 GRACE_SECONDS = 10.0
+ATTEMPT_VAR = "TORCHX_NB_LOCAL_ATTEMPT"  # the attempt every replica of it runs as, from 1
 LEFTOVER_GRACE_SECONDS = 1.0
 
 
@@ -79,10 +80,13 @@ class Replica:
                 lost = True
         return lost
 
-    def start(self) -> None:
+    def start(self, attempt: int = 1) -> None:
+        """Start the replica's process as attempt ``attempt`` (every rank of one attempt
+        reads the same number in ``$TORCHX_NB_LOCAL_ATTEMPT``)."""
         spec = self.spec
         env = dict(os.environ)
         env.update(spec["env"])
+        env[ATTEMPT_VAR] = str(attempt)
         for name in ("stdout", "stderr", "combined"):
             os.makedirs(os.path.dirname(spec[name]), mode=0o700, exist_ok=True)
             fd = os.open(spec[name], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -365,7 +369,7 @@ class Supervisor:
         the job is being stopped, their pipes are closed)."""
         sel = selectors.DefaultSelector()
         for r in self.replicas:
-            r.start()
+            r.start(self.attempt)
             if r.proc is not None:
                 assert r.proc.stdout is not None and r.proc.stderr is not None
                 sel.register(r.proc.stdout, selectors.EVENT_READ, (r, "stdout"))
