@@ -317,7 +317,7 @@ def _fake_slurm(monkeypatch: pytest.MonkeyPatch, ended_ago: float, text: str) ->
     import json
     import time
 
-    from torchx_nb.schedulers.slurm import scheduler
+    from torchx_nb.schedulers.slurm import base, scheduler
 
     now = int(time.time())
     job = {
@@ -344,7 +344,8 @@ def _fake_slurm(monkeypatch: pytest.MonkeyPatch, ended_ago: float, text: str) ->
             return json.dumps({"errors": [], "jobs": []})
         return text
 
-    monkeypatch.setattr(scheduler, "run_slurm", run)
+    for module in (scheduler, base):  # each imports run_slurm (squeue is asked from base)
+        monkeypatch.setattr(module, "run_slurm", run)
     return seen
 
 

@@ -159,6 +159,7 @@ def test_an_aws_batch_timeout_under_a_minute_is_one_line_before_anything() -> No
     sched = AwsBatchScheduler("torchx")
     app = shell_app("true", "busybox")
     with pytest.raises(InvalidRunConfigException, match=r"^timeout=30: AWS Batch stops"):
-        sched._validate(app, "aws_batch", {"queue": "q", "timeout": 30})  # type: ignore[arg-type]
+        # the Runner resolves once: _validate gets the typed options
+        sched._validate(app, "aws_batch", sched.resolve_opts({"queue": "q", "timeout": 30}))
     job = sched.submit_dryrun(app, {"queue": "q", "timeout": 90}).request  # type: ignore[arg-type]
     assert job.submit_args()["timeout"] == {"attemptDurationSeconds": 90}
