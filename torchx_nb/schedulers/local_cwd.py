@@ -59,6 +59,7 @@ from torchx_nb.specs.api import (
 )
 from torchx_nb.specs.exceptions import NotPreemptible
 from torchx_nb.specs.log_line import Stream
+from torchx_nb.specs.preemption import not_running, preempting_already
 from torchx_nb.specs.structured_opts import PreemptionOpts, StructuredOpts
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
@@ -421,12 +422,9 @@ class LocalCwdScheduler(
         pid, _ = read_pidfile(self._app_dir(app_id) / "supervisor.pid")
         alive = state is not None and is_same_process(pid, state.get("supervisor_start_ticks"))
         if state is None or state.get("final_state") or state["cancelled"] or not alive:
-            raise NotPreemptible(f"{app_id} is not running: only a running app can be preempted")
+            raise not_running(app_id)
         if state.get("preempting") or (self._app_dir(app_id) / "preempt").exists():
-            # one preemption at a time, as a reclaimed machine is reclaimed once
-            raise NotPreemptible(
-                f"{app_id} is being preempted already: preempt it again once it runs again"
-            )
+            raise preempting_already(app_id)
         said = {"by": canceller(), "grace": self.grace_seconds if grace is None else grace}
         write_private(self._app_dir(app_id) / "preempt", json.dumps(said))
 

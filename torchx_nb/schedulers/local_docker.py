@@ -73,6 +73,7 @@ from torchx_nb.specs.api import (
 )
 from torchx_nb.specs.exceptions import NotPreemptible
 from torchx_nb.specs.log_line import Stream
+from torchx_nb.specs.preemption import not_running, preempting_already
 from torchx_nb.specs.structured_opts import PreemptionOpts, StructuredOpts
 from torchx_nb.version import __version__
 from torchx_nb.workspace import WorkspaceMixin, WorkspaceOpts
@@ -506,14 +507,14 @@ class LocalDockerScheduler(
         cancelled = cancel_mark("local_docker", app_id).exists()
         if said is not None and not said.get("failed") and not cancelled:
             preempting.take_over(app_id)  # its worker died midway: another does the rest
-            raise preempting.already(app_id)
+            raise preempting_already(app_id)
         current = newest(containers)
         if (
             said is not None
             or cancelled
             or not any(c.status in ("running", "restarting") for c in current)
         ):
-            raise NotPreemptible(f"{app_id} is not running: only a running app can be preempted")
+            raise not_running(app_id)
         attempt = max(attempt_of(c) for c in current)
         preempting.start(app_id, attempt, 10.0 if grace is None else grace, canceller())
         preempting.wait(app_id)

@@ -43,8 +43,8 @@ from torchx_nb.schedulers.local_docker_attempts import (
 )
 from torchx_nb.schedulers.outputs import cancel_mark
 from torchx_nb.specs.api import AppState
-from torchx_nb.specs.exceptions import NotPreemptible, TorchxNbError
-from torchx_nb.specs.preemption import stopping_line
+from torchx_nb.specs.exceptions import TorchxNbError
+from torchx_nb.specs.preemption import preempting_already, stopping_line
 
 MAX_RESTARTS = 3  # workers started on one mark after the first died
 _PREFIX = "preempting_"
@@ -102,13 +102,6 @@ def marks() -> dict[str, dict[str, Any]]:
     return out
 
 
-def already(app_id: str) -> NotPreemptible:
-    """The one line refusing a second preemption while one is under way (as local_cwd's)."""
-    return NotPreemptible(
-        f"{app_id} is being preempted already: preempt it again once it runs again"
-    )
-
-
 def start(app_id: str, attempt: int, grace: float, by: str) -> None:
     """Leave the mark (refused in one line when one is there) and start its worker."""
     from torchx_nb.paths import private_dir
@@ -124,7 +117,7 @@ def start(app_id: str, attempt: int, grace: float, by: str) -> None:
         try:
             os.link(tmp, mark)  # as O_EXCL: the one preemption under way
         except FileExistsError:
-            raise already(app_id) from None
+            raise preempting_already(app_id) from None
         finally:
             os.unlink(tmp)
         try:

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from torchx_nb.specs.exceptions import NotPreemptible
+
 DEFAULT_MAX_PREEMPTIONS = 20
 #: how an attempt ended; ``running`` until it did
 ENDED_WHY = ("running", "preempted", "failed", "cancelled", "succeeded")
@@ -191,3 +193,16 @@ __all__ = [
     "limit_line",
     "stopping_line",
 ]
+
+
+def not_running(app_id: str) -> NotPreemptible:
+    """The one line refusing to preempt an app that is not running."""
+    return NotPreemptible(f"{app_id} is not running: only a running app can be preempted")
+
+
+def preempting_already(app_id: str) -> NotPreemptible:
+    """The one line refusing a second preemption while one is under way (a reclaimed machine
+    is reclaimed once)."""
+    return NotPreemptible(
+        f"{app_id} is being preempted already: preempt it again once it runs again"
+    )
