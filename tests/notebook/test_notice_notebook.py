@@ -6,6 +6,7 @@ happens to run while the notice is given up on."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,11 +18,12 @@ from torchx_nb.jobstore import JobStore
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("mode", ["widgets", "text"])
-def test_a_down_webhook_is_one_line_in_the_cell_that_ran_the_job(
-    mode: str, isolated: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("TORCHX_NB_WIDGETS", "1" if mode == "widgets" else "text")
+def _with_a_down_webhook(
+    monkeypatch: pytest.MonkeyPatch, isolated: Path, job_cell: str, later_cell: str
+) -> tuple[Any, Any]:
+    """A notebook run in a real kernel whose job-end notice goes to a webhook answering 500
+    (3 tries, 1 s apart): ``job_cell`` runs the job, ``later_cell`` runs meanwhile. Returns the
+    executed notebook and the receiver (its requests)."""
     with webhook_receiver() as hook:
         hook.fail = True
         monkeypatch.setenv(notices.NOTIFY_ENV, hook.url)
@@ -29,13 +31,27 @@ def test_a_down_webhook_is_one_line_in_the_cell_that_ran_the_job(
             [
                 "from torchx_nb import notices\nnotices.TRIES = 3\nnotices.BACKOFF_S = 1.0",
                 "%load_ext torchx_nb",
-                "%%torchx run -s local_cwd --wait\nprint('trained')",
-                "import time\ntime.sleep(8)\nprint('unrelated')",
+                job_cell,
+                later_cell,
             ],
             isolated,
             allow_errors=False,
         )
-        tried = len(hook.requests)
+    return nb, hook
+
+
+@pytest.mark.parametrize("mode", ["widgets", "text"])
+def test_a_down_webhook_is_one_line_in_the_cell_that_ran_the_job(
+    mode: str, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHX_NB_WIDGETS", "1" if mode == "widgets" else "text")
+    nb, hook = _with_a_down_webhook(
+        monkeypatch,
+        isolated,
+        "%%torchx run -s local_cwd --wait\nprint('trained')",
+        "import time\ntime.sleep(8)\nprint('unrelated')",
+    )
+    tried = len(hook.requests)
     host = hook.url.split("/")[2]
     line = (
         f"the job-end notice to http://{host}/**** is not delivered yet after 3 tries: the"
@@ -68,19 +84,12 @@ def test_a_down_webhooks_line_comes_with_the_jobs_end_in_text_mode_without_wait(
     a job that reads as not started. The line now comes with the end it is about, as the job
     store has it (its state and message)."""
     monkeypatch.setenv("TORCHX_NB_WIDGETS", "text")
-    with webhook_receiver() as hook:
-        hook.fail = True
-        monkeypatch.setenv(notices.NOTIFY_ENV, hook.url)
-        nb = run(
-            [
-                "from torchx_nb import notices\nnotices.TRIES = 3\nnotices.BACKOFF_S = 1.0",
-                "%load_ext torchx_nb",
-                "%%torchx run -s local_cwd -o j\nraise KeyError('lr')",
-                "import time\nj.wait(timeout=60)\ntime.sleep(8)\nprint('unrelated')",
-            ],
-            isolated,
-            allow_errors=False,
-        )
+    nb, _ = _with_a_down_webhook(
+        monkeypatch,
+        isolated,
+        "%%torchx run -s local_cwd -o j\nraise KeyError('lr')",
+        "import time\nj.wait(timeout=60)\ntime.sleep(8)\nprint('unrelated')",
+    )
     (shown,) = [o for o in nb.cells[2].outputs if o.get("output_type") == "display_data"]
     text = shown["data"]["text/plain"]
     assert "is not delivered yet after 3 tries" in text, text
