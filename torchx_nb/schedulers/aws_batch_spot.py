@@ -62,7 +62,7 @@ def reclaims(job: dict[str, Any]) -> list[Preemption]:
     attempts = job.get("attempts") or []
     out = []
     for i, attempt in enumerate(attempts):
-        if not str(attempt.get("statusReason") or "").startswith(RECLAIMED.rstrip("*")):
+        if not _reclaimed(attempt):
             continue
         stopped = attempt.get("stoppedAt") or attempt.get("startedAt")
         if not stopped:
