@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
+from tests.infra.kernels import execute_in_kernel
 from torchx_nb.apps.cell_runner import checkpoint as ck
 
 
@@ -28,9 +28,7 @@ def test_in_a_kernel_it_is_a_local_folder_of_attempt_one(tmp_path: Path) -> None
             )
         ]
     )
-    NotebookClient(
-        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+    execute_in_kernel(nb, tmp_path)
     outputs = nb.cells[0].outputs
     assert [o.get("data", {}).get("text/plain") for o in outputs] == [
         "(1, 0, None, None, True, [])"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from tests.infra.dockerd import DockerDaemon
 from tests.infra.kernel_venv import KernelVenv
+from tests.infra.kernels import execute_in_kernel
 from tests.notebook.test_quickstart import cell_with, text_of
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "environment.ipynb"
@@ -59,9 +59,7 @@ def test_environment_notebook(
     work.mkdir()
     shutil.copy(NOTEBOOK, work / NOTEBOOK.name)
     nb = nbformat.read(work / NOTEBOOK.name, as_version=4)
-    NotebookClient(
-        nb, timeout=300, kernel_name=KERNEL, resources={"metadata": {"path": str(work)}}
-    ).execute()
+    execute_in_kernel(nb, work, kernel_name=KERNEL, timeout=300)
 
     kernel_has = text_of(cell_with(nb, 'print("this kernel has tqdm"'))
     version = re.search(r"this kernel has tqdm (\S+)", kernel_has)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
+
+from tests.infra.kernels import execute_in_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -53,14 +54,7 @@ BAD_LINES = [
 
 def run(cells: list[str], cwd: Path, allow_errors: bool = True) -> nbformat.NotebookNode:
     nb = new_notebook(cells=[new_code_cell(src) for src in cells])
-    NotebookClient(
-        nb,
-        timeout=180,
-        kernel_name="python3",
-        allow_errors=allow_errors,
-        resources={"metadata": {"path": str(cwd)}},
-    ).execute()
-    return nb
+    return execute_in_kernel(nb, cwd, allow_errors=allow_errors)
 
 
 def plain(cell: nbformat.NotebookNode) -> str:
@@ -221,9 +215,7 @@ def test_warnings_still_show_after_a_cell_scans_its_workspace(
             new_code_cell("import warnings\nwarnings.warn('mine, after the scan')"),
         ]
     )
-    NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+    execute_in_kernel(nb, tmp_path, timeout=120)
 
     def stderr(cell: nbformat.NotebookNode) -> str:
         return "".join(
@@ -257,9 +249,7 @@ def test_a_failed_cell_shows_its_failure_card_in_the_snapshot_and_in_text(
             new_code_cell(f"%%torchx run --wait\n{failing}"),
         ]
     )
-    NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+    execute_in_kernel(nb, tmp_path, timeout=120)
     snapshot = [o for o in nb.cells[1].outputs if "text/html" in o.get("data", {})]
     shown = "".join(o["data"]["text/html"] for o in snapshot)
     plain = "".join(o["data"]["text/plain"] for o in snapshot)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from tests.infra.dockerd import DockerDaemon
 from tests.infra.kernel_venv import KernelVenv
+from tests.infra.kernels import execute_in_kernel
 
 KERNEL = "torchx-nb-warn-test"
 
@@ -50,9 +50,7 @@ def test_plan_warnings_are_plain_lines_in_the_notebook(
     ]
     work = tmp_path / "nb"
     work.mkdir()
-    NotebookClient(
-        nb, timeout=300, kernel_name=KERNEL, resources={"metadata": {"path": str(work)}}
-    ).execute()
+    execute_in_kernel(nb, work, kernel_name=KERNEL, timeout=300)
     stderr = "".join(
         o["text"]
         for o in nb.cells[1].outputs

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from tests.infra.kernels import execute_in_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
@@ -33,14 +34,7 @@ def execute(
 ) -> nbformat.NotebookNode:
     """Run ``nb`` in a real python3 kernel started in ``cwd``; with ``allow_errors`` a cell
     that raises keeps its error output and the next cells run."""
-    NotebookClient(
-        nb,
-        timeout=180,
-        kernel_name="python3",
-        allow_errors=allow_errors,
-        resources={"metadata": {"path": str(cwd)}},
-    ).execute()
-    return nb
+    return execute_in_kernel(nb, cwd, allow_errors=allow_errors)
 
 
 def cell_with(nb: nbformat.NotebookNode, snippet: str) -> nbformat.NotebookNode:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
+from tests.infra.kernels import execute_in_kernel
 from tests.notebook.test_quickstart import execute, text_of
 
 pytestmark = pytest.mark.slow
@@ -51,13 +51,7 @@ def test_watch_after_a_kernel_restart_in_text(
             new_code_cell("%torchx watch local_cwd://torchx/never-was-1"),
         ]
     )
-    NotebookClient(
-        second,
-        timeout=120,
-        kernel_name="python3",
-        allow_errors=True,
-        resources={"metadata": {"path": str(tmp_path)}},
-    ).execute()
+    execute_in_kernel(second, tmp_path, timeout=120, allow_errors=True)
     followed = text_of(second.cells[1])
     assert "tick 11" in followed and f"{handle} SUCCEEDED" in followed, followed
     assert "result: 'done'" in followed
