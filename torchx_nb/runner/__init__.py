@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from torchx_nb.jobstore import JobStore
@@ -95,12 +94,7 @@ class Runner:
     def __enter__(self) -> Runner:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

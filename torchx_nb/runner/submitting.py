@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from torchx_nb.jobstore import JobRecord
-from torchx_nb.runner.attempts import Attempts
-from torchx_nb.runner.core import RunnerContext
 from torchx_nb.runner.entries import RunCall, SubmitEntries, current_run_call, run_call
-from torchx_nb.runner.noticing import Noticing
+from torchx_nb.runner.part import RunnerPart
 from torchx_nb.runner.program_job import RunnerProgramJob
 from torchx_nb.runner.requests import (
     _ROLE_NAME_RE,
@@ -58,23 +56,11 @@ from torchx_nb.workspace import WorkspaceMixin
 from torchx_nb.workspace.use import WorkspaceUse
 
 
-class Submitting:
+class Submitting(RunnerPart[SubmitEntries]):
     """Prepare and send runs, and record them, over the runner's shared context (a backend
     that runs its own end-of-job process gets it from ``noticing``; what a preempted job is
-    sent again with is kept by ``attempts``)."""
-
-    def __init__(
-        self,
-        ctx: RunnerContext,
-        noticing: Noticing,
-        attempts: Attempts,
-        entries: SubmitEntries | None = None,
-    ) -> None:
-        self.ctx = ctx
-        self._noticing = noticing
-        self._attempts = attempts
-        #: what ``run``/``run_component`` go through: the Runner's (a subclass's) methods
-        self._entries: SubmitEntries = entries or self
+    sent again with is kept by ``attempts``). ``run``/``run_component`` go through the
+    Runner's (a subclass's) ``dryrun``/``dryrun_component``/``schedule``."""
 
     def prepare(self, request: RunRequest, build: bool = False) -> PreparedRun:
         """Check everything in ``request`` and build the scheduler's exact request: the

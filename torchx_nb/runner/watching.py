@@ -8,10 +8,9 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping
 
-from torchx_nb.runner.attempts import Attempts
-from torchx_nb.runner.core import RunnerContext, _status_of
+from torchx_nb.runner.core import _status_of
 from torchx_nb.runner.entries import WatchEntries
-from torchx_nb.runner.noticing import Noticing
+from torchx_nb.runner.part import RunnerPart
 from torchx_nb.schedulers.abilities import (
     DescribesMany,
     SubmitsArrays,
@@ -35,23 +34,10 @@ from torchx_nb.specs.api import (
 )
 
 
-class Watching:
+class Watching(RunnerPart[WatchEntries]):
     """Status, refresh, wait, cancel, list, over the runner's shared context; what a status
     says of preemptions goes through ``attempts``, a job seen ending is told to
-    ``noticing``."""
-
-    def __init__(
-        self,
-        ctx: RunnerContext,
-        noticing: Noticing,
-        attempts: Attempts,
-        entries: WatchEntries | None = None,
-    ) -> None:
-        self.ctx = ctx
-        self._noticing = noticing
-        self._attempts = attempts
-        #: what ``wait`` polls: the Runner's (a subclass's) ``status``
-        self._entries: WatchEntries = entries or self
+    ``noticing``; ``wait`` polls the Runner's (a subclass's) ``status``."""
 
     def status(self, app_handle: AppHandle) -> AppStatus | None:
         """Current status, or None when the scheduler no longer knows the app. The job store

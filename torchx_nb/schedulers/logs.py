@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from torchx_nb.specs.log_line import LogLine
@@ -217,12 +216,7 @@ class TailStop:
         _TAIL.current = self
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         _TAIL.current = None
 
 
