@@ -1,6 +1,8 @@
 """End-to-end CLI benchmark, each command as a whole process, alternating A B A B:
 
-  A  torchx-nb run -s local_cwd --wait utils.echo --msg hi
+  A  torchx-nb run -s local_cwd --wait utils.echo --msg hi  (this checkout, from a virtualenv
+                                                          of its own with our core dependencies,
+                                                          made as the peer's)
   B  torchx run -s local_cwd utils.echo --msg hi        (TorchX 0.7.0, own virtualenv; it waits
                                                           for local jobs by default; its log
                                                           tail races its exit, so only its
@@ -18,18 +20,16 @@ import argparse
 import compileall
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from peer import ensure_torchx_venv
+from peer import ensure_our_venv, ensure_torchx_venv
 from targets import Targets
 
 TARGET_RATIO = 0.5
@@ -79,17 +79,6 @@ def measure(
     return results
 
 
-def our_cli() -> list[str]:
-    scripts = Path(sysconfig.get_path("scripts"))
-    exe = scripts / "torchx-nb"
-    if not exe.exists():
-        found = shutil.which("torchx-nb")
-        if not found:
-            raise SystemExit("torchx-nb is not installed: pip install -e . first")
-        exe = Path(found)
-    return [str(exe)]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -101,7 +90,8 @@ def main() -> int:
 
     compileall.compile_dir(str(ROOT / "torchx_nb"), quiet=1)
     torchx = ensure_torchx_venv()
-    ours = args.ours.split() if args.ours else our_cli()
+    # ours from a virtualenv of its own, as the peer's: equal interpreters (see ensure_our_venv)
+    ours = args.ours.split() if args.ours else [str(ensure_our_venv(ROOT))]
     py = sys.executable
     e2e = measure(
         [

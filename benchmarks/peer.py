@@ -50,3 +50,36 @@ def _pip(root: Path, requirement: str) -> None:
         ],
         check=True,
     )
+
+
+def ensure_our_venv(root_of_project: Path) -> Path:
+    """Path of a ``torchx-nb`` executable in a virtualenv built as TorchX's is (its own
+    site-packages only): torchx_nb's core dependencies installed once (again when they
+    change), the checkout itself on the path by a plain ``.pth`` line, as an editable install
+    puts it. So both CLIs start from an interpreter that loads only their own packages — run
+    from the development machine's Python, ours also paid for every ``.pth`` hook of its
+    site-packages (30 ms on a machine whose site imports certifi), the peer for none."""
+    import hashlib
+
+    import tomllib
+
+    deps = tomllib.loads((root_of_project / "pyproject.toml").read_text())["project"]
+    wanted = sorted(deps["dependencies"])
+    key = hashlib.sha256("\n".join(wanted).encode()).hexdigest()[:12]
+    root = cache_dir() / f"torchx_nb-{key}"
+    marker = root / ".installed"
+    if not marker.exists():
+        print(f"creating a virtualenv with torchx_nb's dependencies in {root} ...", file=sys.stderr)
+        venv.EnvBuilder(with_pip=True, clear=True).create(root)
+        for requirement in wanted:
+            _pip(root, requirement)
+        marker.write_text("\n".join(wanted))
+    python = root / "bin" / "python"
+    # a venv's site-packages (POSIX layout), of this Python's version as EnvBuilder makes it
+    site = root / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "torchx_nb_checkout.pth").write_text(f"{root_of_project}\n")
+    exe = root / "bin" / "torchx-nb"
+    exe.write_text(f"#!{python}\nimport sys\nfrom torchx_nb.cli import main\nsys.exit(main())\n")
+    exe.chmod(0o755)
+    return exe

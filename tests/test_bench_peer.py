@@ -39,3 +39,34 @@ def test_a_new_peer_virtualenv_gets_its_extras(
     peer.ensure_torchx_venv(("boto3",))
     assert installed == [f"torchx=={peer.TORCHX_VERSION}", "boto3"]  # cached: nothing again
     sys.modules.pop("peer", None)
+
+
+def test_our_virtualenv_is_made_once_and_runs_this_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench_cli runs our CLI from a virtualenv made as the peer's: the core dependencies
+    installed once, this checkout on its path, a ``torchx-nb`` script calling our CLI."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import peer
+
+    installed: list[str] = []
+
+    class Builder:
+        def __init__(self, **_: object) -> None: ...
+
+        def create(self, root: Path) -> None:
+            (Path(root) / "bin").mkdir(parents=True)
+
+    monkeypatch.setenv("TORCHX_NB_BENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(peer.venv, "EnvBuilder", Builder)
+    monkeypatch.setattr(peer, "_pip", lambda root, requirement: installed.append(requirement))
+    exe = peer.ensure_our_venv(ROOT)
+    assert "google-re2>=1.1" in installed and "uv>=0.5" in installed
+    count = len(installed)
+    assert peer.ensure_our_venv(ROOT) == exe and len(installed) == count  # made once
+    script = exe.read_text()
+    assert (
+        script.startswith(f"#!{exe.parent / 'python'}\n") and "torchx_nb.cli import main" in script
+    )
+    pth = list(exe.parent.parent.glob("lib/python*/site-packages/torchx_nb_checkout.pth"))
+    assert len(pth) == 1 and pth[0].read_text() == f"{ROOT}\n"

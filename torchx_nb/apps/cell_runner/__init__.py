@@ -25,12 +25,25 @@ nbclient) only where it is used.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .cancel import CANCEL_MARK, CANCELLED_EXIT, cancel_requested
-from .cell import missing_import, required_imports, run
 from .common import OWN
 from .main import main
-from .start import grid_point
 from .upload import upload
+
+#: names loaded on first use: running a cell (pickle, tracebacks, the run's start) is the
+#: job's business, and the kernel's CLI imports this package for its constants only
+_LAZY = {"missing_import": "cell", "required_imports": "cell", "run": "cell", "grid_point": "start"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{module}", __name__), name)
 
 __all__ = [
     "CANCELLED_EXIT",
