@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from enum import Enum
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 MASK = "****"
@@ -128,7 +128,18 @@ def mask_url(text: str) -> str:
     ``https://****@host/simple`` (the userinfo ends at the last ``@`` before the host; a lone
     user part may be a token). The one URL masking: ``redact_text`` and the package-index
     messages both use it."""
-    return str(_patterns()[1].sub(lambda m: f"{m.group(1)}{MASK}@", text)) if text else text
+    if not text:
+        return text
+    try:
+        return str(_patterns()[1].sub(lambda m: f"{m.group(1)}{MASK}@", text))
+    except UnicodeEncodeError:  # a lone surrogate: see _utf8
+        return mask_url(_utf8(text))
+
+
+def _utf8(text: str) -> str:
+    """``text`` with each lone surrogate (an undecodable byte the OS's surrogateescape kept,
+    in a file name or an environment value) written as its escape: RE2 reads UTF-8 only."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def redact_text(text: str) -> str:
@@ -138,6 +149,30 @@ def redact_text(text: str) -> str:
         return text
     if type(text) is not str:
         text = text[:]  # a str subclass (a str-valued Enum): its characters as a plain str
+    if len(text) <= CACHED_CHARS:
+        return _redact_short(text)
+    return _redact(text)
+
+
+#: texts this long or shorter are masked once and remembered (a watcher's every poll masks
+#: each job's same state text, message and URL again: six RE2 passes each, most of a poll's
+#: CPU for twenty local jobs); the patterns never change in a process
+CACHED_CHARS = 2048
+
+
+@lru_cache(maxsize=4096)
+def _redact_short(text: str) -> str:
+    return _redact(text)
+
+
+def _redact(text: str) -> str:
+    try:
+        return _masked(text)
+    except UnicodeEncodeError:  # a lone surrogate: see _utf8
+        return _masked(_utf8(text))
+
+
+def _masked(text: str) -> str:
     private_key, _url, assign, flag, scheme, shapes = _patterns()
     out = private_key.sub(MASK, text)
     out = mask_url(out)

@@ -191,3 +191,31 @@ def test_rest_masks_the_message_and_the_logs(tmp_path: Path) -> None:
     text = json.dumps(bodies)
     assert corpus.leaked(text) == [], text
     assert "DB_PASS=****" in text
+
+
+def test_a_lone_surrogate_is_masked_around_not_raised() -> None:
+    """An undecodable byte kept by the OS's surrogateescape (a file name, an environment
+    value) reached RE2, which reads UTF-8 only: redact_text raised UnicodeEncodeError (found
+    by the hostile fuzz test). Now the byte shows as its escape and the secret beside it is
+    masked."""
+    from torchx_nb.redact import mask_url, redact_text
+
+    bad = "\udcff"
+    assert redact_text(f"{bad} HF_TOKEN=abcdef123456 https://u:pw@host/x") == (
+        "\\udcff HF_TOKEN=**** https://****@host/x"
+    )
+    assert mask_url(f"{bad} https://u:pw@host/x") == "\\udcff https://****@host/x"
+
+
+def test_short_texts_are_masked_once_and_long_ones_every_time_alike() -> None:
+    """Short texts are remembered (a watcher masks each job's same texts every poll); a long
+    one is masked without being kept, with the same result."""
+    from torchx_nb.redact import CACHED_CHARS, _redact_short, redact_text
+
+    short = "token=s3cr3tvalue123 in a status message"
+    assert redact_text(short) == redact_text(short) == "token=**** in a status message"
+    assert _redact_short.cache_info().hits >= 1
+    long = "x" * CACHED_CHARS + " password=hunter22"
+    before = _redact_short.cache_info().currsize
+    assert redact_text(long).endswith(" password=****")
+    assert _redact_short.cache_info().currsize == before

@@ -7,6 +7,7 @@ import contextlib
 import time
 import warnings
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from torchx_nb.runner.core import _status_of
 from torchx_nb.runner.entries import WatchEntries
@@ -16,7 +17,7 @@ from torchx_nb.schedulers.abilities import (
     SubmitsArrays,
     TakesTypedOptions,
 )
-from torchx_nb.schedulers.api import ListAppResponse
+from torchx_nb.schedulers.api import ListAppResponse, Scheduler
 from torchx_nb.specs.api import (
     AppDef,
     AppHandle,
@@ -43,6 +44,12 @@ class Watching(RunnerPart[WatchEntries]):
         """Current status, or None when the scheduler no longer knows the app. The job store
         is updated when the state changed."""
         sched, _, app_id = self.ctx.scheduler_and_id(app_handle)
+        return self._status_of_current(sched, app_handle, app_id)
+
+    def _status_of_current(
+        self, sched: Scheduler[Any], app_handle: AppHandle, app_id: str
+    ) -> AppStatus | None:
+        """``status`` of ``app_handle`` whose current attempt is the native ``app_id``."""
         desc = sched.describe(app_id)
         if desc is None:
             self.ctx.apps.pop(app_handle, None)
@@ -78,11 +85,17 @@ class Watching(RunnerPart[WatchEntries]):
         unique = list(dict.fromkeys(app_handles))
         if not unique:
             return {}
-        sched, _, _ = self.ctx.scheduler_and_id(unique[0])
-        if not isinstance(sched, DescribesMany):
-            return {h: self.status(h) for h in unique}
+        sched = self.ctx.get_scheduler(parse_app_handle(unique[0]).scheduler_backend)
         parsed = [parse_app_handle(h).app_id for h in unique]
-        ids = dict(zip(self.ctx.current_ids(unique, parsed), unique, strict=True))
+        # the current attempts' ids in one read of the store (not one per job: a kernel
+        # watching 20 local jobs opened the store 40 times a second for them)
+        current = self.ctx.current_ids(unique, parsed)
+        if not isinstance(sched, DescribesMany):
+            return {
+                h: self._status_of_current(sched, h, app_id)
+                for h, app_id in zip(unique, current, strict=True)
+            }
+        ids = dict(zip(current, unique, strict=True))
         found = sched.describe_many(list(ids))
         out: dict[AppHandle, AppStatus | None] = {}
         for app_id, handle in ids.items():

@@ -45,6 +45,7 @@ def __getattr__(name: str) -> Any:
 
     return getattr(importlib.import_module(f".{module}", __name__), name)
 
+
 __all__ = [
     "CANCELLED_EXIT",
     "CANCEL_MARK",
