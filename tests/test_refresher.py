@@ -30,12 +30,19 @@ def test_poller_follows_real_jobs_on_one_thread(tmp_path: Path) -> None:
         runner.run(sh("sh", "-c", f"while [ ! -e '{go}' ]; do sleep 0.05; done"), "local_cwd")
         for _ in range(5)
     ]
-    before = threading.active_count()
+    loops = lambda: [t for t in threading.enumerate() if t.name == "torchx-nb-refresher"]  # noqa: E731
+    before = loops()
+    callers: set[threading.Thread] = set()
+
+    def note(h: str, s: Any, e: Any) -> None:
+        callers.add(threading.current_thread())
+        seen.setdefault(h, []).append(s.state.name if s else f"error {e}")
+
     for h in handles:
-        poller.watch(
-            h, lambda s, e, h=h: seen.setdefault(h, []).append(s.state.name if s else f"error {e}")
-        )
-    assert threading.active_count() == before + 1
+        poller.watch(h, lambda s, e, h=h: note(h, s, e))
+    # one loop thread (each poll asks on a short-lived thread of its own, so a hanging
+    # backend holds back nobody else); every callback on the loop's thread
+    assert len(loops()) == len(before) + 1
     wait_for(lambda: all("RUNNING" in seen.get(h, []) for h in handles), timeout=60)
     go.touch()
     wait_for(lambda: all(seen.get(h, [""])[-1] == "SUCCEEDED" for h in handles), timeout=60)
@@ -46,6 +53,7 @@ def test_poller_follows_real_jobs_on_one_thread(tmp_path: Path) -> None:
     time.sleep(0.3)
     assert {h: len(v) for h, v in seen.items()} == count
     assert runner.jobstore.get(handles[0]).state == "SUCCEEDED"  # type: ignore[union-attr]
+    assert callers == {poller._thread}
     poller.stop()
     assert get_refresher() is get_refresher()
 
@@ -348,3 +356,48 @@ def test_a_kernels_sweep_notebook_job_and_cell_job_share_one_refresher_thread(
     assert text_of(driver.cells[5]) == "['SUCCEEDED', 'SUCCEEDED']\nSUCCEEDED SUCCEEDED\n", text_of(
         driver.cells[5]
     )
+
+
+class Hanging(LocalCwdScheduler):
+    """local_cwd whose describe hangs until released: an API that accepts and never answers."""
+
+    release = threading.Event()
+    asked = threading.Event()
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        Hanging.asked.set()
+        Hanging.release.wait(timeout=120)
+        return super().describe(app_id)
+
+
+def test_a_backend_that_hangs_holds_back_only_its_own_jobs(tmp_path: Path) -> None:
+    """Every watch of the process rides on one refresher: a scheduler whose describe never
+    answers froze every other job's updates (the groups were asked one after another on the
+    refresher's thread). Now each poll asks on a thread of its own: a local job of another
+    scheduler reaches SUCCEEDED while the hanging one is still being asked, and the hanging
+    job's answer arrives once its backend answers."""
+    Hanging.release.clear()
+    Hanging.asked.clear()
+    runner = _runner_with("hanging", Hanging)
+    refresher = Refresher(runner, local_interval=0.05)
+    seen: dict[str, list[str]] = {}
+    callers: set[threading.Thread] = set()
+
+    def note(h: str, s: Any) -> None:
+        callers.add(threading.current_thread())
+        seen.setdefault(h, []).append(s.state.name if s else "-")
+
+    try:
+        stuck = runner.run(sh("sh", "-c", "sleep 1"), "hanging")
+        refresher.watch(stuck, lambda s, e: note(stuck, s))
+        assert Hanging.asked.wait(timeout=30)
+        quick = runner.run(sh("true"), "local_cwd")
+        refresher.watch(quick, lambda s, e: note(quick, s))
+        wait_for(lambda: seen.get(quick, [""])[-1] == "SUCCEEDED", timeout=30)
+        assert stuck not in seen, "the hanging backend answered nothing yet"
+        Hanging.release.set()
+        wait_for(lambda: seen.get(stuck, [""])[-1] == "SUCCEEDED", timeout=60)
+        assert callers == {refresher._thread}  # answers delivered on the refresher's thread
+    finally:
+        Hanging.release.set()
+        refresher.stop()

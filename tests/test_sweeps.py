@@ -58,7 +58,7 @@ def test_no_trial_runs_after_cancel_even_one_being_prepared(
 
 def test_sweep_wait_asks_nothing_of_its_own_the_refresher_does(isolated: Path) -> None:
     """``Sweep.wait`` watches its trials through the process's one refresher: every status
-    call during the wait comes from the refresher's thread, none from the waiting one."""
+    call during the wait comes from the refresher's polls, none from the waiting thread."""
     import threading
 
     from torchx_nb.refresher import get_refresher
@@ -82,7 +82,8 @@ def test_sweep_wait_asks_nothing_of_its_own_the_refresher_does(isolated: Path) -
         )
         statuses = sw.wait(timeout=60)
         assert [s.state.name if s else None for s in statuses] == ["SUCCEEDED"] * 3
-        assert callers and set(callers) == {"torchx-nb-refresher"}, callers
+        # asked by the refresher (each poll on a thread of its own), never by the waiting thread
+        assert callers and set(callers) == {"torchx-nb-refresher-ask"}, callers
         assert get_refresher().watching == 0  # every watch ended with its trial
 
 

@@ -8,7 +8,10 @@ server's), and its handles are asked through that Runner's schedulers. Handles a
 Runner and scheduler and each group is asked on its own clock: local schedulers
 (``Scheduler.is_local``) every ``local_interval`` (0.5 s, so an ended job shows within a second),
 remote ones every ``remote_interval`` (5 s), with one ``describe_many`` call where the backend
-has it (AWS Batch describes 100 jobs per call). Only errors back off (doubling, up to
+has it (AWS Batch describes 100 jobs per call). Each group's poll asks on a short-lived thread
+of its own, so a backend that hangs (an API that accepts and never answers) holds back its own
+jobs only; the answers come back to the refresher's thread, which delivers every callback.
+Only errors back off (doubling, up to
 ``max_backoff``); they are handed to the watchers ("reconnecting"), never raised, and a handle
 that fails alone does not hold back the others. Watchers may also ask for a tick every second
 (the elapsed clock), and a watcher with work of its own on a clock (the server's change feed, a
@@ -68,6 +71,7 @@ class _Group:
     failures: int = 0
     delay: float = 0.0
     interval: float | None = None
+    asking: bool = False  # a poll of this group is in flight (on its own thread)
 
 
 class Refresher:
@@ -97,6 +101,8 @@ class Refresher:
         self._thread: threading.Thread | None = None
         self._next_tick = 0.0
         self.rounds = 0
+        #: polls that came back (group, watches, statuses), delivered on the refresher thread
+        self._answered: list[tuple[_Group, dict[int, _Watch], dict[str, Any]]] = []
 
     def watch(
         self, handle: str, callback: Callback, tick: Tick | None = None, runner: Any = None
@@ -246,8 +252,9 @@ class Refresher:
                 by_group.setdefault(w.group, []).append(wid)
             for key, wids in by_group.items():
                 group = self._groups.get(key)
-                if group is not None and now >= group.next_at:
+                if group is not None and now >= group.next_at and not group.asking:
                     self._poll_group(group, {w: watches[w] for w in wids})
+            self._deliver_answers()
             self.rounds += 1
             if time.monotonic() >= self._next_tick:
                 self._next_tick = time.monotonic() + TICK_S
@@ -279,21 +286,50 @@ class Refresher:
                 clock.fn()
 
     def _poll_group(self, group: _Group, watches: dict[int, _Watch]) -> None:
+        """Ask the group's handles on a thread of the poll's own, so a backend that hangs (an
+        API that accepts and never answers) holds back its own jobs only, never another
+        scheduler's or Runner's; the answer is delivered on the refresher's thread."""
         handles = list(dict.fromkeys(w.handle for w in watches.values()))
         record = any(w.record_unknown for w in watches.values())
         with self._lock:
             # no time is due while this poll runs; a watch added meanwhile sets 0.0 (ask at
-            # once), which the next time computed below must not overwrite
+            # once), which the next time computed when it answers must not overwrite
             group.next_at = math.inf
-        statuses: dict[str, AppStatus | BaseException | None] = dict(
-            group.runner.refresh(handles, record_unknown=record)
-        )
-        if len(handles) > 1 and all(isinstance(s, BaseException) for s in statuses.values()):
-            # the batch failed: ask one by one, so one bad job does not hold back the others
-            statuses = {h: self._status_or_error(group.runner, h) for h in handles}
+            group.asking = True
+
+        def ask() -> None:
+            statuses: dict[str, AppStatus | BaseException | None]
+            try:
+                statuses = dict(group.runner.refresh(handles, record_unknown=record))
+            except Exception as e:  # the Runner's refresh maps errors per handle; be safe
+                statuses = dict.fromkeys(handles, e)
+            if len(handles) > 1 and all(isinstance(s, BaseException) for s in statuses.values()):
+                # the batch failed: ask one by one, so one bad job does not hold back the others
+                statuses = {h: self._status_or_error(group.runner, h) for h in handles}
+            with self._lock:
+                self._answered.append((group, watches, statuses))
+            self._wake.set()
+
+        threading.Thread(target=ask, name="torchx-nb-refresher-ask", daemon=True).start()
+
+    def _deliver_answers(self) -> None:
+        """The polls that came back: their group's next time (or backoff), then each watch's
+        new status or error, on this thread."""
+        with self._lock:
+            answered, self._answered = self._answered, []
+        for group, watches, statuses in answered:
+            self._take_answer(group, watches, statuses)
+
+    def _take_answer(
+        self,
+        group: _Group,
+        watches: dict[int, _Watch],
+        statuses: dict[str, AppStatus | BaseException | None],
+    ) -> None:
         errors = [s for s in statuses.values() if isinstance(s, BaseException)]
         interval = self.interval(group.scheduler, group.runner)
         with self._lock:
+            group.asking = False
             if errors and len(errors) == len(statuses):
                 group.failures += 1
                 group.delay = min(max(group.delay * 2, interval), self.max_backoff)
@@ -304,6 +340,8 @@ class Refresher:
             # the earlier of the two: a wake-up asked for during the poll is kept
             group.next_at = min(group.next_at, time.monotonic() + after)
         for wid, watch in watches.items():
+            if not self.is_watched(wid):  # unwatched while its poll was out
+                continue
             result = statuses.get(watch.handle)
             if isinstance(result, BaseException):
                 watch.failing = True
