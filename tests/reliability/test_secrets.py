@@ -222,6 +222,30 @@ def leaks_in(blobs: list[bytes]) -> list[str]:
     return found
 
 
+def image_layers(registry: Registry, image: str) -> list[bytes]:
+    """The layer blobs of ``image`` (HOST/REPO:TAG) in ``registry``, in order."""
+    import json
+    import urllib.request
+
+    repo, tag = image.split("/", 1)[1].rsplit(":", 1)
+    request = urllib.request.Request(
+        f"http://{registry.host}/v2/{repo}/manifests/{tag}",
+        headers={
+            "Accept": "application/vnd.docker.distribution.manifest.v2+json,"
+            " application/vnd.oci.image.manifest.v1+json"
+        },
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        manifest = json.load(answer)
+    out = []
+    for layer in manifest["layers"]:
+        digest = layer["digest"].split(":", 1)[1]
+        out.append(
+            next(registry.root.rglob(f"blobs/sha256/{digest[:2]}/{digest}/data")).read_bytes()
+        )
+    return out
+
+
 def registry_blobs(registry: Registry) -> list[bytes]:
     return [p.read_bytes() for p in registry.root.rglob("blobs/sha256/*/*/data")]
 
@@ -381,7 +405,15 @@ def test_docker_builder_pushes_no_planted_secret(
     )
     pushed = [b for b in registry_blobs(registry) if b not in before]
     assert built.image.startswith(f"{registry.host}/corpus/docker:") and pushed
-    assert leaks_in(pushed) == []
+    # the image's own layers, after the base's: when no earlier test of this worker had put
+    # the base in this registry, its layers went up too, and the base's libcrypto holds the
+    # text "ENCRYPTED PRIVATE KEY" (a false leak, seen once in CI)
+    base_layers = len(
+        docker_env.client().images.get(base_images["python"]).attrs["RootFS"]["Layers"]
+    )
+    ours = image_layers(registry, built.image)[base_layers:]
+    assert ours and all(b in pushed for b in ours)
+    assert leaks_in(ours) == []
     listing = docker_env.client().containers.run(
         built.image, ["sh", "-c", "cd /ws && find . | sort"], network_mode="host", remove=True
     )
