@@ -71,7 +71,8 @@ def test_status_widget_cancel_button(runner) -> None:  # type: ignore[no-untyped
     w._cancel.click()
     assert w._cancel.description == "cancelling…"
     wait_for(lambda: w.state == AppState.CANCELLED, timeout=30)
-    assert 'data-state="CANCELLED"' in w._header.value
+    # the header is drawn after the state is taken (and the job store read): wait for it too
+    wait_for(lambda: 'data-state="CANCELLED"' in w._header.value, timeout=10)
     poller.stop()
 
 
