@@ -498,6 +498,17 @@ def test_hostile_options_cannot_add_script_lines(cfg: dict[str, str], message: s
         get_runner().dryrun(app, "slurm", {})
 
 
+def test_an_empty_option_is_the_option_left_out() -> None:
+    """``-cfg time=`` (a value emptied in .torchxconfig or a script's variable left unset) is
+    no limit given, as the request writes it; it read as 'holds a space or line break'."""
+    code, out, err = cli(
+        "run", "-s", "slurm", "--dryrun", "--json", "-cfg", "time=,partition=", "utils.echo"
+    )
+    assert code == 0, err
+    assert "#SBATCH --job-name=echo-0 " in out
+    assert "--time" not in out and "--partition" not in out
+
+
 def test_hostile_handles_are_refused() -> None:
     sched = SlurmScheduler("torchx")
     for bad in ("1;rm -rf /", "../1", "", "1 2"):

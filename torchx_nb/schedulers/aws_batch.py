@@ -55,6 +55,7 @@ from torchx_nb.schedulers.aws_common import (
     call,
     cloudwatch_events,
     job_tags,
+    pages,
 )
 from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.ids import make_unique
@@ -273,9 +274,9 @@ class AwsBatchScheduler(
             return f"{parent_id}:{index}" if parent_id else None
         queue, _, name = app_id.partition(":")
         paginator = self.client.get_paginator("list_jobs")
-        pages = paginator.paginate(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}])
+        named = paginator.paginate(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}])
         try:
-            for page in pages:
+            for page in named:
                 for summary in page.get("jobSummaryList", []):
                     if summary.get("jobName") == name:
                         self._job_ids[app_id] = summary["jobId"]
@@ -332,8 +333,8 @@ class AwsBatchScheduler(
     def _exits(self, job: dict[str, Any]) -> dict[int, tuple[int | None, float | None]]:
         def summaries(queue: str, name: str) -> Iterator[dict[str, Any]]:
             filters = [{"name": "JOB_NAME", "values": [name]}]
-            pages = self.client.get_paginator("list_jobs").paginate(jobQueue=queue, filters=filters)
-            for page in pages:
+            named = self.client.get_paginator("list_jobs").paginate(jobQueue=queue, filters=filters)
+            for page in named:
                 yield from page.get("jobSummaryList", [])
 
         return node_exits(job, self._describe_jobs, summaries)
@@ -437,24 +438,20 @@ class AwsBatchScheduler(
         else:
             queues = [
                 q["jobQueueName"]
-                for page in self._call(
-                    "cannot list job queues",
-                    self.client.get_paginator("describe_job_queues").paginate,
-                )
+                for page in pages("cannot list job queues", self.client, "describe_job_queues")
                 for q in page.get("jobQueues", [])
             ]
         summaries: list[tuple[str, dict[str, Any]]] = []
         for q in queues:
-            pages = self.client.get_paginator("list_jobs").paginate(
+            for page in pages(
+                f"cannot list the jobs of queue {q!r}",
+                self.client,
+                "list_jobs",
                 jobQueue=q,
                 filters=[{"name": "AFTER_CREATED_AT", "values": ["0"]}],
                 PaginationConfig={"PageSize": 1000},
-            )
-            try:
-                for page in pages:
-                    summaries.extend((q, s) for s in page.get("jobSummaryList", []))
-            except Exception as e:
-                raise aws_error(e, f"cannot list the jobs of queue {q!r}") from None
+            ):
+                summaries.extend((q, s) for s in page.get("jobSummaryList", []))
         by_id = {s["jobId"]: (q, s) for q, s in summaries}
         out: list[ListAppResponse] = []
         for job in self._describe_jobs(list(by_id)):

@@ -46,6 +46,12 @@ def aws_error(e: BaseException, what: str) -> TorchxNbError:
             f"{what}: no AWS credentials; set AWS_PROFILE or AWS_ACCESS_KEY_ID and"
             " AWS_SECRET_ACCESS_KEY (or run `aws configure`)"
         )
+    if name == "ProfileNotFound":
+        profile = str(getattr(e, "kwargs", {}).get("profile", ""))[:80]
+        return AwsError(
+            f"{what}: no AWS profile {profile!r} in the AWS config; set AWS_PROFILE to one"
+            " that `aws configure list-profiles` shows, or unset it"
+        )
     if name == "NoRegionError":
         return AwsError(
             f"{what}: no AWS region; set AWS_DEFAULT_REGION (or region in ~/.aws/config)"
@@ -70,6 +76,17 @@ def call(what: str, fn: Any, **kwargs: Any) -> Any:
     """``fn(**kwargs)``, with any AWS failure turned into a one-line error about ``what``."""
     try:
         return fn(**kwargs)
+    except TorchxNbError:
+        raise
+    except Exception as e:
+        raise aws_error(e, what) from None
+
+
+def pages(what: str, client: Any, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Every page of a paginated AWS call, any failure (also one met while paging: boto3's
+    paginator asks only when it is iterated) turned into a one-line error about ``what``."""
+    try:
+        yield from client.get_paginator(operation).paginate(**kwargs)
     except TorchxNbError:
         raise
     except Exception as e:

@@ -417,9 +417,8 @@ class AwsSageMakerScheduler(
         """Every training job of the account tagged by torchx (tags read 8 jobs at a time)."""
         summaries = [
             s
-            for page in call(
-                "cannot list training jobs",
-                self.client.get_paginator("list_training_jobs").paginate,
+            for page in aws_common.pages(
+                "cannot list training jobs", self.client, "list_training_jobs"
             )
             for s in page.get("TrainingJobSummaries", [])
         ]
@@ -497,8 +496,11 @@ def _default_region() -> str | None:
     """None where boto3 finds a region itself; else the Studio app's region."""
     import boto3
 
-    if boto3.session.Session().region_name:
-        return None
+    try:
+        if boto3.session.Session().region_name:
+            return None
+    except Exception as e:  # a profile named that the config does not have
+        raise aws_common.aws_error(e, "cannot read the AWS configuration") from None
     from torchx_nb.schedulers.sagemaker_studio import region
 
     return region()

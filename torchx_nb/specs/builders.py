@@ -22,6 +22,7 @@ from torchx_nb.specs.api import (
 from torchx_nb.specs.api import make_app_handle as make_app_handle  # TorchX imports it from here
 from torchx_nb.specs.exceptions import ComponentArgError as ComponentArgError
 from torchx_nb.specs.hints import unwrap_optional
+from torchx_nb.specs.runopts import parse_bool
 
 _MOUNT_KEYS = {
     "type": "type",
@@ -103,12 +104,10 @@ def _docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
 
 
 def _bool(text: str) -> bool:
-    low = text.lower()
-    if low in ("true", "1", "yes", "on"):
-        return True
-    if low in ("false", "0", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    try:
+        return parse_bool(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _element(tp: Any) -> Callable[[str], Any]:

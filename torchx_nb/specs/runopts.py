@@ -116,12 +116,7 @@ class runopt:
     def cast_to_type(self, value: str) -> CfgVal:
         """Parse ``value`` (text from a command line or config file) as this option's type."""
         if self.opt_type is bool:
-            low = value.strip().lower()
-            if low in ("true", "1", "yes", "on"):
-                return True
-            if low in ("false", "0", "no", "off"):
-                return False
-            raise ValueError(f"expected true or false, got {value!r}")
+            return parse_bool(value)
         if self.is_type_list_of_str:
             return _split(value)
         if self.is_type_dict_of_str:
@@ -384,3 +379,18 @@ class runopts:
                 lines.append(f"        {k}={k.upper()} ({_type_name(o.opt_type)}, {o.default})")
                 lines.append(f"            {o.help}")
         return "\n".join(lines) if lines else "    (no options)"
+
+
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+
+
+def parse_bool(text: str) -> bool:
+    """A yes/no value as a command line or config file writes it (``-cfg``, a component's
+    ``--flag``): the one reading, so both say the same about a typo."""
+    low = text.strip().lower()
+    if low in TRUE_WORDS:
+        return True
+    if low in FALSE_WORDS:
+        return False
+    raise ValueError(f"expected true or false (or yes/no, on/off, 1/0), got {text[:80]!r}")

@@ -149,11 +149,18 @@ class SlurmScheduler(
     def _validate(self, app: AppDef, scheduler: str, cfg: SlurmOpts | None = None) -> None:
         # values land in #SBATCH lines and a script comment: a space would add an option, a
         # newline a shell command. The Runner passes the options it resolved; a call without
-        # them (TorchX's ``_validate(app, scheduler)``) checks the defaults
+        # them (TorchX's ``_validate(app, scheduler)``) checks the defaults. An empty value
+        # (``-cfg time=``) is the option left out, as the request leaves it
         cfg = SlurmOpts() if cfg is None else cfg
         for key, value in cfg.to_cfg().items():
-            if isinstance(value, str) and (
-                "\n" in value or "\r" in value or (key not in CMD_OPTS and value.split() != [value])
+            if (
+                isinstance(value, str)
+                and value
+                and (
+                    "\n" in value
+                    or "\r" in value
+                    or (key not in CMD_OPTS and value.split() != [value])
+                )
             ):
                 raise ValueError(
                     f"slurm option {key}={value!r} holds a space or line break; Slurm takes one"
