@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections.abc import Mapping
@@ -401,3 +402,28 @@ def test_a_backend_that_hangs_holds_back_only_its_own_jobs(tmp_path: Path) -> No
     finally:
         Hanging.release.set()
         refresher.stop()
+
+
+def test_a_forked_child_starts_with_a_refresher_of_its_own() -> None:
+    """A process that forks while its refresher watches (a kernel's cell calling os.fork, a
+    multiprocessing pool): the child gets a new, empty refresher, not the parent's watches
+    polled again by a restarted thread (their callbacks would draw the parent's widgets from
+    the child) nor a lock a parent's thread held."""
+    import os
+
+    parent = get_refresher()
+    clock = parent.every(3600, lambda: None)
+    try:
+        assert parent.watching == 0 and parent._clocks
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit code only
+            ok = False
+            with contextlib.suppress(BaseException):
+                child = get_refresher()
+                ok = child is not parent and not child._clocks and child._thread is None
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child reused its parent's refresher"
+        assert get_refresher() is parent
+    finally:
+        parent.stop_clock(clock)

@@ -18,13 +18,15 @@ that fails alone does not hold back the others. Watchers may also ask for a tick
 sweep view's clock) runs it on this thread too (``every``): a process has one such thread, never
 a loop of its own per watcher. The settings are the first caller's: another caller asking for
 other ones while anything is watched is an error (``RefresherSettingsError``), not silently
-ignored; a caller asking for none takes them as they are."""
+ignored; a caller asking for none takes them as they are. A forked child starts with a
+refresher of its own."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -368,6 +370,17 @@ class Refresher:
 
 _PROCESS: Refresher | None = None
 _PROCESS_LOCK = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    """A forked child has none of its parent's threads: it starts with no refresher of its
+    own, rather than the parent's watches (whose callbacks draw the parent's widgets) polled
+    again by a thread restarted here, or a lock held by a thread that is gone."""
+    global _PROCESS, _PROCESS_LOCK
+    _PROCESS, _PROCESS_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def get_refresher(**settings: float) -> Refresher:
