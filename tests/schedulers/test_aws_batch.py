@@ -682,6 +682,7 @@ def test_a_reclaimed_host_is_retried_and_the_program_only_per_max_retries() -> N
         "attempts": 10,
         "evaluateOnExit": [
             {"onStatusReason": "Host EC2*", "action": "RETRY"},
+            {"onStatusReason": "Your Spot Task was interrupted*", "action": "RETRY"},
             {"onExitCode": "171", "action": "EXIT"},
             {"onExitCode": "0", "action": "EXIT"},
         ],
@@ -707,9 +708,10 @@ def test_a_reclaimed_host_is_retried_and_the_program_only_per_max_retries() -> N
     assert strategy["attempts"] == 4
     assert strategy["evaluateOnExit"][0] == {"onStatusReason": "Host EC2*", "action": "RETRY"}
     assert strategy["evaluateOnExit"][-1] == {"onStatusReason": "*", "action": "EXIT"}
+    assert len(strategy["evaluateOnExit"]) == 5  # Batch's most
     # retries but no ledger to count them apart: max_retries + 1 attempts, as before
     strategy = sched.submit_dryrun(app(), {"queue": "q"}).request.job_def["retryStrategy"]
-    assert strategy["attempts"] == 3 and len(strategy["evaluateOnExit"]) == 3
+    assert strategy["attempts"] == 3 and len(strategy["evaluateOnExit"]) == 4
 
 
 def test_spot_says_in_one_line_when_the_queue_has_no_spot_compute_environment(
@@ -802,3 +804,13 @@ def test_describe_lists_each_reclaimed_host_as_a_preemption() -> None:
     assert desc.state == AppState.SUCCEEDED
     assert [(p.at, p.resumed_at) for p in desc.preemptions] == [(1060.0, 1100.0)]
     assert desc.preemptions[0].why == "spot capacity reclaimed: its EC2 host was terminated"
+    # on Fargate Spot the attempt's reason is ECS's stopped reason: a preemption too, retried
+    # by its own rule (it was a program failure, spending max_retries)
+    attempts[0]["statusReason"] = "Your Spot Task was interrupted."
+    desc = sched._to_response("q:bt", job)
+    assert [(p.at, p.resumed_at) for p in desc.preemptions] == [(1060.0, 1100.0)]
+    assert (
+        desc.preemptions[0].why == "spot capacity reclaimed: its Fargate Spot task was interrupted"
+    )
+    job["status"], job["attempts"] = "FAILED", attempts[:1]
+    assert sched._to_response("q:bt", job).ended_preempted

@@ -13,7 +13,13 @@ from torchx_nb.apps.cell_runner.checkpoint import RETRIES_SPENT_EXIT
 from torchx_nb.specs.preemption import Preemption
 
 MAX_ATTEMPTS = 10  # Batch's attempts, in total, program retries and reclaims together
-RECLAIMED = "Host EC2*"  # the status reason of an attempt whose EC2 host was terminated
+# the status reasons of an attempt whose spot capacity was reclaimed, as Batch's RETRY rules
+# match them (a glob ending in *), and what each means: an EC2 host terminated, a Fargate Spot
+# task interrupted (ECS's stopped reason, which Batch gives as the attempt's)
+RECLAIMED = {
+    "Host EC2*": "its EC2 host was terminated",
+    "Your Spot Task was interrupted*": "its Fargate Spot task was interrupted",
+}
 SPOT_TYPES = ("SPOT", "FARGATE_SPOT")
 MAX_JOB_NAME = 128  # Batch's jobName: letters, digits, hyphens and underscores, ≤ 128
 _ATTEMPT_SUFFIX = re.compile(r"^(?P<base>.+)-a(?P<n>\d+)$")
@@ -27,7 +33,7 @@ def retry_strategy(max_retries: int, max_preemptions: int, ledger: bool) -> dict
     store: output_path) to count its failures apart from the reclaims; with no ledger, the
     attempts are max_retries + 1 as before and a reclaim spends one of them."""
     rules: list[dict[str, str]] = [
-        {"onStatusReason": RECLAIMED, "action": "RETRY"},
+        *({"onStatusReason": reason, "action": "RETRY"} for reason in RECLAIMED),
         {"onExitCode": str(RETRIES_SPENT_EXIT), "action": "EXIT"},
         {"onExitCode": "0", "action": "EXIT"},
     ]
@@ -62,7 +68,8 @@ def reclaims(job: dict[str, Any]) -> list[Preemption]:
     attempts = job.get("attempts") or []
     out = []
     for i, attempt in enumerate(attempts):
-        if not _reclaimed(attempt):
+        what = _reclaimed(attempt)
+        if not what:
             continue
         stopped = attempt.get("stoppedAt") or attempt.get("startedAt")
         if not stopped:
@@ -71,22 +78,24 @@ def reclaims(job: dict[str, Any]) -> list[Preemption]:
         out.append(
             Preemption(
                 at=stopped / 1000,
-                why="spot capacity reclaimed: its EC2 host was terminated",
+                why=f"spot capacity reclaimed: {what}",
                 resumed_at=nxt / 1000 if nxt else None,
             )
         )
     return out
 
 
-def _reclaimed(attempt: dict[str, Any]) -> bool:
-    return str(attempt.get("statusReason") or "").startswith(RECLAIMED.rstrip("*"))
+def _reclaimed(attempt: dict[str, Any]) -> str:
+    """What reclaimed the attempt's capacity, as its status reason says; "" when nothing did."""
+    reason = str(attempt.get("statusReason") or "")
+    return next((what for glob, what in RECLAIMED.items() if reason.startswith(glob[:-1])), "")
 
 
 def ended_reclaimed(job: dict[str, Any]) -> bool:
     """The job ended FAILED with its last attempt's host reclaimed: Batch's ``attempts`` are
     spent (or its rules said EXIT), so it will not run again by itself."""
     attempts = job.get("attempts") or []
-    return job.get("status") == "FAILED" and bool(attempts) and _reclaimed(attempts[-1])
+    return job.get("status") == "FAILED" and bool(attempts) and bool(_reclaimed(attempts[-1]))
 
 
 def next_name(name: str) -> str:
