@@ -334,3 +334,49 @@ def test_an_attempt_killed_without_sigterm_is_a_failure_not_a_preemption(
     )
     ledger = json.loads((app_dir(handle) / "checkpoints" / ck.LEDGER).read_text())
     assert [e["why"] for e in ledger] == ["lost", "lost", "exit 171"]
+
+
+def test_each_replica_keeps_its_own_checkpoint_folder(isolated: Path, tmp_path: Path) -> None:
+    """A cell job of two replicas without torchrun (so no $RANK) on local_cwd: each replica is
+    its own rank, by the TORCHX_REPLICA_ID local_cwd sets, and saves into its own folder —
+    before, both read as rank 0 and wrote one folder's generations over each other."""
+    source = (
+        "import os, torchx_nb\n"
+        "ckpt = torchx_nb.checkpoint()\n"
+        "(ckpt.path / 'who').write_text(os.environ['TORCHX_REPLICA_ID'])\n"
+        "ckpt.save()\n"
+    )
+    app = cell(source=source)
+    app.roles[0].num_replicas = 2
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with get_runner() as runner:
+        handle = runner.run(app, "local_cwd", {}, workspace=str(ws))
+        ended = runner.wait(handle, wait_interval=0.2, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+    store = app_dir(handle) / "checkpoints"
+    for rank in ("0", "1"):  # a generation holds only what changed since the one before
+        saved = sorted((store / f"rank-{rank}").glob("gen-*/who"))
+        assert [f.read_text() for f in saved] == [rank]
+
+
+@pytest.mark.parametrize(
+    ("env", "rank"),
+    [
+        ({"RANK": "3", "TORCHX_REPLICA_ID": "1"}, 3),  # torchrun's global rank first
+        ({"TORCHX_REPLICA_ID": "1"}, 1),  # local_cwd, local_docker, Slurm, Kubernetes, SageMaker
+        ({"AWS_BATCH_JOB_NODE_INDEX": "2"}, 2),  # an AWS Batch multi-node job's node
+        ({"TORCHX_REPLICA_IDX": "4"}, 4),  # a GCP Batch task, as TorchX names its index
+        ({}, 0),
+    ],
+)
+def test_a_replicas_rank_comes_from_its_backend(
+    env: dict[str, str], rank: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchx_nb.apps.cell_runner import common
+
+    for name in ("RANK", "TORCHX_REPLICA_ID", "AWS_BATCH_JOB_NODE_INDEX", "TORCHX_REPLICA_IDX"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert common.rank() == rank

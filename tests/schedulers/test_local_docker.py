@@ -56,7 +56,7 @@ def test_two_replicas_names_labels_env_and_logs(
     a = app(
         base_images["busybox"],
         "-c",
-        'echo "rank0=$TORCHX_RANK0_HOST rep=$REP id=$TORCHX_APP"; echo err >&2',
+        'echo "rank0=$TORCHX_RANK0_HOST rep=$REP/$TORCHX_REPLICA_ID id=$TORCHX_APP"; echo err >&2',
         n=2,
         env={"REP": specs.macros.replica_id, "TORCHX_APP": specs.macros.app_id},
         resource=specs.Resource(cpu=1, gpu=0, memMB=128),
@@ -71,11 +71,11 @@ def test_two_replicas_names_labels_env_and_logs(
     assert host_config["Memory"] == 128 * 1024 * 1024 and host_config["NanoCpus"] == 10**9
     assert host_config["ShmSize"] == 128 * 1024 * 1024 and host_config["NetworkMode"] == "host"
     out1 = list(sched.log_iter(app_id, "r", 1, streams=Stream.STDOUT))
-    assert out1 == [f"rank0=localhost rep=1 id={app_id}\n"]
+    assert out1 == [f"rank0=localhost rep=1/1 id={app_id}\n"]
     assert list(sched.log_iter(app_id, "r", 0, streams=Stream.STDERR)) == ["err\n"]
     assert len(list(sched.log_iter(app_id, "r", 0))) == 2
     assert list(sched.log_iter(app_id, "r", 0, regex="^rank")) == [
-        f"rank0=localhost rep=0 id={app_id}\n"
+        f"rank0=localhost rep=0/0 id={app_id}\n"
     ]
     desc = sched.describe(app_id)
     assert desc is not None and desc.roles[0].name == "r" and desc.roles[0].num_replicas == 2

@@ -88,7 +88,8 @@ def test_script_has_torchx_shape_and_our_options(monkeypatch: pytest.MonkeyPatch
     assert len(groups) == 3
     assert groups[0].startswith(
         '--output=slurm-"$SLURM_JOB_ID"-a-0.out --error=slurm-"$SLURM_JOB_ID"-a-0.err'
-        " --wait=60 --kill-on-bad-exit=1 '--export=ALL,Y=it'\"'\"'s' env X=1,2 bash -c 'echo a'"
+        " --wait=60 --kill-on-bad-exit=1 '--export=ALL,TORCHX_REPLICA_ID=0,Y=it'\"'\"'s'"
+        " env X=1,2 bash -c 'echo a'"
     )
     # the macros: rank0 host for the shell, the replica index, the job id; a literal
     # "${app_id}" the user escaped stays text
@@ -496,6 +497,15 @@ def test_hostile_options_cannot_add_script_lines(cfg: dict[str, str], message: s
     app.roles[0].name = "a;b"  # role names reach job names and file names: the Runner checks
     with pytest.raises(specs.TorchxNbError, match="role name 'a;b' is not allowed"):
         get_runner().dryrun(app, "slurm", {})
+
+
+def test_each_replica_knows_its_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each heterogeneous component's srun sets TORCHX_REPLICA_ID (its rank's checkpoint
+    folder, where no torchrun sets $RANK); a role's own value is kept."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    app = specs.AppDef("ids", roles=[_role("a", "true", replicas=2), _role("b", "true")])
+    app.roles[1].env = {"TORCHX_REPLICA_ID": "7"}
+    assert re.findall(r"TORCHX_REPLICA_ID=(\d+)", _script(app)) == ["0", "1", "7"]
 
 
 def test_an_empty_option_is_the_option_left_out() -> None:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from torchx_nb.apps.cell_runner.common import REPLICA_ID_ENV
 from torchx_nb.paths import write_private
 from torchx_nb.schedulers.abilities import (
     DirWorkspaceMixin,
@@ -214,6 +215,7 @@ class LocalCwdScheduler(
                 rdir = log_root / role.name / str(i)
                 env = dict(r.env)
                 env[RANK0_ENV] = "localhost"
+                env.setdefault(REPLICA_ID_ENV, str(i))  # each rank's own checkpoint folder
                 env.setdefault("TORCHELASTIC_ERROR_FILE", str(rdir / "error.json"))
                 env.setdefault(OUTPUT_DIR_ENV, str(state_dir / "outputs"))
                 for key, value in checkpoint_env(

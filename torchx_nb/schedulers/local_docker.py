@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from torchx_nb.apps.cell_runner.common import REPLICA_ID_ENV
 from torchx_nb.lazy import LazyClient
 from torchx_nb.schedulers import local_docker_preempt as preempting
 from torchx_nb.schedulers.abilities import Preemptible, StoresOutputs, TakesTypedOptions
@@ -182,6 +183,7 @@ class LocalDockerScheduler(
                         max_retries=r.max_retries,
                         grace=self.preempt_grace,
                     ),
+                    REPLICA_ID_ENV: str(i),  # each rank's own checkpoint folder
                     **copied,
                     **r.env,
                     **extra_env,

@@ -28,9 +28,18 @@ def cloudpickle() -> Any:
     return cloudpickle
 
 
+#: each replica's id, as the backends set it (torchx_nb's local ones, Slurm's components,
+#: Kubernetes' completion index, SageMaker's host order)
+REPLICA_ID_ENV = "TORCHX_REPLICA_ID"
+#: the replica ids a backend sets itself: AWS Batch's node index, GCP Batch's task index as
+#: TorchX names it
+NATIVE_REPLICA_ENVS = ("AWS_BATCH_JOB_NODE_INDEX", "TORCHX_REPLICA_IDX")
+
+
 def rank() -> int:
-    """This process's rank (torchrun's ``$RANK``, else the replica id); 0 when alone."""
-    for name in ("RANK", "TORCHX_REPLICA_ID"):
+    """This process's rank (torchrun's ``$RANK``, else the replica id); 0 when alone. Each
+    rank keeps its own checkpoint folder, so two replicas must never read as one."""
+    for name in ("RANK", REPLICA_ID_ENV, *NATIVE_REPLICA_ENVS):
         value = os.environ.get(name, "")
         if value.isdigit():
             return int(value)

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from torchx_nb.apps.cell_runner.common import REPLICA_ID_ENV
 from torchx_nb.schedulers.abilities import (
     DescribesMany,
     DirWorkspaceMixin,
@@ -249,7 +250,8 @@ class SlurmScheduler(
                         "kill-on-bad-exit": "1",
                     },
                     sbatch_opts=sbatch,
-                    env=dict(r.env),
+                    # each rank's own checkpoint folder
+                    env={REPLICA_ID_ENV: str(i), **r.env},
                 )
         req = SlurmBatchRequest(
             cmd=cmd,
