@@ -157,3 +157,44 @@ def test_describe_records_what_it_learns(isolated: Any) -> None:
     rec = JobStore().get(handle)
     assert rec is not None
     assert (rec.state, rec.started, rec.ended) == ("SUCCEEDED", desc.started, desc.ended)
+
+
+def preempted_once(path: Any) -> str:
+    """A Slurm job in a store at ``path``: started 300 s ago, preempted 60 s in, held 120 s,
+    resumed, ended 60 s later — it ran 2 minutes of its 4 between start and end."""
+    import time
+
+    from tests.test_attempt_store import H, job
+    from torchx_nb.specs.preemption import Preemption
+
+    store = JobStore(path)
+    store.add(job())
+    t = time.time() - 300
+    store.update_state(H, "RUNNING", started=t)
+    store.record_preemptions(H, "41", [Preemption(t + 60, "spot", resumed_at=t + 180)])
+    store.update_state(H, "SUCCEEDED", ended=t + 240)
+    return H
+
+
+def test_ran_counts_the_attempts_runs_not_the_time_held_between_them(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``torchx-nb list``'s RAN (and the REST rows' ``ran``) of a job preempted once: its two
+    runs added up, not the held time between them (it said 4:00)."""
+    from tests.conftest import cli
+    from torchx_nb.server.jobs import JobService
+
+    path = tmp_path / "jobs.sqlite"
+    handle = preempted_once(path)
+    code, out, err = cli("list", env={"TORCHX_NB_JOBSTORE": str(path)})
+    assert code == 0, err
+    header, row = out.splitlines()
+    assert header.split() == ["HANDLE", "STATE", "NAME", "SUBMITTED", "DURATION", "QUEUED", "RAN"]
+    assert row.split()[0] == handle and row.split()[-3:] == ["9:00", "5:00", "2:00"]
+    monkeypatch.setenv("TORCHX_NB_JOBSTORE", str(path))
+    service = JobService()
+    try:
+        rec = service.runner.jobstore.get(handle)
+        assert rec is not None and round(service.row(rec)["ran"]) == 120
+    finally:
+        service.close()

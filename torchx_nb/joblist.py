@@ -48,7 +48,8 @@ def job_rows(
         elif rec.handle in listed and not rec.is_terminal:
             state = listed[rec.handle].state.name
         end = stored.ended or now
-        queued, ran = queue_and_run(stored, now)
+        tries = runner.jobstore.attempts(rec.handle) if stored.attempt > 1 else ()
+        queued, ran = queue_and_run(stored, now, tries)
         rows[rec.handle] = {
             "handle": rec.handle,
             "scheduler": rec.scheduler,

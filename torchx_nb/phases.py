@@ -79,10 +79,16 @@ def _attempt_phases(
     return out
 
 
-def queue_and_run(rec: JobRecord, now: float | None = None) -> tuple[float, float | None]:
-    """Seconds queued, and seconds run (None: it never ran)."""
-    found = {p.name: p.seconds(now) for p in phases(rec, now)}
-    return found["queued"], found.get("running")
+def queue_and_run(
+    rec: JobRecord, now: float | None = None, attempts: Sequence[Attempt] = ()
+) -> tuple[float, float | None]:
+    """Seconds queued, and seconds run (None: it never ran): with the job's ``attempts`` (one
+    preempted has several), its attempts' runs added up — the time it was held between them
+    is not time it ran."""
+    found = phases(rec, now, attempts)
+    queued = next(p.seconds(now) for p in found if p.name == "queued")
+    runs = [p.seconds(now) for p in found if p.name in ("running", "resumed")]
+    return queued, (sum(runs) if runs else None)
 
 
 def phases_line(rec: JobRecord, now: float | None = None, attempts: Sequence[Attempt] = ()) -> str:

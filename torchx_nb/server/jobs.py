@@ -168,7 +168,8 @@ class JobService:
         # an UNKNOWN job's clock stops when it became unknown (its last change)
         stopped = rec.is_terminal or rec.state == "UNKNOWN"
         end = rec.ended if rec.ended else (rec.updated if stopped else now)
-        queued, ran = queue_and_run(rec, now)
+        tries = self.runner.jobstore.attempts(rec.handle) if rec.attempt > 1 else ()
+        queued, ran = queue_and_run(rec, now, tries)
         return {
             "handle": rec.handle,
             "scheduler": rec.scheduler,
