@@ -427,3 +427,58 @@ def test_a_forked_child_starts_with_a_refresher_of_its_own() -> None:
         assert get_refresher() is parent
     finally:
         parent.stop_clock(clock)
+
+
+class CountedHanging(Hanging):
+    """``Hanging`` that counts the describes in flight."""
+
+    inflight = 0
+    most = 0
+    count_lock = threading.Lock()
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        cls = CountedHanging
+        with cls.count_lock:
+            cls.inflight += 1
+            cls.most = max(cls.most, cls.inflight)
+        try:
+            return super().describe(app_id)
+        finally:
+            with cls.count_lock:
+                cls.inflight -= 1
+
+
+def test_a_hanging_backend_is_asked_once_however_often_its_job_is_watched_again() -> None:
+    """A group is never asked twice at once, also when every watch of it was let go while its
+    poll hung and a new one came (the server's feed lets go when the panel closes and watches
+    again when it opens; a sweep's ``wait(timeout=)`` in a loop): the group was forgotten
+    while its poll was out, so each new watch started another describe of the hanging API
+    and another thread (ten here). The answer, once it comes, goes to the watch of now."""
+    Hanging.release.clear()
+    Hanging.asked.clear()
+    CountedHanging.inflight = CountedHanging.most = 0
+    runner = _runner_with("counted", CountedHanging)
+    refresher = Refresher(runner, local_interval=0.02)
+    clock = refresher.every(0.02, lambda: None)  # the refresher's rounds go on (the feed's)
+    seen: list[str] = []
+    try:
+        stuck = runner.run(sh("sh", "-c", "sleep 1"), "counted")
+        watch = refresher.watch(stuck, lambda s, e: None)
+        assert Hanging.asked.wait(timeout=30)
+
+        def two_rounds() -> None:
+            start = refresher.rounds
+            wait_for(lambda: refresher.rounds > start + 1, timeout=30)
+
+        for _ in range(10):
+            refresher.unwatch(watch)
+            two_rounds()  # a round with nothing of the group watched
+            watch = refresher.watch(stuck, lambda s, e: seen.append(s.state.name if s else "-"))
+            two_rounds()
+        assert CountedHanging.most == 1, CountedHanging.most  # before: 11 at once
+        Hanging.release.set()
+        wait_for(lambda: seen[-1:] == ["SUCCEEDED"], timeout=60)
+    finally:
+        Hanging.release.set()
+        refresher.stop_clock(clock)
+        refresher.stop()

@@ -268,8 +268,10 @@ class Refresher:
             self._run_clocks()
             with self._lock:
                 active = {w.group for w in self._watches.values()}
-                # a Runner none of whose handles is watched is let go (its backoff with it)
-                for key in [k for k in self._groups if k not in active]:
+                # a Runner none of whose handles is watched is let go (its backoff with it),
+                # once its poll is in: a group is never asked twice at once, also when it is
+                # watched again while that poll hangs
+                for key in [k for k, g in self._groups.items() if k not in active and not g.asking]:
                     del self._groups[key]
                 clocks = [c.next_at for c in self._clocks.values()]
             due = [g.next_at for g in self._groups.values()] + clocks
