@@ -482,3 +482,36 @@ def test_a_hanging_backend_is_asked_once_however_often_its_job_is_watched_again(
         Hanging.release.set()
         refresher.stop_clock(clock)
         refresher.stop()
+
+
+class CancelledOnce(LocalCwdScheduler):
+    """local_cwd whose first describe raises ``asyncio.CancelledError`` (a ``BaseException``,
+    as an SDK over asyncio may raise when its call is cancelled)."""
+
+    raised = False
+
+    def describe(self, app_id: str) -> DescribeAppResponse | None:
+        import asyncio
+
+        if not CancelledOnce.raised:
+            CancelledOnce.raised = True
+            raise asyncio.CancelledError("the SDK's call was cancelled")
+        return super().describe(app_id)
+
+
+def test_a_describe_that_raises_a_base_exception_is_an_error_the_poll_recovers_from() -> None:
+    """A describe that raised a ``BaseException`` (not an ``Exception``) ended the asking
+    thread with a traceback on stderr and left its group asking for ever: the job was never
+    asked again, its watch heard nothing. It is an error like any other now: the watch hears
+    it ("reconnecting"), and the next poll's status."""
+    CancelledOnce.raised = False
+    runner = _runner_with("cancelledonce", CancelledOnce)
+    refresher = Refresher(runner, local_interval=0.05, max_backoff=0.2)
+    seen: list[str] = []
+    handle = runner.run(sh("true"), "cancelledonce")
+    try:
+        refresher.watch(handle, lambda s, e: seen.append(s.state.name if s else f"error {e}"))
+        wait_for(lambda: seen[-1:] == ["SUCCEEDED"], timeout=30)
+        assert seen[0] == "error the SDK's call was cancelled", seen
+    finally:
+        refresher.stop()

@@ -305,7 +305,9 @@ class Refresher:
             statuses: dict[str, AppStatus | BaseException | None]
             try:
                 statuses = dict(group.runner.refresh(handles, record_unknown=record))
-            except Exception as e:  # the Runner's refresh maps errors per handle; be safe
+            except BaseException as e:  # the Runner's refresh maps errors per handle; a
+                # BaseException (an SDK's asyncio.CancelledError) is an error too, never a
+                # group left asking for ever
                 statuses = dict.fromkeys(handles, e)
             if len(handles) > 1 and all(isinstance(s, BaseException) for s in statuses.values()):
                 # the batch failed: ask one by one, so one bad job does not hold back the others
@@ -361,7 +363,7 @@ class Refresher:
     def _status_or_error(runner: Any, handle: str) -> AppStatus | BaseException | None:
         try:
             return runner.status(handle)
-        except Exception as e:
+        except BaseException as e:  # see ask
             return e
 
     @staticmethod
