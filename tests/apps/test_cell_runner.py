@@ -151,3 +151,27 @@ def test_a_cancel_while_a_notebook_job_starts_is_one_line(tmp_path: Path) -> Non
         "torchx_nb: stopped before its first cell by SIGTERM (a cancel or a preemption: the"
         " job's status says which), while starting: nothing ran"
     ], err
+
+
+def test_the_packages_names_loaded_on_first_use_are_listed_and_a_typo_is_one_line() -> None:
+    """``run``, ``grid_point``, ``missing_import`` and ``required_imports`` load on first use
+    (PEP 562): ``import torchx_nb.apps.cell_runner`` loads neither pickle nor the tracebacks,
+    ``dir()`` (IPython's completion, ``help``) lists every name of ``__all__`` (it listed
+    none of the four), and a typo is the usual AttributeError naming the package."""
+    code = (
+        "import sys\n"
+        "import torchx_nb.apps.cell_runner as cr\n"
+        "print('pickle' in sys.modules, 'traceback' in sys.modules)\n"
+        "print(sorted(set(cr.__all__) - set(dir(cr))))\n"
+        "print(cr.grid_point.__module__, callable(cr.run))\n"
+        "try:\n    cr.rnu\nexcept AttributeError as e:\n    print(e)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert proc.stdout.splitlines() == [
+        "False False",
+        "[]",
+        "torchx_nb.apps.cell_runner.start True",
+        "module 'torchx_nb.apps.cell_runner' has no attribute 'rnu'",
+    ], proc.stdout

@@ -46,6 +46,11 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
+def __dir__() -> list[str]:
+    """The package's names with those loaded on first use (IPython's completion, ``help``)."""
+    return sorted({*globals(), *_LAZY})
+
+
 __all__ = [
     "CANCELLED_EXIT",
     "CANCEL_MARK",
