@@ -226,3 +226,53 @@ def test_an_interrupt_during_the_first_trials_build_leaves_nothing_submitted(
         assert runner.jobstore.list() == []
     time.sleep(2)
     assert not (ws / "ran").exists()
+
+
+def test_wait_with_a_timeout_returns_in_time_when_the_backend_hangs(isolated: Path) -> None:
+    """``Sweep.wait(timeout=2)`` while its backend's describe hangs (an API that accepts and
+    never answers) returns after about 2 s with each trial's last recorded state: it then
+    asked the backend itself, on the waiting thread, for each trial the refresher had not
+    answered for — 40 s here (20 s a trial), for ever against an API that never answers."""
+    import threading
+
+    from torchx_nb.schedulers import get_scheduler_factories
+    from torchx_nb.schedulers.local_cwd import LocalCwdScheduler
+
+    hang = threading.Event()
+    release = threading.Event()
+
+    class Hangs(LocalCwdScheduler):
+        def describe(self, app_id: str) -> object:  # type: ignore[override]
+            if hang.is_set():
+                release.wait(timeout=20)
+            return super().describe(app_id)
+
+    factories = dict(get_scheduler_factories())
+    factories["hangs"] = lambda session, **kw: Hangs(session, **kw)
+    with Runner(scheduler_factories=factories) as runner:
+        sw = start(
+            runner,
+            SweepRequest(
+                RunRequest(
+                    cell="import time\ntime.sleep(60)\nn",
+                    scheduler="hangs",
+                    workspace=str(isolated),
+                ),
+                ["n=1,2"],
+            ),
+        )
+        try:
+            from tests.conftest import wait_for
+
+            wait_for(lambda: all(sw.handles) and not sw.submitting, timeout=60)
+            hang.set()
+            began = time.monotonic()
+            statuses = sw.wait(timeout=2)
+            took = time.monotonic() - began
+            assert took < 10, f"wait(timeout=2) took {took:.0f} s"  # before: 40 s
+            states = [s.state.name if s else None for s in statuses]
+            assert set(states) <= {"SUBMITTED", "PENDING", "RUNNING"}, states
+        finally:
+            release.set()
+            hang.clear()
+            sw.cancel()

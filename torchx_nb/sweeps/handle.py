@@ -86,6 +86,27 @@ class Sweep:
         found = self.runner.status_many(handles) if handles else {}
         return [found.get(h) if h else None for h in self.handles]
 
+    def _recorded(self, handles: list[str]) -> dict[str, AppStatus | None]:
+        """Each trial's last state in the job store: what ``wait`` gives at its timeout for a
+        trial the refresher had no answer for yet — never a describe of its own, which a
+        backend that hangs would hold past the timeout (for ever, against an API that never
+        answers)."""
+        try:
+            records = {r.handle: r for r in self.runner.jobstore.trials(self.id)}
+        except Exception:
+            records = {}
+        out: dict[str, AppStatus | None] = {}
+        for handle in handles:
+            rec = records.get(handle)
+            state = AppState[rec.state] if rec is not None else AppState.UNKNOWN
+            out[handle] = AppStatus(
+                state,
+                msg=rec.msg if rec is not None else "",
+                started=rec.started if rec is not None else None,
+                ended=rec.ended if rec is not None else None,
+            )
+        return out
+
     def done(self) -> bool:
         if self.submitting:
             return False
@@ -94,8 +115,9 @@ class Sweep:
     def wait(self, timeout: float | None = None, interval: float = 1.0) -> list[AppStatus | None]:
         """Until every trial has ended (or ``timeout`` seconds); each trial's status. The trials
         are watched through the process's one refresher (the widgets' too): a sweep waited on
-        asks its scheduler nothing of its own. ``interval``: how often, at most, it looks for
-        trials submitted since."""
+        asks its scheduler nothing of its own (at the timeout, a trial the refresher has no
+        answer for yet, its backend hanging, gets its last state in the job store).
+        ``interval``: how often, at most, it looks for trials submitted since."""
         from torchx_nb.refresher import get_refresher
 
         refresher = get_refresher()
@@ -138,8 +160,8 @@ class Sweep:
             for watch_id in watches.values():
                 refresher.unwatch(watch_id)
         missing = [h for h in self.handles if h and h not in heard]
-        if missing:  # ended before the refresher's first look at them, or a timeout
-            heard.update(self.runner.status_many(missing))
+        if missing:  # a timeout before the refresher answered for them (a backend that hangs)
+            heard.update(self._recorded(missing))
         statuses = [heard.get(h) if h else None for h in self.handles]
         if self.view is not None:
             self.view.settle(statuses)
