@@ -515,3 +515,33 @@ def test_a_describe_that_raises_a_base_exception_is_an_error_the_poll_recovers_f
         assert seen[0] == "error the SDK's call was cancelled", seen
     finally:
         refresher.stop()
+
+
+def test_a_poll_whose_thread_cannot_start_is_an_error_the_refresher_outlives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each poll starts a thread; where none can start (the process at its thread or memory
+    limit: ``RuntimeError: can't start new thread``) the error ended the refresher's own
+    thread, and every watch of the process froze without a word. It is the group's error
+    now: its watch hears it, and the next poll, once a thread starts, its status."""
+    refused: list[str] = []
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name == "torchx-nb-refresher-ask" and not refused:
+            refused.append(self.name)
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    runner = get_runner()
+    refresher = Refresher(runner, local_interval=0.05, max_backoff=0.2)
+    seen: list[str] = []
+    handle = runner.run(sh("true"), "local_cwd")
+    try:
+        refresher.watch(handle, lambda s, e: seen.append(s.state.name if s else f"error {e}"))
+        wait_for(lambda: seen[-1:] == ["SUCCEEDED"], timeout=30)
+        assert seen[0] == "error can't start new thread", seen
+        assert refresher._thread is not None and refresher._thread.is_alive()
+    finally:
+        refresher.stop()

@@ -316,7 +316,12 @@ class Refresher:
                 self._answered.append((group, watches, statuses))
             self._wake.set()
 
-        threading.Thread(target=ask, name="torchx-nb-refresher-ask", daemon=True).start()
+        try:
+            threading.Thread(target=ask, name="torchx-nb-refresher-ask", daemon=True).start()
+        except RuntimeError as e:  # no thread can start (the process at its limit): the
+            # group's error, asked again after its backoff, never the end of this loop
+            with self._lock:
+                self._answered.append((group, watches, dict.fromkeys(handles, e)))
 
     def _deliver_answers(self) -> None:
         """The polls that came back: their group's next time (or backoff), then each watch's
