@@ -31,6 +31,11 @@ def compile_regex(pattern: str) -> Pattern:
     options.log_errors = False
     try:
         return re2.compile(pattern, options)
+    except UnicodeEncodeError:  # a lone surrogate (an undecodable byte kept by the shell)
+        raise BadRegex(
+            f"regular expression {pattern[:60]!r}"  # repr shows the byte as its escape
+            " holds a byte that is not UTF-8: give the pattern as UTF-8 text"
+        ) from None
     except re2.error as e:
         why = e.args[0] if e.args else e
         why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)

@@ -81,6 +81,14 @@ def test_status_widget_shows_reconnecting(runner) -> None:  # type: ignore[no-un
     w = StatusWidget(handle, runner, Refresher(runner, local_interval=10))
     w._on_status(None, ConnectionError("no route"))
     assert "reconnecting" in w._header.value
+
+    class Unreadable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    w._on_status(None, Unreadable())  # a backend's error whose message raises: still shown
+    assert "reconnecting" in w._header.value
+    assert "Unreadable (its message cannot be read)" in w._header.value
     status = runner.wait(handle, wait_interval=0.1)
     w._on_status(status, None)
     assert "reconnecting" not in w._header.value and "SUCCEEDED" in w._header.value

@@ -191,7 +191,11 @@ class StatusWidget:
 
     def _show_status(self, status: AppStatus | None, error: BaseException | None) -> None:
         if error is not None:
-            self._error = redact_text(f"{type(error).__name__}: {error}")[:200]
+            try:
+                said = f"{type(error).__name__}: {error}"
+            except Exception:  # an exception whose __str__ raises is still an error to show
+                said = f"{type(error).__name__} (its message cannot be read)"
+            self._error = redact_text(said)[:200]
             self._header.value = self._header_html()
             return
         self._error = None
