@@ -171,7 +171,14 @@ def test_local_docker_preempt_stops_the_containers_and_runs_new_ones(
         docker_env.client().containers.get(n)
         for n in (container_name(app_id, "r", 0), f"{container_name(app_id, 'r', 0)}-attempt1")
     )
-    assert new.attrs["Config"]["Env"] == old.attrs["Config"]["Env"]
+    # the environment too, but for the attempt's number (each rank of attempt 2 reads 2)
+    attempt = [e for e in old.attrs["Config"]["Env"] if e.startswith("TORCHX_NB_DOCKER_ATTEMPT=")]
+    assert attempt == ["TORCHX_NB_DOCKER_ATTEMPT=1"]
+    assert new.attrs["Config"]["Env"] == [
+        *(e for e in old.attrs["Config"]["Env"] if e not in attempt),
+        "TORCHX_NB_DOCKER_ATTEMPT=2",
+    ]
+    assert "TORCHX_NB_ATTEMPT_ENV=TORCHX_NB_DOCKER_ATTEMPT" in new.attrs["Config"]["Env"]
     assert new.attrs["HostConfig"]["Mounts"] == old.attrs["HostConfig"]["Mounts"]
     assert new.attrs["HostConfig"]["NetworkMode"] == "host"
     assert old.attrs["State"]["ExitCode"] == 143

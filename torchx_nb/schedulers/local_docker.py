@@ -27,6 +27,7 @@ from torchx_nb.schedulers.cancellers import canceller
 from torchx_nb.schedulers.devices import get_device_mounts
 from torchx_nb.schedulers.ids import make_unique
 from torchx_nb.schedulers.local_docker_attempts import (
+    ATTEMPT_ENV,
     LABEL_APP_ID,
     LABEL_ATTEMPT,
     attempt_of,
@@ -180,9 +181,11 @@ class LocalDockerScheduler(
                     # a checkpoint store in the outputs: a preemption's rerun restores it
                     **checkpoint_env(
                         f"file://{checkpoint_url(CONTAINER_OUTPUTS)}",
+                        attempt_var=ATTEMPT_ENV,  # each rank of an attempt reads the same
                         max_retries=r.max_retries,
                         grace=self.preempt_grace,
                     ),
+                    ATTEMPT_ENV: "1",  # a preemption's rerun says 2, 3… (``rerun``)
                     REPLICA_ID_ENV: str(i),  # each rank's own checkpoint folder
                     **copied,
                     **r.env,

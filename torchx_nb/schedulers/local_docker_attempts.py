@@ -14,6 +14,9 @@ from typing import Any
 from torchx_nb.specs.preemption import Preemption
 
 LABEL_ATTEMPT = "torchx-nb/attempt"
+#: the attempt's number in the container's environment, as Batch's AWS_BATCH_JOB_ATTEMPT:
+#: the checkpoint's ledger tells every rank of one attempt by it
+ATTEMPT_ENV = "TORCHX_NB_DOCKER_ATTEMPT"
 LABEL_APP_ID = "torchx.pytorch.org/app-id"
 LABEL_ROLE_NAME = "torchx.pytorch.org/role-name"
 LABEL_REPLICA_ID = "torchx.pytorch.org/replica-id"
@@ -76,7 +79,10 @@ def rerun(client: Any, old: Any) -> str:
         image=cfg["Image"],
         command=cfg.get("Cmd"),
         entrypoint=cfg.get("Entrypoint"),
-        environment=cfg.get("Env"),
+        environment=[
+            *(e for e in cfg.get("Env") or [] if not e.startswith(f"{ATTEMPT_ENV}=")),
+            f"{ATTEMPT_ENV}={n + 1}",
+        ],
         labels={**(cfg.get("Labels") or {}), LABEL_ATTEMPT: str(n + 1)},
         name=name,
         hostname=None if mode in ("host", "none") else cfg.get("Hostname"),
