@@ -9,6 +9,7 @@ import itertools
 import re
 from typing import Any
 
+import boto3
 import pytest
 
 from tests.conftest import shell_app
@@ -16,7 +17,12 @@ from tests.infra.dockerd import DockerDaemon
 from tests.infra.moto import MotoServer, make_queue
 from torchx_nb.runner import get_runner
 from torchx_nb.schedulers.aws_batch import AwsBatchScheduler
-from torchx_nb.schedulers.aws_batch_spot import ended_reclaimed, next_name
+from torchx_nb.schedulers.aws_batch_spot import (
+    PREEMPTIONS_TAG,
+    RETRIES_TAG,
+    ended_reclaimed,
+    next_name,
+)
 from torchx_nb.specs import AppState
 
 _queues = itertools.count()
@@ -34,6 +40,18 @@ def reclaimed_first(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """DescribeJobs as Batch says it of a job reclaimed on its last allowed attempt: the first
     native job of each handle (a name with no ``-aN``) reads FAILED, its one attempt's host
     terminated. Returns the names of the jobs DescribeJobs was asked about."""
+    return reclaimed_after(monkeypatch, 0)
+
+
+@pytest.fixture
+def failed_then_reclaimed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """As ``reclaimed_first``, the program having failed on the attempt before."""
+    return reclaimed_after(monkeypatch, 1)
+
+
+def reclaimed_after(monkeypatch: pytest.MonkeyPatch, failed: int) -> list[str]:
+    """The first native job of each handle reads FAILED after ``failed`` attempts of the
+    program's failure, then one whose host was terminated."""
     asked: list[str] = []
     real = AwsBatchScheduler._describe_jobs
 
@@ -44,15 +62,24 @@ def reclaimed_first(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             asked.append(str(job["jobName"]))
             if not re.search(r"-a\d+$", str(job["jobName"])):
                 started = job.get("startedAt") or job.get("createdAt") or 1_000_000
+                attempts = [
+                    {
+                        "startedAt": started + 1000 * i,
+                        "stoppedAt": started + 1000 * i + 500,
+                        "statusReason": "Essential container in task exited",
+                        "container": {"exitCode": 3},
+                    }
+                    for i in range(failed)
+                ]
+                at = started + 1000 * failed
+                attempts.append({"startedAt": at, "stoppedAt": at + 500, "statusReason": RECLAIM})
                 job = {
                     **job,
                     "status": "FAILED",
                     "statusReason": RECLAIM,
                     "startedAt": started,
-                    "stoppedAt": started + 1000,
-                    "attempts": [
-                        {"startedAt": started, "stoppedAt": started + 1000, "statusReason": RECLAIM}
-                    ],
+                    "stoppedAt": at + 500,
+                    "attempts": attempts,
                 }
             out.append(job)
         return out
@@ -105,6 +132,111 @@ def test_a_job_reclaimed_past_its_limit_fails_and_is_not_submitted_again(
         rec = runner.jobstore.get(handle)
         assert rec is not None and (rec.state, rec.attempt) == ("FAILED", 1)
         assert not any(n.endswith("-a2") for n in reclaimed_first)
+
+
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The SubmitJob requests the scheduler sends (botocore checks them against the API's
+    shapes before moto_server gets them)."""
+    sent: list[dict[str, Any]] = []
+    real = AwsBatchScheduler._call
+
+    def spy(self: AwsBatchScheduler, what: str, fn: Any, **kwargs: Any) -> Any:
+        if getattr(fn, "__name__", "") == "submit_job":
+            sent.append(kwargs)
+        return real(self, what, fn, **kwargs)
+
+    monkeypatch.setattr(AwsBatchScheduler, "_call", spy)
+    return sent
+
+
+def test_a_job_submitted_again_keeps_what_is_left_of_max_retries(
+    queue: str,
+    failed_then_reclaimed: list[str],
+    submitted: list[dict[str, Any]],
+    base_images: dict[str, str],
+    docker_env: DockerDaemon,
+) -> None:
+    """With no ledger (no output_path) a Batch job's attempts are max_retries + 1, a reclaim
+    spending one as a failure does. The program failed once (max_retries 1: spent), then the
+    host was reclaimed on the last attempt: the job sent again has no retry left — only its
+    reclaims are retried (before, it got Batch's attempts of the job definition again)."""
+    app = shell_app("echo resumed", base_images["busybox"], mem_mb=128, retries=1)
+    with get_runner() as runner:
+        handle = runner.run(app, "aws_batch", {"queue": queue})
+        first = runner.jobstore.get(handle)
+        assert first is not None
+        ended = runner.wait(handle, wait_interval=0.3, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and rec.app_id == f"{first.app_id}-a2"
+    assert submitted[0]["tags"][RETRIES_TAG] == "1" and "retryStrategy" not in submitted[0]
+    again = submitted[-1]
+    assert again["jobName"].endswith("-a2") and len(submitted) == 2
+    assert again["retryStrategy"] == {
+        "attempts": 10,  # 1 + max_preemptions (20), within Batch's cap
+        "evaluateOnExit": [
+            {"onStatusReason": "Host EC2*", "action": "RETRY"},
+            {"onStatusReason": "Your Spot Task was interrupted*", "action": "RETRY"},
+            {"onExitCode": "171", "action": "EXIT"},
+            {"onExitCode": "0", "action": "EXIT"},
+            {"onStatusReason": "*", "action": "EXIT"},  # no retry of the program left
+        ],
+    }
+    batch = boto3.client("batch")
+    job = batch.describe_jobs(jobs=[jobs_named(batch, queue, again["jobName"])[0]])["jobs"][0]
+    assert job["tags"][RETRIES_TAG] == "0" and job["tags"][PREEMPTIONS_TAG] == "20"
+
+
+class Killed(BaseException):
+    """The watcher's process dies here."""
+
+
+def jobs_named(batch: Any, queue: str, name: str) -> list[str]:
+    """The ids of the Batch jobs of ``queue`` named ``name``."""
+    pages = batch.get_paginator("list_jobs").paginate(
+        jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}]
+    )
+    return [j["jobId"] for page in pages for j in page["jobSummaryList"] if j["jobName"] == name]
+
+
+def test_a_job_submitted_again_by_a_watcher_that_died_before_keeping_it_is_not_sent_twice(
+    queue: str,
+    reclaimed_first: list[str],
+    base_images: dict[str, str],
+    docker_env: DockerDaemon,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A watcher submits ``NAME-a2`` and dies before the job store keeps it; the watcher that
+    takes its stale claim over finds ``NAME-a2`` in the queue and follows it (before, it
+    submitted a second ``NAME-a2``: two copies running)."""
+    from torchx_nb import attempt_store
+    from torchx_nb.jobstore import JobStore
+
+    real = JobStore.start_attempt
+
+    def dies(*args: object, **kwargs: object) -> bool:
+        raise Killed
+
+    app = shell_app("echo resumed", base_images["busybox"], mem_mb=128)
+    with get_runner() as runner:
+        handle = runner.run(app, "aws_batch", {"queue": queue})
+        first = runner.jobstore.get(handle)
+        assert first is not None
+        monkeypatch.setattr(JobStore, "start_attempt", dies)
+        with pytest.raises(Killed):
+            runner.wait(handle, wait_interval=0.3, timeout=60)
+    batch = boto3.client("batch")
+    name = next_name(first.app_id.partition(":")[2])
+    assert len(jobs_named(batch, queue, name)) == 1  # sent, and not kept
+    monkeypatch.setattr(JobStore, "start_attempt", real)
+    monkeypatch.setattr(attempt_store, "CLAIM_SECONDS", 0.0)  # the claim is stale at once
+    with get_runner() as runner:
+        ended = runner.wait(handle, wait_interval=0.3, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and (rec.app_id, rec.attempt) == (f"{queue}:{name}", 2)
+    assert len(jobs_named(batch, queue, name)) == 1
 
 
 def test_the_next_name_and_when_batch_will_not_run_it_again() -> None:

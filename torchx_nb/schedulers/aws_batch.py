@@ -35,6 +35,7 @@ from torchx_nb.schedulers.aws_batch_request import format_request, job_name
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
 from torchx_nb.schedulers.aws_batch_spot import (
     again_request,
+    budget_tags,
     ended_reclaimed,
     reclaims,
     retry_strategy,
@@ -225,7 +226,7 @@ class AwsBatchScheduler(
             share_id=share_id,
             priority=priority,
             job_def=job_def,
-            tags=tags,
+            tags={**tags, **budget_tags(max_retries, cfg.max_preemptions, bool(ledger))},
             outputs=outputs,
             notes=self._spot_notes(cfg),
         )
@@ -254,12 +255,16 @@ class AwsBatchScheduler(
 
     def submit_again(self, app_id: str) -> str:
         """Submit a job Batch ended with a reclaimed host (its ``attempts`` spent) again, as
-        ``QUEUE:NAME-aN`` (``aws_batch_spot.again_request``)."""
+        ``QUEUE:NAME-aN`` (``aws_batch_spot.again_request``) — once: a job of that name
+        already in the queue (sent by a watcher that vanished before the job store kept it)
+        is the one sent, and no other is."""
         job_id = self._job_id(app_id)
         jobs = self._describe_jobs([job_id]) if job_id else []
         if not jobs:
             raise TorchxNbError(f"Batch job {app_id} cannot be submitted again: it is gone")
         new_id, args = again_request(app_id, jobs[0])
+        if self._job_id(new_id):  # ListJobs by its name in the queue: already sent
+            return new_id
         queue = args["jobQueue"]
         resp = self._call(f"cannot submit to queue {queue!r}", self.client.submit_job, **args)
         self._job_ids[new_id] = resp["jobId"]

@@ -2,7 +2,9 @@
 host without spending the program's retries, the dry run's word on a queue with no spot
 compute environment (on AWS Batch, spot is the queue's, not the job's), and past Batch's cap
 (``attempts`` ≤ 10 in total): a job whose last attempt was a reclaim ends FAILED there, and
-torchx_nb submits it again as a new Batch job (``NAME-a2``, ``-a3``…) of the same handle."""
+torchx_nb submits it again as a new Batch job (``NAME-a2``, ``-a3``…) of the same handle, once
+(a job of that name already in the queue is the one sent), with what is left of the program's
+retries (``budget_tags``)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ RECLAIMED = {
 SPOT_TYPES = ("SPOT", "FARGATE_SPOT")
 MAX_JOB_NAME = 128  # Batch's jobName: letters, digits, hyphens and underscores, ≤ 128
 _ATTEMPT_SUFFIX = re.compile(r"^(?P<base>.+)-a(?P<n>\d+)$")
+# a job without a ledger carries its retry budget in its tags, for the one that sends it again
+RETRIES_TAG = "torchx-nb/retries-left"
+PREEMPTIONS_TAG = "torchx-nb/max-preemptions"
 
 
 def retry_strategy(max_retries: int, max_preemptions: int, ledger: bool) -> dict[str, Any]:
@@ -45,6 +50,21 @@ def retry_strategy(max_retries: int, max_preemptions: int, ledger: bool) -> dict
     else:
         attempts = max_retries + 1
     return {"attempts": max(1, min(MAX_ATTEMPTS, attempts)), "evaluateOnExit": rules}
+
+
+def budget_tags(max_retries: int, max_preemptions: int, ledger: bool) -> dict[str, str]:
+    """The tags of a job with no ledger (no checkpoint store): the program retries it may
+    still spend and its preemption limit, read when it is sent again past Batch's cap (with
+    a ledger, the ledger counts the program's failures across every native job)."""
+    if ledger:
+        return {}
+    return {RETRIES_TAG: str(max(0, max_retries)), PREEMPTIONS_TAG: str(max_preemptions)}
+
+
+def failures(job: dict[str, Any]) -> int:
+    """The attempts of the DescribeJobs ``job`` that were the program's failures: every one
+    but a reclaim (exit 0 ends a job, so an attempt followed by another failed)."""
+    return sum(not _reclaimed(a) for a in job.get("attempts") or [])
 
 
 def spot_note(queue: str, environments: list[dict[str, Any]]) -> str | None:
@@ -112,15 +132,22 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
     """The next native job of the Batch job ``app_id`` (``QUEUE:NAME``, described as ``job``):
     its new app id (``QUEUE:NAME-aN``) and SubmitJob's arguments — the job's own registered
     definition (its environment carries the outputs and the checkpoint store, so they stay
-    the first job's), queue, tags, timeout and share."""
+    the first job's), queue, tags, timeout and share. A job with no ledger carries its retry
+    budget (``budget_tags``): the next one may spend what is left of it after this job's
+    failures (its ``retryStrategy`` given on SubmitJob, its tag saying what is left)."""
     queue = app_id.partition(":")[0]
     name = next_name(str(job["jobName"]))
+    tags = dict(job.get("tags") or {})
     args: dict[str, Any] = {
         "jobName": name,
         "jobQueue": queue,
         "jobDefinition": job["jobDefinition"],
-        "tags": dict(job.get("tags") or {}),
+        "tags": tags,
     }
+    if tags.get(RETRIES_TAG, "").isdigit() and tags.get(PREEMPTIONS_TAG, "").isdigit():
+        left = max(0, int(tags[RETRIES_TAG]) - failures(job))
+        tags[RETRIES_TAG] = str(left)
+        args["retryStrategy"] = retry_strategy(left, int(tags[PREEMPTIONS_TAG]), ledger=False)
     if job.get("timeout"):
         args["timeout"] = job["timeout"]
     if job.get("shareIdentifier"):
