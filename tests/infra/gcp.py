@@ -25,8 +25,9 @@ google-cloud-logging clients (REST transport) and google-auth.
 - **Without Docker** (benchmarks): tasks of ``idle_projects`` run until cancelled, those of
   ``timed_projects`` for the given seconds, then succeed; neither starts a container.
 - **Spot:** ``preempt_task(job, index)`` ends a running task with exit 50001 (its Spot VM
-  preempted); it and every failure are retried as the task's ``lifecyclePolicies`` say, within
-  its ``maxRetryCount`` (``retried``)."""
+  preempted), ``fail_task(job, index, code)`` with its program's failure (a task of
+  ``timed_projects``); each is retried as the task's ``lifecyclePolicies`` say, within its
+  ``maxRetryCount`` (``retried``)."""
 
 from __future__ import annotations
 
@@ -192,6 +193,7 @@ class FakeTask:
         self.exit_code: int | None = None
         self.started = 0.0
         self.preempt = False  # preempt_task: its Spot VM is taken at the next round
+        self.fail_code: int | None = None  # fail_task: its program fails at the next round
 
 
 class FakeJob:
@@ -303,6 +305,16 @@ class GcpFake:
             if task.state != "RUNNING":
                 raise ValueError(f"task {index} of {job_name} is {task.state}, not RUNNING")
             task.preempt = True
+
+    def fail_task(self, job_name: str, index: int = 0, code: int = 1) -> None:
+        """End task ``index`` of a running job as its program failing with exit ``code`` (a
+        task of ``timed_projects``, which runs no container); it is retried as the task's
+        lifecycle policies say, within its maxRetryCount."""
+        with self.lock:
+            task = self._job(job_name).tasks[index]
+            if task.state != "RUNNING":
+                raise ValueError(f"task {index} of {job_name} is {task.state}, not RUNNING")
+            task.fail_code = code
 
     @staticmethod
     def retried(spec: Any, code: int, attempt: int) -> bool:
@@ -790,13 +802,14 @@ class GcpFake:
             return
         timed = self.timed_projects.get(job.project)
         for task in job.tasks:
-            if task.preempt and task.state == "RUNNING":
-                task.preempt = False
+            if (task.preempt or task.fail_code is not None) and task.state == "RUNNING":
+                code = 50001 if task.preempt else int(task.fail_code or 1)
+                task.preempt, task.fail_code = False, None
                 self._kill(task)
                 spec = job.job.task_groups[0].task_spec
                 with self.lock:
-                    self._task_event(job, task, "FAILED", 50001)
-                    if not self.retried(spec, 50001, task.attempt):
+                    self._task_event(job, task, "FAILED", code)
+                    if not self.retried(spec, code, task.attempt):
                         continue
                     task.attempt += 1
                     self._task_event(job, task, "ASSIGNED")

@@ -4,6 +4,8 @@ job, and torchx_nb creates it again as ``ID-a2`` under the same handle."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import shell_app, wait_for
 from tests.infra.gcp import GcpFake
 from torchx_nb.runner import get_runner
@@ -90,3 +92,101 @@ def test_the_next_job_id_keeps_gcp_s_rules() -> None:
     assert next_job_id("train-x1-a9") == "train-x1-a10"
     long = next_job_id("t" * 62 + "-")
     assert len(long) <= 63 and long.endswith("-a2") and "--" not in long
+
+
+def job_name(runner: object, handle: str) -> str:
+    """The GCP name of the handle's current job, as the job store has it."""
+    from torchx_nb.runner import Runner
+
+    assert isinstance(runner, Runner)
+    rec = runner.jobstore.get(handle)
+    assert rec is not None
+    return "projects/{}/locations/{}/jobs/{}".format(*parse_app_id(rec.app_id))
+
+
+def task_running(gcp_env: GcpFake, name: str, attempt: int) -> bool:
+    """Task 0 of the GCP job ``name`` runs its run ``attempt`` (from 0)."""
+    with gcp_env.lock:
+        job = gcp_env.jobs.get(name)
+        return job is not None and (job.tasks[0].state, job.tasks[0].attempt) == (
+            "RUNNING",
+            attempt,
+        )
+
+
+def test_a_job_created_again_keeps_what_is_left_of_max_retries(gcp_env: GcpFake) -> None:
+    """With no ledger (no output_path) GCP's maxRetryCount spends a retry on a preemption as
+    on a failure: max_retries=1 is maxRetryCount 1. The program fails once (the retry spent),
+    then a preemption fails the job past maxRetryCount: the job created again has no retry
+    left, so its program's failure ends the job FAILED (before, it had max_retries again and
+    ran again to SUCCEEDED); its preemptions are still retried (maxRetryCount 10, RETRY_TASK
+    on 50001 only)."""
+    project = "spot-budget"
+    gcp_env.timed_projects[project] = 8.0
+    with get_runner() as runner:
+        app = shell_app("true", "unused:1", retries=1)
+        handle = runner.run(app, "gcp_batch", {"project": project, "spot": True})
+        first = job_name(runner, handle)
+        wait_for(lambda: task_running(gcp_env, first, 0), 60)
+        gcp_env.fail_task(first, 0, code=3)  # the program's failure: retried by GCP
+        wait_for(lambda: task_running(gcp_env, first, 1), 60)
+        gcp_env.preempt_task(first, 0)  # past maxRetryCount 1: the job FAILS with 50001
+        wait_for(lambda: bool(runner.status(handle)) and job_name(runner, handle) != first, 60)
+        again = job_name(runner, handle)
+        assert again == f"{first}-a2"
+        wait_for(lambda: task_running(gcp_env, again, 0), 60)
+        gcp_env.fail_task(again, 0, code=3)  # the program's second failure: not retried
+        ended = runner.wait(handle, wait_interval=0.3, timeout=120)
+        assert ended is not None and ended.state == AppState.FAILED, ended
+        rec = runner.jobstore.get(handle)
+        assert rec is not None
+        assert (rec.state, rec.attempt, rec.preemptions, rec.failures) == ("FAILED", 2, 1, 1)
+        # what GCP keeps of the job created again: no retry left, preemptions still retried
+        job = gcp_env.jobs[again].job
+        assert job.labels["torchx_nb_retries_left"] == "0"
+        spec = job.task_groups[0].task_spec
+        assert spec.max_retry_count == 10  # min(10, max_preemptions 20)
+        assert [
+            (p.action.name, list(p.action_condition.exit_codes)) for p in spec.lifecycle_policies
+        ] == [("RETRY_TASK", [50001])]
+
+
+class Killed(BaseException):
+    """The watcher's process dies here."""
+
+
+def test_a_job_created_again_by_a_watcher_that_died_before_keeping_it_is_not_sent_twice(
+    gcp_env: GcpFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watcher creates ``ID-a2`` and dies before the job store keeps it; the watcher that
+    takes its stale claim over finds ``ID-a2`` already there (ALREADY_EXISTS) and follows it
+    (before, its create failed and the job ended FAILED: 'submitting it again failed')."""
+    from torchx_nb import attempt_store
+    from torchx_nb.jobstore import JobStore
+
+    project = "spot-once"
+    gcp_env.timed_projects[project] = 3.0
+    real = JobStore.start_attempt
+
+    def dies(*args: object, **kwargs: object) -> bool:
+        raise Killed
+
+    with get_runner() as runner:
+        cfg = {"project": project, "spot": True, "max_preemptions": 0}  # maxRetryCount 0
+        handle = runner.run(shell_app("true", "unused:1"), "gcp_batch", cfg)
+        runner.jobstore.set_max_preemptions(handle, 20)
+        first = job_name(runner, handle)
+        monkeypatch.setattr(JobStore, "start_attempt", dies)
+        preempt_when_running(runner, gcp_env, handle)  # the job FAILS with 50001
+        with pytest.raises(Killed):
+            runner.wait(handle, wait_interval=0.3, timeout=60)
+    assert f"{first}-a2" in gcp_env.jobs  # sent, and not kept
+    monkeypatch.setattr(JobStore, "start_attempt", real)
+    monkeypatch.setattr(attempt_store, "CLAIM_SECONDS", 0.0)  # the claim is stale at once
+    with get_runner() as runner:
+        ended = runner.wait(handle, wait_interval=0.3, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and rec.attempt == 2
+        assert job_name(runner, handle) == f"{first}-a2"
+    assert [n for n in gcp_env.jobs if n.startswith(first)] == [first, f"{first}-a2"]

@@ -54,11 +54,14 @@ from torchx_nb.schedulers.gcp_batch.request import (
     task_command,
 )
 from torchx_nb.schedulers.gcp_batch.spot import (
+    RETRIES_LABEL,
     again_job,
+    budget_labels,
     ended_preempted,
     next_job_id,
     provisioning,
     retries,
+    task_failures,
 )
 from torchx_nb.schedulers.gcp_reasons import waiting_reason
 from torchx_nb.schedulers.outputs import (
@@ -260,6 +263,7 @@ class GcpBatchScheduler(
         labels[LABEL_VERSION] = label_value(__version__.replace(".", "-"))
         labels[LABEL_APP_NAME] = label_value(name)
         labels[LABEL_USER] = label_value(cfg.user or getpass.getuser())
+        labels.update(budget_labels(role.max_retries, cfg.max_preemptions, bool(ledger)))
         job = batch_v1.Job(
             task_groups=[group],
             labels=labels,
@@ -362,17 +366,29 @@ class GcpBatchScheduler(
 
     def submit_again(self, app_id: str) -> str:
         """Create a job GCP Batch failed on a Spot preemption past its ``maxRetryCount``
-        again, as ``ID-a2`` (``-a3``…) of the same project and location."""
+        again, as ``ID-a2`` (``-a3``…) of the same project and location — once: its id is
+        the previous one's, so ALREADY_EXISTS means a watcher that vanished before the job
+        store kept it created it, and that one is the next attempt."""
+        from google.api_core import exceptions
+
         project, location, name = parse_app_id(app_id)
         job = self._get(project, location, name)
         if job is None:
             raise TorchxNbError(f"GCP Batch job {app_id} cannot be created again: it is gone")
         new = next_job_id(name)
+        failed = task_failures(self._tasks(job)) if RETRIES_LABEL in job.labels else 0
+
+        def create(**kwargs: Any) -> Any:
+            try:
+                return self.gcp.batch.create_job(retry=None, timeout=self.gcp.timeout, **kwargs)
+            except exceptions.Conflict:  # ALREADY_EXISTS (409): sent before
+                return None
+
         self.gcp.call(
             f"cannot create the GCP Batch job {new}",
-            self.gcp.batch.create_job,
+            create,
             parent=f"projects/{project}/locations/{location}",
-            job=again_job(job),
+            job=again_job(job, failed),
             job_id=new,
         )
         return f"{project}:{location}:{new}"

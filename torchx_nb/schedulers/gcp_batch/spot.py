@@ -15,7 +15,9 @@ not documented, so a job gets policies of one kind only:
 
 Past ``maxRetryCount`` (at most 10) a task preempted again fails the job; torchx_nb then
 creates the job again as ``ID-a2`` (``-a3``…), the next attempt of the same handle, up to the
-job's ``max_preemptions``."""
+job's ``max_preemptions`` — once (the id is the previous one's, so a create that finds it
+ALREADY_EXISTS was sent before), and without a ledger with what is left of ``max_retries``
+after the earlier jobs' failures (``budget_labels``)."""
 
 from __future__ import annotations
 
@@ -66,6 +68,35 @@ def retries(max_retries: int, max_preemptions: int, ledger: bool) -> tuple[int, 
 # ending with a letter or digit, 63 characters at most
 MAX_JOB_ID = 63
 _ATTEMPT_SUFFIX = re.compile(r"^(?P<base>.+)-a(?P<n>\d+)$")
+# a job without a ledger carries its retry budget in its labels, for the one that creates it
+# again
+RETRIES_LABEL = "torchx_nb_retries_left"
+PREEMPTIONS_LABEL = "torchx_nb_max_preemptions"
+
+
+def budget_labels(max_retries: int, max_preemptions: int, ledger: bool) -> dict[str, str]:
+    """The labels of a job with no ledger (no checkpoint store): the program retries each
+    task may still spend and the preemption limit, read when it is created again past
+    ``maxRetryCount`` (with a ledger, the ledger counts the program's failures across every
+    job)."""
+    if ledger:
+        return {}
+    return {RETRIES_LABEL: str(max(0, max_retries)), PREEMPTIONS_LABEL: str(max_preemptions)}
+
+
+def task_failures(tasks: list[Any]) -> int:
+    """The most failures of the program in one task (GCP's ``maxRetryCount`` is each
+    task's): its executions that ended with an exit code other than 0 and 50001 (a Spot
+    preemption)."""
+    most = 0
+    for task in tasks:
+        codes = [
+            int(ev.task_execution.exit_code)
+            for ev in task.status.status_events
+            if ev.task_execution and ev.task_state.name == "FAILED"
+        ]
+        most = max(most, sum(c not in (0, PREEMPTED_EXIT) for c in codes))
+    return most
 
 
 def ended_preempted(state: AppState, replicas: list[ReplicaStatus]) -> bool:
@@ -88,10 +119,12 @@ def next_job_id(job_id: str) -> str:
     return base[: MAX_JOB_ID - len(suffix)].rstrip("-") + suffix
 
 
-def again_job(job: Any) -> Any:
+def again_job(job: Any, failed: int = 0) -> Any:
     """A copy of the described ``job`` to create again: its task groups, allocation policy,
     labels and logs policy (the task's environment carries the outputs and the checkpoint
-    store, so they stay the first job's), without the fields GCP Batch sets itself."""
+    store, so they stay the first job's), without the fields GCP Batch sets itself. A job with
+    no ledger carries its retry budget (``budget_labels``): the copy's tasks may spend what is
+    left of it after ``failed`` failures (the most of one task: ``task_failures``)."""
     from google.cloud import batch_v1
 
     new = batch_v1.Job(
@@ -102,4 +135,12 @@ def again_job(job: Any) -> Any:
     )
     for group in new.task_groups:
         group.name = ""
+    budget, limit = new.labels.get(RETRIES_LABEL, ""), new.labels.get(PREEMPTIONS_LABEL, "")
+    if budget.isdigit() and limit.isdigit():
+        left = max(0, int(budget) - failed)
+        new.labels[RETRIES_LABEL] = str(left)
+        count, policies = retries(left, int(limit), ledger=False)
+        for group in new.task_groups:
+            group.task_spec.max_retry_count = count
+            group.task_spec.lifecycle_policies = policies
     return new
