@@ -19,10 +19,13 @@ test-infrastructure.md §6); this serves the parts torchx_nb uses, with Kubernet
   the pod replaced —, ``FailIndex``, ``FailJob``; ``onExitCodes`` ``In``/``NotIn`` and
   ``onPodConditions``), an eviction (``pods/NAME/eviction``: the ``DisruptionTarget``
   condition, SIGTERM, the kill after ``deleteOptions.gracePeriodSeconds``, then the pod leaves
-  the API), a PATCH of a pod's annotations (its downward API ``annotations`` file follows),
+  the API), a DELETE of a pod (the same without the condition; one that never started ends
+  ``Failed`` at once, as the pod GC fails an unscheduled pod being deleted), a PATCH of a
+  pod's or a Job's annotations (a pod's downward API ``annotations`` file follows),
   required node affinity against the one node's labels, and (with ``backoffLimitPerIndex``) a
   PATCH of ``spec.suspend``: the running pods are deleted, no new one starts, and the Job is
-  ``Suspended`` with its ended indexes kept.
+  ``Suspended`` with its ended indexes kept. ``held`` pauses the controller (a slow Job
+  controller: no pod is made or counted meanwhile).
 
 Where it differs from a cluster: every pod shares this machine's network and pid namespace, and
 pod DNS names (``NAME-0.NAME``) resolve to 127.0.0.1 through the container's hosts file; there
@@ -145,6 +148,7 @@ class KubeFake:
         self.evictions: list[tuple[str, str, int]] = []  # (namespace, pod, grace seconds)
         self.lock = threading.RLock()
         self.stopping = threading.Event()
+        self.held = threading.Event()  # set: the controller waits (makes and ends nothing)
 
     # -- lifecycle
 
@@ -309,6 +313,8 @@ class KubeFake:
         if obj is None:
             raise Status(404, "NotFound", f'{self._PLURAL[kind]} "{name}" not found')
         if verb == "delete":
+            if "gracePeriodSeconds" in query:  # the client sends it as a parameter
+                body = {**body, "gracePeriodSeconds": int(query["gracePeriodSeconds"])}
             self._delete(kind, ns, name, body)
         if verb == "patch" and kind == "pod":
             if set(body) != {"metadata"} or set(body["metadata"]) != {"annotations"}:
@@ -322,6 +328,18 @@ class KubeFake:
                 pod = self.pods.get((ns, name))
             if pod is not None:
                 self._project(pod)
+        elif verb == "patch" and kind == "job" and set(body) == {"metadata"}:
+            if set(body["metadata"]) != {"annotations"}:
+                raise Status(
+                    422, "Invalid", f"this server patches only a Job's annotations: {body}"
+                )
+            with self.lock:  # a merge patch: a null value removes the key
+                annotations = obj["metadata"].setdefault("annotations", {})
+                for k, v in body["metadata"]["annotations"].items():
+                    if v is None:
+                        annotations.pop(k, None)
+                    else:
+                        annotations[k] = v
         elif verb == "patch":
             if kind != "job" or set(body) != {"spec"} or set(body["spec"]) != {"suspend"}:
                 raise Status(
@@ -435,6 +453,9 @@ class KubeFake:
             )
 
     def _delete(self, kind: str, ns: str, name: str, body: dict[str, Any]) -> None:
+        if kind == "pod":
+            self._evict(ns, name, body, evicted=False)
+            return
         with self.lock:
             obj = self.objects[(kind, ns, name)]
             if kind in ("vcjob", "job") and body.get("propagationPolicy") == "Foreground":
@@ -443,34 +464,46 @@ class KubeFake:
                 self._drop_owned(kind, ns, name)
                 self.objects.pop((kind, ns, name), None)
 
-    def _evict(self, ns: str, name: str, body: dict[str, Any] | None = None) -> None:
+    def _evict(
+        self, ns: str, name: str, body: dict[str, Any] | None = None, evicted: bool = True
+    ) -> None:
         """The Eviction API: the pod gets the ``DisruptionTarget`` condition and a
         ``deletionTimestamp``, its container SIGTERM, then SIGKILL after the grace
         (``deleteOptions.gracePeriodSeconds``, else the pod's ``terminationGracePeriodSeconds``,
         30 s); it ends ``Failed`` (or as its program exited) and then leaves the API (its owner's
-        controller still counts it, as the Job controller's tracking finalizer lets it)."""
+        controller still counts it, as the Job controller's tracking finalizer lets it).
+        ``evicted=False``: a plain DELETE of the pod (``gracePeriodSeconds`` in the body), the
+        same without the condition; a pod that never started (unschedulable) ends ``Failed``
+        with no exit code at once, as the pod GC fails an unscheduled pod being deleted."""
         with self.lock:
             pod = self.pods.get((ns, name))
             if pod is None or ("pod", ns, name) not in self.objects:
                 raise Status(404, "NotFound", f'pods "{name}" not found')
             if pod.obj["metadata"].get("deletionTimestamp"):
                 return  # being deleted already: the eviction has nothing to do
-            grace = ((body or {}).get("deleteOptions") or {}).get("gracePeriodSeconds")
+            options = (body or {}).get("deleteOptions") if evicted else body
+            grace = (options or {}).get("gracePeriodSeconds")
             if grace is None:
                 grace = pod.obj["spec"].get("terminationGracePeriodSeconds", 30)
             pod.obj["metadata"]["deletionTimestamp"] = _now()
             status = pod.obj["status"]
-            status["conditions"] = [
-                *(status.get("conditions") or []),
-                {
-                    "type": "DisruptionTarget",
-                    "status": "True",
-                    "reason": "EvictionByEvictionAPI",
-                    "message": "Eviction API: evicting",
-                    "lastTransitionTime": _now(),
-                },
-            ]
-        self.evictions.append((ns, name, int(grace)))
+            if evicted:
+                status["conditions"] = [
+                    *(status.get("conditions") or []),
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "EvictionByEvictionAPI",
+                        "message": "Eviction API: evicting",
+                        "lastTransitionTime": _now(),
+                    },
+                ]
+                self.evictions.append((ns, name, int(grace)))
+            elif pod.container is None and status.get("phase") == "Pending":
+                pod.obj["status"] = {**status, "phase": "Failed"}
+                pod.done.set()
+                self.objects.pop(("pod", ns, name), None)
+                return
 
         def terminate() -> None:
             if pod.container is not None and status.get("phase") == "Running":
@@ -566,6 +599,8 @@ class KubeFake:
 
     def _control(self) -> None:
         while not self.stopping.wait(0.2):
+            if self.held.is_set():  # a slow Job controller: nothing is advanced meanwhile
+                continue
             with self.lock:
                 jobs = [(k, o) for k, o in self.objects.items() if k[0] in ("vcjob", "job")]
             for key, obj in jobs:

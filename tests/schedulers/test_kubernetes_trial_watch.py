@@ -15,13 +15,13 @@ from torchx_nb.schedulers.kubernetes import describe
 from torchx_nb.schedulers.kubernetes.spot import preemptions, record_path
 
 
-def _run_trial(tmp_path: Path, code: int, marked: bool) -> int:
+def _run_trial(tmp_path: Path, code: int, marked: bool, first: str = "pass") -> int:
     podinfo = tmp_path / "pod"
     podinfo.mkdir()
     if marked:
         (podinfo / "annotations").write_text(f'{describe.CANCEL_ANNOTATION}="alice"\n')
     script = describe._TRIAL_SH.replace(describe._PODINFO, str(podinfo))
-    prog = [sys.executable, "-c", f"import sys; sys.exit({code})"]
+    prog = [sys.executable, "-c", f"import sys; {first}; sys.exit({code})"]
     return subprocess.run(["sh", "-c", script, "sh", *prog], timeout=60).returncode
 
 
@@ -33,12 +33,22 @@ def _run_trial(tmp_path: Path, code: int, marked: bool) -> int:
         # the program's own 170 read as a cancel (and failed its index for good) before
         (describe.CANCELLED_EXIT, False, 1),
         (3, True, describe.CANCELLED_EXIT),
+        # a marked program that exits 0 (on SIGTERM) completed its index before (#50)
+        (0, True, describe.CANCELLED_EXIT),
     ],
 )
 def test_the_trial_watcher_ends_170_only_for_the_cancel_mark(
     tmp_path: Path, code: int, marked: bool, ends: int
 ) -> None:
     assert _run_trial(tmp_path, code, marked) == ends
+
+
+def test_a_pod_marked_before_it_starts_never_runs_its_program(tmp_path: Path) -> None:
+    """A pending pod marked cancelled that gets a node later: its program ran for about a
+    second before the watcher first looked (#50)."""
+    ran = tmp_path / "ran"
+    assert _run_trial(tmp_path, 0, True, f"open({str(ran)!r}, 'w')") == describe.CANCELLED_EXIT
+    assert not ran.exists()
 
 
 def _pod(name: str, at: str = "2026-11-28T10:00:00Z") -> dict[str, object]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 from typing import Any
 
 from torchx_nb.schedulers.abilities import (
     SubmitsArrays,
 )
 from torchx_nb.schedulers.api import DescribeAppResponse
+from torchx_nb.schedulers.cancellers import cancelled_by, canceller, clean_who
 from torchx_nb.schedulers.kubernetes.base import KubeJobs
 from torchx_nb.schedulers.kubernetes.client import (
     KubernetesError,
@@ -25,6 +28,7 @@ from torchx_nb.schedulers.kubernetes.describe import (
     _epoch,
     _latest,
     array_job,
+    cancel_index_key,
 )
 from torchx_nb.schedulers.kubernetes.options import KubernetesOpts
 from torchx_nb.schedulers.kubernetes.request import (
@@ -47,8 +51,9 @@ from torchx_nb.specs.api import (
 
 
 class KubeArrays(SubmitsArrays, KubeJobs):
-    """A cell sweep as one Indexed Job: each trial a completion index, cancelled by a mark (a
-    pod annotation its watcher ends the pod on with exit 170), not by eviction."""
+    """A cell sweep as one Indexed Job: each trial a completion index, cancelled by a record on
+    the Job (which describe reads) and a mark (a pod annotation its watcher ends the pod on
+    with exit 170), not by eviction."""
 
     def can_array(self, app: AppDef, cfg: KubernetesOpts) -> bool:
         """Indexed Jobs only: a Volcano job has no way to stop one of its tasks, so under
@@ -88,12 +93,19 @@ class KubeArrays(SubmitsArrays, KubeJobs):
 
     def _trial_response(self, app_id: str, index: int, array: _ArrayState) -> DescribeAppResponse:
         """Completion index ``index`` of a sweep's Indexed Job, read as a run of its own: the
-        Job's completed and failed indexes decide its end, its latest pod what it does now."""
+        Job's cancel record, then its completed and failed indexes decide its end, its latest
+        pod what it does now."""
         job = array.job
         mine = array.pods.get(index, [])
         pod = _latest(mine)
         phase = ((pod or {}).get("status") or {}).get("phase", "Pending")
-        if index in array.completed:
+        if index in array.cancelled:  # the Job's record: whatever its pods did since
+            said = marked_ending("kubernetes", app_id)
+            state, msg = (
+                AppState.CANCELLED,
+                f"it {said or cancelled_by(clean_who(array.cancelled[index]))}",
+            )
+        elif index in array.completed:
             state, msg = AppState.SUCCEEDED, ""
         elif index in array.failed:
             state, msg = AppState.FAILED, ""
@@ -141,22 +153,73 @@ class KubeArrays(SubmitsArrays, KubeJobs):
         )
 
     def _cancel_trial(self, namespace: str, name: str, index: int, wait: float = 30.0) -> None:
-        """Mark the pod of completion ``index`` cancelled (its annotation, which the trial's
-        watcher reads and ends the pod with exit 170: ``FailIndex``); no eviction, which is a
-        preemption and runs the trial again. The Job controller makes every index's pod at once
-        (parallelism = completions), so a trial cancelled just after the submit waits for its
-        pod to appear, a few seconds at most."""
+        """Record trial ``index`` cancelled on its Job (``cancel_index_key``: every later
+        describe reads it CANCELLED, whatever its pods do, and marks or deletes any pod of the
+        index it meets, a replacement too), then mark its pods (``_stop_cancelled``). No
+        eviction, which is a preemption and runs the trial again. A trial that has ended is
+        left as it ended. Until a pod of the index carries the mark or the index ends, this
+        waits for one (a trial cancelled just after the submit, or between an evicted pod and
+        its replacement), ``wait`` seconds at most: the Job's record keeps the cancel after."""
         import time
 
+        job = self._read_job(namespace, name)
+        if index in self._ended(job):
+            return
+        call(
+            f"cannot record trial {index} of {namespace}:{name} cancelled",
+            self.kube.batch.patch_namespaced_job,
+            name,
+            namespace,
+            {"metadata": {"annotations": {cancel_index_key(index): canceller()}}},
+            _preload_content=False,  # the Job it answers is not needed
+        )
         selector = f"{LABEL_INSTANCE}={name},{INDEX_LABEL}={index}"
         deadline = time.monotonic() + wait
-        while True:
-            pod = _latest(self._pods(namespace, selector))
-            phase = ((pod or {}).get("status") or {}).get("phase")
-            if pod is not None and phase in ("Succeeded", "Failed"):
+        while not self._stop_cancelled(namespace, self._pods(namespace, selector)):
+            if time.monotonic() > deadline or index in self._ended(self._read_job(namespace, name)):
                 return
-            if pod is not None:
-                pod_name = pod["metadata"]["name"]
+            time.sleep(0.5)
+
+    def _read_job(self, namespace: str, name: str) -> dict[str, Any]:
+        resp = call(
+            f"cannot read {namespace}:{name}",
+            self.kube.batch.read_namespaced_job,
+            name,
+            namespace,
+            _preload_content=False,
+        )
+        return dict(json.loads(resp.data))
+
+    @staticmethod
+    def _ended(job: dict[str, Any]) -> set[int]:
+        """The indexes of the Indexed Job ``job`` that have ended, either way."""
+        array = _ArrayState.of(job, [])
+        return array.completed | array.failed
+
+    def _stop_cancelled(self, namespace: str, pods: list[dict[str, Any]]) -> bool:
+        """Stop the live ``pods`` of a cancelled index: one that has no node (unschedulable,
+        waiting for capacity) is deleted, so it neither waits nor starts (its index then fails
+        or makes a new pod, which the next look deletes too); one that has a node is marked
+        (the annotation its watcher ends it on with exit 170, before its program starts if it
+        has not yet). True once a live pod not being deleted carries the mark."""
+        marked = False
+        for pod in pods:
+            meta, status = pod["metadata"], pod.get("status") or {}
+            if status.get("phase") not in ("Pending", "Running"):
+                continue
+            pod_name = meta["name"]
+            if status.get("phase") == "Pending" and _unscheduled(pod):
+                if not meta.get("deletionTimestamp"):
+                    call(
+                        f"cannot delete pod {pod_name} of a cancelled trial",
+                        self.kube.core.delete_namespaced_pod,
+                        pod_name,
+                        namespace,
+                        grace_period_seconds=0,
+                        _preload_content=False,
+                    )
+                continue
+            if CANCEL_ANNOTATION not in (meta.get("annotations") or {}):
                 call(
                     f"cannot mark pod {pod_name} cancelled",
                     self.kube.core.patch_namespaced_pod,
@@ -165,13 +228,24 @@ class KubeArrays(SubmitsArrays, KubeJobs):
                     {"metadata": {"annotations": {CANCEL_ANNOTATION: "true"}}},
                     _preload_content=False,  # the pod it answers is not needed
                 )
-                return
-            if time.monotonic() > deadline:
-                raise KubernetesError(
-                    f"trial {index} of {namespace}:{name} has no pod after {wait:.0f} s: cancel"
-                    " again, or cancel the whole sweep"
-                )
-            time.sleep(0.5)
+            marked = marked or not meta.get("deletionTimestamp")
+        return marked
+
+    def _stop_cancelled_trials(self, namespace: str, array: _ArrayState) -> None:
+        """What a describe does for the trials the Job records cancelled that have not ended:
+        their live pods are stopped (``_stop_cancelled``) — a replacement pod made after the
+        cancel, too. Best effort: a call that fails leaves the state as read."""
+        for index in set(array.cancelled) - array.completed - array.failed:
+            with contextlib.suppress(KubernetesError):
+                self._stop_cancelled(namespace, array.pods.get(index, []))
+
+
+def _unscheduled(pod: dict[str, Any]) -> bool:
+    """Whether ``pod`` waits for a node (the scheduler's ``PodScheduled=False``)."""
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "False"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def _exit_codes(pod: dict[str, Any] | None) -> list[int]:

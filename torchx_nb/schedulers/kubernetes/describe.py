@@ -41,6 +41,7 @@ class _ArrayState:
     completed: set[int]
     failed: set[int]
     pods: dict[int, list[dict[str, Any]]]
+    cancelled: dict[int, str]  # index → who cancelled it (the Job's annotations)
 
     @classmethod
     def of(cls, job: dict[str, Any], pods: list[dict[str, Any]]) -> _ArrayState:
@@ -53,21 +54,45 @@ class _ArrayState:
             _index_ranges(status.get("completedIndexes")),
             _index_ranges(status.get("failedIndexes")),
             by_index,
+            cancelled_indexes(job),
         )
+
+
+#: the Job's annotation ``torchx.pytorch.org/cancel-INDEX`` (its value: who cancelled) records a
+#: cancelled trial where every process that reads the Job sees it, whatever its pods become
+CANCEL_INDEX_PREFIX = "torchx.pytorch.org/cancel-"
+
+
+def cancel_index_key(index: int) -> str:
+    """The Job's annotation that records trial ``index`` cancelled."""
+    return f"{CANCEL_INDEX_PREFIX}{index}"
+
+
+def cancelled_indexes(job: dict[str, Any]) -> dict[int, str]:
+    """The indexes the Job's annotations record cancelled, with who cancelled each."""
+    out: dict[int, str] = {}
+    for key, value in ((job.get("metadata") or {}).get("annotations") or {}).items():
+        tail = key[len(CANCEL_INDEX_PREFIX) :] if key.startswith(CANCEL_INDEX_PREFIX) else ""
+        if tail.isdigit():
+            out[int(tail)] = str(value or "")
+    return out
 
 
 #: a sweep trial's pod exits with this when its cancel mark (a pod annotation) appears
 CANCELLED_EXIT = 170
 CANCEL_ANNOTATION = "torchx.pytorch.org/cancel"
 _PODINFO = "/etc/torchx-nb/pod"
-# The trial's program under a watcher (sh): an eviction's SIGTERM goes on to the program; a
+# The trial's program under a watcher (sh): a pod marked before it starts ends with
+# CANCELLED_EXIT without starting the program; an eviction's SIGTERM goes on to the program; a
 # background loop reads the downward API's annotations file each second and, once the cancel
-# mark is there, stops the program (SIGTERM, SIGKILL 10 s later), which then ends the pod with
-# CANCELLED_EXIT. ``wait`` interrupted by the trap is waited again until the program is gone.
-# The program's own exit 170 (no mark) ends the pod with 1: 170 would fail its index for good
-# and read as a cancel.
+# mark is there, stops the program (SIGTERM, SIGKILL 10 s later). A pod marked when its program
+# ends ends with CANCELLED_EXIT whatever the program's status (one that exits 0 on SIGTERM
+# would otherwise complete its index). ``wait`` interrupted by the trap is waited again until
+# the program is gone. The program's own exit 170 (no mark) ends the pod with 1: 170 would fail
+# its index for good and read as a cancel.
 _MARKED = f"grep -q '^{CANCEL_ANNOTATION}=' {_PODINFO}/annotations 2>/dev/null"
 _TRIAL_SH = f"""\
+if {_MARKED}; then exit {CANCELLED_EXIT}; fi
 "$@" & pid=$!
 (while sleep 1; do if {_MARKED}; then kill -TERM $pid; sleep 10; kill -KILL $pid; exit; fi; done) &
 watcher=$!
@@ -75,7 +100,7 @@ trap 'kill -TERM $pid 2>/dev/null' TERM
 wait $pid; code=$?
 while kill -0 $pid 2>/dev/null; do wait $pid; code=$?; done
 kill $watcher 2>/dev/null
-if [ $code -ne 0 ] && {_MARKED}; then exit {CANCELLED_EXIT}; fi
+if {_MARKED}; then exit {CANCELLED_EXIT}; fi
 if [ $code -eq {CANCELLED_EXIT} ]; then exit 1; fi
 exit $code
 """

@@ -229,6 +229,7 @@ class KubernetesScheduler(
                 array = None
                 if job is not None and any(i is not None for _, i in ids):
                     array = _ArrayState.of(job, pods.get(name, []))
+                    self._stop_cancelled_trials(namespace, array)
                 for app_id, index in ids:
                     if array is not None and index is not None:
                         out[app_id] = self._trial_response(app_id, index, array)
