@@ -102,3 +102,25 @@ def test_a_pending_trial_is_cancelled_alone_and_its_pod_deleted(
     assert _state(sched, second) == AppState.PENDING
     assert not (tmp_path / "run-0").exists()
     sched.cancel(job_id)
+
+
+def test_a_trial_whose_program_exits_0_on_sigterm_ends_cancelled(
+    kube: KubeFake, base_images: dict[str, str], tmp_path: Path
+) -> None:
+    """A program that ends cleanly on SIGTERM: the cancelled trial's index completed and it
+    read SUCCEEDED before this change; its pod now ends with 170 (FailIndex)."""
+    sched = KubernetesScheduler("torchx")
+    app = counted_app(tmp_path, 'trap "exit 0" TERM; sleep 60 & wait')
+    app.roles[0].image = base_images["busybox"]
+    info = sched.submit_dryrun(app, {"api": "indexed"})
+    job_id = sched.schedule(sched.array_request(info, 1, None))
+    (trial,) = sched.trial_ids(job_id, 1)
+    _, name = parse_app_id(job_id)
+    wait_for(lambda: (tmp_path / "run-0").exists(), 60)
+    sched.cancel(trial)
+    status = kube.objects[("job", "default", name)]["status"]
+    wait_for(lambda: status.get("failedIndexes") == "0", 30)
+    resp = sched.describe(trial)
+    assert resp is not None and resp.state == AppState.CANCELLED, resp
+    assert resp.roles_statuses[0].replicas[0].exit_code == 170
+    assert status.get("completedIndexes") == ""
