@@ -222,3 +222,32 @@ def test_a_requeued_job_says_until_when_slurm_holds_it(slurm_preempt_env: SlurmC
             " requeue), then it starts again"
         )
         runner.cancel(handle)
+
+
+def test_a_job_is_sent_again_once_whoever_sends_it(slurm_env: SlurmCluster) -> None:
+    """A watcher killed after its sbatch and before the job store kept the new id leaves the
+    job in the queue; the watcher that takes its claim over asks ``submit_again`` again and
+    gets that job back, not a second copy. The user's comment is kept before the mark, and the
+    next one names the job it follows."""
+    sched = SlurmScheduler("torchx")
+    with get_runner() as runner:
+        handle = runner.run(_app("sleep 300"), "slurm", {"comment": "mine"})
+    first = _job(handle)
+    sent: list[str] = []
+    try:
+        second = sched.submit_again(first)
+        sent.append(second)
+        assert sched.submit_again(first) == second  # found in the queue: not sent twice
+        third = sched.submit_again(second)
+        sent.append(third)
+        assert third != second
+        comments = dict(
+            line.split("|", 1)
+            for line in slurm_env.run("squeue", "-h", "-o", "%i|%k").stdout.splitlines()
+        )
+        assert comments[second] == f"mine torchx-nb: again of {first}"
+        assert comments[third] == f"mine torchx-nb: again of {second}"
+        # one job follows the first (other tests' jobs may share the cluster)
+        assert [j for j, c in comments.items() if c.endswith(f"again of {first}")] == [second]
+    finally:
+        slurm_env.run("scancel", first, *sent)

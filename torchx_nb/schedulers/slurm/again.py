@@ -8,6 +8,7 @@ from the batch script kept at submit: a new job id, the next attempt of the same
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from torchx_nb.schedulers.abilities import Preemptible, SubmitsAgain
@@ -50,7 +51,10 @@ class SlurmPreempts(Preemptible, SubmitsAgain, SlurmJobs):
             raise NotPreemptible(f"Slurm job {app_id} cannot be preempted: {e}") from None
 
     def submit_again(self, app_id: str) -> str:
-        """sbatch the job's kept batch script again, from its folder; the new job id."""
+        """sbatch the job's kept batch script again, from its folder; the new job id. Sent
+        once: the new job's comment names the job it follows (``again of ID``), and a job in
+        the queue that says so already is the one returned — a watcher killed after its
+        sbatch, before the job store kept the new id, leaves it for the next to find."""
         known = self._recall(app_id) or {}
         script, cmd, workdir = known.get("script"), known.get("cmd"), known.get("workdir")
         if not (script and isinstance(cmd, list) and workdir and Path(script).is_file()):
@@ -58,7 +62,12 @@ class SlurmPreempts(Preemptible, SubmitsAgain, SlurmJobs):
                 f"Slurm job {app_id} cannot be submitted again: its batch script"
                 f" ({script or 'not recorded'}) is gone; run the job again"
             )
-        out = run_slurm([*cmd, f"--chdir={workdir}", script], self._command_env())
+        mark = f"{AGAIN_OF}{app_id}"
+        sent = self._sent_again(mark)
+        if sent:
+            return sent
+        argv = [*_with_comment(cmd, mark), f"--chdir={workdir}", script]
+        out = run_slurm(argv, self._command_env())
         new_id = check_job_id(out.strip().split(";", 1)[0])
         import json
 
@@ -67,3 +76,24 @@ class SlurmPreempts(Preemptible, SubmitsAgain, SlurmJobs):
 
         write_private(_index_dir(self.session_name) / f"{new_id}.json", json.dumps(known))
         return new_id
+
+    def _sent_again(self, mark: str) -> str | None:
+        """The id of a job of the user's in the queue whose comment ends with ``mark``."""
+        out = run_slurm(["squeue", "--me", "-h", "-o", "%i|%k"], self._command_env())
+        for line in out.splitlines():
+            job, _, comment = line.partition("|")
+            if comment.strip().endswith(mark):
+                return re.split(r"[+_]", job.strip(), maxsplit=1)[0]  # a het job's 41+1: 41
+        return None
+
+
+#: the comment a job sent again carries: the job it follows (so it is sent once)
+AGAIN_OF = "torchx-nb: again of "
+
+
+def _with_comment(cmd: list[str], mark: str) -> list[str]:
+    """``cmd`` with ``mark`` at the end of its ``--comment`` (the user's own kept before it)."""
+    own = [a.removeprefix("--comment=") for a in cmd if a.startswith("--comment=")]
+    rest = [a for a in cmd if not a.startswith("--comment=")]
+    said = own[0].split(AGAIN_OF)[0].rstrip() if own else ""
+    return [*rest, f"--comment={said} {mark}" if said else f"--comment={mark}"]
