@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import time
 from pathlib import Path
 
-from torchx_nb.jobstore import JobRecord, JobStore, default_path
+import pytest
+
+from torchx_nb.jobstore import JobRecord, JobStore, JobStoreError, default_path
 
 
 def record(handle: str, submitted: float = 0.0, scheduler: str = "local_cwd") -> JobRecord:
@@ -227,3 +230,95 @@ def test_two_processes_bringing_an_old_store_up_to_date_at_once(tmp_path: Path) 
     store.update_state("local_cwd://t/a", "FAILED", ended=time.time(), endings='[{"id": 0}]')
     again = JobStore(path).get("local_cwd://t/a")
     assert again is not None and again.state == "FAILED" and again.endings == '[{"id": 0}]'
+
+
+class CountingStore(JobStore):
+    """A store that counts the connections it opens, and on which thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.opened: list[str] = []
+        super().__init__(path)
+
+    def _open(self) -> sqlite3.Connection:
+        import threading
+
+        self.opened.append(threading.current_thread().name)
+        return super()._open()
+
+
+def test_each_thread_keeps_one_connection_and_writes_from_threads_all_land(
+    tmp_path: Path,
+) -> None:
+    """A command or a kernel's refresher makes many store calls: each thread opens one
+    connection and keeps it (each call opened and closed its own, SQLite checkpointing the
+    WAL with an fsync at every close: 10 of them cost a short command most of its store time)."""
+    import threading
+
+    store = CountingStore(tmp_path / "jobs.db")
+    for i in range(10):
+        store.add(record(f"local_cwd://torchx/m{i}"))
+        store.update_state(f"local_cwd://torchx/m{i}", "RUNNING")
+        assert store.get(f"local_cwd://torchx/m{i}") is not None
+    assert store.opened == ["MainThread"]
+
+    def write(worker: int) -> None:
+        for i in range(20):
+            store.add(record(f"local_cwd://torchx/t{worker}-{i}"))
+            store.update_state(f"local_cwd://torchx/t{worker}-{i}", "RUNNING")
+
+    threads = [threading.Thread(target=write, args=(w,), name=f"w{w}") for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(store.opened) == ["MainThread", "w0", "w1", "w2", "w3"]
+    assert len(store.list(limit=1000)) == 90
+    assert {r.state for r in store.list(limit=1000)} == {"RUNNING"}
+
+
+def test_a_forked_child_opens_its_own_connection_and_the_parent_goes_on(tmp_path: Path) -> None:
+    """A connection never crosses a fork: the child (a kernel's forked helper, a fork-started
+    multiprocessing worker) opens its own; the parent's keeps working."""
+    import os
+
+    store = CountingStore(tmp_path / "jobs.db")
+    store.add(record("local_cwd://torchx/parent"))
+    pid = os.fork()
+    if pid == 0:  # the child: exits without running the test runner's teardown
+        code = 1
+        try:
+            store.add(record("local_cwd://torchx/child"))
+            store.update_state("local_cwd://torchx/child", "RUNNING")
+            code = 0 if store.opened == ["MainThread", "MainThread"] else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.update_state("local_cwd://torchx/parent", "RUNNING")
+    assert [r.handle for r in store.list()] == [
+        "local_cwd://torchx/child",
+        "local_cwd://torchx/parent",
+    ]
+    assert store.opened == ["MainThread"]
+
+
+def test_a_failed_call_drops_its_connection_and_the_next_one_opens_another(
+    tmp_path: Path,
+) -> None:
+    """A call that failed (here: the store locked past its timeout) leaves no transaction
+    open and its connection closed; the next call works on a fresh one."""
+    path = tmp_path / "jobs.db"
+    store = CountingStore(path)
+    store.timeout = 0.2
+    store.add(record("local_cwd://torchx/a-1"))
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(JobStoreError, match="stayed locked"):
+            store.update_state("local_cwd://torchx/a-1", "RUNNING")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    store.update_state("local_cwd://torchx/a-1", "RUNNING")
+    assert store.get("local_cwd://torchx/a-1").state == "RUNNING"  # type: ignore[union-attr]
+    assert store.opened == ["MainThread", "MainThread"]

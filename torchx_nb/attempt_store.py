@@ -113,7 +113,7 @@ class AttemptRecords(abc.ABC):
 
     @abc.abstractmethod
     def _connect(self, make: bool = True) -> AbstractContextManager[sqlite3.Connection]:
-        """A short-lived connection to the store (``JobStore._connect``)."""
+        """A connection to the store, its errors mapped (``JobStore._connect``)."""
 
     def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         from contextlib import contextmanager

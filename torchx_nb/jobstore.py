@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -114,6 +115,9 @@ Strings = list[str]
 Values = list[Any]
 
 _TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+# connections a forked child inherited: never used there, and kept from being closed while it
+# runs (SQLite: a connection does not cross a fork)
+_INHERITED: list[threading.local] = []
 
 
 @dataclass
@@ -176,7 +180,7 @@ class Changes:
 
 
 class JobStore(AttemptRecords):
-    """Thin wrapper over one SQLite file; each call opens a short-lived connection.
+    """Thin wrapper over one SQLite file; each thread keeps one connection to it open.
 
     The file and its folder are private to the user (0600 in a 0700 folder): the store names
     every job, notebook and image. A corrupt or unreadable store raises ``JobStoreError`` with
@@ -186,7 +190,10 @@ class JobStore(AttemptRecords):
         self.path = Path(path) if path else default_path()
         self.timeout = timeout
         self._explicit = bool(path or os.environ.get(JOBSTORE_ENV))
-        self._uri = "file:" + urllib_parse.quote(str(self.path.absolute())) + "?mode=rw"
+        self._absolute = self.path.absolute()
+        self._uri = "file:" + urllib_parse.quote(str(self._absolute)) + "?mode=rw"
+        self._local = threading.local()  # this thread's connection (``_connection``)
+        self._pid = os.getpid()
         self._make()
 
     def _make(self) -> None:
@@ -226,27 +233,74 @@ class JobStore(AttemptRecords):
 
     @contextmanager
     def _connect(self, make: bool = True) -> Iterator[sqlite3.Connection]:
-        """A short-lived connection that never creates the file (``mode=rw``): a store whose
-        file disappeared, or one left without our tables, is made again properly first."""
+        """This thread's connection to the store (``_connection``), its errors as one line
+        each; one that failed is closed, and the next call opens another."""
+        db = self._connection(make)
+        db.row_factory = None  # a caller may have set sqlite3.Row on it
+        try:
+            with self._errors():
+                try:
+                    yield db
+                finally:
+                    if db.in_transaction:  # never left holding a lock or an old snapshot
+                        db.execute("ROLLBACK")
+        except JobStoreError:
+            self._drop(db)
+            raise
+
+    def _connection(self, make: bool) -> sqlite3.Connection:
+        """The connection this thread keeps open to the store, opened on first use: opening
+        one (three pragmas) and closing it (SQLite checkpoints its WAL then, with an fsync)
+        cost a short command most of its store time when every call did both. A new one is
+        opened in a forked child (a connection never crosses a fork) and when the file at
+        ``path`` is not the one it has open (moved aside, deleted, replaced): it never
+        creates the file (``mode=rw``), so a store whose file disappeared, or one left without
+        our tables, is made again properly first."""
+        if self._pid != os.getpid():  # forked: the parent's connections are its own
+            _INHERITED.append(self._local)
+            self._local, self._pid = threading.local(), os.getpid()
+        local = self._local
+        db: sqlite3.Connection | None = getattr(local, "db", None)
+        if db is not None:
+            if _identity(self._absolute) == local.identity:
+                return db
+            self._drop(db)  # SQLite neither checkpoints nor deletes a moved file's WAL
         try:
             db = self._open()
         except sqlite3.OperationalError as e:
             if make and not self.path.exists():
-                self._make()
-                db = self._open()
-            else:
-                raise self._error(e) from e
+                self._make()  # leaves this thread's connection to the new file open
+                return self._connection(make=False)
+            raise self._error(e) from e
         except sqlite3.Error as e:
             raise self._error(e) from e
         try:
-            if make and not _has_tables(db):
-                db.close()
-                self._make()
-                db = self._open()
-            db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = NORMAL")
-            yield db
+            with self._errors():
+                if make and not _has_tables(db):
+                    db.close()
+                    self._make()
+                    return self._connection(make=False)
+                db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = NORMAL")
+        except BaseException:
+            db.close()
+            raise
+        local.db, local.identity = db, _identity(self._absolute)
+        return db
+
+    def _drop(self, db: sqlite3.Connection) -> None:
+        """Close ``db`` and forget it, if it is this thread's connection."""
+        if getattr(self._local, "db", None) is db:
+            self._local.db = None
+        with contextlib.suppress(sqlite3.Error):
+            db.close()
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """SQLite's errors as ``JobStoreError``: one line naming the file and the fix."""
+        try:
+            yield
         except sqlite3.OperationalError as e:
             if "locked" in str(e) or "busy" in str(e):
                 raise JobStoreError(
@@ -257,8 +311,6 @@ class JobStore(AttemptRecords):
             raise self._error(e) from e
         except sqlite3.DatabaseError as e:
             raise self._error(e) from e
-        finally:
-            db.close()
 
     def _open(self) -> sqlite3.Connection:
         return sqlite3.connect(self._uri, timeout=self.timeout, isolation_level=None, uri=True)
@@ -505,6 +557,15 @@ class JobStore(AttemptRecords):
         with self._connect() as db:
             db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))
             db.execute("DELETE FROM attempts WHERE handle = ?", (handle,))
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which file ``path`` names (device, inode); None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _has_tables(db: sqlite3.Connection) -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,12 +14,13 @@ from torchx_nb.runner import get_runner
 from torchx_nb.specs import AppState
 
 
-def test_a_refresh_round_of_many_local_jobs_opens_the_store_once(
+def test_a_refresh_round_of_many_local_jobs_reads_the_store_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """local_cwd has no batched describe: each job is described alone, but the current
-    attempts' ids come from one read of the store (a kernel watching 20 jobs opened it 20
-    times a round, twice a second — most of its CPU while watching)."""
+    attempts' ids come from one read of the store (a kernel watching 20 jobs read it 20
+    times a round, twice a second, each on a connection of its own then — most of its CPU
+    while watching)."""
     go = tmp_path / "go"
     with get_runner() as runner:
         handles = [
@@ -35,18 +36,18 @@ def test_a_refresh_round_of_many_local_jobs_opens_the_store_once(
                 ),
                 timeout=60,
             )
-            opened: list[int] = []
-            real = JobStore._open
+            calls: list[int] = []
+            real = JobStore._connect
 
-            def counted(self: JobStore) -> sqlite3.Connection:
-                opened.append(1)
-                return real(self)
+            def counted(self: JobStore, make: bool = True) -> Any:
+                calls.append(1)
+                return real(self, make)
 
-            monkeypatch.setattr(JobStore, "_open", counted)
+            monkeypatch.setattr(JobStore, "_connect", counted)
             again = runner.refresh(handles)
             assert set(again) == set(handles)
             assert all(getattr(s, "state", None) == AppState.RUNNING for s in again.values())
-            assert len(opened) == 1, f"{len(opened)} store connections for one round"
+            assert len(calls) == 1, f"{len(calls)} store calls for one round"
         finally:
             go.touch()
             for h in handles:
