@@ -80,6 +80,8 @@ def ensure_our_venv(root_of_project: Path) -> Path:
     site.mkdir(parents=True, exist_ok=True)
     (site / "torchx_nb_checkout.pth").write_text(f"{root_of_project}\n")
     exe = root / "bin" / "torchx-nb"
-    exe.write_text(f"#!{python}\nimport sys\nfrom torchx_nb.cli import main\nsys.exit(main())\n")
+    # the console script pip would write: the entry point pyproject.toml names
+    module, _, func = deps["scripts"]["torchx-nb"].partition(":")
+    exe.write_text(f"#!{python}\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n")
     exe.chmod(0o755)
     return exe

@@ -45,7 +45,8 @@ def test_our_virtualenv_is_made_once_and_runs_this_checkout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """bench_cli runs our CLI from a virtualenv made as the peer's: the core dependencies
-    installed once, this checkout on its path, a ``torchx-nb`` script calling our CLI."""
+    installed once, this checkout on its path, a ``torchx-nb`` script calling our CLI as the
+    console script pyproject.toml names does."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import peer
 
@@ -66,7 +67,8 @@ def test_our_virtualenv_is_made_once_and_runs_this_checkout(
     assert peer.ensure_our_venv(ROOT) == exe and len(installed) == count  # made once
     script = exe.read_text()
     assert (
-        script.startswith(f"#!{exe.parent / 'python'}\n") and "torchx_nb.cli import main" in script
+        script.startswith(f"#!{exe.parent / 'python'}\n")
+        and "from torchx_nb.cli import command\nsys.exit(command())" in script  # pyproject's
     )
     pth = list(exe.parent.parent.glob("lib/python*/site-packages/torchx_nb_checkout.pth"))
     assert len(pth) == 1 and pth[0].read_text() == f"{ROOT}\n"

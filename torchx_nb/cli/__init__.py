@@ -12,7 +12,7 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from torchx_nb.cli.parser import PROG, build_parser, builtins_text
 from torchx_nb.errors import current_folder
@@ -487,3 +487,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         from torchx_nb.specs.exceptions import exit_status
 
         return exit_status(e)
+
+
+def command() -> NoReturn:
+    """The ``torchx-nb`` console script (and ``python -m torchx_nb.cli``): ``main``, then the
+    interpreter's exit without its teardown (``exit_now``)."""
+    exit_now(main())
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exit as the interpreter does (wait for non-daemon threads, run the ``atexit``
+    handlers, flush stdout and stderr) without its teardown: freeing every module and object
+    and closing the job store's connection (SQLite checkpoints its WAL then, with an fsync)
+    took a command 20 to 45 ms of its ~200. What the store was given stays in its WAL, which the
+    next process reads."""
+    import atexit
+    import contextlib
+    import threading
+
+    me = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not me and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
+            stream.flush()
+    os._exit(code)

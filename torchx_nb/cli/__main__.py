@@ -1,7 +1,5 @@
 """``python -m torchx_nb.cli``: the ``torchx-nb`` command."""
 
-import sys
+from torchx_nb.cli import command
 
-from torchx_nb.cli import main
-
-sys.exit(main())
+command()
