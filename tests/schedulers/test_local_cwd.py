@@ -392,3 +392,17 @@ def test_who_cancelled_is_one_clean_bounded_line_for_a_hostile_user_name(isolate
     (msg,) = [line for line in out.splitlines() if "cancelled by" in line]
     assert msg.strip() == f"Msg: {cancelled.msg}", out
     assert "State: SUCCEEDED" not in out.replace(cancelled.msg, ""), out
+
+
+def test_the_supervisors_child_list_names_a_live_child_until_it_is_reaped() -> None:
+    """The supervisor skips its scan of every process at a job's end when it has no child
+    (what a job leaves is its descendant): the list it asks must name a live child."""
+    from torchx_nb.schedulers.local_supervisor.processes import child_pids
+
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert proc.pid in (child_pids() or [])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert child_pids() is not None and proc.pid not in (child_pids() or [])

@@ -18,8 +18,10 @@ from .processes import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_PDEATHSIG,
     all_stats,
+    child_pids,
     job_processes,
     prctl,
+    proc_stat,
     signal_all,
     start_ticks,
     write_json,
@@ -295,7 +297,11 @@ class Supervisor:
             signal_all(self.processes(), signal.SIGTERM)
 
     def processes(self) -> list[int]:
-        """Every live process of this job: the replicas' sessions and our descendants."""
+        """Every live process of this job: the replicas' sessions and our descendants; none
+        when we have no child: every process a replica left is our descendant (we are its
+        subreaper), so the scan of every process is skipped at the end of most jobs."""
+        if child_pids() == []:
+            return []
         sessions = [
             (r.proc.pid, r.start_ticks)
             for r in self.replicas
@@ -327,8 +333,12 @@ class Supervisor:
 
     @staticmethod
     def _children() -> list[int]:
-        me = os.getpid()
-        return [pid for pid, st in all_stats().items() if st[1] == me and st[0] == "Z"]
+        """Our children that are zombies."""
+        kids = child_pids()
+        if kids is None:
+            me = os.getpid()
+            return [pid for pid, st in all_stats().items() if st[1] == me and st[0] == "Z"]
+        return [pid for pid in kids if (st := proc_stat(pid)) is not None and st[0] == "Z"]
 
     def run(self) -> None:
         os.umask(0o077)
