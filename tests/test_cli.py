@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -33,8 +34,8 @@ def test_console_script_runs_echo_end_to_end() -> None:
 def test_the_command_ends_as_the_interpreter_would_without_its_teardown(tmp_path: Path) -> None:
     """``command`` waits for a non-daemon thread, runs the atexit handlers, flushes a line
     without its newline and keeps the exit code, as the interpreter's exit does; but it skips
-    the teardown (no object is freed: a finalizer never runs), which with the job store's
-    WAL checkpoint cost a command 20 to 45 ms."""
+    the teardown (no object is freed: a finalizer never runs), which cost a command 20 to
+    45 ms."""
     import sys
     import textwrap
 
@@ -68,6 +69,30 @@ def test_the_command_ends_as_the_interpreter_would_without_its_teardown(tmp_path
     )
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout, out.stderr) == (3, "main thread done\natexit ran\n", "")
+
+
+def test_a_command_leaves_the_store_whole_for_a_copy_and_a_restore(isolated: Path) -> None:
+    """After a command the store is one file again, as a user copies it: ``cp jobs.sqlite``
+    holds the job it ran, and a backup copied back over it is what the next command lists
+    (a write-ahead log left behind would hold the job outside the copy, and replay the
+    store as it was over the restored backup)."""
+    import sqlite3
+
+    store = Path(os.environ["TORCHX_NB_DATA_DIR"]) / "jobs.sqlite"
+    code, out, err = cli("run", "-s", "local_cwd", "--wait", "utils.echo", "--msg", "one")
+    assert code == 0, err
+    first = out.splitlines()[0]
+    backup = isolated / "backup.sqlite"
+    shutil.copyfile(store, backup)
+    assert not Path(f"{store}-wal").exists()
+    with sqlite3.connect(backup) as db:
+        assert db.execute("SELECT handle FROM jobs").fetchall() == [(first,)]
+    code, out, err = cli("run", "-s", "local_cwd", "--wait", "utils.echo", "--msg", "two")
+    assert code == 0, err
+    shutil.copyfile(backup, store)  # cp backup.sqlite jobs.sqlite: the same file, rewritten
+    code, out, err = cli("list")
+    assert code == 0, err
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [first]
 
 
 def test_run_status_log_describe_list_cancel() -> None:

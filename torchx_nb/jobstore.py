@@ -11,11 +11,13 @@ folds ASCII only), and the server's event stream uses the same fold (``torchx_nb
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -118,6 +120,8 @@ _TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 # connections a forked child inherited: never used there, and kept from being closed while it
 # runs (SQLite: a connection does not cross a fork)
 _INHERITED: list[threading.local] = []
+# the stores of this process, whose connections are closed at its exit (``_close_at_exit``)
+_STORES: weakref.WeakSet[JobStore] = weakref.WeakSet()
 
 
 @dataclass
@@ -194,6 +198,7 @@ class JobStore(AttemptRecords):
         self._uri = "file:" + urllib_parse.quote(str(self._absolute)) + "?mode=rw"
         self._local = threading.local()  # this thread's connection (``_connection``)
         self._pid = os.getpid()
+        _STORES.add(self)
         self._make()
 
     def _make(self) -> None:
@@ -288,6 +293,15 @@ class JobStore(AttemptRecords):
             raise
         local.db, local.identity = db, _identity(self._absolute)
         return db
+
+    def close(self) -> None:
+        """Close this thread's connection: SQLite then writes the WAL into the file and, the
+        last connection to it gone, removes the WAL, so the file alone is the whole store
+        again (a user's ``cp jobs.sqlite backup``, or a backup copied back over it, with no
+        WAL of the store as it was left beside it to be replayed over the backup)."""
+        db = getattr(self._local, "db", None) if self._pid == os.getpid() else None
+        if db is not None:
+            self._drop(db)
 
     def _drop(self, db: sqlite3.Connection) -> None:
         """Close ``db`` and forget it, if it is this thread's connection."""
@@ -557,6 +571,15 @@ class JobStore(AttemptRecords):
         with self._connect() as db:
             db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))
             db.execute("DELETE FROM attempts WHERE handle = ?", (handle,))
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """A process ending (``torchx-nb`` too, which skips the interpreter's teardown) closes
+    its stores' connections of the thread that exits (``JobStore.close``)."""
+    for store in list(_STORES):
+        with contextlib.suppress(Exception):
+            store.close()
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
