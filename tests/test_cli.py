@@ -71,6 +71,35 @@ def test_the_command_ends_as_the_interpreter_would_without_its_teardown(tmp_path
     assert (out.returncode, out.stdout, out.stderr) == (3, "main thread done\natexit ran\n", "")
 
 
+def test_the_command_ends_with_a_thread_pool_left_open(tmp_path: Path) -> None:
+    """A thread pool nobody shut down (a plugin scheduler's, a library's) is shut down as the
+    interpreter's exit does (``concurrent.futures`` asks it through ``threading``): the
+    command ends, with its code, rather than waiting for its idle workers for ever."""
+    import sys
+    import textwrap
+
+    script = tmp_path / "pool.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from concurrent.futures import ThreadPoolExecutor
+            import torchx_nb.cli as cli
+
+            POOL = ThreadPoolExecutor(2)
+
+            def main(argv=None):
+                print(POOL.submit(lambda: "pool done").result())
+                return 5
+
+            cli.main = main
+            cli.command()
+            """
+        )
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30)
+    assert (out.returncode, out.stdout, out.stderr) == (5, "pool done\n", "")
+
+
 def test_a_command_leaves_the_store_whole_for_a_copy_and_a_restore(isolated: Path) -> None:
     """After a command the store is one file again, as a user copies it: ``cp jobs.sqlite``
     holds the job it ran, and a backup copied back over it is what the next command lists

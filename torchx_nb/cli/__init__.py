@@ -504,10 +504,9 @@ def exit_now(code: int) -> NoReturn:
     import contextlib
     import threading
 
-    me = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not me and not thread.daemon:
-            thread.join()
+    # as the interpreter's exit: the hooks registered with threading (concurrent.futures shuts
+    # its thread pools down there), then a wait for the non-daemon threads
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
