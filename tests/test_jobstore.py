@@ -232,12 +232,31 @@ def test_two_processes_bringing_an_old_store_up_to_date_at_once(tmp_path: Path) 
     assert again is not None and again.state == "FAILED" and again.endings == '[{"id": 0}]'
 
 
+def test_a_long_lived_process_leaves_the_store_whole_between_calls(tmp_path: Path) -> None:
+    """A kernel or the Jupyter server (no ``keep``) holds nothing open between
+    calls: no write-ahead log beside the file, so ``cp jobs.sqlite`` has every job, and a
+    backup copied back over the store (the same file, rewritten) is what it reads next, not
+    the store as it was replayed from a log over it."""
+    import shutil
+
+    path = tmp_path / "jobs.db"
+    store = CountingStore(path, keep=False)
+    store.add(record("local_cwd://torchx/before"))
+    backup = tmp_path / "backup.db"
+    shutil.copyfile(path, backup)
+    assert not Path(f"{path}-wal").exists()
+    store.add(record("local_cwd://torchx/later"))
+    assert len(store.list()) == 2
+    shutil.copyfile(backup, path)  # cp backup.db jobs.db
+    assert [r.handle for r in store.list()] == ["local_cwd://torchx/before"]
+
+
 class CountingStore(JobStore):
     """A store that counts the connections it opens, and on which thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keep: bool = True) -> None:
         self.opened: list[str] = []
-        super().__init__(path)
+        super().__init__(path, keep=keep)
 
     def _open(self) -> sqlite3.Connection:
         import threading

@@ -317,7 +317,16 @@ def test_the_runner_is_composed_of_its_parts_each_method_one_delegation() -> Non
                 assert not any(isinstance(n, ast.FunctionDef) for n in ast.walk(node)), path
     tree = ast.parse(Path(inspect.getfile(runner_package)).read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Runner")
-    own = {"__init__", "__enter__", "__exit__", "close", "name", "hand_off_notices", "jobstore"}
+    own = {
+        "__init__",
+        "__enter__",
+        "__exit__",
+        "close",
+        "name",
+        "hand_off_notices",
+        "keep_store_connections",
+        "jobstore",
+    }
     assert {f.name for f in cls.body if isinstance(f, ast.FunctionDef)} == own
     classes = {cls.__name__: cls for cls in parts.values()}
     delegated = 0

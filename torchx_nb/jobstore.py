@@ -184,15 +184,23 @@ class Changes:
 
 
 class JobStore(AttemptRecords):
-    """Thin wrapper over one SQLite file; each thread keeps one connection to it open.
+    """Thin wrapper over one SQLite file; each call opens a connection to it and closes it,
+    or with ``keep`` (a ``torchx-nb`` command, a short-lived process) each thread keeps one
+    open until the process ends. A long-lived process (a kernel, the Jupyter server) keeps
+    none: a connection left open keeps the store's write-ahead log, with what was written,
+    beside the file while it runs, so a ``cp`` of the file would miss the latest jobs and a
+    backup copied back over it would be replayed over by that log.
 
     The file and its folder are private to the user (0600 in a 0700 folder): the store names
     every job, notebook and image. A corrupt or unreadable store raises ``JobStoreError`` with
     one line that names the file and what to do."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, timeout: float = 30.0, keep: bool = False
+    ) -> None:
         self.path = Path(path) if path else default_path()
         self.timeout = timeout
+        self.keep = keep
         self._explicit = bool(path or os.environ.get(JOBSTORE_ENV))
         self._absolute = self.path.absolute()
         self._uri = "file:" + urllib_parse.quote(str(self._absolute)) + "?mode=rw"
@@ -252,6 +260,9 @@ class JobStore(AttemptRecords):
         except JobStoreError:
             self._drop(db)
             raise
+        finally:
+            if not self.keep:  # a long-lived process: nothing left open between calls
+                self._drop(db)
 
     def _connection(self, make: bool) -> sqlite3.Connection:
         """The connection this thread keeps open to the store, opened on first use: opening

@@ -30,6 +30,7 @@ def _runner() -> Any:
 
     runner = get_runner()
     runner.hand_off_notices = True  # a command exits soon: a sender process sends them
+    runner.keep_store_connections = True  # until it exits (the job store's ``keep``)
     return runner
 
 

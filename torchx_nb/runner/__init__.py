@@ -116,6 +116,16 @@ class Runner:
         self._ctx.hand_off_notices = value
 
     @property
+    def keep_store_connections(self) -> bool:
+        """Whether the job store, once opened, keeps each thread's connection until the
+        process ends (a short-lived command, the CLI, sets it: ``JobStore``'s ``keep``)."""
+        return self._ctx.keep_store_connections
+
+    @keep_store_connections.setter
+    def keep_store_connections(self, value: bool) -> None:
+        self._ctx.keep_store_connections = value
+
+    @property
     def jobstore(self) -> JobStore:
         """The job store (the shared context's, opened on first use)."""
         return self._ctx.jobstore

@@ -66,6 +66,9 @@ class RunnerContext:
         # a short-lived command (the CLI) hands its job-end notices to a sender process of
         # their own, which outlives it until the webhook answered (notices.Notifier)
         self.hand_off_notices = False
+        # a short-lived command keeps its job store connections open until it exits (a
+        # long-lived process opens one per call: ``JobStore``'s ``keep``)
+        self.keep_store_connections = False
         #: called once, when the job store is first opened here (the Runner sends the
         #: notices the outbox still owes)
         self.on_store_opened: Callable[[], object] | None = None
@@ -80,7 +83,7 @@ class RunnerContext:
     def jobstore(self) -> JobStore:
         """The job store, opened on first use (then what its outbox owes is sent)."""
         if self._jobstore is None:
-            self._jobstore = JobStore()
+            self._jobstore = JobStore(keep=self.keep_store_connections)
             if self.on_store_opened is not None:
                 self.on_store_opened()
         return self._jobstore
