@@ -11,6 +11,15 @@ import pytest
 from tests.conftest import ROOT
 
 
+class FakeEnvBuilder:
+    """venv.EnvBuilder's stand-in: a virtualenv folder with its ``bin`` only, made at once."""
+
+    def __init__(self, **_: object) -> None: ...
+
+    def create(self, root: Path) -> None:
+        (Path(root) / "bin").mkdir(parents=True)
+
+
 def test_a_new_peer_virtualenv_gets_its_extras(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -19,19 +28,13 @@ def test_a_new_peer_virtualenv_gets_its_extras(
 
     installed: list[str] = []
 
-    class Builder:
-        def __init__(self, **_: object) -> None: ...
-
-        def create(self, root: Path) -> None:
-            (Path(root) / "bin").mkdir(parents=True)
-
     def pip(root: Path, requirement: str) -> None:
         installed.append(requirement)
         if requirement.startswith("torchx=="):
             (root / "bin" / "torchx").write_text("")
 
     monkeypatch.setenv("TORCHX_NB_BENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(peer.venv, "EnvBuilder", Builder)
+    monkeypatch.setattr(peer.venv, "EnvBuilder", FakeEnvBuilder)
     monkeypatch.setattr(peer, "_pip", pip)
     exe = peer.ensure_torchx_venv(("boto3",))
     assert installed == [f"torchx=={peer.TORCHX_VERSION}", "boto3"]
@@ -52,14 +55,8 @@ def test_our_virtualenv_is_made_once_and_runs_this_checkout(
 
     installed: list[str] = []
 
-    class Builder:
-        def __init__(self, **_: object) -> None: ...
-
-        def create(self, root: Path) -> None:
-            (Path(root) / "bin").mkdir(parents=True)
-
     monkeypatch.setenv("TORCHX_NB_BENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(peer.venv, "EnvBuilder", Builder)
+    monkeypatch.setattr(peer.venv, "EnvBuilder", FakeEnvBuilder)
     monkeypatch.setattr(peer, "_pip", lambda root, requirement: installed.append(requirement))
     exe = peer.ensure_our_venv(ROOT)
     assert "google-re2>=1.1" in installed and "uv>=0.5" in installed
