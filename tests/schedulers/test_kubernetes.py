@@ -501,6 +501,13 @@ def test_a_sweep_is_one_indexed_job_whose_trials_end_and_cancel_on_their_own(
         frame = sw.results()
         assert list(frame["result"][:2]) == [1.0, 2.0]
         assert frame["error"][2] == "raised ValueError: lr too high"
+        # a cancel that read the trial running just before it failed (or TorchX's own
+        # Scheduler.cancel of an ended trial) leaves it as it ended: it read CANCELLED here
+        from torchx_nb.schedulers.kubernetes import create_scheduler as kube_scheduler
+
+        kube_scheduler("torchx")._cancel_existing(ids[2])
+        again = runner.status(sw.handles[2])  # type: ignore[arg-type]
+        assert again is not None and again.state == AppState.FAILED, again
         assert "trial lr 0.2" in "".join(runner.log_lines(sw.handles[1], "cell", 0))  # type: ignore[arg-type]
     namespace, name = parse_app_id(job_id)
     jobs = {k for k in kube_env.objects if k[0] == "job"} - before

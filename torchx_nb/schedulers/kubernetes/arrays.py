@@ -35,6 +35,7 @@ from torchx_nb.schedulers.kubernetes.request import (
     KubernetesJob,
     _fmt,
     parse_app_id,
+    parse_trial_id,
 )
 from torchx_nb.schedulers.kubernetes.spot import preemptions
 from torchx_nb.schedulers.outputs import (
@@ -80,8 +81,10 @@ class KubeArrays(SubmitsArrays, KubeJobs):
         pods and starts no more, and indexes that ended keep their end (the Job and its record
         stay, where deleting it would lose them)."""
         namespace, name = parse_app_id(array_id)
-        for trial_id in trial_ids:
-            mark_cancelled("kubernetes", trial_id)
+        ended = self._ended(self._read_job(namespace, name))
+        for trial_id in trial_ids:  # a trial that has ended stays as it ended
+            if parse_trial_id(trial_id)[2] not in ended:
+                mark_cancelled("kubernetes", trial_id)
         call(
             f"cannot suspend {array_id}",
             self.kube.batch.patch_namespaced_job,
@@ -152,19 +155,23 @@ class KubeArrays(SubmitsArrays, KubeJobs):
             preemptions=preemptions(app_id.rsplit(":", 1)[0], mine, index),
         )
 
-    def _cancel_trial(self, namespace: str, name: str, index: int, wait: float = 30.0) -> None:
+    def _cancel_trial(
+        self, namespace: str, name: str, index: int, trial_id: str, wait: float = 30.0
+    ) -> None:
         """Record trial ``index`` cancelled on its Job (``cancel_index_key``: every later
         describe reads it CANCELLED, whatever its pods do, and marks or deletes any pod of the
         index it meets, a replacement too), then mark its pods (``_stop_cancelled``). No
         eviction, which is a preemption and runs the trial again. A trial that has ended is
         left as it ended. Until a pod of the index carries the mark or the index ends, this
         waits for one (a trial cancelled just after the submit, or between an evicted pod and
-        its replacement), ``wait`` seconds at most: the Job's record keeps the cancel after."""
+        its replacement), ``wait`` seconds at most: the Job's record keeps the cancel after.
+        The local mark (``trial_id``'s: who cancelled) is left only on a trial not ended."""
         import time
 
         job = self._read_job(namespace, name)
         if index in self._ended(job):
             return
+        mark_cancelled("kubernetes", trial_id, canceller())  # who, for this machine's describe
         call(
             f"cannot record trial {index} of {namespace}:{name} cancelled",
             self.kube.batch.patch_namespaced_job,

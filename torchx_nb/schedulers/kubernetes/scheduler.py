@@ -404,10 +404,10 @@ class KubernetesScheduler(
         namespace, name, index = parse_trial_id(app_id)
         body = {"propagationPolicy": "Foreground"}
         what = f"cannot delete {app_id}"
-        mark_cancelled("kubernetes", app_id, canceller())
-        if index is not None:
-            self._cancel_trial(namespace, name, index)
+        if index is not None:  # marked by _cancel_trial, unless the trial has ended
+            self._cancel_trial(namespace, name, index, app_id)
             return
+        mark_cancelled("kubernetes", app_id, canceller())
         if self._vcjobs(namespace, f"{LABEL_INSTANCE}={name}"):
             call(
                 what,
