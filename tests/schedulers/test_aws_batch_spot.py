@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -49,9 +50,10 @@ def failed_then_reclaimed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return reclaimed_after(monkeypatch, 1)
 
 
-def reclaimed_after(monkeypatch: pytest.MonkeyPatch, failed: int) -> list[str]:
-    """The first native job of each handle reads FAILED after ``failed`` attempts of the
-    program's failure, then one whose host was terminated."""
+def reclaimed_after(monkeypatch: pytest.MonkeyPatch, failed: int, only: str = "") -> list[str]:
+    """The first native job of each handle (with ``only``, each whose id ends with it) reads
+    FAILED after ``failed`` attempts of the program's failure, then one whose host was
+    terminated."""
     asked: list[str] = []
     real = AwsBatchScheduler._describe_jobs
 
@@ -60,7 +62,8 @@ def reclaimed_after(monkeypatch: pytest.MonkeyPatch, failed: int) -> list[str]:
         out = []
         for job in jobs:
             asked.append(str(job["jobName"]))
-            if not re.search(r"-a\d+$", str(job["jobName"])):
+            first = not re.search(r"-a\d+$", str(job["jobName"]))
+            if first and str(job["jobId"]).endswith(only):
                 started = job.get("startedAt") or job.get("createdAt") or 1_000_000
                 attempts = [
                     {
@@ -249,3 +252,67 @@ def test_the_next_name_and_when_batch_will_not_run_it_again() -> None:
     assert not ended_reclaimed({"status": "FAILED", "attempts": [reclaimed, failed]})
     assert not ended_reclaimed({"status": "SUCCEEDED", "attempts": [reclaimed]})
     assert not ended_reclaimed({"status": "RUNNING", "attempts": [reclaimed]})
+
+
+def test_a_sweep_trial_reclaimed_past_the_cap_runs_again_with_its_own_values(
+    queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    submitted: list[dict[str, Any]],
+    python_in_registry: str,
+    registry: Any,
+    docker_env: DockerDaemon,
+    aws_env: MotoServer,
+    tmp_path: Path,
+) -> None:
+    """A sweep's trials are children of one array job (``QUEUE:NAME:INDEX``); trial 1's host
+    is reclaimed on its last allowed attempt: it is sent again as a job of its own,
+    ``NAME-t1-a2``, with its index in ``TORCHX_NB_TRIAL_INDEX``, and resumes with its own
+    values and result (before, it was sent as ``NAME-a2`` with no index: 'this array task has
+    no index', and two trials' jobs would have had one name)."""
+    reclaimed_after(monkeypatch, failed=0, only=":1")
+    from tests.infra.dockerd import host_python_mounts
+    from torchx_nb.components.cell import cell
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import SweepRequest, start
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mounts, path = host_python_mounts()
+    source = "import os\nprint('trial lr', os.environ['TORCHX_PARAM_LR'], flush=True)\nlr * 10\n"
+    cfg = [
+        f"queue={queue},image_repo={registry.host}/batch/spot-sweeps,builder=registry,quiet=True"
+    ]  # no output_path: moto never really preempts trial 1's first job, whose checkpoint
+    # ledger would then call it lost (a failure), not preempted
+    env = {"PATH": path, **aws_env.env}
+    app = cell(source=source, image=python_in_registry, memMB=256, mounts=mounts, env=env)
+    with get_runner() as runner:
+        request = SweepRequest(
+            RunRequest(app=app, scheduler="aws_batch", cfg=cfg, workspace=str(ws)),
+            {"lr": [0.1, 0.2]},
+        )
+        sw = start(runner, request)
+        assert sw.array
+        statuses = sw.wait(timeout=240)
+        assert [s.state if s else None for s in statuses] == [AppState.SUCCEEDED] * 2, [
+            (
+                h,
+                [(a.n, a.app_id, a.ended_why) for a in runner.jobstore.attempts(h)],
+                "".join(runner.log_lines(h, "cell", 0)),
+            )
+            for h in sw.handles
+            if h
+        ]
+        handle = sw.handles[1]
+        assert handle is not None
+        rec = runner.jobstore.get(handle)
+        array = handle.rsplit("/", 1)[1].rsplit(":", 1)[0]
+        assert rec is not None and (rec.app_id, rec.attempt) == (f"{array}-t1-a2", 2)
+        assert "trial lr 0.2" in "".join(runner.log_lines(handle, "cell", 0))
+        first = runner.jobstore.get(sw.handles[0])  # type: ignore[arg-type]
+        assert first is not None and first.attempt == 1  # not reclaimed: not sent again
+    (again,) = [s for s in submitted if "arrayProperties" not in s]
+    assert again["jobName"] == f"{array.partition(':')[2]}-t1-a2"
+    assert again["containerOverrides"]["environment"] == [
+        {"name": "TORCHX_NB_TRIAL_INDEX", "value": "1"},
+        {"name": "TORCHX_NB_TRIAL_FROM", "value": "TORCHX_NB_TRIAL_INDEX"},
+    ]

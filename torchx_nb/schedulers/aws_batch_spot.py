@@ -134,9 +134,16 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
     definition (its environment carries the outputs and the checkpoint store, so they stay
     the first job's), queue, tags, timeout and share. A job with no ledger carries its retry
     budget (``budget_tags``): the next one may spend what is left of it after this job's
-    failures (its ``retryStrategy`` given on SubmitJob, its tag saying what is left)."""
-    queue = app_id.partition(":")[0]
-    name = next_name(str(job["jobName"]))
+    failures (its ``retryStrategy`` given on SubmitJob, its tag saying what is left). A
+    sweep's trial (``QUEUE:NAME:INDEX``, a child of an array) is sent again as a job of its
+    own, ``QUEUE:NAME-tINDEX-a2``, its index in ``TORCHX_NB_TRIAL_INDEX``."""
+    queue, _, rest = app_id.partition(":")
+    array_name, _, index = rest.rpartition(":")
+    child = bool(array_name) and index.isdigit()  # a sweep's trial: QUEUE:NAME:INDEX
+    trial = index if child else _trial_index(job)
+    # a trial runs again as a job of its own (Batch sends no single child again), named for
+    # its index (NAME-t3-a2: trials of one array past the cap are distinct jobs)
+    name = next_name(f"{array_name}-t{index}" if child else str(job["jobName"]))
     tags = dict(job.get("tags") or {})
     args: dict[str, Any] = {
         "jobName": name,
@@ -144,6 +151,13 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
         "jobDefinition": job["jobDefinition"],
         "tags": tags,
     }
+    if trial is not None:  # its index, which the array gave it, in a variable of ours
+        args["containerOverrides"] = {
+            "environment": [
+                {"name": TRIAL_INDEX_ENV, "value": trial},
+                {"name": "TORCHX_NB_TRIAL_FROM", "value": TRIAL_INDEX_ENV},
+            ]
+        }
     if tags.get(RETRIES_TAG, "").isdigit() and tags.get(PREEMPTIONS_TAG, "").isdigit():
         left = max(0, int(tags[RETRIES_TAG]) - failures(job))
         tags[RETRIES_TAG] = str(left)
@@ -155,3 +169,16 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
         if job.get("schedulingPriority") is not None:
             args["schedulingPriorityOverride"] = job["schedulingPriority"]
     return f"{queue}:{name}", args
+
+
+#: a sweep trial sent again as a job of its own: its index (the array's variable is Batch's,
+#: which a job outside an array has not, and AWS_BATCH_* names are Batch's to set)
+TRIAL_INDEX_ENV = "TORCHX_NB_TRIAL_INDEX"
+
+
+def _trial_index(job: dict[str, Any]) -> str | None:
+    """The trial index a job sent again for a sweep's trial carries (None: not one)."""
+    for e in (job.get("container") or {}).get("environment") or []:
+        if e.get("name") == TRIAL_INDEX_ENV and str(e.get("value", "")).isdigit():
+            return str(e["value"])
+    return None
