@@ -200,6 +200,33 @@ def test_killed_supervisor_is_reported(sched: LocalCwdScheduler) -> None:
     os.killpg(child, signal.SIGKILL)
 
 
+def test_a_job_read_just_before_its_supervisor_ended_it_is_not_called_killed(
+    sched: LocalCwdScheduler,
+) -> None:
+    """describe read state.json, then the supervisor wrote its final state and exited, then
+    describe found it gone: that job ended, its supervisor was not killed (a fresh-clone CI
+    read a SUCCEEDED job as FAILED 'the job's supervisor was killed'). The state read before the
+    end is replayed against the real files of a job that ended."""
+    from torchx_nb.schedulers.local_cwd_status import response_from_files
+    from torchx_nb.schedulers.local_supervisor import is_same_process
+
+    app_id = run(sched, app("-c", "true"))
+    assert wait_terminal(sched, app_id) == AppState.SUCCEEDED
+    app_dir = sched._app_dir(app_id)
+    state = json.loads((app_dir / "state.json").read_text())
+    supervisor = (state["supervisor_pid"], state["supervisor_start_ticks"])
+    wait_for(lambda: sched._reap(every=0) or not is_same_process(*supervisor), timeout=10)
+    request = json.loads((app_dir / "request.json").read_text())
+    before_end = {**state, "final_state": None, "ended": None}
+    for rep in before_end["roles"]["r"]:
+        rep.update(exitcode=None, ended=None)
+    resp, _ = response_from_files(app_id, app_dir, request, before_end)
+    assert resp.state == AppState.SUCCEEDED and "killed" not in resp.msg, resp
+    # nor one read before it wrote any state at all
+    resp, _ = response_from_files(app_id, app_dir, request, None)
+    assert resp.state == AppState.SUCCEEDED
+
+
 def test_list_and_log_dir_option(sched: LocalCwdScheduler, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     app_id = run(sched, app("-c", "echo hi"), log_dir=str(logs))

@@ -27,10 +27,27 @@ def read_pidfile(path: Path) -> tuple[int | None, int | None]:
         return None, None
 
 
+def state_now(state_dir: Path) -> dict[str, Any] | None:
+    """The job's ``state.json`` as it is now (None: not written yet, or not readable)."""
+    try:
+        with open(state_dir / "state.json") as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def response_from_files(
-    app_id: str, state_dir: Path, request: dict[str, Any], state: dict[str, Any] | None
+    app_id: str,
+    state_dir: Path,
+    request: dict[str, Any],
+    state: dict[str, Any] | None,
+    again: bool = True,
 ) -> tuple[DescribeAppResponse, tuple[int | None, int | None]]:
-    """The response, and the supervisor's pid and start time it was judged by."""
+    """The response, and the supervisor's pid and start time it was judged by. A supervisor
+    found gone is judged on the state as it is then (``again``): it writes its final state and
+    exits, both of which may have happened since ``state`` was read — a job that ended was
+    read as one whose supervisor was killed."""
     resp = DescribeAppResponse(
         app_id=app_id,
         num_restarts=0,
@@ -46,6 +63,9 @@ def response_from_files(
                 by = json.loads((state_dir / "cancel").read_text()).get("by")
                 resp.msg = f"it {cancel_ending({'cancelled_by': by}, None)} before it started"
         elif sup_pid is not None and not sup_alive:
+            fresh = state_now(state_dir) if again else None
+            if fresh is not None:  # written since the first read
+                return response_from_files(app_id, state_dir, request, fresh, again=False)
             resp.state = AppState.FAILED
             resp.msg = (
                 f"the job's supervisor exited before starting it: see {state_dir}/supervisor.log"
@@ -102,6 +122,9 @@ def response_from_files(
         ends = [rep.get("ended") for reps in state["roles"].values() for rep in reps]
         resp.ended = max((e for e in ends if e), default=None) or state.get("ended")
     elif not is_same_process(*supervisor):
+        fresh = state_now(state_dir) if again else None
+        if fresh is not None and fresh.get("final_state"):  # it ended since the first read
+            return response_from_files(app_id, state_dir, request, fresh, again=False)
         stopped = kill_orphans(state)
         if (state_dir / "cancel").exists():
             resp.state = AppState.CANCELLED
