@@ -360,3 +360,52 @@ def test_the_job_side_imports_no_sdk(tmp_path: Path) -> None:
 def test_a_checkpoint_url_of_no_store_is_one_line(url: str) -> None:
     with pytest.raises(ValueError, match="is none of file://PATH, s3://BUCKET/PREFIX"):
         store_for(url, "/tmp")
+
+
+def test_an_attempt_killed_without_sigterm_is_a_reclaim_where_the_backend_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempts that never said how they ended (killed without a SIGTERM): those the job sent
+    again names (``TORCHX_NB_RECLAIMED``: ``JOB/N``, or ``JOB`` for that native job's last
+    attempt, a multi-node job's ``JOB#0`` too) are reclaims — preemptions, not failures; the
+    others stay the program's failures (SIGKILL, OOM). With max_retries 0 every one is a
+    reclaim: no backend runs such a job again after the program's failure."""
+    store = store_for(f"file://{tmp_path / 'store'}", "")
+    earlier = [
+        {"n": 1, "why": "running", "native": "J1/1", "job": "J1"},  # named
+        {"n": 2, "why": "running", "native": "J1/2", "job": "J1"},  # OOM-killed: not named
+        {"n": 3, "why": "running", "native": "J1/3", "job": "J1"},  # J1's last: its reclaim
+        {"n": 4, "why": "running", "native": "J2#0/1", "job": "J2#0"},  # multi-node's last
+        {"n": 5, "why": "running", "native": "J3/1", "job": "J3"},  # no token: a failure
+    ]
+    store.put_bytes(ck.LEDGER, json.dumps(earlier).encode())
+    for name in (ck.BASE_ENV, ck.DIR_ENV, ck.ATTEMPT_ENV, ck.PREEMPTIONS_ENV, ck.RESTORED_ENV):
+        monkeypatch.delenv(name, raising=False)  # begin() exports them: put back after
+    monkeypatch.setenv(ck.RECLAIMED_ENV, "J1/1,J1, J2")
+    monkeypatch.setenv(ck.MAX_RETRIES_ENV, "2")
+    monkeypatch.setenv(ck.ATTEMPT_ENV_ENV, "AWS_BATCH_JOB_ATTEMPT")
+    monkeypatch.setenv("AWS_BATCH_JOB_ID", "J4")
+    monkeypatch.setenv("AWS_BATCH_JOB_ATTEMPT", "1")
+    s = ck.Session(str(tmp_path / "local" / "rank-0"), store, 0)
+    s.begin()
+    assert (s.attempt, s.preemptions, s.failures, s.retries_spent()) == (6, 3, 2, None)
+    ledger = ck.read_ledger(store)
+    whys = ["reclaimed", "lost", "reclaimed", "reclaimed", "lost", "running"]
+    assert [e["why"] for e in ledger] == whys
+    assert (ledger[-1]["native"], ledger[-1]["job"]) == ("J4/1", "J4")
+    assert os.environ[ck.PREEMPTIONS_ENV] == "3"
+
+    store.put_bytes(ck.LEDGER, json.dumps(earlier).encode())
+    monkeypatch.delenv(ck.RECLAIMED_ENV)
+    monkeypatch.setenv(ck.MAX_RETRIES_ENV, "0")
+    s = ck.Session(str(tmp_path / "local" / "rank-0"), store, 0)
+    s.begin()
+    assert (s.attempt, s.preemptions, s.failures, s.retries_spent()) == (6, 5, 0, None)
+    monkeypatch.setenv(ck.MAX_RETRIES_ENV, "1")  # without a word: each is the program's
+    store.put_bytes(ck.LEDGER, json.dumps(earlier).encode())
+    s = ck.Session(str(tmp_path / "local" / "rank-0"), store, 0)
+    s.begin()
+    assert (s.preemptions, s.failures) == (0, 5)
+    assert s.retries_spent() == (
+        "the program failed 5 times (max_retries 1): not run again (attempt 6, 0 preemptions)"
+    )

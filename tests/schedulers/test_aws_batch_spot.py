@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -312,7 +313,108 @@ def test_a_sweep_trial_reclaimed_past_the_cap_runs_again_with_its_own_values(
         assert first is not None and first.attempt == 1  # not reclaimed: not sent again
     (again,) = [s for s in submitted if "arrayProperties" not in s]
     assert again["jobName"] == f"{array.partition(':')[2]}-t1-a2"
+    child = jobs_named(boto3.client("batch"), queue, array.partition(":")[2])[0] + ":1"
     assert again["containerOverrides"]["environment"] == [
         {"name": "TORCHX_NB_TRIAL_INDEX", "value": "1"},
         {"name": "TORCHX_NB_TRIAL_FROM", "value": "TORCHX_NB_TRIAL_INDEX"},
+        {"name": "TORCHX_NB_RECLAIMED", "value": f"{child}/1,{child}"},
+    ]
+
+
+def test_a_reclaim_that_killed_the_container_without_sigterm_spends_no_retry(
+    queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+    submitted: list[dict[str, Any]],
+    python_in_registry: str,
+    registry: Any,
+    docker_env: DockerDaemon,
+    aws_env: MotoServer,
+    tmp_path: Path,
+) -> None:
+    """An EC2 host reclaimed without ECS stopping its container first: the program gets no
+    SIGTERM, so its ledger entry still says ``running`` when the next attempt begins. The
+    first job (max_retries 0) is killed (SIGKILL, in dockerd) once its ledger has its entry,
+    and Batch's record says its host was terminated: the job sent again counts it a
+    preemption, since with max_retries 0 nothing but a reclaim is run again (before: the
+    program's failure — the next attempt exited 171, FAILED 'the program failed 1 times').
+    The job sent again also names the reclaimed attempts (``TORCHX_NB_RECLAIMED``, in the
+    multi-node job's ``nodeOverrides``: botocore checks the shape; moto does not apply node
+    overrides, so what the runner does with it is tested in tests/apps/test_checkpoint.py)."""
+    import json
+
+    from tests.infra.dockerd import host_python_mounts
+    from torchx_nb.components.cell import cell
+
+    killed: set[str] = set()
+    real = AwsBatchScheduler._describe_jobs
+
+    def describe(self: AwsBatchScheduler, job_ids: list[str]) -> list[dict[str, Any]]:
+        out = []
+        for job in real(self, job_ids):
+            if job["jobId"] in killed and job["status"] == "FAILED":
+                attempts = [{**a, "statusReason": RECLAIM} for a in job.get("attempts") or []]
+                job = {**job, "statusReason": RECLAIM, "attempts": attempts}
+            out.append(job)
+        return out
+
+    monkeypatch.setattr(AwsBatchScheduler, "_describe_jobs", describe)
+    s3 = aws_env.client("s3")
+    s3.create_bucket(
+        Bucket="batch-reclaims", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mounts, path = host_python_mounts()
+    source = (
+        "import os, time\n"
+        "n, p = os.environ['TORCHX_NB_ATTEMPT'], os.environ['TORCHX_NB_PREEMPTIONS']\n"
+        "print(f'attempt {n} preemptions {p}', flush=True)\n"
+        "if n == '1':\n    time.sleep(600)\n"
+        "int(n) * 10\n"
+    )
+    cfg = {
+        "queue": queue,
+        "image_repo": f"{registry.host}/batch/reclaims",
+        "builder": "registry",
+        "quiet": True,
+        "output_path": "s3://batch-reclaims/runs",
+    }
+    env = {"PATH": path, **aws_env.env}
+    app = cell(source=source, image=python_in_registry, memMB=256, mounts=mounts, env=env)
+    batch = boto3.client("batch")
+    with get_runner() as runner:
+        handle = runner.run(app, "aws_batch", cfg, workspace=str(ws))
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and rec.outputs
+        key = f"{rec.outputs.removeprefix('s3://batch-reclaims/').rstrip('/')}"
+        key += "/.torchx-nb/checkpoints/attempts.json"
+
+        def ledger() -> list[dict[str, Any]]:
+            try:
+                body = s3.get_object(Bucket="batch-reclaims", Key=key)["Body"]
+            except s3.exceptions.NoSuchKey:
+                return []
+            return list(json.loads(body.read()))
+
+        (job_id,) = jobs_named(batch, queue, rec.app_id.partition(":")[2])
+        deadline = time.monotonic() + 180
+        while not ledger() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert [e["why"] for e in ledger()] == ["running"]
+        # moto names a job's container NAME-JOBID-NODE
+        (container,) = [c for c in docker_env.client().containers.list() if job_id in c.name]
+        killed.add(job_id)
+        container.kill()  # SIGKILL: no SIGTERM reaches the program
+        ended = runner.wait(handle, wait_interval=0.3, timeout=240)
+        log = "".join(runner.log_lines(handle, "cell", 0))
+        assert ended is not None and ended.state == AppState.SUCCEEDED, (ended, log)
+        assert "attempt 2 preemptions 1" in log and "program failed" not in log, log
+        assert [e["why"] for e in ledger()] == ["reclaimed", "ok"]
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and (rec.attempt, rec.preemptions, rec.failures) == (2, 1, 0)
+    (again,) = [s for s in submitted if s["jobName"].endswith("-a2")]
+    (node,) = again["nodeOverrides"]["nodePropertyOverrides"]
+    assert node["targetNodes"] == "0:"
+    assert node["containerOverrides"]["environment"] == [
+        {"name": "TORCHX_NB_RECLAIMED", "value": f"{job_id}/1,{job_id}"}
     ]

@@ -149,6 +149,10 @@ def test_a_job_created_again_keeps_what_is_left_of_max_retries(gcp_env: GcpFake)
         assert [
             (p.action.name, list(p.action_condition.exit_codes)) for p in spec.lifecycle_policies
         ] == [("RETRY_TASK", [50001])]
+        # its tasks are told the job before was preempted: a ledger then calls that job's last
+        # run, killed without a SIGTERM, a preemption (tests/apps/test_checkpoint.py)
+        uid = gcp_env.jobs[first].uid
+        assert uid and spec.environment.variables["TORCHX_NB_RECLAIMED"] == uid
 
 
 class Killed(BaseException):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchx_nb.apps.cell_runner.checkpoint import RETRIES_SPENT_EXIT
+from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, RETRIES_SPENT_EXIT
 from torchx_nb.specs.preemption import Preemption
 
 MAX_ATTEMPTS = 10  # Batch's attempts, in total, program retries and reclaims together
@@ -151,13 +151,23 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
         "jobDefinition": job["jobDefinition"],
         "tags": tags,
     }
+    env = []
     if trial is not None:  # its index, which the array gave it, in a variable of ours
-        args["containerOverrides"] = {
-            "environment": [
-                {"name": TRIAL_INDEX_ENV, "value": trial},
-                {"name": "TORCHX_NB_TRIAL_FROM", "value": TRIAL_INDEX_ENV},
+        env += [
+            {"name": TRIAL_INDEX_ENV, "value": trial},
+            {"name": "TORCHX_NB_TRIAL_FROM", "value": TRIAL_INDEX_ENV},
+        ]
+    # the attempts Batch reclaimed, which the job's ledger would otherwise call the program's
+    # failures when their container was killed without a SIGTERM
+    env.append({"name": RECLAIMED_ENV, "value": reclaimed_tokens(job)})
+    if job.get("nodeProperties"):  # a multi-node job takes its overrides per node range
+        args["nodeOverrides"] = {
+            "nodePropertyOverrides": [
+                {"targetNodes": "0:", "containerOverrides": {"environment": env}}
             ]
         }
+    else:
+        args["containerOverrides"] = {"environment": env}
     if tags.get(RETRIES_TAG, "").isdigit() and tags.get(PREEMPTIONS_TAG, "").isdigit():
         left = max(0, int(tags[RETRIES_TAG]) - failures(job))
         tags[RETRIES_TAG] = str(left)
@@ -176,9 +186,30 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
 TRIAL_INDEX_ENV = "TORCHX_NB_TRIAL_INDEX"
 
 
+def _env(job: dict[str, Any], name: str) -> str | None:
+    """The value of ``name`` in the DescribeJobs ``job``'s container environment (its main
+    node's, for a multi-node job)."""
+    container = job.get("container") or {}
+    for group in (job.get("nodeProperties") or {}).get("nodeRangeProperties") or []:
+        container = container or group.get("container") or {}
+    for e in container.get("environment") or []:
+        if e.get("name") == name:
+            return str(e.get("value", ""))
+    return None
+
+
 def _trial_index(job: dict[str, Any]) -> str | None:
     """The trial index a job sent again for a sweep's trial carries (None: not one)."""
-    for e in (job.get("container") or {}).get("environment") or []:
-        if e.get("name") == TRIAL_INDEX_ENV and str(e.get("value", "")).isdigit():
-            return str(e["value"])
-    return None
+    value = _env(job, TRIAL_INDEX_ENV)
+    return value if value is not None and value.isdigit() else None
+
+
+def reclaimed_tokens(job: dict[str, Any]) -> str:
+    """``RECLAIMED_ENV``'s value for the job sent after the DescribeJobs ``job``: the tokens
+    that job was given (a job sent again more than once), each of its reclaimed attempts
+    (``ID/N``: Batch's ``AWS_BATCH_JOB_ATTEMPT`` counts from 1) and its id alone (its last
+    attempt, whose reclaim ended it: where the container had no attempt number)."""
+    job_id = str(job.get("jobId") or "")
+    earlier = [t for t in (_env(job, RECLAIMED_ENV) or "").split(",") if t]
+    mine = [f"{job_id}/{i}" for i, a in enumerate(job.get("attempts") or [], 1) if _reclaimed(a)]
+    return ",".join(dict.fromkeys([*earlier, *mine, job_id]))

@@ -54,7 +54,13 @@ def checkpoint(
         return {"S3Uri": s3_uri, **({"LocalPath": local_path} if local_path else {})}, {}
     uri = s3_uri or f"{outputs.rstrip('/')}/checkpoints"
     folder = local_path or LOCAL_PATH
+    # max_retries 0: SageMaker runs a job again only after a spot interruption (its
+    # RetryStrategy retries InternalServerError, never the program's failure)
     env = checkpoint_env(
-        "sagemaker:", folder, max_preemptions=cfg.max_preemptions, grace=SIGTERM_GRACE
+        "sagemaker:",
+        folder,
+        max_retries=0,
+        max_preemptions=cfg.max_preemptions,
+        grace=SIGTERM_GRACE,
     )
     return {"S3Uri": uri, "LocalPath": folder}, env

@@ -4,10 +4,10 @@ attempt from the job's durable storage (``$TORCHX_NB_CHECKPOINT_URL``: ``file://
 SIGTERM, at the end and on ``torchx_nb.checkpoint().save()``.
 
 The store's root also holds the ledger, ``attempts.json``: one entry per attempt (``n``,
-``started``, ``ended``, ``why``: ``running``/``ok``/``exit N``/``sigterm``/``lost``,
-``ckpt_generation``, ``restored_at``: when the program wrote the checkpoint this attempt
+``started``, ``ended``, ``why``: ``running``/``ok``/``exit N``/``sigterm``/``reclaimed``/
+``lost``, ``ckpt_generation``, ``restored_at``: when the program wrote the checkpoint this attempt
 restored, None when it restored none — how status tells "resumed from the checkpoint of
-10:01" and the work lost, the backend's ``native`` attempt), written by rank 0. Rank 0 also
+10:01" and the work lost, the backend's ``native`` attempt and its ``job``), written by rank 0. Rank 0 also
 leaves the store's URL in the job's output folder (``.torchx-nb/checkpoint.json``), so a
 watcher finds the ledger wherever the backend keeps it. It is how a job
 knows how many of its attempts were the program's own failures when the backend's counter
@@ -41,6 +41,10 @@ BASE_ENV = "TORCHX_NB_CHECKPOINT_BASE"  # the folder the rank folders are made i
 ATTEMPT_ENV = "TORCHX_NB_ATTEMPT"
 PREEMPTIONS_ENV = "TORCHX_NB_PREEMPTIONS"
 RESTORED_ENV = "TORCHX_NB_RESTORED_FROM"  # the restored generation's save time (epoch s)
+# set by torchx_nb on a job it sends again past its backend's cap: the earlier native attempts
+# the backend reclaimed, comma-separated — ``JOB/N`` (attempt N of native job JOB) or ``JOB``
+# (that job's last attempt, which made it end and be sent again)
+RECLAIMED_ENV = "TORCHX_NB_RECLAIMED"
 RETRIES_SPENT_EXIT = 171  # the program already failed more often than its max_retries
 NOT_FAILURES = (170, 171)  # a trial's cancel, a spent attempt: not the program's failure
 LEDGER = "attempts.json"
@@ -60,9 +64,8 @@ def read_ledger(store: Store) -> list[dict[str, Any]]:
 
 def failures(entries: list[dict[str, Any]]) -> int:
     """The program's failures: attempts that ended with an exit status of theirs, and those
-    killed without a SIGTERM (``lost``: SIGKILL, the OOM killer, a node lost) — every
-    backend's preemption sends SIGTERM first, which the ledger notes at once, and every
-    backend calls such a kill a failure."""
+    killed without a SIGTERM that no word of the backend calls a reclaim (``lost``: SIGKILL,
+    the OOM killer; see ``Session.begin``)."""
     count = 0
     for e in entries:
         why = str(e.get("why", ""))
@@ -75,8 +78,34 @@ def failures(entries: list[dict[str, Any]]) -> int:
 
 def preemptions(entries: list[dict[str, Any]]) -> int:
     """Attempts ended by SIGTERM (a preemption: a cancel ends the job, so no attempt follows
-    one); an attempt killed without one is no preemption (``failures``)."""
-    return sum(e.get("why") == "sigterm" for e in entries)
+    one) or killed without one where the backend says it reclaimed them (``reclaimed``)."""
+    return sum(e.get("why") in ("sigterm", "reclaimed") for e in entries)
+
+
+def _job_of(entry: dict[str, Any]) -> str:
+    return str(entry.get("job") or str(entry.get("native") or "").rpartition("/")[0])
+
+
+def mark_unended(entries: list[dict[str, Any]]) -> None:
+    """Name how the earlier attempts in ``entries`` that never said how they ended (``running``:
+    killed without a SIGTERM) ended: ``reclaimed`` (a preemption) when the backend runs this
+    job again only after a reclaim (``max_retries`` 0: every backend's retries of the
+    program's failures are off, so this attempt exists because its host was reclaimed or
+    lost), or when torchx_nb, sending the job again past its backend's cap, named it
+    (``RECLAIMED_ENV``: Batch's record says which attempts lost their host); else ``lost`` —
+    SIGKILL, the OOM killer or a host lost: a failure of the program's."""
+    only_reclaims = _int_env(MAX_RETRIES_ENV) == 0
+    tokens = {t.strip() for t in os.environ.get(RECLAIMED_ENV, "").split(",") if t.strip()}
+    jobs = {t for t in tokens if "/" not in t}
+    last = {_job_of(e): e for e in entries}  # each native job's last attempt
+    for e in entries:
+        if e.get("why") != "running":
+            continue
+        job = _job_of(e)
+        named = str(e.get("native") or "") in tokens or any(
+            (job == t or job.startswith(f"{t}#")) and last.get(job) is e for t in jobs
+        )
+        e["why"] = "reclaimed" if only_reclaims or named else "lost"
 
 
 def _int_env(name: str) -> int | None:
@@ -108,6 +137,7 @@ class Session:
         self.generation: int | None = None
         self.entries: list[dict[str, Any]] = []
         self.native = ""
+        self.job = ""  # the backend's id of this native job (Batch's, Slurm's, GCP's uid)
         self.terminated: float | None = None  # when a SIGTERM came (monotonic)
 
     @classmethod
@@ -123,7 +153,7 @@ class Session:
     def _native_attempt(self) -> str:
         """The backend's own name for this attempt (its job id and attempt variable)."""
         var = os.environ.get(ATTEMPT_ENV_ENV, "")
-        job = next(
+        self.job = next(
             (
                 os.environ[v]
                 for v in ("AWS_BATCH_JOB_ID", "SLURM_JOB_ID", "BATCH_JOB_UID")
@@ -131,7 +161,7 @@ class Session:
             ),
             "",
         )
-        return f"{job}/{os.environ.get(var, '')}" if var and os.environ.get(var) else ""
+        return f"{self.job}/{os.environ.get(var, '')}" if var and os.environ.get(var) else ""
 
     def begin(self) -> None:
         """Read the ledger (rank 0: add this attempt), restore the folder, and tell the
@@ -153,9 +183,7 @@ class Session:
             self.attempt = int(self.entries[-1].get("n", len(self.entries)))
         before = [e for e in self.entries if int(e.get("n", 0)) < self.attempt]
         if self.rank == 0:
-            for e in before:
-                if e.get("why") == "running":  # it never said how it ended: killed at once
-                    e["why"] = "lost"
+            mark_unended(before)
         self.preemptions = preemptions(before)
         self.failures = failures(before)
         os.makedirs(self.folder, exist_ok=True)
@@ -177,6 +205,8 @@ class Session:
             entry["restored_at"] = self.restored_at
         if self.native:
             entry["native"] = self.native
+        if self.job:
+            entry["job"] = self.job
         return entry
 
     def export(self) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchx_nb.apps.cell_runner.checkpoint import RETRIES_SPENT_EXIT
+from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, RETRIES_SPENT_EXIT
 from torchx_nb.specs.api import AppState, InvalidRunConfigException, ReplicaStatus
 
 PREEMPTED_EXIT = 50001  # GCP Batch's exit code of a task whose Spot VM was preempted
@@ -135,6 +135,11 @@ def again_job(job: Any, failed: int = 0) -> Any:
     )
     for group in new.task_groups:
         group.name = ""
+        # the job preempted: its tasks' last runs, which a ledger would otherwise call the
+        # program's failures when their container was killed without a SIGTERM
+        env = group.task_spec.environment.variables
+        earlier = [t for t in env.get(RECLAIMED_ENV, "").split(",") if t]
+        env[RECLAIMED_ENV] = ",".join(dict.fromkeys([*earlier, job.uid]))
     budget, limit = new.labels.get(RETRIES_LABEL, ""), new.labels.get(PREEMPTIONS_LABEL, "")
     if budget.isdigit() and limit.isdigit():
         left = max(0, int(budget) - failed)
