@@ -25,7 +25,7 @@ from torchx_nb.schedulers.aws_batch_spot import (
     ended_reclaimed,
     next_name,
 )
-from torchx_nb.specs import AppState
+from torchx_nb.specs import AppState, InvalidRunConfigException
 
 _queues = itertools.count()
 RECLAIM = "Host EC2 (instance i-0abc) terminated."
@@ -418,3 +418,104 @@ def test_a_reclaim_that_killed_the_container_without_sigterm_spends_no_retry(
     assert node["containerOverrides"]["environment"] == [
         {"name": "TORCHX_NB_RECLAIMED", "value": f"{job_id}/1,{job_id}"}
     ]
+    # the array's tags (a child has none of its own in moto): ours and the budget
+    assert "torchx.pytorch.org/version" in again["tags"]
+    assert again["retryStrategy"]["attempts"] == 10 and again["tags"][RETRIES_TAG] == "0"
+
+
+#: SubmitJob's retryStrategy for a job with no program retry left: its reclaims only
+RECLAIMS_ONLY = [
+    {"onStatusReason": "Host EC2*", "action": "RETRY"},
+    {"onStatusReason": "Your Spot Task was interrupted*", "action": "RETRY"},
+    {"onExitCode": "171", "action": "EXIT"},
+    {"onExitCode": "0", "action": "EXIT"},
+    {"onStatusReason": "*", "action": "EXIT"},
+]
+
+
+def job_of(batch: Any, queue: str, name: str) -> dict[str, Any]:
+    """DescribeJobs of the one job of ``queue`` named ``name``."""
+    (job_id,) = jobs_named(batch, queue, name)
+    return dict(batch.describe_jobs(jobs=[job_id])["jobs"][0])
+
+
+@pytest.mark.parametrize(
+    ("edit", "drop", "strategy"),
+    [
+        # the user's odd value, the other tag removed: what is left is unknown, so none is
+        ({RETRIES_TAG: "lots"}, PREEMPTIONS_TAG, {"attempts": 1, "evaluateOnExit": RECLAIMS_ONLY}),
+        # a number in another script: isdigit() said yes and int() failed, nothing was sent
+        ({PREEMPTIONS_TAG: "²"}, "", {"attempts": 2, "evaluateOnExit": RECLAIMS_ONLY[:4]}),
+    ],
+)
+def test_a_job_whose_budget_tags_were_edited_is_sent_again_with_no_more_than_it_had(
+    queue: str,
+    reclaimed_first: list[str],
+    submitted: list[dict[str, Any]],
+    base_images: dict[str, str],
+    docker_env: DockerDaemon,
+    edit: dict[str, str],
+    drop: str,
+    strategy: dict[str, Any],
+) -> None:
+    """A job with no ledger whose tag ``torchx-nb/retries-left`` or ``max-preemptions`` the
+    user edited or removed (``aws batch tag-resource``) is sent again with a retryStrategy of
+    its own: a tag that is not a whole number counts 0 (before, the job definition's full
+    max_retries came back when one tag was off, and a '²' failed the resubmission)."""
+    app = shell_app("echo resumed", base_images["busybox"], mem_mb=128, retries=1)
+    batch = boto3.client("batch")
+    with get_runner() as runner:
+        handle = runner.run(app, "aws_batch", {"queue": queue})
+        first = runner.jobstore.get(handle)
+        assert first is not None
+        arn = job_of(batch, queue, first.app_id.partition(":")[2])["jobArn"]
+        batch.tag_resource(resourceArn=arn, tags=edit)
+        if drop:
+            batch.untag_resource(resourceArn=arn, tagKeys=[drop])
+        ended = runner.wait(handle, wait_interval=0.3, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and rec.app_id == f"{first.app_id}-a2"
+    again = submitted[-1]
+    assert len(submitted) == 2 and again["retryStrategy"] == strategy
+    tags = job_of(batch, queue, again["jobName"])["tags"]
+    left = strategy["attempts"] - 1
+    assert (tags[RETRIES_TAG], tags[PREEMPTIONS_TAG]) == (str(left), "0")
+
+
+@pytest.fixture
+def still_queue(aws_env: MotoServer) -> Any:
+    """A queue whose jobs moto ends SUCCEEDED without running them (for requests only)."""
+    aws_env.use_docker(False)
+    yield make_queue(aws_env, f"stillq{next(_queues)}")
+    aws_env.use_docker(True)
+
+
+def test_our_tags_are_not_the_user_s_to_give_and_a_ledger_job_ignores_them(
+    still_queue: str, monkeypatch: pytest.MonkeyPatch, submitted: list[dict[str, Any]]
+) -> None:
+    """A user's tag (the AppDef's metadata) named like ours is refused in one line before
+    anything is built or sent; one tagged on a job with a ledger (output_path) afterwards is
+    ignored when it is sent again — the ledger counts its failures (before, it was taken
+    in, and the tags' retries replaced the job definition's retryStrategy)."""
+    reclaimed_after(monkeypatch, failed=0)
+    app = shell_app("echo resumed", "busybox", mem_mb=128, retries=2)
+    cfg = {"queue": still_queue, "output_path": "s3://spot-ledger/runs"}
+    app.metadata = {"team": "ml", RETRIES_TAG: "9", PREEMPTIONS_TAG: "9"}
+    with get_runner() as runner, pytest.raises(InvalidRunConfigException) as e:
+        runner.run(app, "aws_batch", cfg)
+    assert str(e.value) == (
+        f"metadata '{PREEMPTIONS_TAG}', '{RETRIES_TAG}': tags starting with 'torchx-nb/' are"
+        " torchx_nb's own on AWS Batch (a job's retry budget): rename them"
+    )
+    assert not submitted
+    app.metadata = {"team": "ml"}
+    sched = AwsBatchScheduler("torchx")
+    app_id = sched.schedule(sched.submit_dryrun(app, cfg))
+    batch = boto3.client("batch")
+    first = job_of(batch, still_queue, app_id.partition(":")[2])
+    batch.tag_resource(resourceArn=first["jobArn"], tags={RETRIES_TAG: "9", PREEMPTIONS_TAG: "9"})
+    assert sched.submit_again(app_id) == f"{app_id}-a2"
+    again = submitted[-1]
+    assert "retryStrategy" not in again  # the job definition's: the ledger's budget
+    assert again["tags"]["team"] == "ml"

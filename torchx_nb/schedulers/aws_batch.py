@@ -37,6 +37,7 @@ from torchx_nb.schedulers.aws_batch_spot import (
     again_request,
     budget_tags,
     ended_reclaimed,
+    own_tag_line,
     reclaims,
     retry_strategy,
     spot_note,
@@ -142,6 +143,12 @@ class AwsBatchScheduler(
     def trial_ids(self, app_id: str, size: int) -> list[str]:
         """``QUEUE:NAME:INDEX``: the child jobs ``PARENTID:INDEX`` of the array."""
         return [f"{app_id}:{i}" for i in range(size)]
+
+    def _pre_build_validate(self, app: AppDef, scheduler: str, cfg: AwsBatchOpts) -> None:
+        """The user's tags (the AppDef's metadata) may not use torchx_nb's own keys."""
+        line = own_tag_line(app.metadata)
+        if line:
+            raise InvalidRunConfigException(line, "metadata")
 
     def _validate(self, app: AppDef, scheduler: str, cfg: AwsBatchOpts | None = None) -> None:
         super()._validate(app, scheduler, cfg)
@@ -262,7 +269,13 @@ class AwsBatchScheduler(
         jobs = self._describe_jobs([job_id]) if job_id else []
         if not jobs:
             raise TorchxNbError(f"Batch job {app_id} cannot be submitted again: it is gone")
-        new_id, args = again_request(app_id, jobs[0])
+        job = jobs[0]
+        parent, _, index = app_id.rpartition(":")
+        if ":" in parent and index.isdigit():  # an array's child: its tags are the array's
+            parent_id = self._job_id(parent)
+            for array in self._describe_jobs([parent_id]) if parent_id else []:
+                job = {**job, "tags": {**(array.get("tags") or {}), **(job.get("tags") or {})}}
+        new_id, args = again_request(app_id, job)
         if self._job_id(new_id):  # ListJobs by its name in the queue: already sent
             return new_id
         queue = args["jobQueue"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, RETRIES_SPENT_EXIT
+from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, RETRIES_SPENT_EXIT, URL_ENV
 from torchx_nb.specs.preemption import Preemption
 
 MAX_ATTEMPTS = 10  # Batch's attempts, in total, program retries and reclaims together
@@ -25,9 +25,12 @@ RECLAIMED = {
 SPOT_TYPES = ("SPOT", "FARGATE_SPOT")
 MAX_JOB_NAME = 128  # Batch's jobName: letters, digits, hyphens and underscores, ≤ 128
 _ATTEMPT_SUFFIX = re.compile(r"^(?P<base>.+)-a(?P<n>\d+)$")
+#: the tag keys that are torchx_nb's own (a user's tag may not start so: ``own_tag_line``)
+OWN_TAGS = "torchx-nb/"
 # a job without a ledger carries its retry budget in its tags, for the one that sends it again
 RETRIES_TAG = "torchx-nb/retries-left"
 PREEMPTIONS_TAG = "torchx-nb/max-preemptions"
+_COUNT = re.compile(r"[0-9]{1,9}")
 
 
 def retry_strategy(max_retries: int, max_preemptions: int, ledger: bool) -> dict[str, Any]:
@@ -59,6 +62,27 @@ def budget_tags(max_retries: int, max_preemptions: int, ledger: bool) -> dict[st
     if ledger:
         return {}
     return {RETRIES_TAG: str(max(0, max_retries)), PREEMPTIONS_TAG: str(max_preemptions)}
+
+
+def own_tag_line(tags: dict[str, str]) -> str | None:
+    """One line when the user's tags (the AppDef's metadata) use torchx_nb's own keys, which
+    carry a job's retry budget: given by hand, they would be read as ours when the job is sent
+    again."""
+    own = sorted(k for k in tags if k.startswith(OWN_TAGS))
+    if not own:
+        return None
+    return (
+        f"metadata {', '.join(map(repr, own))}: tags starting with {OWN_TAGS!r} are torchx_nb's"
+        " own on AWS Batch (a job's retry budget): rename them"
+    )
+
+
+def has_ledger(job: dict[str, Any]) -> bool:
+    """The DescribeJobs ``job`` keeps a checkpoint ledger (its definition's environment has the
+    store, ``output_path``): the ledger counts its failures, not its tags."""
+    ranges = (job.get("nodeProperties") or {}).get("nodeRangeProperties") or []
+    containers = [job.get("container") or {}, *(r.get("container") or {} for r in ranges)]
+    return any(e.get("name") == URL_ENV for c in containers for e in c.get("environment") or [])
 
 
 def failures(job: dict[str, Any]) -> int:
@@ -168,10 +192,11 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
         }
     else:
         args["containerOverrides"] = {"environment": env}
-    if tags.get(RETRIES_TAG, "").isdigit() and tags.get(PREEMPTIONS_TAG, "").isdigit():
-        left = max(0, int(tags[RETRIES_TAG]) - failures(job))
-        tags[RETRIES_TAG] = str(left)
-        args["retryStrategy"] = retry_strategy(left, int(tags[PREEMPTIONS_TAG]), ledger=False)
+    if not has_ledger(job):  # its budget in its tags; with a ledger, tags of theirs are the user's
+        left = max(0, _count(tags, RETRIES_TAG) - failures(job))
+        limit = _count(tags, PREEMPTIONS_TAG)
+        tags.update({RETRIES_TAG: str(left), PREEMPTIONS_TAG: str(limit)})
+        args["retryStrategy"] = retry_strategy(left, limit, ledger=False)
     if job.get("timeout"):
         args["timeout"] = job["timeout"]
     if job.get("shareIdentifier"):
@@ -196,6 +221,15 @@ def _env(job: dict[str, Any], name: str) -> str | None:
         if e.get("name") == name:
             return str(e.get("value", ""))
     return None
+
+
+def _count(tags: dict[str, str], key: str) -> int:
+    """The whole number of ``tags[key]``; 0 when it is missing or not one (a tag edited by hand:
+    what is left is unknown, so none is — no retry of the program's, no attempt of Batch's added
+    for reclaims: a reclaim that ends the job is sent again by torchx_nb, which counts it against
+    the job's limit in the job store)."""
+    value = str(tags.get(key, "")).strip()
+    return int(value) if _COUNT.fullmatch(value) else 0
 
 
 def _trial_index(job: dict[str, Any]) -> str | None:
