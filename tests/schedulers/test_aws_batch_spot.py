@@ -20,6 +20,7 @@ from tests.infra.moto import MotoServer, make_queue
 from torchx_nb.runner import get_runner
 from torchx_nb.schedulers.aws_batch import AwsBatchScheduler
 from torchx_nb.schedulers.aws_batch_spot import (
+    AGAIN_OF_TAG,
     PREEMPTIONS_TAG,
     RETRIES_TAG,
     ended_reclaimed,
@@ -51,10 +52,12 @@ def failed_then_reclaimed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return reclaimed_after(monkeypatch, 1)
 
 
-def reclaimed_after(monkeypatch: pytest.MonkeyPatch, failed: int, only: str = "") -> list[str]:
-    """The first native job of each handle (with ``only``, each whose id ends with it) reads
-    FAILED after ``failed`` attempts of the program's failure, then one whose host was
-    terminated."""
+def reclaimed_after(
+    monkeypatch: pytest.MonkeyPatch, failed: int, only: str = "", name: str = ""
+) -> list[str]:
+    """The first native job of each handle (with ``only``, each whose id ends with it; with
+    ``name``, the jobs of that name) reads FAILED after ``failed`` attempts of the program's
+    failure, then one whose host was terminated."""
     asked: list[str] = []
     real = AwsBatchScheduler._describe_jobs
 
@@ -63,7 +66,7 @@ def reclaimed_after(monkeypatch: pytest.MonkeyPatch, failed: int, only: str = ""
         out = []
         for job in jobs:
             asked.append(str(job["jobName"]))
-            first = not re.search(r"-a\d+$", str(job["jobName"]))
+            first = job["jobName"] == name if name else not re.search(r"-a\d+$", job["jobName"])
             if first and str(job["jobId"]).endswith(only):
                 started = job.get("startedAt") or job.get("createdAt") or 1_000_000
                 attempts = [
@@ -418,8 +421,10 @@ def test_a_reclaim_that_killed_the_container_without_sigterm_spends_no_retry(
     assert node["containerOverrides"]["environment"] == [
         {"name": "TORCHX_NB_RECLAIMED", "value": f"{job_id}/1,{job_id}"}
     ]
-    # the array's tags (a child has none of its own in moto): ours and the budget
-    assert "torchx.pytorch.org/version" in again["tags"]
+    # the array's tags (a child has none of its own in moto): ours, the budget, the job before
+    assert (
+        again["tags"][AGAIN_OF_TAG].endswith(":1") and "torchx.pytorch.org/version" in again["tags"]
+    )
     assert again["retryStrategy"]["attempts"] == 10 and again["tags"][RETRIES_TAG] == "0"
 
 
@@ -506,7 +511,7 @@ def test_our_tags_are_not_the_user_s_to_give_and_a_ledger_job_ignores_them(
         runner.run(app, "aws_batch", cfg)
     assert str(e.value) == (
         f"metadata '{PREEMPTIONS_TAG}', '{RETRIES_TAG}': tags starting with 'torchx-nb/' are"
-        " torchx_nb's own on AWS Batch (a job's retry budget): rename them"
+        " torchx_nb's own on AWS Batch (a job's retry budget, the job it follows): rename them"
     )
     assert not submitted
     app.metadata = {"team": "ml"}
@@ -518,4 +523,86 @@ def test_our_tags_are_not_the_user_s_to_give_and_a_ledger_job_ignores_them(
     assert sched.submit_again(app_id) == f"{app_id}-a2"
     again = submitted[-1]
     assert "retryStrategy" not in again  # the job definition's: the ledger's budget
-    assert again["tags"]["team"] == "ml"
+    assert again["tags"]["team"] == "ml" and again["tags"][AGAIN_OF_TAG] == first["jobId"]
+
+
+def test_a_job_of_the_next_name_that_is_not_ours_is_passed_over(
+    queue: str,
+    reclaimed_first: list[str],
+    submitted: list[dict[str, Any]],
+    base_images: dict[str, str],
+    docker_env: DockerDaemon,
+) -> None:
+    """The user's own job named ``NAME-a2`` is in the queue when ``NAME`` is reclaimed past
+    Batch's cap: it is not taken for the next attempt (it follows no job of ours); the next
+    attempt is sent as ``NAME-a3`` and the handle follows it (before, the user's job was
+    adopted and nothing was sent)."""
+    app = shell_app("echo resumed", base_images["busybox"], mem_mb=128)
+    batch = boto3.client("batch")
+    with get_runner() as runner:
+        handle = runner.run(app, "aws_batch", {"queue": queue})
+        first = runner.jobstore.get(handle)
+        assert first is not None
+        name = first.app_id.partition(":")[2]
+        mine = batch.register_job_definition(
+            jobDefinitionName="users-own",
+            type="container",
+            containerProperties={
+                "image": base_images["busybox"],
+                "command": ["sh", "-c", "echo mine"],
+                "resourceRequirements": [
+                    {"type": "VCPU", "value": "1"},
+                    {"type": "MEMORY", "value": "128"},
+                ],
+            },
+        )
+        users = batch.submit_job(
+            jobName=f"{name}-a2", jobQueue=queue, jobDefinition=mine["jobDefinitionArn"]
+        )["jobId"]
+        ended = runner.wait(handle, wait_interval=0.3, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and (rec.app_id, rec.attempt) == (f"{first.app_id}-a3", 2)
+    (again,) = submitted[1:]
+    assert again["jobName"] == f"{name}-a3"
+    ours = job_of(batch, queue, f"{name}-a3")
+    assert ours["tags"][AGAIN_OF_TAG] == job_of(batch, queue, name)["jobId"]
+    assert jobs_named(batch, queue, f"{name}-a2") == [users]  # left as it was
+
+
+def test_names_past_a9_near_128_characters_and_a_user_s_own_a5(
+    still_queue: str, monkeypatch: pytest.MonkeyPatch, submitted: list[dict[str, Any]]
+) -> None:
+    """``-a9`` goes on as ``-a10``, within Batch's 128 characters, each name of a chain its
+    own; a name of the user's that ends in ``-a5`` is not taken for our attempt 5
+    (``mine-a5-a2``; before, ``mine-a6``), nor is an app named so (its job name ends with its
+    random id); and five names taken by other jobs in a row are refused in one line."""
+    chain = ["t" * 128]
+    for _ in range(10):
+        chain.append(next_name(chain[-1]))
+    assert chain[1] == "t" * 125 + "-a2" and chain[9] == "t" * 124 + "-a10"
+    assert chain[10] == "t" * 124 + "-a11"
+    assert all(len(n) == 128 for n in chain) and len(set(chain)) == len(chain)
+    assert next_name("x-a9") == "x-a10" and next_name("mine-a5", again=False) == "mine-a5-a2"
+    batch = boto3.client("batch")
+    sched = AwsBatchScheduler("torchx")
+    app = shell_app("echo x", "busybox", name="train-a5", mem_mb=128)
+    app_id = sched.schedule(sched.submit_dryrun(app, {"queue": still_queue}))
+    definition = job_of(batch, still_queue, app_id.partition(":")[2])["jobDefinition"]
+    batch.submit_job(jobName="mine-a5", jobQueue=still_queue, jobDefinition=definition)
+    reclaimed_after(monkeypatch, failed=0, name="mine-a5")
+    assert sched.submit_again(f"{still_queue}:mine-a5") == f"{still_queue}:mine-a5-a2"
+    reclaimed_after(monkeypatch, failed=0)
+    assert sched.submit_again(app_id) == f"{app_id}-a2"  # train-a5-<id>-a2
+    assert app_id.partition(":")[2].startswith("train-a5-")
+    for n in range(3, 8):
+        batch.submit_job(
+            jobName=f"{app_id.partition(':')[2]}-a{n}",
+            jobQueue=still_queue,
+            jobDefinition=definition,
+        )
+    reclaimed_after(monkeypatch, failed=0, name=f"{app_id.partition(':')[2]}-a2")
+    sent = len(submitted)
+    with pytest.raises(Exception, match=r"cannot be submitted again: queue '[^']+' has jobs named"):
+        sched.submit_again(f"{app_id}-a2")
+    assert len(submitted) == sent

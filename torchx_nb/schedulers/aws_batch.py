@@ -34,6 +34,8 @@ from torchx_nb.schedulers.aws_batch_request import container as role_container
 from torchx_nb.schedulers.aws_batch_request import format_request, job_name
 from torchx_nb.schedulers.aws_batch_runnable import GRACE_S, runnable_reason
 from torchx_nb.schedulers.aws_batch_spot import (
+    AGAIN_OF_TAG,
+    MAX_TAKEN,
     again_request,
     budget_tags,
     ended_reclaimed,
@@ -41,6 +43,7 @@ from torchx_nb.schedulers.aws_batch_spot import (
     reclaims,
     retry_strategy,
     spot_note,
+    taken,
 )
 from torchx_nb.schedulers.aws_batch_status import (
     STATES,
@@ -262,9 +265,10 @@ class AwsBatchScheduler(
 
     def submit_again(self, app_id: str) -> str:
         """Submit a job Batch ended with a reclaimed host (its ``attempts`` spent) again, as
-        ``QUEUE:NAME-aN`` (``aws_batch_spot.again_request``) — once: a job of that name
-        already in the queue (sent by a watcher that vanished before the job store kept it)
-        is the one sent, and no other is."""
+        ``QUEUE:NAME-aN`` (``aws_batch_spot.again_request``) — once: a job of that name in
+        the queue tagged as following this one (sent by a watcher that vanished before the job
+        store kept it) is the one sent, and no other is; a name another job has (the user's
+        own) is passed over for the next, ``MAX_TAKEN`` at most."""
         job_id = self._job_id(app_id)
         jobs = self._describe_jobs([job_id]) if job_id else []
         if not jobs:
@@ -276,9 +280,25 @@ class AwsBatchScheduler(
             for array in self._describe_jobs([parent_id]) if parent_id else []:
                 job = {**job, "tags": {**(array.get("tags") or {}), **(job.get("tags") or {})}}
         new_id, args = again_request(app_id, job)
-        if self._job_id(new_id):  # ListJobs by its name in the queue: already sent
-            return new_id
         queue = args["jobQueue"]
+        passed: list[str] = []
+        while True:
+            ids = self._named(queue, args["jobName"])
+            named = self._describe_jobs(ids) if ids else []
+            ours = [j for j in named if (j.get("tags") or {}).get(AGAIN_OF_TAG) == job["jobId"]]
+            if ours:  # already sent
+                self._job_ids[new_id] = str(ours[0]["jobId"])
+                return new_id
+            if not named:
+                break
+            passed.append(str(args["jobName"]))
+            if len(passed) == MAX_TAKEN:
+                raise TorchxNbError(
+                    f"Batch job {app_id} cannot be submitted again: queue {queue!r} has jobs"
+                    f" named {', '.join(passed)} that do not follow it; remove them or run the"
+                    " job again"
+                )
+            new_id, args = taken(new_id, args)
         resp = self._call(f"cannot submit to queue {queue!r}", self.client.submit_job, **args)
         self._job_ids[new_id] = resp["jobId"]
         return new_id
@@ -291,19 +311,26 @@ class AwsBatchScheduler(
             parent_id = self._job_id(parent)
             return f"{parent_id}:{index}" if parent_id else None
         queue, _, name = app_id.partition(":")
-        paginator = self.client.get_paginator("list_jobs")
-        named = paginator.paginate(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}])
         try:
-            for page in named:
-                for summary in page.get("jobSummaryList", []):
-                    if summary.get("jobName") == name:
-                        self._job_ids[app_id] = summary["jobId"]
-                        return str(summary["jobId"])
+            found = self._named(queue, name)
         except Exception as e:
             if re.search(r"job ?queue\b.*\bnot\b", str(e), re.I | re.S):
                 return None  # its queue is gone (Batch says JobQueue / Job queue … not …)
             raise aws_error(e, f"cannot look up {app_id}") from None
-        return None
+        if found:
+            self._job_ids[app_id] = found[0]
+        return found[0] if found else None
+
+    def _named(self, queue: str, name: str) -> list[str]:
+        """The ids of the jobs of ``queue`` named ``name`` (ListJobs' filter ignores case)."""
+        paginator = self.client.get_paginator("list_jobs")
+        named = paginator.paginate(jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [name]}])
+        return [
+            str(summary["jobId"])
+            for page in named
+            for summary in page.get("jobSummaryList", [])
+            if summary.get("jobName") == name
+        ]
 
     def _describe_jobs(self, job_ids: list[str]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

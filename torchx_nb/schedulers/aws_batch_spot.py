@@ -3,8 +3,8 @@ host without spending the program's retries, the dry run's word on a queue with 
 compute environment (on AWS Batch, spot is the queue's, not the job's), and past Batch's cap
 (``attempts`` ≤ 10 in total): a job whose last attempt was a reclaim ends FAILED there, and
 torchx_nb submits it again as a new Batch job (``NAME-a2``, ``-a3``…) of the same handle, once
-(a job of that name already in the queue is the one sent), with what is left of the program's
-retries (``budget_tags``)."""
+(a job of that name in the queue tagged as following this one is the one sent), with what is
+left of the program's retries (``budget_tags``)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ OWN_TAGS = "torchx-nb/"
 # a job without a ledger carries its retry budget in its tags, for the one that sends it again
 RETRIES_TAG = "torchx-nb/retries-left"
 PREEMPTIONS_TAG = "torchx-nb/max-preemptions"
+#: a job sent again names the Batch job it follows (its jobId): how the watcher that finds a
+#: job of the next name in the queue knows it is this job's next attempt, not another's
+AGAIN_OF_TAG = "torchx-nb/again-of"
+#: how many names taken by other jobs (``NAME-a2``, ``-a3``…) are passed over before refusing
+MAX_TAKEN = 5
 _COUNT = re.compile(r"[0-9]{1,9}")
 
 
@@ -66,14 +71,14 @@ def budget_tags(max_retries: int, max_preemptions: int, ledger: bool) -> dict[st
 
 def own_tag_line(tags: dict[str, str]) -> str | None:
     """One line when the user's tags (the AppDef's metadata) use torchx_nb's own keys, which
-    carry a job's retry budget: given by hand, they would be read as ours when the job is sent
-    again."""
+    carry a job's retry budget and the job it follows: given by hand, they would be read as
+    ours when the job is sent again."""
     own = sorted(k for k in tags if k.startswith(OWN_TAGS))
     if not own:
         return None
     return (
         f"metadata {', '.join(map(repr, own))}: tags starting with {OWN_TAGS!r} are torchx_nb's"
-        " own on AWS Batch (a job's retry budget): rename them"
+        " own on AWS Batch (a job's retry budget, the job it follows): rename them"
     )
 
 
@@ -142,11 +147,12 @@ def ended_reclaimed(job: dict[str, Any]) -> bool:
     return job.get("status") == "FAILED" and bool(attempts) and bool(_reclaimed(attempts[-1]))
 
 
-def next_name(name: str) -> str:
+def next_name(name: str, again: bool = True) -> str:
     """The job name of the next native job: ``NAME-a2``, then ``NAME-a3``… (Batch job names
     need not be unique, but a handle's ``QUEUE:NAME`` finds its job by name), cut to Batch's
-    128 characters."""
-    m = _ATTEMPT_SUFFIX.match(name)
+    128 characters. ``again``: ``name`` is a job torchx_nb sent again, so its ``-aN`` is ours
+    (a name of the user's that ends so, ``mine-a5``, goes on as ``mine-a5-a2``)."""
+    m = _ATTEMPT_SUFFIX.match(name) if again else None
     base, n = (m["base"], int(m["n"]) + 1) if m else (name, 2)
     suffix = f"-a{n}"
     return base[: MAX_JOB_NAME - len(suffix)] + suffix
@@ -160,15 +166,20 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
     budget (``budget_tags``): the next one may spend what is left of it after this job's
     failures (its ``retryStrategy`` given on SubmitJob, its tag saying what is left). A
     sweep's trial (``QUEUE:NAME:INDEX``, a child of an array) is sent again as a job of its
-    own, ``QUEUE:NAME-tINDEX-a2``, its index in ``TORCHX_NB_TRIAL_INDEX``."""
+    own, ``QUEUE:NAME-tINDEX-a2``, its index in ``TORCHX_NB_TRIAL_INDEX``. The new job's tag
+    ``AGAIN_OF_TAG`` is ``job``'s jobId: the job it follows."""
     queue, _, rest = app_id.partition(":")
     array_name, _, index = rest.rpartition(":")
     child = bool(array_name) and index.isdigit()  # a sweep's trial: QUEUE:NAME:INDEX
     trial = index if child else _trial_index(job)
     # a trial runs again as a job of its own (Batch sends no single child again), named for
     # its index (NAME-t3-a2: trials of one array past the cap are distinct jobs)
-    name = next_name(f"{array_name}-t{index}" if child else str(job["jobName"]))
     tags = dict(job.get("tags") or {})
+    if child:
+        name = next_name(f"{array_name}-t{index}", again=False)
+    else:
+        name = next_name(str(job["jobName"]), again=AGAIN_OF_TAG in tags)
+    tags[AGAIN_OF_TAG] = str(job["jobId"])
     args: dict[str, Any] = {
         "jobName": name,
         "jobQueue": queue,
@@ -221,6 +232,14 @@ def _env(job: dict[str, Any], name: str) -> str | None:
         if e.get("name") == name:
             return str(e.get("value", ""))
     return None
+
+
+def taken(app_id: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``again_request``'s ``app_id`` and ``args`` when its name is another job's (one not
+    tagged as following this job): the next name (``NAME-a3`` for ``NAME-a2``)."""
+    queue = app_id.partition(":")[0]
+    name = next_name(str(args["jobName"]))
+    return f"{queue}:{name}", {**args, "jobName": name}
 
 
 def _count(tags: dict[str, str], key: str) -> int:
