@@ -322,6 +322,11 @@ def test_a_sweep_trial_reclaimed_past_the_cap_runs_again_with_its_own_values(
         {"name": "TORCHX_NB_TRIAL_FROM", "value": "TORCHX_NB_TRIAL_INDEX"},
         {"name": "TORCHX_NB_RECLAIMED", "value": f"{child}/1,{child}"},
     ]
+    # the array's tags (a child has none of its own in moto): ours, the budget, the job before
+    assert (
+        again["tags"][AGAIN_OF_TAG].endswith(":1") and "torchx.pytorch.org/version" in again["tags"]
+    )
+    assert again["retryStrategy"]["attempts"] == 10 and again["tags"][RETRIES_TAG] == "0"
 
 
 def test_a_reclaim_that_killed_the_container_without_sigterm_spends_no_retry(
@@ -421,11 +426,6 @@ def test_a_reclaim_that_killed_the_container_without_sigterm_spends_no_retry(
     assert node["containerOverrides"]["environment"] == [
         {"name": "TORCHX_NB_RECLAIMED", "value": f"{job_id}/1,{job_id}"}
     ]
-    # the array's tags (a child has none of its own in moto): ours, the budget, the job before
-    assert (
-        again["tags"][AGAIN_OF_TAG].endswith(":1") and "torchx.pytorch.org/version" in again["tags"]
-    )
-    assert again["retryStrategy"]["attempts"] == 10 and again["tags"][RETRIES_TAG] == "0"
 
 
 #: SubmitJob's retryStrategy for a job with no program retry left: its reclaims only
