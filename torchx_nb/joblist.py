@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from torchx_nb.phases import queue_and_run
+from torchx_nb.phases import run_times
 from torchx_nb.runner import Runner
 from torchx_nb.specs.api import AppStatus
 
@@ -48,8 +48,7 @@ def job_rows(
         elif rec.handle in listed and not rec.is_terminal:
             state = listed[rec.handle].state.name
         end = stored.ended or now
-        tries = runner.jobstore.attempts(rec.handle) if stored.attempt > 1 else ()
-        queued, ran = queue_and_run(stored, now, tries)
+        queued, ran = run_times(runner.jobstore, stored, now)
         rows[rec.handle] = {
             "handle": rec.handle,
             "scheduler": rec.scheduler,

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from torchx_nb.jobstore import JobRecord
+from torchx_nb.jobstore import JobRecord, JobStore
 from torchx_nb.specs.durations import fmt_duration
 from torchx_nb.specs.preemption import Attempt
 
@@ -91,6 +91,14 @@ def queue_and_run(
     return queued, (sum(runs) if runs else None)
 
 
+def run_times(
+    store: JobStore, rec: JobRecord, now: float | None = None
+) -> tuple[float, float | None]:
+    """``queue_and_run`` of a stored job: its attempts read from ``store`` only when it has had
+    more than one (a list row of a job never preempted reads nothing more)."""
+    return queue_and_run(rec, now, store.attempts(rec.handle) if rec.attempt > 1 else ())
+
+
 def phases_line(rec: JobRecord, now: float | None = None, attempts: Sequence[Attempt] = ()) -> str:
     """``built 0:12 · queued 0:03 · ran 1:20`` (``running 0:40`` while it runs; ``ran 2:00 ·
     held 2:01 · resumed 3:00`` for a job preempted once)."""
@@ -108,4 +116,4 @@ def phases_line(rec: JobRecord, now: float | None = None, attempts: Sequence[Att
     return " · ".join(parts)
 
 
-__all__ = ["Phase", "fmt_duration", "phases", "phases_line", "queue_and_run"]
+__all__ = ["Phase", "fmt_duration", "phases", "phases_line", "queue_and_run", "run_times"]

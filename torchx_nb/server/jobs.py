@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from torchx_nb.errors import one_line
-from torchx_nb.phases import phases_line, queue_and_run
+from torchx_nb.phases import phases_line, run_times
 from torchx_nb.redact import redact, redact_lines, redact_text
 from torchx_nb.server.feed import CHANGES_KEPT as CHANGES_KEPT
 from torchx_nb.server.feed import LEASE_S as LEASE_S
@@ -168,8 +168,7 @@ class JobService:
         # an UNKNOWN job's clock stops when it became unknown (its last change)
         stopped = rec.is_terminal or rec.state == "UNKNOWN"
         end = rec.ended if rec.ended else (rec.updated if stopped else now)
-        tries = self.runner.jobstore.attempts(rec.handle) if rec.attempt > 1 else ()
-        queued, ran = queue_and_run(rec, now, tries)
+        queued, ran = run_times(self.runner.jobstore, rec, now)
         return {
             "handle": rec.handle,
             "scheduler": rec.scheduler,

@@ -171,13 +171,14 @@ class KubeArrays(SubmitsArrays, KubeJobs):
         job = self._read_job(namespace, name)
         if index in self._ended(job):
             return
-        mark_cancelled("kubernetes", trial_id, canceller())  # who, for this machine's describe
+        who = canceller()  # one word for both records
+        mark_cancelled("kubernetes", trial_id, who)  # for this machine's describe
         call(
             f"cannot record trial {index} of {namespace}:{name} cancelled",
             self.kube.batch.patch_namespaced_job,
             name,
             namespace,
-            {"metadata": {"annotations": {cancel_index_key(index): canceller()}}},
+            {"metadata": {"annotations": {cancel_index_key(index): who}}},
             _preload_content=False,  # the Job it answers is not needed
         )
         selector = f"{LABEL_INSTANCE}={name},{INDEX_LABEL}={index}"
