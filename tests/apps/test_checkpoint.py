@@ -367,21 +367,27 @@ def test_an_attempt_killed_without_sigterm_is_a_reclaim_where_the_backend_says_s
 ) -> None:
     """Attempts that never said how they ended (killed without a SIGTERM): those the job sent
     again names (``TORCHX_NB_RECLAIMED``: ``JOB/N``, or ``JOB`` for that native job's last
-    attempt, a multi-node job's ``JOB#0`` too) are reclaims — preemptions, not failures; the
-    others stay the program's failures (SIGKILL, OOM). With max_retries 0 every one is a
-    reclaim: no backend runs such a job again after the program's failure."""
+    attempt, a multi-node job's ``JOB#0`` too, which ``JOB/N`` names as well) are reclaims —
+    preemptions, not failures; the others stay the program's failures (SIGKILL, OOM). Where
+    the backend named a job's attempts one by one, ``JOB`` does not name that job's last
+    entry when that is an attempt of another number (the reclaimed one never began). With
+    max_retries 0 every one is a reclaim: no backend runs such a job again after the
+    program's failure."""
     store = store_for(f"file://{tmp_path / 'store'}", "")
     earlier = [
         {"n": 1, "why": "running", "native": "J1/1", "job": "J1"},  # named
         {"n": 2, "why": "running", "native": "J1/2", "job": "J1"},  # OOM-killed: not named
-        {"n": 3, "why": "running", "native": "J1/3", "job": "J1"},  # J1's last: its reclaim
+        {"n": 3, "why": "running", "native": "J1/3", "job": "J1"},  # named
         {"n": 4, "why": "running", "native": "J2#0/1", "job": "J2#0"},  # multi-node's last
         {"n": 5, "why": "running", "native": "J3/1", "job": "J3"},  # no token: a failure
+    ]
+    batch_like = [  # J5#0/2 reclaimed before its runner began: J5#0/1 (OOM) is J5's last entry
+        {"n": 1, "why": "running", "native": "J5#0/1", "job": "J5#0"},
     ]
     store.put_bytes(ck.LEDGER, json.dumps(earlier).encode())
     for name in (ck.BASE_ENV, ck.DIR_ENV, ck.ATTEMPT_ENV, ck.PREEMPTIONS_ENV, ck.RESTORED_ENV):
         monkeypatch.delenv(name, raising=False)  # begin() exports them: put back after
-    monkeypatch.setenv(ck.RECLAIMED_ENV, "J1/1,J1, J2")
+    monkeypatch.setenv(ck.RECLAIMED_ENV, "J1/1,J1/3,J1, J2")
     monkeypatch.setenv(ck.MAX_RETRIES_ENV, "2")
     monkeypatch.setenv(ck.ATTEMPT_ENV_ENV, "AWS_BATCH_JOB_ATTEMPT")
     monkeypatch.setenv("AWS_BATCH_JOB_ID", "J4")
@@ -394,6 +400,17 @@ def test_an_attempt_killed_without_sigterm_is_a_reclaim_where_the_backend_says_s
     assert [e["why"] for e in ledger] == whys
     assert (ledger[-1]["native"], ledger[-1]["job"]) == ("J4/1", "J4")
     assert os.environ[ck.PREEMPTIONS_ENV] == "3"
+
+    store.put_bytes(ck.LEDGER, json.dumps(batch_like).encode())
+    monkeypatch.setenv(ck.RECLAIMED_ENV, "J5/2,J5")
+    s = ck.Session(str(tmp_path / "local" / "rank-0"), store, 0)
+    s.begin()
+    assert [e["why"] for e in ck.read_ledger(store)] == ["lost", "running"]
+    store.put_bytes(ck.LEDGER, json.dumps(batch_like).encode())
+    monkeypatch.setenv(ck.RECLAIMED_ENV, "J5/1,J5/2,J5")  # J5/1 named: J5#0/1 is it
+    s = ck.Session(str(tmp_path / "local" / "rank-0"), store, 0)
+    s.begin()
+    assert [e["why"] for e in ck.read_ledger(store)] == ["reclaimed", "running"]
 
     store.put_bytes(ck.LEDGER, json.dumps(earlier).encode())
     monkeypatch.delenv(ck.RECLAIMED_ENV)

@@ -51,14 +51,15 @@ def combined_log(handle: str) -> Path:
     return next(app_dir(handle).rglob("combined.log"))
 
 
-def rerun(handle: str) -> subprocess.CompletedProcess[str]:
+def rerun(handle: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The job's replica run again as the backend reruns it: its own command, environment
-    and folder, from the request local_cwd kept."""
+    (with ``env`` added: what another backend would set) and folder, from the request
+    local_cwd kept."""
     request = json.loads((app_dir(handle) / "request.json").read_text())
     replica = next(iter(request["role_params"].values()))[0]
     return subprocess.run(
         replica["args"],
-        env=replica["env"],
+        env={**replica["env"], **(env or {})},
         cwd=replica["cwd"],
         capture_output=True,
         text=True,
@@ -380,3 +381,59 @@ def test_a_replicas_rank_comes_from_its_backend(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert common.rank() == rank
+
+
+def test_a_failure_before_an_attempt_reclaimed_before_it_began_is_still_a_failure(
+    isolated: Path, tmp_path: Path
+) -> None:
+    """AWS Batch (a multi-node job: each node's ``AWS_BATCH_JOB_ID`` is ``JOB#NODE``), max_retries
+    1: attempts 1 and 2 are killed without a SIGTERM (the OOM killer), attempt 3's host is
+    reclaimed before its runner began (a long image pull), so attempt 2's entry still says
+    ``running`` when the job sent again past Batch's cap begins. Batch's record names attempt 3
+    alone as reclaimed: attempt 2 stays the program's failure, and the job sent again is not
+    run (the program failed twice, max_retries 1) — before, the job's id in
+    ``TORCHX_NB_RECLAIMED`` made its last ledger entry, attempt 2, a reclaim, and the program
+    ran a third time."""
+    from torchx_nb.schedulers.aws_batch_spot import reclaimed_tokens
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    source = (
+        "import os, signal, torchx_nb\n"
+        "ckpt = torchx_nb.checkpoint()\n"
+        "print(f'attempt {ckpt.attempt} ({ckpt.preemptions} preemptions)', flush=True)\n"
+        "if os.environ['AWS_BATCH_JOB_ID'].startswith('first'):\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    with get_runner() as runner:
+        handle = runner.run(cell(source=source, max_retries=1), "local_cwd", {}, workspace=str(ws))
+        wait_for(lambda: runner.status(handle).is_terminal(), 60)  # type: ignore[union-attr]
+    batch = {ck.ATTEMPT_ENV_ENV: "AWS_BATCH_JOB_ATTEMPT", "AWS_BATCH_JOB_ID": "first#0"}
+    # the local run above had no Batch ids: its ledger is started afresh as Batch's would be
+    (app_dir(handle) / "checkpoints" / ck.LEDGER).unlink()
+    for n in ("1", "2"):
+        killed = rerun(handle, {**batch, "AWS_BATCH_JOB_ATTEMPT": n})
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+    described = {  # DescribeJobs of the first job, as Batch gives it once it ended reclaimed
+        "jobId": "first",
+        "status": "FAILED",
+        "attempts": [
+            {"statusReason": "OutOfMemoryError: Container killed due to memory usage"},
+            {"statusReason": "OutOfMemoryError: Container killed due to memory usage"},
+            {"statusReason": "Host EC2 (instance i-0abc) terminated."},
+        ],
+    }
+    again = {
+        ck.ATTEMPT_ENV_ENV: "AWS_BATCH_JOB_ATTEMPT",
+        "AWS_BATCH_JOB_ID": "second#0",
+        "AWS_BATCH_JOB_ATTEMPT": "1",
+        ck.RECLAIMED_ENV: reclaimed_tokens(described),
+    }
+    third = rerun(handle, again)
+    ledger = json.loads((app_dir(handle) / "checkpoints" / ck.LEDGER).read_text())
+    assert [e["why"] for e in ledger] == ["lost", "lost", "exit 171"], third.stdout
+    assert third.returncode == ck.RETRIES_SPENT_EXIT and third.stdout == ""
+    assert third.stderr.strip().splitlines()[-1] == (
+        "torchx_nb: the program failed 2 times (max_retries 1): not run again"
+        " (attempt 3, 0 preemptions)"
+    )

@@ -86,25 +86,40 @@ def _job_of(entry: dict[str, Any]) -> str:
     return str(entry.get("job") or str(entry.get("native") or "").rpartition("/")[0])
 
 
+def _named(entry: dict[str, Any], tokens: set[str], last: bool) -> bool:
+    """Whether ``RECLAIMED_ENV``'s ``tokens`` name the ledger ``entry`` (``last``: it is its
+    native job's last entry). A multi-node job's node reads its job as ``JOB#NODE``, which the
+    tokens name as ``JOB``. Where the backend named that job's reclaimed attempts one by one
+    (``JOB/N``: Batch's), an entry with its attempt number is named by its own token only —
+    the job's last entry may be an earlier attempt (the OOM killer's) when the reclaimed one
+    was reclaimed before its runner began; else ``JOB`` names the job's last entry (GCP's
+    uid: its last run was preempted)."""
+    native = str(entry.get("native") or "")
+    job = _job_of(entry)
+    base = job.partition("#")[0]
+    number = native.rpartition("/")[2] if "/" in native else ""
+    if native in tokens or (number and f"{base}/{number}" in tokens):
+        return True
+    if number and any(t.startswith(f"{base}/") for t in tokens):
+        return False
+    return last and bool(job) and (job in tokens or base in tokens)
+
+
 def mark_unended(entries: list[dict[str, Any]]) -> None:
     """Name how the earlier attempts in ``entries`` that never said how they ended (``running``:
     killed without a SIGTERM) ended: ``reclaimed`` (a preemption) when the backend runs this
     job again only after a reclaim (``max_retries`` 0: every backend's retries of the
     program's failures are off, so this attempt exists because its host was reclaimed or
     lost), or when torchx_nb, sending the job again past its backend's cap, named it
-    (``RECLAIMED_ENV``: Batch's record says which attempts lost their host); else ``lost`` —
-    SIGKILL, the OOM killer or a host lost: a failure of the program's."""
+    (``RECLAIMED_ENV``: Batch's record says which attempts lost their host; ``_named``); else
+    ``lost`` — SIGKILL, the OOM killer or a host lost: a failure of the program's."""
     only_reclaims = _int_env(MAX_RETRIES_ENV) == 0
     tokens = {t.strip() for t in os.environ.get(RECLAIMED_ENV, "").split(",") if t.strip()}
-    jobs = {t for t in tokens if "/" not in t}
     last = {_job_of(e): e for e in entries}  # each native job's last attempt
     for e in entries:
         if e.get("why") != "running":
             continue
-        job = _job_of(e)
-        named = str(e.get("native") or "") in tokens or any(
-            (job == t or job.startswith(f"{t}#")) and last.get(job) is e for t in jobs
-        )
+        named = _named(e, tokens, last.get(_job_of(e)) is e)
         e["why"] = "reclaimed" if only_reclaims or named else "lost"
 
 
