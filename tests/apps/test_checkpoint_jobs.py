@@ -437,3 +437,73 @@ def test_a_failure_before_an_attempt_reclaimed_before_it_began_is_still_a_failur
         "torchx_nb: the program failed 2 times (max_retries 1): not run again"
         " (attempt 3, 0 preemptions)"
     )
+
+
+def test_local_cwd_s_preemption_names_the_replicas_it_stopped(
+    isolated: Path, tmp_path: Path
+) -> None:
+    """local_cwd's preempt runs every replica again, even one that had already ended. With
+    max_retries 0, rank 0 SIGKILLed (the OOM killer) while rank 1 still ran, then preempted:
+    rank 0's next attempt is the program's failure run again — it ends at once (171) and the
+    job FAILED (before: the kill read as a reclaim, since max_retries 0, and the job
+    SUCCEEDED). And a program that ignores SIGTERM, killed at the grace's end, was preempted
+    all the same: with max_retries 1 its next attempt reads 1 preemption, 0 failures (before:
+    a failure of the program's)."""
+    from torchx_nb.schedulers.local_cwd import create_scheduler
+
+    def logs(handle: str) -> str:
+        return "".join(p.read_text() for p in sorted(app_dir(handle).rglob("combined.log")))
+
+    source = (
+        "import os, signal, time, torchx_nb\n"
+        "ckpt = torchx_nb.checkpoint()\n"
+        "r = os.environ['TORCHX_REPLICA_ID']\n"
+        "print(f'rank {r} attempt {ckpt.attempt} ({ckpt.preemptions} preemptions)', flush=True)\n"
+        "if r == '0' and ckpt.attempt == 1:\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "if r == '1' and ckpt.attempt == 1:\n"
+        "    time.sleep(120)\n"
+    )
+    app = cell(source=source, max_retries=0)
+    app.roles[0].num_replicas = 2
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with get_runner() as runner:
+        handle = runner.run(app, "local_cwd", {}, workspace=str(ws))
+        wait_for(lambda: "rank 1 attempt 1" in logs(handle), 60)
+        ledger = app_dir(handle) / "checkpoints" / ck.LEDGER
+        state = app_dir(handle) / "state.json"
+
+        def rank0_killed() -> bool:
+            replicas = json.loads(state.read_text())["roles"]["cell"]
+            return bool(replicas[0]["exitcode"] == -signal.SIGKILL)
+
+        wait_for(rank0_killed, 60)
+        create_scheduler("torchx").preempt(parse_app_handle(handle)[2], grace=5)
+        ended = runner.wait(handle, wait_interval=0.2, timeout=120)
+        assert ended is not None and ended.state == AppState.FAILED, (ended, logs(handle))
+        assert "rank 0 attempt 2" not in logs(handle)
+        assert (
+            "torchx_nb: the program failed 1 times (max_retries 0): not run again"
+            " (attempt 2, 0 preemptions)"
+        ) in logs(handle)
+        assert [e["why"] for e in json.loads(ledger.read_text())] == ["lost", "exit 171"]
+
+        stubborn = (
+            "import signal, time, torchx_nb\n"
+            "ckpt = torchx_nb.checkpoint()\n"
+            "print(f'attempt {ckpt.attempt} ({ckpt.preemptions} preemptions)', flush=True)\n"
+            "if ckpt.attempt == 1:\n"
+            "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "    time.sleep(120)\n"
+        )
+        handle = runner.run(
+            cell(source=stubborn, max_retries=1), "local_cwd", {}, workspace=str(ws)
+        )
+        wait_for(lambda: "attempt 1 (0 preemptions)" in logs(handle), 60)
+        create_scheduler("torchx").preempt(parse_app_handle(handle)[2], grace=1)
+        ended = runner.wait(handle, wait_interval=0.2, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, (ended, logs(handle))
+        assert "attempt 2 (1 preemptions)" in logs(handle)
+        ledger = app_dir(handle) / "checkpoints" / ck.LEDGER
+        assert [e["why"] for e in json.loads(ledger.read_text())] == ["reclaimed", "ok"]

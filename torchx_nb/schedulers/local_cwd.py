@@ -224,6 +224,7 @@ class LocalCwdScheduler(
                     attempt_var="TORCHX_NB_LOCAL_ATTEMPT",  # set by the supervisor
                     max_retries=role.max_retries,
                     grace=self.grace_seconds,
+                    reclaims_named=True,  # the supervisor names the replicas it preempted
                 ).items():
                     env.setdefault(key, value)
                 env.setdefault("PET_LOG_DIR", str(log_root / "torchelastic" / role.name))

@@ -50,12 +50,14 @@ def checkpoint_env(
     max_retries: int | None = None,
     max_preemptions: int | None = None,
     grace: float | None = None,
+    reclaims_named: bool = False,
 ) -> dict[str, str]:
     """The job's env for its checkpoint (the cell runner's ``checkpoint`` reads it): the store's
     ``url`` (``file://``, ``s3://``, ``gs://``, or ``sagemaker:``), the local ``folder``
     the rank folders are made in (SageMaker: its ``CheckpointConfig`` LocalPath), the name
-    of the backend's own attempt variable, the job's retry and preemption limits, and the
-    seconds between its SIGTERM and its kill."""
+    of the backend's own attempt variable, the job's retry and preemption limits, the
+    seconds between its SIGTERM and its kill, and whether the backend names each attempt it
+    stopped (``reclaims_named``: local_cwd's supervisor)."""
     from torchx_nb.apps.cell_runner import checkpoint as ck
 
     env = {ck.URL_ENV: url, ck.DIR_ENV: folder}
@@ -67,6 +69,8 @@ def checkpoint_env(
         env[ck.MAX_PREEMPTIONS_ENV] = str(max_preemptions)
     if grace is not None:
         env[ck.GRACE_ENV] = f"{grace:g}"
+    if reclaims_named:
+        env[ck.RECLAIMS_NAMED_ENV] = "1"
     return env
 
 

@@ -45,6 +45,9 @@ RESTORED_ENV = "TORCHX_NB_RESTORED_FROM"  # the restored generation's save time 
 # the backend reclaimed, comma-separated — ``JOB/N`` (attempt N of native job JOB) or ``JOB``
 # (that job's last attempt, which made it end and be sent again)
 RECLAIMED_ENV = "TORCHX_NB_RECLAIMED"
+# "1": the backend names in ``RECLAIMED_ENV`` every attempt it stopped (local_cwd's supervisor,
+# whose preemption also runs again a replica that had already failed): max_retries 0 says none
+RECLAIMS_NAMED_ENV = "TORCHX_NB_RECLAIMS_NAMED"
 RETRIES_SPENT_EXIT = 171  # the program already failed more often than its max_retries
 NOT_FAILURES = (170, 171)  # a trial's cancel, a spent attempt: not the program's failure
 LEDGER = "attempts.json"
@@ -110,10 +113,12 @@ def mark_unended(entries: list[dict[str, Any]]) -> None:
     killed without a SIGTERM) ended: ``reclaimed`` (a preemption) when the backend runs this
     job again only after a reclaim (``max_retries`` 0: every backend's retries of the
     program's failures are off, so this attempt exists because its host was reclaimed or
-    lost), or when torchx_nb, sending the job again past its backend's cap, named it
-    (``RECLAIMED_ENV``: Batch's record says which attempts lost their host; ``_named``); else
-    ``lost`` — SIGKILL, the OOM killer or a host lost: a failure of the program's."""
-    only_reclaims = _int_env(MAX_RETRIES_ENV) == 0
+    lost; not where the backend names each attempt it stopped: ``RECLAIMS_NAMED_ENV``), or
+    when torchx_nb, sending the job again past its backend's cap, named it (``RECLAIMED_ENV``:
+    Batch's record says which attempts lost their host; ``_named``); else ``lost`` — SIGKILL,
+    the OOM killer or a host lost: a failure of the program's."""
+    named_all = os.environ.get(RECLAIMS_NAMED_ENV) == "1"
+    only_reclaims = _int_env(MAX_RETRIES_ENV) == 0 and not named_all
     tokens = {t.strip() for t in os.environ.get(RECLAIMED_ENV, "").split(",") if t.strip()}
     last = {_job_of(e): e for e in entries}  # each native job's last attempt
     for e in entries:

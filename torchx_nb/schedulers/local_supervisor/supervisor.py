@@ -29,6 +29,11 @@ from .processes import (
 
 GRACE_SECONDS = 10.0
 ATTEMPT_VAR = "TORCHX_NB_LOCAL_ATTEMPT"  # the attempt every replica of it runs as, from 1
+# the earlier attempts a replica was still running at when they were preempted, as the job's
+# checkpoint ledger names attempts (``JOB/N``: the cell runner's ``checkpoint.RECLAIMED_ENV``;
+# its JOB is the first of these set, as ``checkpoint.Session._native_attempt`` reads it)
+RECLAIMED_VAR = "TORCHX_NB_RECLAIMED"
+JOB_ID_VARS = ("AWS_BATCH_JOB_ID", "SLURM_JOB_ID", "BATCH_JOB_UID")
 LEFTOVER_GRACE_SECONDS = 1.0
 
 
@@ -48,6 +53,7 @@ class Replica:
         self.times: dict[str, IO[bytes]] = {}
         # per log file: lines ended so far, and whether the next byte starts a line
         self.lines: dict[str, tuple[int, bool]] = {}
+        self.preempted: list[int] = []  # the attempts it was running at when preempted
 
     def write(self, stream: str, chunk: bytes) -> bool:
         """Copy output to the log files; a full disk loses output, never the job (the pipe is
@@ -89,6 +95,10 @@ class Replica:
         env = dict(os.environ)
         env.update(spec["env"])
         env[ATTEMPT_VAR] = str(attempt)
+        env.pop(RECLAIMED_VAR, None)  # ours alone (not one of the process that submitted it)
+        if self.preempted:  # a replica that had ended before the preemption is not named
+            job = next((env[v] for v in JOB_ID_VARS if env.get(v)), "")
+            env[RECLAIMED_VAR] = ",".join(f"{job}/{n}" for n in self.preempted)
         for name in ("stdout", "stderr", "combined"):
             os.makedirs(os.path.dirname(spec[name]), mode=0o700, exist_ok=True)
             fd = os.open(spec[name], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -252,6 +262,9 @@ class Supervisor:
         else:
             self.preempt_grace = self.grace_seconds
         self.preempted_by = str(said.get("by") or "torchx_nb")[:200]
+        for r in self.replicas:
+            if r.exitcode is None:
+                r.preempted.append(self.attempt)
         self.write_state()
         signal_all(self.processes(), signal.SIGTERM)
 
