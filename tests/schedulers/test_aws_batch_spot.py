@@ -606,3 +606,25 @@ def test_names_past_a9_near_128_characters_and_a_user_s_own_a5(
     with pytest.raises(Exception, match=r"cannot be submitted again: queue '[^']+' has jobs named"):
         sched.submit_again(f"{app_id}-a2")
     assert len(submitted) == sent
+
+
+def test_a_store_of_the_user_s_own_keeps_the_budget_in_the_tags(
+    still_queue: str, monkeypatch: pytest.MonkeyPatch, submitted: list[dict[str, Any]]
+) -> None:
+    """No output_path, the checkpoint store the user's own (``--env
+    TORCHX_NB_CHECKPOINT_URL=s3://…``, as docs/spot.md says to): the runner keeps a ledger
+    there, but without the job's max_retries it counts nothing against them, so the job's
+    budget stays in its tags. max_retries 1, spent by a failure before the last attempt's host
+    was reclaimed: the job sent again has no program retry left (before, the store's variable
+    was taken for a ledger of ours, the tags were ignored, and the job definition's max_retries
+    came back)."""
+    reclaimed_after(monkeypatch, failed=1)
+    app = shell_app("echo resumed", "busybox", mem_mb=128, retries=1)
+    app.roles[0].env["TORCHX_NB_CHECKPOINT_URL"] = "s3://users-own/ckpt/run-1"
+    sched = AwsBatchScheduler("torchx")
+    app_id = sched.schedule(sched.submit_dryrun(app, {"queue": still_queue}))
+    assert submitted[0]["tags"][RETRIES_TAG] == "1"
+    assert sched.submit_again(app_id) == f"{app_id}-a2"
+    again = submitted[-1]
+    assert again["retryStrategy"] == {"attempts": 10, "evaluateOnExit": RECLAIMS_ONLY}
+    assert (again["tags"][RETRIES_TAG], again["tags"][PREEMPTIONS_TAG]) == ("0", "20")

@@ -11,7 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, RETRIES_SPENT_EXIT, URL_ENV
+from torchx_nb.apps.cell_runner.checkpoint import (
+    MAX_RETRIES_ENV,
+    RECLAIMED_ENV,
+    RETRIES_SPENT_EXIT,
+    URL_ENV,
+)
 from torchx_nb.specs.preemption import Preemption
 
 MAX_ATTEMPTS = 10  # Batch's attempts, in total, program retries and reclaims together
@@ -83,11 +88,17 @@ def own_tag_line(tags: dict[str, str]) -> str | None:
 
 
 def has_ledger(job: dict[str, Any]) -> bool:
-    """The DescribeJobs ``job`` keeps a checkpoint ledger (its definition's environment has the
-    store, ``output_path``): the ledger counts its failures, not its tags."""
+    """The DescribeJobs ``job`` keeps a checkpoint ledger that counts its failures against
+    max_retries (its definition's environment has the store and the job's max_retries, as
+    ``output_path`` sets them): then the ledger counts them, not its tags. A store of the
+    user's own (``TORCHX_NB_CHECKPOINT_URL`` in the role's env) keeps a ledger that knows no
+    max_retries: its budget is in its tags."""
     ranges = (job.get("nodeProperties") or {}).get("nodeRangeProperties") or []
     containers = [job.get("container") or {}, *(r.get("container") or {} for r in ranges)]
-    return any(e.get("name") == URL_ENV for c in containers for e in c.get("environment") or [])
+    return any(
+        {URL_ENV, MAX_RETRIES_ENV} <= {str(e.get("name")) for e in c.get("environment") or []}
+        for c in containers
+    )
 
 
 def failures(job: dict[str, Any]) -> int:
