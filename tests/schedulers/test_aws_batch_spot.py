@@ -603,8 +603,14 @@ def test_names_past_a9_near_128_characters_and_a_user_s_own_a5(
         )
     reclaimed_after(monkeypatch, failed=0, name=f"{app_id.partition(':')[2]}-a2")
     sent = len(submitted)
-    with pytest.raises(Exception, match=r"cannot be submitted again: queue '[^']+' has jobs named"):
+    with pytest.raises(Exception) as refused:
         sched.submit_again(f"{app_id}-a2")
+    names = ", ".join(f"{app_id.partition(':')[2]}-a{n}" for n in range(3, 8))
+    # one line that names the way out: Batch cannot delete a job (before: "remove them")
+    assert str(refused.value) == (
+        f"queue '{still_queue}' already has jobs named {names} that do not follow"
+        f" {app_id}-a2 (Batch cannot delete jobs): run the job again"
+    )
     assert len(submitted) == sent
 
 

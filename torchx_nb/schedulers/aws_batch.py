@@ -293,10 +293,10 @@ class AwsBatchScheduler(
                 break
             passed.append(str(args["jobName"]))
             if len(passed) == MAX_TAKEN:
+                # said after the runner's "submitting it again failed: "; Batch deletes no job
                 raise TorchxNbError(
-                    f"Batch job {app_id} cannot be submitted again: queue {queue!r} has jobs"
-                    f" named {', '.join(passed)} that do not follow it; remove them or run the"
-                    " job again"
+                    f"queue {queue!r} already has jobs named {', '.join(passed)} that do not"
+                    f" follow {app_id} (Batch cannot delete jobs): run the job again"
                 )
             new_id, args = taken(new_id, args)
         resp = self._call(f"cannot submit to queue {queue!r}", self.client.submit_job, **args)
