@@ -305,3 +305,59 @@ def test_a_preemption_given_up_before_it_stopped_anything_leaves_nothing_running
     code, out, _ = cli("status", handle)
     assert code == 0 and "State: FAILED" in out and "r[0]:RUNNING" not in out, out
     assert _log(runner, app_id) == ["run 1\n"]
+
+
+STUBBORN = """
+import os, signal, sys, time
+from cell_runner import checkpoint as ck
+ck.begin_run(None)
+print(f"attempt {os.environ['TORCHX_NB_ATTEMPT']} ({os.environ['TORCHX_NB_PREEMPTIONS']} preemptions)", flush=True)
+if os.environ["TORCHX_NB_ATTEMPT"] == "1":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the grace ends in SIGKILL
+    while True:
+        time.sleep(0.1)
+"""
+
+
+def test_a_preempted_program_that_ignored_sigterm_was_preempted_not_failed(
+    runner: Runner, base_images: dict[str, str]
+) -> None:
+    """A program that ignores SIGTERM is killed when local_docker's preemption grace ends, so
+    its ledger entry never says how it ended: the preemption names the containers it stopped,
+    and the next attempt reads it as a preemption — with max_retries 1, before, it was the
+    program's failure ('attempt 2 (0 preemptions)', ledger 'lost')."""
+    import json
+    from pathlib import Path
+
+    import torchx_nb
+    from torchx_nb import specs
+    from torchx_nb.paths import data_dir
+
+    runner_dir = Path(torchx_nb.__file__).parent / "apps" / "cell_runner"
+    app = specs.AppDef(
+        "stubborn",
+        roles=[
+            specs.Role(
+                "r",
+                base_images["python"],
+                entrypoint="python3",
+                args=["-c", STUBBORN],
+                env={"PYTHONPATH": "/runner"},
+                max_retries=1,
+                mounts=[specs.BindMount(str(runner_dir), "/runner/cell_runner", True)],
+                resource=specs.Resource(cpu=1, gpu=0, memMB=256),
+            )
+        ],
+    )
+    handle = runner.run(app, "local_docker", {})
+    app_id = handle.rsplit("/", 1)[1]
+    wait_for(lambda: _log(runner, app_id) == ["attempt 1 (0 preemptions)\n"], timeout=60)
+    code, _, err = cli("preempt", handle, "--grace", "1")
+    assert code == 0, err
+    end = runner.wait(handle, wait_interval=0.2, timeout=90)
+    assert end is not None and end.state == AppState.SUCCEEDED, end
+    assert _log(runner, app_id)[1:] == ["attempt 2 (1 preemptions)\n"]
+    ledger = data_dir() / "local_docker" / app_id / "outputs" / ".torchx-nb" / "checkpoints"
+    entries = json.loads((ledger / "attempts.json").read_text())
+    # (this program does not end through the cell runner: its own attempt says no more)
+    assert [e["why"] for e in entries] == ["reclaimed", "running"]

@@ -171,12 +171,14 @@ def test_local_docker_preempt_stops_the_containers_and_runs_new_ones(
         docker_env.client().containers.get(n)
         for n in (container_name(app_id, "r", 0), f"{container_name(app_id, 'r', 0)}-attempt1")
     )
-    # the environment too, but for the attempt's number (each rank of attempt 2 reads 2)
+    # the environment too, but for the attempt's number (each rank of attempt 2 reads 2) and
+    # the attempt it stopped, named for the checkpoint ledger
     attempt = [e for e in old.attrs["Config"]["Env"] if e.startswith("TORCHX_NB_DOCKER_ATTEMPT=")]
     assert attempt == ["TORCHX_NB_DOCKER_ATTEMPT=1"]
     assert new.attrs["Config"]["Env"] == [
         *(e for e in old.attrs["Config"]["Env"] if e not in attempt),
         "TORCHX_NB_DOCKER_ATTEMPT=2",
+        "TORCHX_NB_RECLAIMED=/1",
     ]
     assert "TORCHX_NB_ATTEMPT_ENV=TORCHX_NB_DOCKER_ATTEMPT" in new.attrs["Config"]["Env"]
     assert new.attrs["HostConfig"]["Mounts"] == old.attrs["HostConfig"]["Mounts"]

@@ -184,6 +184,7 @@ class LocalDockerScheduler(
                         attempt_var=ATTEMPT_ENV,  # each rank of an attempt reads the same
                         max_retries=r.max_retries,
                         grace=self.preempt_grace,
+                        reclaims_named=True,  # a preemption's rerun names the attempt it stopped
                     ),
                     ATTEMPT_ENV: "1",  # a preemption's rerun says 2, 3… (``rerun``)
                     REPLICA_ID_ENV: str(i),  # each rank's own checkpoint folder

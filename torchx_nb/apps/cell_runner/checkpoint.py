@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from .common import rank as rank_of
@@ -46,7 +47,8 @@ RESTORED_ENV = "TORCHX_NB_RESTORED_FROM"  # the restored generation's save time 
 # (that job's last attempt, which made it end and be sent again)
 RECLAIMED_ENV = "TORCHX_NB_RECLAIMED"
 # "1": the backend names in ``RECLAIMED_ENV`` every attempt it stopped (local_cwd's supervisor,
-# whose preemption also runs again a replica that had already failed): max_retries 0 says none
+# whose preemption also runs again a replica that had already failed; local_docker's
+# preemption): max_retries 0 says nothing then
 RECLAIMS_NAMED_ENV = "TORCHX_NB_RECLAIMS_NAMED"
 RETRIES_SPENT_EXIT = 171  # the program already failed more often than its max_retries
 NOT_FAILURES = (170, 171)  # a trial's cancel, a spent attempt: not the program's failure
@@ -128,6 +130,17 @@ def mark_unended(entries: list[dict[str, Any]]) -> None:
         e["why"] = "reclaimed" if only_reclaims or named else "lost"
 
 
+# the backend's id of a native job, the first of these set (the supervisor of local_cwd, which
+# imports nothing of torchx_nb, keeps a copy: ``local_supervisor.supervisor.JOB_ID_VARS``)
+JOB_ID_VARS = ("AWS_BATCH_JOB_ID", "SLURM_JOB_ID", "BATCH_JOB_UID")
+
+
+def native_job(env: Mapping[str, str]) -> str:
+    """The native job's id in the environment ``env`` ('' where the backend gives none): the
+    ``JOB`` of the ledger's ``native`` attempts ``JOB/N`` and of ``RECLAIMED_ENV``'s tokens."""
+    return next((env[v] for v in JOB_ID_VARS if env.get(v)), "")
+
+
 def _int_env(name: str) -> int | None:
     value = os.environ.get(name, "").strip()
     return int(value) if value.isdigit() else None
@@ -173,14 +186,7 @@ class Session:
     def _native_attempt(self) -> str:
         """The backend's own name for this attempt (its job id and attempt variable)."""
         var = os.environ.get(ATTEMPT_ENV_ENV, "")
-        self.job = next(
-            (
-                os.environ[v]
-                for v in ("AWS_BATCH_JOB_ID", "SLURM_JOB_ID", "BATCH_JOB_UID")
-                if os.environ.get(v)
-            ),
-            "",
-        )
+        self.job = native_job(os.environ)
         return f"{self.job}/{os.environ.get(var, '')}" if var and os.environ.get(var) else ""
 
     def begin(self) -> None:

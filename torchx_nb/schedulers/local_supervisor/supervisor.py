@@ -31,7 +31,7 @@ GRACE_SECONDS = 10.0
 ATTEMPT_VAR = "TORCHX_NB_LOCAL_ATTEMPT"  # the attempt every replica of it runs as, from 1
 # the earlier attempts a replica was still running at when they were preempted, as the job's
 # checkpoint ledger names attempts (``JOB/N``: the cell runner's ``checkpoint.RECLAIMED_ENV``;
-# its JOB is the first of these set, as ``checkpoint.Session._native_attempt`` reads it)
+# its JOB is the first of these set: a copy of ``checkpoint.JOB_ID_VARS``)
 RECLAIMED_VAR = "TORCHX_NB_RECLAIMED"
 JOB_ID_VARS = ("AWS_BATCH_JOB_ID", "SLURM_JOB_ID", "BATCH_JOB_UID")
 LEFTOVER_GRACE_SECONDS = 1.0
