@@ -4,12 +4,16 @@ job, and torchx_nb creates it again as ``ID-a2`` under the same handle."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from tests.conftest import shell_app, wait_for
 from tests.infra.gcp import GcpFake
 from torchx_nb.runner import get_runner
 from torchx_nb.schedulers.gcp_batch import parse_app_id
+from torchx_nb.schedulers.gcp_batch.request import parse_trial_id
 from torchx_nb.schedulers.gcp_batch.spot import next_job_id
 from torchx_nb.specs import AppState, parse_app_handle
 
@@ -194,3 +198,94 @@ def test_a_job_created_again_by_a_watcher_that_died_before_keeping_it_is_not_sen
         assert rec is not None and rec.attempt == 2
         assert job_name(runner, handle) == f"{first}-a2"
     assert [n for n in gcp_env.jobs if n.startswith(first)] == [first, f"{first}-a2"]
+
+
+def test_a_sweep_trial_preempted_past_max_retry_count_runs_again_with_its_own_values(
+    gcp_env: GcpFake,
+    gcs_env: Any,
+    gar_registry: Any,
+    python_in_registry: str,
+    tmp_path: Path,
+) -> None:
+    """A sweep's trials are the tasks of one GCP job (``PROJECT:LOCATION:JOB:INDEX``); trial
+    1's task is preempted past its maxRetryCount (0 here) and ends 50001: it is created again
+    as a job of its own, ``JOB-t1-a2``, one task with its index in ``TORCHX_NB_TRIAL_INDEX``,
+    and runs with its own values to SUCCEEDED; trial 0 is untouched (before, the trial ended
+    FAILED 'exit code 50001': nothing sent it again)."""
+    from tests.infra.dockerd import host_python_mounts
+    from torchx_nb.components.cell import cell
+    from torchx_nb.runner import RunRequest
+    from torchx_nb.sweeps import SweepRequest, start
+
+    gcs_env.bucket("gcp-spot-sweeps")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    mounts, path = host_python_mounts()
+    source = (
+        "import os, time\n"
+        "print('trial lr', os.environ['TORCHX_PARAM_LR'], 'attempt',"
+        " os.environ.get('TORCHX_NB_ATTEMPT'), flush=True)\n"
+        "if lr > 0.15 and os.environ.get('TORCHX_NB_ATTEMPT') == '1':\n"
+        "    time.sleep(120)\n"
+        "lr * 10\n"
+    )
+    app = cell(
+        source=source,
+        image=python_in_registry,
+        memMB=256,
+        mounts=mounts,
+        env={"PATH": path, **gcs_env.env},
+    )
+    cfg = [
+        f"image_repo={gar_registry.host}/torchx-test/spot-sweeps,builder=registry,quiet=True",
+        "output_path=gs://gcp-spot-sweeps/runs,spot=True,max_preemptions=0",  # maxRetryCount 0
+    ]
+    with get_runner() as runner:
+        request = SweepRequest(
+            RunRequest(app=app, scheduler="gcp_batch", cfg=cfg, workspace=str(ws)),
+            {"lr": [0.1, 0.2]},
+        )
+        sw = start(runner, request)
+        assert sw.array
+        handles = [h for h in sw.handles if h]
+        for h in handles:  # the job's limit raised in the store, past GCP's cap of 0
+            runner.jobstore.set_max_preemptions(h, 20)
+        trial = parse_app_handle(handles[1]).app_id
+        project, location, name, _ = parse_trial_id(trial)
+        full = f"projects/{project}/locations/{location}/jobs/{name}"
+
+        def running() -> bool:
+            status = runner.status(handles[1])
+            return (
+                status is not None
+                and status.state == AppState.RUNNING
+                and ("attempt 1" in "".join(runner.log_lines(handles[1], "cell", 0)))
+            )
+
+        wait_for(running, 180, 0.5)
+        gcp_env.preempt_task(full, 1)  # past maxRetryCount 0: task 1 ends 50001
+        statuses = sw.wait(timeout=240)
+        assert [s.state if s else None for s in statuses] == [AppState.SUCCEEDED] * 2, [
+            (h, [(a.n, a.app_id, a.ended_why) for a in runner.jobstore.attempts(h)], s)
+            for h, s in zip(handles, statuses, strict=True)
+        ]
+        rec = runner.jobstore.get(handles[1])
+        assert rec is not None and (rec.app_id, rec.attempt) == (
+            f"{project}:{location}:{name}-t1-a2",
+            2,
+        )
+        assert "trial lr 0.2 attempt 2" in "".join(runner.log_lines(handles[1], "cell", 0))
+        frame = sw.results()
+        assert list(frame["result"]) == [1.0, 2.0]
+        first = runner.jobstore.get(handles[0])
+        assert first is not None and (first.app_id, first.attempt) == (f"{trial[:-2]}:0", 1)
+    again = gcp_env.jobs[f"{full}-t1-a2"].job
+    group = again.task_groups[0]
+    assert (group.task_count, group.parallelism) == (1, 1)
+    env = group.task_spec.environment.variables
+    assert (env["TORCHX_NB_TRIAL_INDEX"], env["TORCHX_NB_TRIAL_FROM"]) == (
+        "1",
+        "TORCHX_NB_TRIAL_INDEX",
+    )
+    assert env["TORCHX_NB_RECLAIMED"] == gcp_env.jobs[full].uid
+    assert [n for n in gcp_env.jobs if n.startswith(full)] == [full, f"{full}-t1-a2"]

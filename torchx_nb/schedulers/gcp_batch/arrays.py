@@ -22,12 +22,14 @@ from torchx_nb.schedulers.gcp_batch.describe import (
     _role,
     _task_replica,
     _ts,
+    task_preemptions,
 )
 from torchx_nb.schedulers.gcp_batch.options import GcpBatchOpts
 from torchx_nb.schedulers.gcp_batch.request import (
     GCPBatchJob,
     _fmt,
 )
+from torchx_nb.schedulers.gcp_batch.spot import PREEMPTED_EXIT
 from torchx_nb.schedulers.outputs import (
     OUTPUT_URL_ENV,
     cancel_mark,
@@ -86,8 +88,10 @@ class GcpArrays(SubmitsArrays, GcpJobs):
         """Task ``index`` of a sweep's job, read as a run of its own (replica 0). A trial
         that failed with the cell runner's ``CANCELLED_EXIT``, or that we marked cancelled, or
         that had not ended when its whole job was cancelled, is CANCELLED; a marked trial that
-        has not started yet is too (its cell runner exits as soon as it starts). ``tasks``: the
-        job's tasks by index, read once for all its trials."""
+        has not started yet is too (its cell runner exits as soon as it starts). A trial whose
+        task was preempted past ``maxRetryCount`` (exit 50001) ended preempted: torchx_nb
+        creates it again as a job of its own. ``tasks``: the job's tasks by index, read once for
+        all its trials."""
         role = _role(job)
         role.num_replicas = 1
         task = tasks.get(index)
@@ -125,6 +129,9 @@ class GcpArrays(SubmitsArrays, GcpJobs):
             metadata=dict(job.labels),
             started=started,
             ended=(ended_at or _ts(job.update_time)) if is_terminal(state) else None,
+            preemptions=task_preemptions([task] if task is not None else []),
+            # preempted past maxRetryCount: GCP runs no single task again (``submit_again``)
+            ended_preempted=state == AppState.FAILED and rep.exit_code == PREEMPTED_EXIT,
         )
 
     def _cancel_trial(

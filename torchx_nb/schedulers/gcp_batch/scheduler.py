@@ -49,7 +49,6 @@ from torchx_nb.schedulers.gcp_batch.request import (
     _mounts,
     job_name,
     label_value,
-    parse_app_id,
     parse_trial_id,
     task_command,
 )
@@ -62,6 +61,7 @@ from torchx_nb.schedulers.gcp_batch.spot import (
     provisioning,
     retries,
     task_failures,
+    trial_job_id,
 )
 from torchx_nb.schedulers.gcp_reasons import waiting_reason
 from torchx_nb.schedulers.outputs import (
@@ -366,17 +366,21 @@ class GcpBatchScheduler(
 
     def submit_again(self, app_id: str) -> str:
         """Create a job GCP Batch failed on a Spot preemption past its ``maxRetryCount``
-        again, as ``ID-a2`` (``-a3``…) of the same project and location — once: its id is
+        again, as ``ID-a2`` (``-a3``…) of the same project and location (a sweep's trial,
+        ``ID:INDEX``, as a job of its own: ``ID-tINDEX-a2``) — once: its id is
         the previous one's, so ALREADY_EXISTS means a watcher that vanished before the job
         store kept it created it, and that one is the next attempt."""
         from google.api_core import exceptions
 
-        project, location, name = parse_app_id(app_id)
+        project, location, name, index = parse_trial_id(app_id)
         job = self._get(project, location, name)
         if job is None:
             raise TorchxNbError(f"GCP Batch job {app_id} cannot be created again: it is gone")
-        new = next_job_id(name)
-        failed = task_failures(self._tasks(job)) if RETRIES_LABEL in job.labels else 0
+        new = next_job_id(name) if index is None else trial_job_id(name, index)
+        tasks = self._tasks(job) if RETRIES_LABEL in job.labels else []
+        if index is not None:  # a sweep's trial: its own task's failures
+            tasks = [t for i, t in _by_index(tasks).items() if i == index]
+        failed = task_failures(tasks)
 
         def create(**kwargs: Any) -> Any:
             try:
@@ -388,7 +392,7 @@ class GcpBatchScheduler(
             f"cannot create the GCP Batch job {new}",
             create,
             parent=f"projects/{project}/locations/{location}",
-            job=again_job(job, failed),
+            job=again_job(job, failed, index),
             job_id=new,
         )
         return f"{project}:{location}:{new}"

@@ -119,12 +119,27 @@ def next_job_id(job_id: str) -> str:
     return base[: MAX_JOB_ID - len(suffix)].rstrip("-") + suffix
 
 
-def again_job(job: Any, failed: int = 0) -> Any:
+def trial_job_id(job_id: str, index: int) -> str:
+    """The job id of a sweep trial's next job: ``ID-tINDEX-a2`` (GCP runs no single task of a
+    job again), ``ID`` cut so that ``-a99`` still fits GCP's 63 characters (trials of one job
+    past the cap are distinct jobs, each chain of its own)."""
+    trial = f"-t{index}"
+    return job_id[: MAX_JOB_ID - len(trial) - len("-a99")].rstrip("-") + trial + "-a2"
+
+
+#: a sweep trial created again as a job of its own: its index (the array's variable,
+#: BATCH_TASK_INDEX, is GCP's and 0 in a job of one task)
+TRIAL_INDEX_ENV = "TORCHX_NB_TRIAL_INDEX"
+
+
+def again_job(job: Any, failed: int = 0, trial: int | None = None) -> Any:
     """A copy of the described ``job`` to create again: its task groups, allocation policy,
     labels and logs policy (the task's environment carries the outputs and the checkpoint
     store, so they stay the first job's), without the fields GCP Batch sets itself. A job with
     no ledger carries its retry budget (``budget_labels``): the copy's tasks may spend what is
-    left of it after ``failed`` failures (the most of one task: ``task_failures``)."""
+    left of it after ``failed`` failures (the most of one task: ``task_failures``). ``trial``:
+    the index of the sweep's trial (a task of ``job``) it runs again, as a job of one task
+    with its index in ``TRIAL_INDEX_ENV``, which ``$TORCHX_NB_TRIAL_FROM`` then names."""
     from google.cloud import batch_v1
 
     new = batch_v1.Job(
@@ -140,6 +155,10 @@ def again_job(job: Any, failed: int = 0) -> Any:
         env = group.task_spec.environment.variables
         earlier = [t for t in env.get(RECLAIMED_ENV, "").split(",") if t]
         env[RECLAIMED_ENV] = ",".join(dict.fromkeys([*earlier, job.uid]))
+        if trial is not None:
+            group.task_count, group.parallelism = 1, 1
+            env[TRIAL_INDEX_ENV] = str(trial)
+            env["TORCHX_NB_TRIAL_FROM"] = TRIAL_INDEX_ENV
     budget, limit = new.labels.get(RETRIES_LABEL, ""), new.labels.get(PREEMPTIONS_LABEL, "")
     if budget.isdigit() and limit.isdigit():
         left = max(0, int(budget) - failed)
