@@ -12,10 +12,11 @@ import pytest
 from tests.conftest import shell_app, wait_for
 from tests.infra.gcp import GcpFake
 from torchx_nb.runner import get_runner
-from torchx_nb.schedulers.gcp_batch import parse_app_id
+from torchx_nb.schedulers.gcp_batch import GcpBatchScheduler, parse_app_id
 from torchx_nb.schedulers.gcp_batch.request import parse_trial_id
 from torchx_nb.schedulers.gcp_batch.spot import next_job_id
 from torchx_nb.specs import AppState, parse_app_handle
+from torchx_nb.specs.api import InvalidRunConfigException
 
 
 def preempt_when_running(runner: object, gcp_env: GcpFake, handle: str) -> None:
@@ -289,3 +290,117 @@ def test_a_sweep_trial_preempted_past_max_retry_count_runs_again_with_its_own_va
     )
     assert env["TORCHX_NB_RECLAIMED"] == gcp_env.jobs[full].uid
     assert [n for n in gcp_env.jobs if n.startswith(full)] == [full, f"{full}-t1-a2"]
+
+
+def preempted_past_the_cap(gcp_env: GcpFake, sched: Any, info: Any, times: int) -> str:
+    """Create ``info``'s job (a timed project's), preempt its task ``times`` times (each run
+    once it runs) and return its app id once GCP Batch has failed it with 50001."""
+    app_id = sched.schedule(info)
+    name = "projects/{}/locations/{}/jobs/{}".format(*parse_app_id(app_id))
+    for attempt in range(times):
+        wait_for(lambda a=attempt: task_running(gcp_env, name, a), 60)  # type: ignore[misc]
+        gcp_env.preempt_task(name, 0)
+    wait_for(lambda: gcp_env.jobs[name].state == "FAILED", 60)
+    return app_id
+
+
+def spec_of(gcp_env: GcpFake, app_id: str) -> tuple[int, list[tuple[str, list[int]]]]:
+    """The maxRetryCount and lifecycle policies GCP keeps for the job ``app_id``."""
+    spec = (
+        gcp_env.jobs["projects/{}/locations/{}/jobs/{}".format(*parse_app_id(app_id))]
+        .job.task_groups[0]
+        .task_spec
+    )
+    policies = [
+        (p.action.name, list(p.action_condition.exit_codes)) for p in spec.lifecycle_policies
+    ]
+    return spec.max_retry_count, policies
+
+
+def test_budget_labels_are_not_the_user_s_to_give(gcp_env: GcpFake) -> None:
+    """A user's label (``-cfg labels`` or the app's metadata) named as our budget labels is one
+    line before anything is sent (before: on a job with a ledger it stayed, and the job created
+    again took its value for its retries; on one without, ours replaced it without a word)."""
+    sched = GcpBatchScheduler("torchx")
+    app = shell_app("true", "unused:1", retries=1)
+    for cfg in (
+        {"labels": {"torchx_nb_retries_left": "9"}},
+        {"labels": {"TorchX_NB.max_preemptions": "9"}, "output_path": "gs://b/p"},
+    ):
+        with pytest.raises(InvalidRunConfigException) as e:
+            sched.submit_dryrun(app, {"project": "spot-labels", "spot": True, **cfg})
+        assert str(e.value).count("\n") == 0 and "torchx_nb_" in str(e.value), e.value
+    app.metadata["torchx_nb_retries_left"] = "9"
+    with pytest.raises(InvalidRunConfigException, match="torchx_nb_retries_left"):
+        sched.submit_dryrun(app, {"project": "spot-labels", "spot": True})
+
+
+def test_a_ledger_job_created_again_keeps_its_own_retries_whatever_its_labels(
+    gcp_env: GcpFake,
+) -> None:
+    """A job with a ledger (output_path) whose labels name our budget (a job created outside
+    torchx_nb, or before such labels were refused): the job created again keeps the ledger's
+    maxRetryCount and FAIL_TASK on 171 (before: it took the labels' 9 retries and no policy)."""
+    project = "spot-ledger-labels"
+    gcp_env.timed_projects[project] = 30.0
+    sched = GcpBatchScheduler("torchx")
+    app = shell_app("true", "unused:1", retries=1)
+    cfg = {"project": project, "spot": True, "max_preemptions": 0, "output_path": "gs://b/p"}
+    info = sched.submit_dryrun(app, cfg)
+    info.request.job_def.labels.update(
+        {"torchx_nb_retries_left": "9", "torchx_nb_max_preemptions": "9"}
+    )
+    app_id = preempted_past_the_cap(gcp_env, sched, info, 2)  # maxRetryCount 1
+    assert spec_of(gcp_env, app_id) == (1, [("FAIL_TASK", [171])])
+    again = sched.submit_again(app_id)
+    assert spec_of(gcp_env, again) == (1, [("FAIL_TASK", [171])])
+
+
+@pytest.mark.parametrize(
+    "labels", [{}, {"torchx_nb_retries_left": "lots"}, {"torchx_nb_retries_left": "²"}]
+)
+def test_a_job_without_a_ledger_whose_budget_labels_are_odd_gets_no_more_than_it_had(
+    gcp_env: GcpFake, labels: dict[str, str]
+) -> None:
+    """A job without a ledger whose budget labels are missing (an earlier version's) or not a
+    whole number (a job created outside torchx_nb): each counts 0 — no retry of the program's
+    — and both labels are written back in our shape (before: the job created again got all of
+    its first maxRetryCount, or '²' failed the create: 'submitting it again failed')."""
+    project = "spot-odd-labels"
+    gcp_env.timed_projects[project] = 30.0
+    sched = GcpBatchScheduler("torchx")
+    app = shell_app("true", "unused:1", retries=3)
+    info = sched.submit_dryrun(app, {"project": project, "spot": True})
+    job_labels = info.request.job_def.labels
+    del job_labels["torchx_nb_retries_left"], job_labels["torchx_nb_max_preemptions"]
+    job_labels.update(labels)
+    app_id = preempted_past_the_cap(gcp_env, sched, info, 4)  # maxRetryCount 3, no policy
+    again = sched.submit_again(app_id)
+    assert spec_of(gcp_env, again) == (0, [("RETRY_TASK", [50001])])
+    job = gcp_env.jobs["projects/{}/locations/{}/jobs/{}".format(*parse_app_id(again))].job
+    assert (job.labels["torchx_nb_retries_left"], job.labels["torchx_nb_max_preemptions"]) == (
+        "0",
+        "0",
+    )
+
+
+def test_ids_past_a9_near_63_characters_and_an_app_named_a5() -> None:
+    """``-a9`` goes on as ``-a10``; a chain from an id of 63 characters stays within 63, each
+    id its own; a trial's chain keeps its ``-tINDEX`` to ``-a99``; an app named ``train-a5``
+    is not taken for an attempt (its id ends with its random part, which has no vowel)."""
+    from torchx_nb.schedulers.gcp_batch.request import job_name
+    from torchx_nb.schedulers.gcp_batch.spot import trial_job_id
+
+    chain = ["x" * 63]
+    for _ in range(12):
+        chain.append(next_job_id(chain[-1]))
+    assert all(len(i) <= 63 for i in chain) and len(set(chain)) == len(chain)
+    assert chain[9].endswith("-a10") and chain[8].endswith("-a9")
+    ours = job_name("cell" + "y" * 60)
+    trial = [trial_job_id(ours, 123)]
+    for _ in range(97):
+        trial.append(next_job_id(trial[-1]))
+    assert all(len(i) <= 63 and "-t123-a" in i for i in trial), trial[-1]
+    assert trial[-1].endswith("-t123-a99") and len(set(trial)) == len(trial)
+    named = job_name("train-a5")
+    assert next_job_id(named) == f"{named}-a2"

@@ -53,10 +53,11 @@ from torchx_nb.schedulers.gcp_batch.request import (
     task_command,
 )
 from torchx_nb.schedulers.gcp_batch.spot import (
-    RETRIES_LABEL,
     again_job,
     budget_labels,
+    check_labels,
     ended_preempted,
+    has_ledger,
     next_job_id,
     provisioning,
     retries,
@@ -154,6 +155,7 @@ class GcpBatchScheduler(
                 " gcp_a2-highgpu-1g, or --memMB)",
                 "memMB",
             )
+        check_labels([_label_key(str(k)) for k in [*app.metadata, *(cfg.labels or {})]])
         model = provisioning(cfg.spot, cfg.provisioning_model)
         if model not in ("STANDARD", "SPOT", "PREEMPTIBLE"):
             raise InvalidRunConfigException(
@@ -377,7 +379,7 @@ class GcpBatchScheduler(
         if job is None:
             raise TorchxNbError(f"GCP Batch job {app_id} cannot be created again: it is gone")
         new = next_job_id(name) if index is None else trial_job_id(name, index)
-        tasks = self._tasks(job) if RETRIES_LABEL in job.labels else []
+        tasks = [] if has_ledger(job) else self._tasks(job)
         if index is not None:  # a sweep's trial: its own task's failures
             tasks = [t for i, t in _by_index(tasks).items() if i == index]
         failed = task_failures(tasks)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, RETRIES_SPENT_EXIT
+from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, RETRIES_SPENT_EXIT, URL_ENV
 from torchx_nb.specs.api import AppState, InvalidRunConfigException, ReplicaStatus
 
 PREEMPTED_EXIT = 50001  # GCP Batch's exit code of a task whose Spot VM was preempted
@@ -72,6 +72,35 @@ _ATTEMPT_SUFFIX = re.compile(r"^(?P<base>.+)-a(?P<n>\d+)$")
 # again
 RETRIES_LABEL = "torchx_nb_retries_left"
 PREEMPTIONS_LABEL = "torchx_nb_max_preemptions"
+
+
+OURS = "torchx_nb_"  # our labels' prefix: no label of the user's may start with it
+_COUNT = re.compile(r"[0-9]{1,9}")
+
+
+def check_labels(keys: list[str]) -> None:
+    """One line when a label of the user's (``-cfg labels``, the app's metadata, as GCP label
+    keys) is one of ours (``torchx_nb_…``): the job created again reads its budget from them."""
+    taken = sorted({k for k in keys if k.startswith(OURS)})
+    if taken:
+        raise InvalidRunConfigException(
+            f"the label {', '.join(taken)} is torchx_nb's own (labels starting with {OURS} carry"
+            " a job's retry budget): rename it in -cfg labels or the app's metadata",
+            "labels",
+        )
+
+
+def has_ledger(job: Any) -> bool:
+    """The described ``job`` keeps a checkpoint ledger (its task's environment has the store,
+    ``output_path``): the ledger counts its failures, never its labels."""
+    return any(URL_ENV in g.task_spec.environment.variables for g in job.task_groups)
+
+
+def _count(labels: Any, key: str) -> int:
+    """The whole number of ``labels[key]``; 0 when it is missing or not one (a job of an
+    earlier version, or created outside torchx_nb: what is left is unknown, so none is)."""
+    value = str(labels.get(key, "")).strip()
+    return int(value) if _COUNT.fullmatch(value) else 0
 
 
 def budget_labels(max_retries: int, max_preemptions: int, ledger: bool) -> dict[str, str]:
@@ -137,7 +166,8 @@ def again_job(job: Any, failed: int = 0, trial: int | None = None) -> Any:
     labels and logs policy (the task's environment carries the outputs and the checkpoint
     store, so they stay the first job's), without the fields GCP Batch sets itself. A job with
     no ledger carries its retry budget (``budget_labels``): the copy's tasks may spend what is
-    left of it after ``failed`` failures (the most of one task: ``task_failures``). ``trial``:
+    left of it after ``failed`` failures (the most of one task: ``task_failures``), a label
+    missing or not a whole number counting 0 (never more than it had). ``trial``:
     the index of the sweep's trial (a task of ``job``) it runs again, as a job of one task
     with its index in ``TRIAL_INDEX_ENV``, which ``$TORCHX_NB_TRIAL_FROM`` then names."""
     from google.cloud import batch_v1
@@ -159,11 +189,11 @@ def again_job(job: Any, failed: int = 0, trial: int | None = None) -> Any:
             group.task_count, group.parallelism = 1, 1
             env[TRIAL_INDEX_ENV] = str(trial)
             env["TORCHX_NB_TRIAL_FROM"] = TRIAL_INDEX_ENV
-    budget, limit = new.labels.get(RETRIES_LABEL, ""), new.labels.get(PREEMPTIONS_LABEL, "")
-    if budget.isdigit() and limit.isdigit():
-        left = max(0, int(budget) - failed)
-        new.labels[RETRIES_LABEL] = str(left)
-        count, policies = retries(left, int(limit), ledger=False)
+    if not has_ledger(job):  # its budget in its labels; with a ledger, labels are the user's
+        left = max(0, _count(new.labels, RETRIES_LABEL) - failed)
+        limit = _count(new.labels, PREEMPTIONS_LABEL)
+        new.labels.update({RETRIES_LABEL: str(left), PREEMPTIONS_LABEL: str(limit)})
+        count, policies = retries(left, limit, ledger=False)
         for group in new.task_groups:
             group.task_spec.max_retry_count = count
             group.task_spec.lifecycle_policies = policies
