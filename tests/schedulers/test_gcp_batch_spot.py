@@ -404,3 +404,36 @@ def test_ids_past_a9_near_63_characters_and_an_app_named_a5() -> None:
     assert trial[-1].endswith("-t123-a99") and len(set(trial)) == len(trial)
     named = job_name("train-a5")
     assert next_job_id(named) == f"{named}-a2"
+
+
+def test_a_job_of_the_next_id_that_is_not_ours_is_passed_over(gcp_env: GcpFake) -> None:
+    """A job of the next id (``ID-a2``) made by someone else (gcloud, with our id): the create
+    answered ALREADY_EXISTS is not read as 'already sent' — that job does not follow ours
+    (label ``torchx_nb_again_of``) — so the next id, ``ID-a3``, is created and the other job
+    is left alone (before, it was taken for the next attempt and nothing was sent)."""
+    from google.cloud import batch_v1
+
+    project = "spot-next-taken"
+    gcp_env.timed_projects[project] = 30.0
+    sched = GcpBatchScheduler("torchx")
+    info = sched.submit_dryrun(shell_app("true", "unused:1"), {"project": project, "spot": True})
+    info.request.job_def.task_groups[0].task_spec.max_retry_count = 0
+    app_id = preempted_past_the_cap(gcp_env, sched, info, 1)
+    p, loc, name = parse_app_id(app_id)
+    theirs = batch_v1.Job.deserialize(batch_v1.Job.serialize(info.request.job_def))
+    theirs.labels.pop("torchx_nb_retries_left")
+    sched.gcp.batch.create_job(
+        parent=f"projects/{p}/locations/{loc}", job=theirs, job_id=f"{name}-a2"
+    )
+    again = sched.submit_again(app_id)
+    assert again == f"{p}:{loc}:{name}-a3"
+    first = gcp_env.jobs[f"projects/{p}/locations/{loc}/jobs/{name}"]
+    made = gcp_env.jobs[f"projects/{p}/locations/{loc}/jobs/{name}-a3"].job
+    assert made.labels["torchx_nb_again_of"] == first.uid
+    # a watcher that sent -a3 and died before keeping it: the one after follows -a3
+    assert sched.submit_again(app_id) == again
+    assert [n for n in gcp_env.jobs if n.startswith(first.name)] == [
+        first.name,
+        f"{first.name}-a2",
+        f"{first.name}-a3",
+    ]

@@ -53,10 +53,12 @@ from torchx_nb.schedulers.gcp_batch.request import (
     task_command,
 )
 from torchx_nb.schedulers.gcp_batch.spot import (
+    TAKEN_IDS,
     again_job,
     budget_labels,
     check_labels,
     ended_preempted,
+    follows,
     has_ledger,
     next_job_id,
     provisioning,
@@ -369,9 +371,11 @@ class GcpBatchScheduler(
     def submit_again(self, app_id: str) -> str:
         """Create a job GCP Batch failed on a Spot preemption past its ``maxRetryCount``
         again, as ``ID-a2`` (``-a3``…) of the same project and location (a sweep's trial,
-        ``ID:INDEX``, as a job of its own: ``ID-tINDEX-a2``) — once: its id is
-        the previous one's, so ALREADY_EXISTS means a watcher that vanished before the job
-        store kept it created it, and that one is the next attempt."""
+        ``ID:INDEX``, as a job of its own: ``ID-tINDEX-a2``) — once: its id is the previous
+        one's, so ALREADY_EXISTS for a job labelled as following this one (``AGAIN_OF_LABEL``)
+        means a watcher that vanished before the job store kept it created it, and that one is
+        the next attempt; a job of that id that does not follow it is someone else's, passed
+        over for the next id (``TAKEN_IDS`` at most)."""
         from google.api_core import exceptions
 
         project, location, name, index = parse_trial_id(app_id)
@@ -382,22 +386,35 @@ class GcpBatchScheduler(
         tasks = [] if has_ledger(job) else self._tasks(job)
         if index is not None:  # a sweep's trial: its own task's failures
             tasks = [t for i, t in _by_index(tasks).items() if i == index]
-        failed = task_failures(tasks)
+        body = again_job(job, task_failures(tasks), index)
 
-        def create(**kwargs: Any) -> Any:
+        def create(**kwargs: Any) -> bool:
             try:
-                return self.gcp.batch.create_job(retry=None, timeout=self.gcp.timeout, **kwargs)
-            except exceptions.Conflict:  # ALREADY_EXISTS (409): sent before
-                return None
+                self.gcp.batch.create_job(retry=None, timeout=self.gcp.timeout, **kwargs)
+                return True
+            except exceptions.Conflict:  # ALREADY_EXISTS (409): sent before, or not ours
+                return False
 
-        self.gcp.call(
-            f"cannot create the GCP Batch job {new}",
-            create,
-            parent=f"projects/{project}/locations/{location}",
-            job=again_job(job, failed, index),
-            job_id=new,
-        )
-        return f"{project}:{location}:{new}"
+        passed: list[str] = []
+        while True:
+            created = self.gcp.call(
+                f"cannot create the GCP Batch job {new}",
+                create,
+                parent=f"projects/{project}/locations/{location}",
+                job=body,
+                job_id=new,
+            )
+            there = None if created else self._get(project, location, new)
+            if there is None or follows(there, job):
+                return f"{project}:{location}:{new}"
+            passed.append(new)
+            if len(passed) >= TAKEN_IDS:
+                raise TorchxNbError(
+                    f"GCP Batch job {app_id} cannot be created again: {project}/{location} has"
+                    f" jobs {', '.join(passed)} that do not follow it; delete them or run the"
+                    " job again"
+                )
+            new = next_job_id(new)
 
     def _tasks(self, job: Any) -> list[Any]:
         return list(

@@ -16,7 +16,8 @@ not documented, so a job gets policies of one kind only:
 Past ``maxRetryCount`` (at most 10) a task preempted again fails the job; torchx_nb then
 creates the job again as ``ID-a2`` (``-a3``…), the next attempt of the same handle, up to the
 job's ``max_preemptions`` — once (the id is the previous one's, so a create that finds it
-ALREADY_EXISTS was sent before), and without a ledger with what is left of ``max_retries``
+ALREADY_EXISTS, labelled as following it, was sent before; one not so labelled is someone
+else's, passed over for the next id), and without a ledger with what is left of ``max_retries``
 after the earlier jobs' failures (``budget_labels``)."""
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ RETRIES_LABEL = "torchx_nb_retries_left"
 PREEMPTIONS_LABEL = "torchx_nb_max_preemptions"
 
 
+# a job created again: the uid of the job it follows (a job of the next id without it is not ours)
+AGAIN_OF_LABEL = "torchx_nb_again_of"
+TAKEN_IDS = 5  # next ids found taken by jobs that are not ours, before giving up in one line
 OURS = "torchx_nb_"  # our labels' prefix: no label of the user's may start with it
 _COUNT = re.compile(r"[0-9]{1,9}")
 
@@ -88,6 +92,16 @@ def check_labels(keys: list[str]) -> None:
             " a job's retry budget): rename it in -cfg labels or the app's metadata",
             "labels",
         )
+
+
+def _uid_label(job: Any) -> str:
+    """``job``'s uid as a label value (lowercase letters, digits, ``_`` and ``-``, 63 at most)."""
+    return re.sub(r"[^a-z0-9_-]", "_", str(job.uid).lower())[:63]
+
+
+def follows(there: Any, job: Any) -> bool:
+    """The described job ``there`` was created again from ``job`` by torchx_nb."""
+    return bool(job.uid) and there.labels.get(AGAIN_OF_LABEL) == _uid_label(job)
 
 
 def has_ledger(job: Any) -> bool:
@@ -167,7 +181,8 @@ def again_job(job: Any, failed: int = 0, trial: int | None = None) -> Any:
     store, so they stay the first job's), without the fields GCP Batch sets itself. A job with
     no ledger carries its retry budget (``budget_labels``): the copy's tasks may spend what is
     left of it after ``failed`` failures (the most of one task: ``task_failures``), a label
-    missing or not a whole number counting 0 (never more than it had). ``trial``:
+    missing or not a whole number counting 0 (never more than it had). Its label
+    ``AGAIN_OF_LABEL`` is ``job``'s uid: the job it follows. ``trial``:
     the index of the sweep's trial (a task of ``job``) it runs again, as a job of one task
     with its index in ``TRIAL_INDEX_ENV``, which ``$TORCHX_NB_TRIAL_FROM`` then names."""
     from google.cloud import batch_v1
@@ -189,6 +204,7 @@ def again_job(job: Any, failed: int = 0, trial: int | None = None) -> Any:
             group.task_count, group.parallelism = 1, 1
             env[TRIAL_INDEX_ENV] = str(trial)
             env["TORCHX_NB_TRIAL_FROM"] = TRIAL_INDEX_ENV
+    new.labels[AGAIN_OF_LABEL] = _uid_label(job)
     if not has_ledger(job):  # its budget in its labels; with a ledger, labels are the user's
         left = max(0, _count(new.labels, RETRIES_LABEL) - failed)
         limit = _count(new.labels, PREEMPTIONS_LABEL)
