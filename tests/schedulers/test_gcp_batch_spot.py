@@ -437,3 +437,18 @@ def test_a_job_of_the_next_id_that_is_not_ours_is_passed_over(gcp_env: GcpFake) 
         f"{first.name}-a2",
         f"{first.name}-a3",
     ]
+
+
+def test_cancel_all_stops_a_trial_that_runs_as_a_job_of_its_own(gcp_env: GcpFake) -> None:
+    """A sweep's Cancel all after trial 1 was created again as a job of its own (``ID-t1-a2``,
+    a plain job id among the trial ids): that job is cancelled with the sweep's job (before,
+    ``P:L`` was taken for its array: 'not a gcp_batch app id', and nothing was cancelled)."""
+    project = "spot-cancel-all"
+    gcp_env.idle_projects.add(project)
+    sched = GcpBatchScheduler("torchx")
+    sweep = sched.submit(shell_app("true", "unused:1"), {"project": project})
+    own = sched.submit(shell_app("true", "unused:1"), {"project": project})
+    sched.cancel_arrays([f"{sweep}:0", own])
+    for app_id in (sweep, own):
+        name = "projects/{}/locations/{}/jobs/{}".format(*parse_app_id(app_id))
+        wait_for(lambda n=name: gcp_env.jobs[n].state == "CANCELLED", 30)  # type: ignore[misc]

@@ -28,6 +28,7 @@ from torchx_nb.schedulers.gcp_batch.options import GcpBatchOpts
 from torchx_nb.schedulers.gcp_batch.request import (
     GCPBatchJob,
     _fmt,
+    parse_trial_id,
 )
 from torchx_nb.schedulers.gcp_batch.spot import PREEMPTED_EXIT
 from torchx_nb.schedulers.outputs import (
@@ -159,6 +160,11 @@ class GcpArrays(SubmitsArrays, GcpJobs):
             api="storage",
         )
         mark_cancelled("gcp_batch", app_id)
+
+    def array_of(self, trial_id: str) -> str:
+        """``PROJECT:LOCATION:JOB`` of a trial ``PROJECT:LOCATION:JOB:INDEX``; a trial created
+        again as a job of its own (``JOB-tINDEX-a2``) is its own array of one."""
+        return trial_id.rpartition(":")[0] if parse_trial_id(trial_id)[3] is not None else trial_id
 
     def stop_array(self, array_id: str, trial_ids: list[str]) -> bool:
         """``cancel_job`` once: the tasks that have ended keep their end, and the others are
