@@ -402,6 +402,10 @@ def test_ids_past_a9_near_63_characters_and_an_app_named_a5() -> None:
         trial.append(next_job_id(trial[-1]))
     assert all(len(i) <= 63 and "-t123-a" in i for i in trial), trial[-1]
     assert trial[-1].endswith("-t123-a99") and len(set(trial)) == len(trial)
+    for _ in range(901):  # past -a99 ID is cut again, never the trial's index
+        trial.append(next_job_id(trial[-1]))
+    assert all(len(i) <= 63 and "-t123-a" in i for i in trial), trial[-1]
+    assert trial[-1].endswith("-t123-a1000") and len(set(trial)) == len(trial)
     named = job_name("train-a5")
     assert next_job_id(named) == f"{named}-a2"
 

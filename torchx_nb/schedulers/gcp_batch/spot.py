@@ -69,6 +69,7 @@ def retries(max_retries: int, max_preemptions: int, ledger: bool) -> tuple[int, 
 # ending with a letter or digit, 63 characters at most
 MAX_JOB_ID = 63
 _ATTEMPT_SUFFIX = re.compile(r"^(?P<base>.+)-a(?P<n>\d+)$")
+_TRIAL_SUFFIX = re.compile(r"^(?P<base>.+)(?P<trial>-t\d+)$")
 # a job without a ledger carries its retry budget in its labels, for the one that creates it
 # again
 RETRIES_LABEL = "torchx_nb_retries_left"
@@ -158,14 +159,18 @@ def next_job_id(job_id: str) -> str:
     project and location), cut to GCP's 63 characters."""
     m = _ATTEMPT_SUFFIX.match(job_id)
     base, n = (m["base"], int(m["n"]) + 1) if m else (job_id, 2)
-    suffix = f"-a{n}"
+    # a trial's chain (ID-tINDEX-aN) keeps its index: only ID is cut
+    t = _TRIAL_SUFFIX.match(base) if m else None
+    suffix = f"{t['trial'] if t else ''}-a{n}"
+    base = t["base"] if t else base
     return base[: MAX_JOB_ID - len(suffix)].rstrip("-") + suffix
 
 
 def trial_job_id(job_id: str, index: int) -> str:
     """The job id of a sweep trial's next job: ``ID-tINDEX-a2`` (GCP runs no single task of a
     job again), ``ID`` cut so that ``-a99`` still fits GCP's 63 characters (trials of one job
-    past the cap are distinct jobs, each chain of its own)."""
+    past the cap are distinct jobs, each chain of its own; past ``-a99`` ``next_job_id`` cuts
+    ``ID`` again, never the index)."""
     trial = f"-t{index}"
     return job_id[: MAX_JOB_ID - len(trial) - len("-a99")].rstrip("-") + trial + "-a2"
 
