@@ -356,6 +356,29 @@ def test_a_ledger_job_created_again_keeps_its_own_retries_whatever_its_labels(
     assert spec_of(gcp_env, again) == (1, [("FAIL_TASK", [171])])
 
 
+def test_a_store_of_the_user_s_own_keeps_the_budget_in_the_labels(gcp_env: GcpFake) -> None:
+    """No output_path but the user's own checkpoint store in the role's env (docs/spot.md
+    says how): that ledger knows no max_retries, so the budget labels count — the program
+    failed its one retry, the job created again has none left (before: the store alone read
+    as a ledger, the labels were ignored and the copy kept maxRetryCount 1 and no policy)."""
+    project = "spot-own-store"
+    gcp_env.timed_projects[project] = 30.0
+    sched = GcpBatchScheduler("torchx")
+    app = shell_app("true", "unused:1", retries=1)
+    app.roles[0].env["TORCHX_NB_CHECKPOINT_URL"] = "gs://mine/ckpt"
+    info = sched.submit_dryrun(app, {"project": project, "spot": True})
+    assert info.request.job_def.labels["torchx_nb_retries_left"] == "1"
+    app_id = sched.schedule(info)  # maxRetryCount 1, no policy
+    name = "projects/{}/locations/{}/jobs/{}".format(*parse_app_id(app_id))
+    wait_for(lambda: task_running(gcp_env, name, 0), 60)
+    gcp_env.fail_task(name, 0, code=3)  # the program's failure: its one retry spent
+    wait_for(lambda: task_running(gcp_env, name, 1), 60)
+    gcp_env.preempt_task(name, 0)  # past maxRetryCount: the job FAILS with 50001
+    wait_for(lambda: gcp_env.jobs[name].state == "FAILED", 60)
+    again = sched.submit_again(app_id)
+    assert spec_of(gcp_env, again) == (10, [("RETRY_TASK", [50001])])
+
+
 @pytest.mark.parametrize(
     "labels", [{}, {"torchx_nb_retries_left": "lots"}, {"torchx_nb_retries_left": "²"}]
 )

@@ -25,7 +25,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, RETRIES_SPENT_EXIT, URL_ENV
+from torchx_nb.apps.cell_runner.checkpoint import (
+    MAX_RETRIES_ENV,
+    RECLAIMED_ENV,
+    RETRIES_SPENT_EXIT,
+    URL_ENV,
+)
 from torchx_nb.specs.api import AppState, InvalidRunConfigException, ReplicaStatus
 
 PREEMPTED_EXIT = 50001  # GCP Batch's exit code of a task whose Spot VM was preempted
@@ -106,9 +111,15 @@ def follows(there: Any, job: Any) -> bool:
 
 
 def has_ledger(job: Any) -> bool:
-    """The described ``job`` keeps a checkpoint ledger (its task's environment has the store,
-    ``output_path``): the ledger counts its failures, never its labels."""
-    return any(URL_ENV in g.task_spec.environment.variables for g in job.task_groups)
+    """The described ``job`` keeps a checkpoint ledger that counts its failures against
+    max_retries (its task's environment has the store and the job's max_retries, as
+    ``output_path`` sets them): then the ledger counts them, never its labels. A store of the
+    user's own (``TORCHX_NB_CHECKPOINT_URL`` in the role's env) keeps a ledger that knows no
+    max_retries: its budget is in its labels."""
+    return any(
+        {URL_ENV, MAX_RETRIES_ENV} <= set(g.task_spec.environment.variables)
+        for g in job.task_groups
+    )
 
 
 def _count(labels: Any, key: str) -> int:
