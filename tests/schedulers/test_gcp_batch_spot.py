@@ -479,3 +479,38 @@ def test_cancel_all_stops_a_trial_that_runs_as_a_job_of_its_own(gcp_env: GcpFake
     for app_id in (sweep, own):
         name = "projects/{}/locations/{}/jobs/{}".format(*parse_app_id(app_id))
         wait_for(lambda n=name: gcp_env.jobs[n].state == "CANCELLED", 30)  # type: ignore[misc]
+
+
+def test_a_trial_preempted_before_its_sweep_s_job_was_cancelled_is_not_created_again(
+    gcp_env: GcpFake,
+) -> None:
+    """Trial 1 of a sweep's job is preempted past maxRetryCount (its task ends 50001) while
+    trial 0 runs on; nothing watches (the notebook closed); then the sweep's job is cancelled
+    outside this kernel (the console, gcloud, Cancel all on another machine). The trial is
+    cancelled with its sweep's job — never taken for preempted, which would create it again as
+    ``ID-t1-a2`` and run it after its sweep was cancelled (before: FAILED and
+    ``ended_preempted``)."""
+    project = "spot-sweep-cancelled"
+    gcp_env.timed_projects[project] = 60.0
+    sched = GcpBatchScheduler("torchx")
+    info = sched.submit_dryrun(shell_app("true", "unused:1"), {"project": project, "spot": True})
+    group = info.request.job_def.task_groups[0]
+    group.task_count, group.parallelism = 2, 2
+    group.task_spec.max_retry_count = 0
+    app_id = sched.schedule(info)
+    name = "projects/{}/locations/{}/jobs/{}".format(*parse_app_id(app_id))
+
+    def both_running() -> bool:
+        with gcp_env.lock:
+            return [t.state for t in gcp_env.jobs[name].tasks] == ["RUNNING"] * 2
+
+    wait_for(both_running, 60)
+    gcp_env.preempt_task(name, 1)
+    wait_for(lambda: gcp_env.jobs[name].tasks[1].state == "FAILED", 60)
+    assert gcp_env.jobs[name].state not in ("FAILED", "CANCELLED")  # trial 0 runs on
+    sched.gcp.batch.cancel_job(name=name)  # as the console or gcloud cancels it
+    wait_for(lambda: gcp_env.jobs[name].state == "CANCELLED", 60)
+    trial = sched.describe(f"{app_id}:1")
+    assert trial is not None
+    assert (trial.state, trial.ended_preempted) == (AppState.CANCELLED, False), trial
+    assert "cancelled with its sweep's job" in trial.msg

@@ -91,7 +91,8 @@ class GcpArrays(SubmitsArrays, GcpJobs):
         that had not ended when its whole job was cancelled, is CANCELLED; a marked trial that
         has not started yet is too (its cell runner exits as soon as it starts). A trial whose
         task was preempted past ``maxRetryCount`` (exit 50001) ended preempted: torchx_nb
-        creates it again as a job of its own. ``tasks``: the job's tasks by index, read once for
+        creates it again as a job of its own — unless its sweep's job was cancelled since,
+        when it is cancelled with it. ``tasks``: the job's tasks by index, read once for
         all its trials."""
         role = _role(job)
         role.num_replicas = 1
@@ -106,10 +107,15 @@ class GcpArrays(SubmitsArrays, GcpJobs):
         marked = cancel_mark("gcp_batch", app_id).exists()
         cancelled_at = _cancelled_at(job)
         ended_at = _ts(events[-1].event_time) if events and is_terminal(state) else None
+        # preempted past maxRetryCount: torchx_nb would create it again, unless its job was
+        # cancelled since (the console, gcloud, Cancel all elsewhere): then it stops there too
+        preempted = state == AppState.FAILED and rep.exit_code == PREEMPTED_EXIT
         if state == AppState.FAILED and (rep.exit_code == CANCELLED_EXIT or marked):
             state, msg = AppState.CANCELLED, "cancelled"
         elif cancelled_at is not None and state != AppState.SUCCEEDED:
-            if not is_terminal(state) or ended_at is None or ended_at >= cancelled_at:
+            if preempted:
+                state, msg = AppState.CANCELLED, "preempted, then cancelled with its sweep's job"
+            elif not is_terminal(state) or ended_at is None or ended_at >= cancelled_at:
                 state, msg = AppState.CANCELLED, "cancelled with its sweep's job"
         elif marked and state == AppState.PENDING:
             state, msg = AppState.CANCELLED, "cancelled before it started"
@@ -132,7 +138,7 @@ class GcpArrays(SubmitsArrays, GcpJobs):
             ended=(ended_at or _ts(job.update_time)) if is_terminal(state) else None,
             preemptions=task_preemptions([task] if task is not None else []),
             # preempted past maxRetryCount: GCP runs no single task again (``submit_again``)
-            ended_preempted=state == AppState.FAILED and rep.exit_code == PREEMPTED_EXIT,
+            ended_preempted=preempted and state == AppState.FAILED,
         )
 
     def _cancel_trial(
