@@ -514,3 +514,32 @@ def test_a_trial_preempted_before_its_sweep_s_job_was_cancelled_is_not_created_a
     assert trial is not None
     assert (trial.state, trial.ended_preempted) == (AppState.CANCELLED, False), trial
     assert "cancelled with its sweep's job" in trial.msg
+
+
+def test_a_job_preempted_past_the_cap_seen_by_the_poller_is_created_again(
+    gcp_env: GcpFake,
+) -> None:
+    """The kernel's poller, the server and the job list read statuses with one
+    ``describe_many`` (``Runner.refresh``), which lists a job's tasks only when they differ in
+    state: a job of one task preempted past maxRetryCount (all its tasks FAILED alike) must
+    still read as ended preempted — created again as ``ID-a2`` and SUCCEEDED (before: FAILED
+    'exit code 50001' recorded as its end, never created again)."""
+    project = "spot-again-polled"
+    gcp_env.timed_projects[project] = 3.0
+    with get_runner() as runner:
+        cfg = {"project": project, "spot": True, "max_preemptions": 0}  # maxRetryCount 0
+        handle = runner.run(shell_app("true", "unused:1"), "gcp_batch", cfg)
+        first = runner.jobstore.get(handle)
+        assert first is not None
+        runner.jobstore.set_max_preemptions(handle, 20)
+        preempt_when_running(runner, gcp_env, handle)
+        name = "projects/{}/locations/{}/jobs/{}".format(*parse_app_id(first.app_id))
+        wait_for(lambda: gcp_env.jobs[name].state == "FAILED", 60)
+        polled = runner.refresh([handle])[handle]
+        assert not isinstance(polled, Exception) and polled is not None
+        assert polled.state != AppState.FAILED, polled
+        ended = runner.wait(handle, wait_interval=0.3, timeout=120)
+        assert ended is not None and ended.state == AppState.SUCCEEDED, ended
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and (rec.attempt, rec.preemptions) == (2, 1)
+        assert rec.app_id == f"{first.app_id}-a2"
