@@ -543,3 +543,36 @@ def test_a_job_preempted_past_the_cap_seen_by_the_poller_is_created_again(
         rec = runner.jobstore.get(handle)
         assert rec is not None and (rec.attempt, rec.preemptions) == (2, 1)
         assert rec.app_id == f"{first.app_id}-a2"
+
+
+def test_a_preemption_gcp_retried_is_kept_when_only_the_poller_watches(
+    gcp_env: GcpFake,
+) -> None:
+    """A Spot job's task preempted once and retried by GCP within maxRetryCount: the job stays
+    RUNNING with its one task RUNNING, so its state alone says nothing. Watched only by the
+    poller (``Runner.refresh``: ``describe_many``), the preemption is still kept — the job
+    ends SUCCEEDED with 1 preemption and says when it was preempted (before: 0 preemptions,
+    no word of it, and ``max_preemptions`` never counted)."""
+    project = "spot-retried-polled"
+    gcp_env.timed_projects[project] = 6.0
+    with get_runner() as runner:
+        cfg = {"project": project, "spot": True, "max_preemptions": 2}
+        handle = runner.run(shell_app("true", "unused:1"), "gcp_batch", cfg)
+        first = runner.jobstore.get(handle)
+        assert first is not None
+        name = "projects/{}/locations/{}/jobs/{}".format(*parse_app_id(first.app_id))
+        wait_for(lambda: task_running(gcp_env, name, 0), 60)
+        gcp_env.preempt_task(name, 0)
+        wait_for(lambda: task_running(gcp_env, name, 1), 60)
+        seen: list[Any] = []
+
+        def ended() -> bool:
+            status = runner.refresh([handle])[handle]
+            assert status is not None and not isinstance(status, Exception)
+            seen.append(status)
+            return status.state == AppState.SUCCEEDED
+
+        wait_for(ended, 60, 0.5)
+        assert seen[-1].msg.startswith("preempted at ") and "(Spot VM preempted)" in seen[-1].msg
+        rec = runner.jobstore.get(handle)
+        assert rec is not None and (rec.state, rec.preemptions) == ("SUCCEEDED", 1)

@@ -61,6 +61,7 @@ from torchx_nb.schedulers.gcp_batch.spot import (
     follows,
     has_ledger,
     next_job_id,
+    preemptible,
     provisioning,
     retries,
     task_failures,
@@ -431,8 +432,9 @@ class GcpBatchScheduler(
     def describe_many(self, app_ids: list[str]) -> dict[str, DescribeAppResponse | None]:
         """One list of active jobs per project and location (every page), one get for each job
         that has left that list, and a task list only for jobs whose tasks differ in state,
-        that failed (their exit codes tell a preemption past ``maxRetryCount``) or that hold
-        sweep trials (one list per job, however many of its trials are asked)."""
+        that failed (their exit codes tell a preemption past ``maxRetryCount``), that run on
+        Spot VMs (their preemptions GCP retried) or that hold sweep trials (one list per job,
+        however many of its trials are asked)."""
         return self._describe(app_ids, every_task=False)
 
     def _describe(
@@ -457,8 +459,10 @@ class GcpBatchScheduler(
                 mixed = len([c for c in _counts(job).values() if c]) > 1
                 # a failed job's exit codes: preempted past maxRetryCount (50001) or not
                 failed = job.status.state.name == "FAILED"
+                # a Spot job's preemptions that GCP retried are in its tasks' events only
+                listed = trials or mixed or failed or every_task or preemptible(job)
                 try:
-                    tasks = self._tasks(job) if trials or mixed or failed or every_task else None
+                    tasks = self._tasks(job) if listed else None
                 except GcpError as e:
                     if e.reason != "NotFound":
                         raise

@@ -165,6 +165,15 @@ def ended_preempted(state: AppState, replicas: list[ReplicaStatus]) -> bool:
     )
 
 
+def preemptible(job: Any) -> bool:
+    """The described ``job`` runs on Spot (or preemptible) VMs: its tasks' events, not its
+    state, say when GCP Batch preempted and retried one."""
+    return any(
+        getattr(i.policy.provisioning_model, "name", "") in ("SPOT", "PREEMPTIBLE")
+        for i in job.allocation_policy.instances
+    )
+
+
 def next_job_id(job_id: str) -> str:
     """The job id of the next native job: ``ID-a2``, then ``ID-a3``… (ids are unique in a
     project and location), cut to GCP's 63 characters."""
