@@ -11,12 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchx_nb.apps.cell_runner.checkpoint import (
-    MAX_RETRIES_ENV,
-    RECLAIMED_ENV,
-    RETRIES_SPENT_EXIT,
-    URL_ENV,
-)
+from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, RETRIES_SPENT_EXIT, add_reclaimed
+from torchx_nb.schedulers.outputs import TRIAL_INDEX_ENV, budget_count, counts_failures, trial_env
 from torchx_nb.specs.preemption import Preemption
 
 MAX_ATTEMPTS = 10  # Batch's attempts, in total, program retries and reclaims together
@@ -40,7 +36,6 @@ PREEMPTIONS_TAG = "torchx-nb/max-preemptions"
 AGAIN_OF_TAG = "torchx-nb/again-of"
 #: how many names taken by other jobs (``NAME-a2``, ``-a3``…) are passed over before refusing
 MAX_TAKEN = 5
-_COUNT = re.compile(r"[0-9]{1,9}")
 
 
 def retry_strategy(max_retries: int, max_preemptions: int, ledger: bool) -> dict[str, Any]:
@@ -96,8 +91,7 @@ def has_ledger(job: dict[str, Any]) -> bool:
     ranges = (job.get("nodeProperties") or {}).get("nodeRangeProperties") or []
     containers = [job.get("container") or {}, *(r.get("container") or {} for r in ranges)]
     return any(
-        {URL_ENV, MAX_RETRIES_ENV} <= {str(e.get("name")) for e in c.get("environment") or []}
-        for c in containers
+        counts_failures(str(e.get("name")) for e in c.get("environment") or []) for c in containers
     )
 
 
@@ -197,15 +191,14 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
         "jobDefinition": job["jobDefinition"],
         "tags": tags,
     }
-    env = []
-    if trial is not None:  # its index, which the array gave it, in a variable of ours
-        env += [
-            {"name": TRIAL_INDEX_ENV, "value": trial},
-            {"name": "TORCHX_NB_TRIAL_FROM", "value": TRIAL_INDEX_ENV},
-        ]
-    # the attempts Batch reclaimed, which the job's ledger would otherwise call the program's
-    # failures when their container was killed without a SIGTERM
-    env.append({"name": RECLAIMED_ENV, "value": reclaimed_tokens(job)})
+    # a trial's index, which the array gave it, in a variable of ours; the attempts Batch
+    # reclaimed, which the job's ledger would otherwise call the program's failures when their
+    # container was killed without a SIGTERM
+    values = {
+        **(trial_env(trial) if trial is not None else {}),
+        RECLAIMED_ENV: reclaimed_tokens(job),
+    }
+    env = [{"name": k, "value": v} for k, v in values.items()]
     if job.get("nodeProperties"):  # a multi-node job takes its overrides per node range
         args["nodeOverrides"] = {
             "nodePropertyOverrides": [
@@ -215,8 +208,8 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
     else:
         args["containerOverrides"] = {"environment": env}
     if not has_ledger(job):  # its budget in its tags; with a ledger, tags of theirs are the user's
-        left = max(0, _count(tags, RETRIES_TAG) - failures(job))
-        limit = _count(tags, PREEMPTIONS_TAG)
+        left = max(0, budget_count(tags, RETRIES_TAG) - failures(job))
+        limit = budget_count(tags, PREEMPTIONS_TAG)
         tags.update({RETRIES_TAG: str(left), PREEMPTIONS_TAG: str(limit)})
         args["retryStrategy"] = retry_strategy(left, limit, ledger=False)
     if job.get("timeout"):
@@ -226,11 +219,6 @@ def again_request(app_id: str, job: dict[str, Any]) -> tuple[str, dict[str, Any]
         if job.get("schedulingPriority") is not None:
             args["schedulingPriorityOverride"] = job["schedulingPriority"]
     return f"{queue}:{name}", args
-
-
-#: a sweep trial sent again as a job of its own: its index (the array's variable is Batch's,
-#: which a job outside an array has not, and AWS_BATCH_* names are Batch's to set)
-TRIAL_INDEX_ENV = "TORCHX_NB_TRIAL_INDEX"
 
 
 def _env(job: dict[str, Any], name: str) -> str | None:
@@ -253,15 +241,6 @@ def taken(app_id: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return f"{queue}:{name}", {**args, "jobName": name}
 
 
-def _count(tags: dict[str, str], key: str) -> int:
-    """The whole number of ``tags[key]``; 0 when it is missing or not one (a tag edited by hand:
-    what is left is unknown, so none is — no retry of the program's, no attempt of Batch's added
-    for reclaims: a reclaim that ends the job is sent again by torchx_nb, which counts it against
-    the job's limit in the job store)."""
-    value = str(tags.get(key, "")).strip()
-    return int(value) if _COUNT.fullmatch(value) else 0
-
-
 def _trial_index(job: dict[str, Any]) -> str | None:
     """The trial index a job sent again for a sweep's trial carries (None: not one)."""
     value = _env(job, TRIAL_INDEX_ENV)
@@ -274,6 +253,5 @@ def reclaimed_tokens(job: dict[str, Any]) -> str:
     (``ID/N``: Batch's ``AWS_BATCH_JOB_ATTEMPT`` counts from 1) and its id alone (its last
     attempt, whose reclaim ended it: where the container had no attempt number)."""
     job_id = str(job.get("jobId") or "")
-    earlier = [t for t in (_env(job, RECLAIMED_ENV) or "").split(",") if t]
     mine = [f"{job_id}/{i}" for i, a in enumerate(job.get("attempts") or [], 1) if _reclaimed(a)]
-    return ",".join(dict.fromkeys([*earlier, *mine, job_id]))
+    return add_reclaimed(_env(job, RECLAIMED_ENV) or "", [*mine, job_id])

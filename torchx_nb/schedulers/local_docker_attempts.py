@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, native_job
+from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, add_reclaimed, native_job
 from torchx_nb.specs.preemption import Preemption
 
 LABEL_ATTEMPT = "torchx-nb/attempt"
@@ -79,8 +79,7 @@ def rerun(client: Any, old: Any) -> str:
     env = dict(str(e).partition("=")[::2] for e in cfg.get("Env") or [])
     # the attempt stopped, named for the next one's ledger: a program that ignored SIGTERM and
     # was killed at the grace's end never said it was preempted
-    named = [t for t in env.get(RECLAIMED_ENV, "").split(",") if t]
-    named.append(f"{native_job(env)}/{n}")
+    named = add_reclaimed(env.get(RECLAIMED_ENV, ""), [f"{native_job(env)}/{n}"])
     ours = (f"{ATTEMPT_ENV}=", f"{RECLAIMED_ENV}=")
     created = client.api.create_container(
         image=cfg["Image"],
@@ -89,7 +88,7 @@ def rerun(client: Any, old: Any) -> str:
         environment=[
             *(e for e in cfg.get("Env") or [] if not str(e).startswith(ours)),
             f"{ATTEMPT_ENV}={n + 1}",
-            f"{RECLAIMED_ENV}={','.join(dict.fromkeys(named))}",
+            f"{RECLAIMED_ENV}={named}",
         ],
         labels={**(cfg.get("Labels") or {}), LABEL_ATTEMPT: str(n + 1)},
         name=name,

@@ -4,6 +4,8 @@ environment, and the private cancel marks."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 OUTPUT_DIR_ENV = "TORCHX_OUTPUT_DIR"
@@ -72,6 +74,38 @@ def checkpoint_env(
     if reclaims_named:
         env[ck.RECLAIMS_NAMED_ENV] = "1"
     return env
+
+
+def counts_failures(env_names: Iterable[str]) -> bool:
+    """Whether a job whose environment has ``env_names`` keeps a checkpoint ledger that counts
+    its failures against max_retries: the store and the job's max_retries, as
+    ``checkpoint_env`` writes them for ``output_path``. A store of the user's own
+    (``TORCHX_NB_CHECKPOINT_URL`` in the role's env) keeps a ledger that knows no max_retries."""
+    from torchx_nb.apps.cell_runner import checkpoint as ck
+
+    return {ck.URL_ENV, ck.MAX_RETRIES_ENV} <= set(env_names)
+
+
+#: a sweep trial sent again as a job of its own: its index (the array's own variable is the
+#: backend's, which a job outside an array has not), and the variable the cell runner reads it
+#: from names it (``$TORCHX_NB_TRIAL_FROM``)
+TRIAL_INDEX_ENV = "TORCHX_NB_TRIAL_INDEX"
+
+
+def trial_env(index: str) -> dict[str, str]:
+    """The env of a sweep's trial ``index`` sent again as a job of its own."""
+    return {TRIAL_INDEX_ENV: index, "TORCHX_NB_TRIAL_FROM": TRIAL_INDEX_ENV}
+
+
+_COUNT = re.compile(r"[0-9]{1,9}")
+
+
+def budget_count(values: Mapping[str, str], key: str) -> int:
+    """The whole number of ``values[key]`` (a job's budget tag or label); 0 when it is missing
+    or not one (edited by hand, a job of an earlier version or made elsewhere: what is left is
+    unknown, so none is — never more than the job had)."""
+    value = str(values.get(key, "")).strip()
+    return int(value) if _COUNT.fullmatch(value) else 0
 
 
 def cancel_mark(backend: str, app_id: str) -> Path:

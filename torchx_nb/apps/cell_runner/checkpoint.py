@@ -5,13 +5,13 @@ SIGTERM, at the end and on ``torchx_nb.checkpoint().save()``.
 
 The store's root also holds the ledger, ``attempts.json``: one entry per attempt (``n``,
 ``started``, ``ended``, ``why``: ``running``/``ok``/``exit N``/``sigterm``/``reclaimed``/
-``lost``, ``ckpt_generation``, ``restored_at``: when the program wrote the checkpoint this attempt
-restored, None when it restored none — how status tells "resumed from the checkpoint of
-10:01" and the work lost, the backend's ``native`` attempt and its ``job``), written by rank 0. Rank 0 also
-leaves the store's URL in the job's output folder (``.torchx-nb/checkpoint.json``), so a
-watcher finds the ledger wherever the backend keeps it. It is how a job
-knows how many of its attempts were the program's own failures when the backend's counter
-mixes them with preemptions: past ``$TORCHX_NB_MAX_RETRIES`` the attempt ends at once with
+``lost``, ``ckpt_generation``, ``restored_at``: when the program wrote the checkpoint this
+attempt restored, None when it restored none — how status tells "resumed from the checkpoint
+of 10:01" and the work lost, the backend's ``native`` attempt and its ``job``), written by
+rank 0. Rank 0 also leaves the store's URL in the job's output folder
+(``.torchx-nb/checkpoint.json``), so a watcher finds the ledger wherever the backend keeps
+it. It is how a job knows how many of its attempts were the program's own failures when the
+backend's counter mixes them with preemptions: past ``$TORCHX_NB_MAX_RETRIES`` the attempt ends at once with
 ``RETRIES_SPENT_EXIT``.
 """
 
@@ -87,6 +87,17 @@ def preemptions(entries: list[dict[str, Any]]) -> int:
     return sum(e.get("why") in ("sigterm", "reclaimed") for e in entries)
 
 
+def parse_reclaimed(value: str) -> list[str]:
+    """``RECLAIMED_ENV``'s tokens in ``value``, in order, blanks left out."""
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+def add_reclaimed(value: str, tokens: list[str]) -> str:
+    """``RECLAIMED_ENV``'s ``value`` (what a job sent again was given) with ``tokens`` added:
+    what the next native job is given, each token once, in order."""
+    return ",".join(dict.fromkeys([*parse_reclaimed(value), *tokens]))
+
+
 def _job_of(entry: dict[str, Any]) -> str:
     return str(entry.get("job") or str(entry.get("native") or "").rpartition("/")[0])
 
@@ -121,7 +132,7 @@ def mark_unended(entries: list[dict[str, Any]]) -> None:
     the OOM killer or a host lost: a failure of the program's."""
     named_all = os.environ.get(RECLAIMS_NAMED_ENV) == "1"
     only_reclaims = _int_env(MAX_RETRIES_ENV) == 0 and not named_all
-    tokens = {t.strip() for t in os.environ.get(RECLAIMED_ENV, "").split(",") if t.strip()}
+    tokens = set(parse_reclaimed(os.environ.get(RECLAIMED_ENV, "")))
     last = {_job_of(e): e for e in entries}  # each native job's last attempt
     for e in entries:
         if e.get("why") != "running":

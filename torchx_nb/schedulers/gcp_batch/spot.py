@@ -25,12 +25,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from torchx_nb.apps.cell_runner.checkpoint import (
-    MAX_RETRIES_ENV,
-    RECLAIMED_ENV,
-    RETRIES_SPENT_EXIT,
-    URL_ENV,
-)
+from torchx_nb.apps.cell_runner.checkpoint import RECLAIMED_ENV, RETRIES_SPENT_EXIT, add_reclaimed
+from torchx_nb.schedulers.outputs import budget_count, counts_failures, trial_env
 from torchx_nb.specs.api import AppState, InvalidRunConfigException, ReplicaStatus
 
 PREEMPTED_EXIT = 50001  # GCP Batch's exit code of a task whose Spot VM was preempted
@@ -85,7 +81,6 @@ PREEMPTIONS_LABEL = "torchx_nb_max_preemptions"
 AGAIN_OF_LABEL = "torchx_nb_again_of"
 TAKEN_IDS = 5  # next ids found taken by jobs that are not ours, before giving up in one line
 OURS = "torchx_nb_"  # our labels' prefix: no label of the user's may start with it
-_COUNT = re.compile(r"[0-9]{1,9}")
 
 
 def check_labels(keys: list[str]) -> None:
@@ -116,17 +111,7 @@ def has_ledger(job: Any) -> bool:
     ``output_path`` sets them): then the ledger counts them, never its labels. A store of the
     user's own (``TORCHX_NB_CHECKPOINT_URL`` in the role's env) keeps a ledger that knows no
     max_retries: its budget is in its labels."""
-    return any(
-        {URL_ENV, MAX_RETRIES_ENV} <= set(g.task_spec.environment.variables)
-        for g in job.task_groups
-    )
-
-
-def _count(labels: Any, key: str) -> int:
-    """The whole number of ``labels[key]``; 0 when it is missing or not one (a job of an
-    earlier version, or created outside torchx_nb: what is left is unknown, so none is)."""
-    value = str(labels.get(key, "")).strip()
-    return int(value) if _COUNT.fullmatch(value) else 0
+    return any(counts_failures(g.task_spec.environment.variables) for g in job.task_groups)
 
 
 def budget_labels(max_retries: int, max_preemptions: int, ledger: bool) -> dict[str, str]:
@@ -195,11 +180,6 @@ def trial_job_id(job_id: str, index: int) -> str:
     return job_id[: MAX_JOB_ID - len(trial) - len("-a99")].rstrip("-") + trial + "-a2"
 
 
-#: a sweep trial created again as a job of its own: its index (the array's variable,
-#: BATCH_TASK_INDEX, is GCP's and 0 in a job of one task)
-TRIAL_INDEX_ENV = "TORCHX_NB_TRIAL_INDEX"
-
-
 def again_job(job: Any, failed: int = 0, trial: int | None = None) -> Any:
     """A copy of the described ``job`` to create again: its task groups, allocation policy,
     labels and logs policy (the task's environment carries the outputs and the checkpoint
@@ -223,16 +203,14 @@ def again_job(job: Any, failed: int = 0, trial: int | None = None) -> Any:
         # the job preempted: its tasks' last runs, which a ledger would otherwise call the
         # program's failures when their container was killed without a SIGTERM
         env = group.task_spec.environment.variables
-        earlier = [t for t in env.get(RECLAIMED_ENV, "").split(",") if t]
-        env[RECLAIMED_ENV] = ",".join(dict.fromkeys([*earlier, job.uid]))
-        if trial is not None:
+        env[RECLAIMED_ENV] = add_reclaimed(env.get(RECLAIMED_ENV, ""), [job.uid])
+        if trial is not None:  # BATCH_TASK_INDEX is GCP's, and 0 in a job of one task
             group.task_count, group.parallelism = 1, 1
-            env[TRIAL_INDEX_ENV] = str(trial)
-            env["TORCHX_NB_TRIAL_FROM"] = TRIAL_INDEX_ENV
+            env.update(trial_env(str(trial)))
     new.labels[AGAIN_OF_LABEL] = _uid_label(job)
     if not has_ledger(job):  # its budget in its labels; with a ledger, labels are the user's
-        left = max(0, _count(new.labels, RETRIES_LABEL) - failed)
-        limit = _count(new.labels, PREEMPTIONS_LABEL)
+        left = max(0, budget_count(new.labels, RETRIES_LABEL) - failed)
+        limit = budget_count(new.labels, PREEMPTIONS_LABEL)
         new.labels.update({RETRIES_LABEL: str(left), PREEMPTIONS_LABEL: str(limit)})
         count, policies = retries(left, limit, ledger=False)
         for group in new.task_groups:
